@@ -1,0 +1,28 @@
+# Two entry points, each working on a fresh clone: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stepscope-installed
+# torch is pinned for development; pip finds the CPU wheel on this machine's disk.
+TORCH_PIN := torch==2.13.0
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[capture,test]' $(TORCH_PIN)
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/stepscope demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) stepscope_runs

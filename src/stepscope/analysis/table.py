@@ -1,0 +1,201 @@
+"""The trace model: every event of every loaded rank in one columnar table (no torch, no pandas).
+
+One row per trace event (complete 'X', instant 'i', flow 's'/'f', counter 'C'; metadata 'M' events are
+folded into `RankInfo`). Names and categories are interned: `name` / `cat` hold indices into `names` /
+`cats`. Times are integer **nanoseconds** (Kineto writes microseconds, sometimes with a ns fraction).
+Categories of the old 2021 schema (`Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`) are mapped onto the
+current ones (`cpu_op`, `cuda_runtime`, `kernel`, `gpu_memcpy`, `gpu_memset`) when the table is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Old (torch 1.8/1.9 era) Kineto category names -> current names.
+OLD_CATEGORIES: dict[str, str] = {
+    "Operator": "cpu_op",
+    "Runtime": "cuda_runtime",
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Python": "python_function",
+    "User annotation": "user_annotation",
+    "user annotation": "user_annotation",
+    "gpu user annotation": "gpu_user_annotation",
+}
+
+# Categories of events that run on a GPU stream (their `stream` column is set).
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+# Integer columns of the table and the value meaning "absent".
+MISSING = -1
+
+# Columns: name -> (numpy dtype, meaning).
+COLUMNS: dict[str, tuple[str, str]] = {
+    "rank": ("int32", "rank of the file the event came from"),
+    "ph": ("uint8", "ord() of the chrome-trace phase letter: X, i, s, f, C, b, e, ..."),
+    "cat": ("int32", "index into `cats` (normalised category); -1 when the event has none"),
+    "name": ("int32", "index into `names`"),
+    "pid": ("int64", "process id as written (GPU events: device index); -1 when not an integer"),
+    "tid": ("int64", "thread id as written (GPU events: stream); -1 when not an integer"),
+    "ts": ("int64", "start, integer ns since the epoch of the trace clock"),
+    "dur": ("int64", "duration in ns; 0 for events without one"),
+    "stream": ("int64", "args.stream of GPU events, else -1"),
+    "device": ("int32", "args.device of GPU events, else -1"),
+    "correlation": ("int64", "args.correlation (runtime call <-> GPU activity), else -1"),
+    "external_id": ("int64", "args['External id'] (cpu op <-> runtime call), else -1"),
+    "flow_id": ("int64", "id of flow events (ph s/f), else -1"),
+    "bytes": ("int64", "args.bytes of memcpy/memset, or message bytes of collectives when known, else -1"),
+}
+
+# String-valued args kept per row as an index into `names` (-1 when absent): "args_<key>" columns.
+STRING_ARGS: dict[str, str] = {
+    "collective": "Collective name",  # record_param_comms and NCCL kernels
+    "dtype": "dtype",
+    "pg_name": "Process Group Name",
+}
+# Integer args kept per row (-1 when absent).
+INT_ARGS: dict[str, str] = {
+    "in_nelems": "In msg nelems",
+    "out_nelems": "Out msg nelems",
+    "group_size": "Group size",
+}
+
+
+@dataclass
+class RankInfo:
+    """What the file of one rank says about itself."""
+
+    rank: int
+    source: str  # path of the file
+    rank_assigned: bool = False  # True when the file had no distributedInfo.rank and stepscope chose one
+    world_size: int | None = None
+    backend: str | None = None
+    device_properties: list[dict[str, Any]] = field(default_factory=list)
+    schema_version: int | None = None
+    base_time_ns: int | None = None
+
+
+@dataclass
+class TraceTable:
+    """Columnar events of one or more ranks. All columns have the same length; see COLUMNS."""
+
+    names: list[str]
+    cats: list[str]
+    columns: dict[str, np.ndarray]
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.columns["ts"])
+
+    def __getattr__(self, item: str) -> np.ndarray:
+        columns = self.__dict__.get("columns")
+        if columns is not None and item in columns:
+            return columns[item]
+        raise AttributeError(item)
+
+    # --- symbol helpers ---------------------------------------------------------------------------
+    def cat_id(self, category: str) -> int:
+        """Index of a category, or -1 when no event has it."""
+        try:
+            return self.cats.index(category)
+        except ValueError:
+            return MISSING
+
+    def cat_mask(self, *categories: str) -> np.ndarray:
+        ids = [i for i in (self.cat_id(c) for c in categories) if i != MISSING]
+        return np.isin(self.columns["cat"], ids) if ids else np.zeros(len(self), dtype=bool)
+
+    def name_of(self, row: int) -> str:
+        return self.names[int(self.columns["name"][row])]
+
+    def names_matching(self, predicate: Any) -> np.ndarray:
+        """Boolean mask over the symbol table: which names satisfy `predicate(str)`."""
+        return np.fromiter((bool(predicate(n)) for n in self.names), dtype=bool, count=len(self.names))
+
+    def select(self, mask: np.ndarray) -> TraceTable:
+        """A table of the rows where `mask` is true (symbol tables shared)."""
+        return TraceTable(
+            self.names, self.cats, {k: v[mask] for k, v in self.columns.items()}, self.ranks, self.notices
+        )
+
+    def rank_ids(self) -> list[int]:
+        return sorted(self.ranks) if self.ranks else sorted(set(self.columns["rank"].tolist()))
+
+    # --- reference construction (slow, simple; the fast loader must produce the same table) ---------
+    @classmethod
+    def from_events(
+        cls, events_by_rank: Mapping[int, Iterable[Mapping[str, Any]]], sources: Mapping[int, str] | None = None
+    ) -> TraceTable:
+        """Build a table from plain chrome-trace event dicts, one iterable per rank (tests, small inputs)."""
+        names: dict[str, int] = {}
+        cats: dict[str, int] = {}
+        rows: dict[str, list[int]] = {c: [] for c in COLUMNS}
+        for key in STRING_ARGS:
+            rows["args_" + key] = []
+        for key in INT_ARGS:
+            rows["args_" + key] = []
+        ranks: dict[int, RankInfo] = {}
+
+        def intern(table: dict[str, int], value: str) -> int:
+            return table.setdefault(value, len(table))
+
+        for rank, events in events_by_rank.items():
+            ranks[rank] = RankInfo(rank=rank, source=(sources or {}).get(rank, f"<rank {rank}>"))
+            for ev in events:
+                ph = ev.get("ph", "")
+                if ph == "M" or not isinstance(ph, str) or len(ph) != 1:
+                    continue
+                args = ev.get("args") or {}
+                cat = ev.get("cat")
+                cat = OLD_CATEGORIES.get(cat, cat) if isinstance(cat, str) else None
+                rows["rank"].append(rank)
+                rows["ph"].append(ord(ph))
+                rows["cat"].append(intern(cats, cat) if cat is not None else MISSING)
+                rows["name"].append(intern(names, str(ev.get("name", ""))))
+                rows["pid"].append(_as_int(ev.get("pid")))
+                rows["tid"].append(_as_int(ev.get("tid")))
+                rows["ts"].append(_us_to_ns(ev.get("ts")))
+                dur = _us_to_ns(ev.get("dur"))
+                rows["dur"].append(max(dur, 0))
+                is_gpu = cat in GPU_CATEGORIES
+                rows["stream"].append(_as_int(args.get("stream")) if is_gpu else MISSING)
+                rows["device"].append(_as_int(args.get("device")) if is_gpu else MISSING)
+                rows["correlation"].append(_as_int(args.get("correlation")))
+                rows["external_id"].append(_as_int(args.get("External id")))
+                rows["flow_id"].append(_as_int(ev.get("id")) if ph in ("s", "f") else MISSING)
+                rows["bytes"].append(_as_int(args.get("bytes")))
+                for key, arg in STRING_ARGS.items():
+                    value = args.get(arg)
+                    rows["args_" + key].append(intern(names, str(value)) if value is not None else MISSING)
+                for key, arg in INT_ARGS.items():
+                    rows["args_" + key].append(_as_int(args.get(arg)))
+        dtypes = {c: d for c, (d, _) in COLUMNS.items()}
+        columns = {c: np.asarray(v, dtype=dtypes.get(c, "int64")) for c, v in rows.items()}
+        return cls(list(names), list(cats), columns, ranks)
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool) or value is None:
+        return MISSING
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else MISSING
+    if isinstance(value, float) and value == value and abs(value) < 2**63:
+        return int(value)
+    return MISSING
+
+
+def _us_to_ns(value: Any) -> int:
+    """Kineto microseconds (int or float with a ns fraction) -> integer ns; 0 when absent or invalid."""
+    if isinstance(value, bool) or value is None:
+        return 0
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, float) and value == value and abs(value) < 9e15:
+        return round(value * 1000)
+    return 0

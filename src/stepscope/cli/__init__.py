@@ -1,0 +1,73 @@
+"""The `stepscope` command. Subcommands live one per module in this package and are imported lazily,
+so `stepscope --help` does not pay for numpy, torch or the analyzers. This is the only place where errors
+become messages and exit codes."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+import click
+
+from stepscope import __version__
+from stepscope.errors import StepscopeError
+
+# subcommand name -> (module under stepscope.cli, one-line help shown by `stepscope --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "Profile the bundled CPU demo training; print the summary and the run folder."),
+    "summary": ("summary", "Top CPU ops and GPU kernels of a trace, a folder of traces or a run folder."),
+    "analyze": ("analyze", "Time breakdown, idle causes, overlap, stragglers and findings with advice."),
+    "diff": ("diff", "What changed between two runs or traces."),
+    "memory": ("memory", "Analyze a CUDA memory snapshot (never unpickles arbitrary objects)."),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (module, _) in COMMANDS.items() if _module_exists(module)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS or not _module_exists(COMMANDS[cmd_name][0]):
+            return None
+        module = importlib.import_module(f"stepscope.cli.{COMMANDS[cmd_name][0]}")
+        command: click.Command = module.command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(module: str) -> bool:
+    return importlib.util.find_spec(f"stepscope.cli.{module}") is not None
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="stepscope")
+def cli() -> None:
+    """stepscope: profile PyTorch training and explain where the step time goes."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 bad input or usage)."""
+    try:
+        result = cli.main(args=list(argv) if argv is not None else None, prog_name="stepscope", standalone_mode=False)
+    except StepscopeError as exc:
+        click.echo(f"stepscope: error: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("stepscope: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:  # pragma: no cover - console entry point
+    sys.exit(main())
