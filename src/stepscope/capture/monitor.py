@@ -38,6 +38,10 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
     from stepscope.capture.trace import TraceCollector
 
     classes: list[type[Collector]] = []
+    if config.nsight:
+        from stepscope.capture.nsight import NsightCollector
+
+        classes.append(NsightCollector)
     classes.append(TraceCollector)
     return classes
 
