@@ -46,9 +46,24 @@ class ProfileConfig(BaseModel):
     flop_counter_step: int | None = Field(
         None,
         ge=0,
-        description="Step at which FLOPs are counted with FlopCounterMode (kept outside active windows).",
+        description="Step at which FLOPs are counted with FlopCounterMode (kept outside traced windows).",
     )
-    comm_logger_step: int | None = Field(None, ge=0, description="Step at which collectives are logged.")
+    flop_table_depth: int = Field(
+        2, ge=1, description="Module depth of the FLOP table: 1 the model only, 2 also its children, ..."
+    )
+    peak_tflops: float | None = Field(
+        None, gt=0, description="Peak dense TFLOP/s of one device for MFU; overrides the built-in peak table."
+    )
+    peak_dtype: Literal["auto", "fp32", "tf32", "bf16", "fp16", "fp8"] = Field(
+        "auto",
+        description="Number format whose peak MFU divides by; auto: the main matmul input type of the counted step.",
+    )
+    comm_logger_step: int | None = Field(
+        None, ge=0, description="Step at which collectives are logged (kept outside traced windows)."
+    )
+    comm_noise_level: int = Field(
+        1, ge=0, le=3, description="Detail of the collective log: 0 collectives only ... 3 every operation."
+    )
     memory_log_every: int | None = Field(None, ge=1, description="Log memory every N steps.")
     memory_snapshot: bool = Field(
         False, description="Record CUDA memory history over active windows; snapshot on OOM."
@@ -154,6 +169,8 @@ _FLAGS: list[tuple[str, str, str]] = [
     ("--profiler-with-modules", "with_modules", "flag"),
     ("--flop-counter-step", "flop_counter_step", "int"),
     ("--comm-logger-step", "comm_logger_step", "int"),
+    ("--flop-table-depth", "flop_table_depth", "int"),
+    ("--peak-tflops", "peak_tflops", "float"),
     ("--memory-log-steps", "memory_log_every", "int"),
     ("--memory-snapshot", "memory_snapshot", "flag"),
     ("--memory-timeline", "memory_timeline", "flag"),

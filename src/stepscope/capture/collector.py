@@ -41,6 +41,7 @@ class RunContext:
     step: int = 0  # index of the step that is running (0-based); equals steps completed so far
     _metrics: list[bytes] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _listeners: list[Callable[[str, dict[str, Any]], None]] = field(default_factory=list)
 
     def add_artifact(
         self, kind: str, path: str | Path, step: int | None = None, rank: int | None = -1
@@ -62,6 +63,27 @@ class RunContext:
         """Queue one JSON line for metrics.jsonl (flushed at window ends and at close)."""
         self._metrics.append(msgspec.json.encode(record) + b"\n")
 
+    def subscribe(self, listener: Callable[[str, dict[str, Any]], None]) -> None:
+        """Call `listener(event, data)` for every `notify` (collectors that consume others' results)."""
+        self._listeners.append(listener)
+
+    def notify(self, event: str, **data: Any) -> None:
+        """Tell the listeners about an event; one that raises is dropped with a warning, never the caller.
+
+        Events: "window_end" (step, averages, sort_key, trace_path) from the trace collector after each
+        export; "throughput" (step, throughput) from the FLOP collector when it has a figure.
+        """
+        for listener in list(self._listeners):
+            try:
+                listener(event, data)
+            except Exception as exc:
+                self._listeners.remove(listener)
+                warnings.warn(
+                    f"stepscope: a listener of {event!r} failed ({type(exc).__name__}: {exc}); it is dropped",
+                    StepscopeWarning,
+                    stacklevel=2,
+                )
+
     def flush_metrics(self) -> None:
         if not self._metrics:
             return
@@ -79,6 +101,7 @@ class Collector:
     """Base of all collectors. Hooks left as defined here are never called (zero cost on the hot path)."""
 
     name = "collector"
+    close_order = 0  # lower closes first: the trace collector (-1) exports its last window to the others
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx

@@ -42,6 +42,18 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
         from stepscope.capture.nsight import NsightCollector
 
         classes.append(NsightCollector)
+    if config.flop_counter_step is not None:
+        from stepscope.capture.flops import FlopCollector
+
+        classes.append(FlopCollector)  # before the sinks: it adds tflops / mfu to the step's record
+    if config.comm_logger_step is not None:
+        from stepscope.capture.comm import CommCollector
+
+        classes.append(CommCollector)
+    if config.tensorboard or config.wandb:
+        from stepscope.capture.sinks import SinkCollector
+
+        classes.append(SinkCollector)  # after every collector that adds fields to the record
     classes.append(TraceCollector)
     return classes
 
@@ -165,7 +177,7 @@ class PerformanceMonitor:
             atexit.unregister(self.close)
         if not self.recording or self._ctx is None:
             return
-        for collector in self._collectors:
+        for collector in sorted(self._collectors, key=lambda c: c.close_order):
             if collector.name in self._guard.failed:
                 continue
             self._guard.call(collector, "close")

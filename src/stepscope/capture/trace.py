@@ -23,6 +23,7 @@ class TraceCollector(Collector):
     """Owns the torch.profiler.profile of this rank; the schedule decides when it records."""
 
     name = "trace"
+    close_order = -1  # stop first, so that a partial last window still reaches the listeners
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -104,6 +105,7 @@ class TraceCollector(Collector):
         atomic_write_text(summary_path, header + table + "\n\n" + memory_overview() + "\n")
         ctx.add_artifact("summary", summary_path, step)
 
+        ctx.notify("window_end", step=step, averages=averages, sort_key=sort_key, trace_path=trace_path)
         if ctx.is_first_profiled_rank and ctx.config.console:
             print_top_ops(
                 averages,

@@ -1,0 +1,134 @@
+"""Helpers shared by the collectors that instrument one step (FLOP counter, collective logger).
+
+Placement: a dispatch mode inside a traced step makes the profiler record every aten op twice and slows the
+step (TORCH-NOTES), so an instrumented step is moved to the first untraced step at or after the requested one.
+Module names: torch's module trackers name modules after the class of the outermost module called (e.g.
+`DistributedDataParallel.module.0`); with the user's model we turn them into the model's own names (`0`).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from stepscope.capture.collector import RunContext, StepscopeWarning
+from stepscope.capture.schedule import Schedule
+from stepscope.runfolder import update_manifest
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+GLOBAL = "Global"  # the trackers' name for everything that ran, inside a module or not
+
+
+def strip_ansi(text: str) -> str:
+    """`text` without terminal colour/control sequences (CommDebugMode colours its table)."""
+    return _ANSI.sub("", text)
+
+
+def untraced_step_from(schedule: Schedule, step: int) -> int | None:
+    """The first step >= `step` outside every warmup/active window; None when every later step is traced."""
+    if not schedule.is_traced(step):
+        return step
+    if schedule.repeat == 0 and schedule.wait == 0:
+        return None  # from skip_first on, every step is warmup or active forever
+    return schedule.first_untraced_step_from(step)
+
+
+def _traced_span(schedule: Schedule, step: int) -> tuple[int, int]:
+    first = last = step
+    while first > 0 and schedule.is_traced(first - 1):
+        first -= 1
+    while schedule.is_traced(last + 1) and last - step < 1_000_000:
+        last += 1
+    return first, last
+
+
+def place_step(ctx: RunContext, option: str, requested: int | None, what: str) -> int | None:
+    """The step at which `what` runs for the value of `option`; warns once (and notes it in the manifest)
+    when the requested step is moved out of a traced window or cannot be placed at all."""
+    if requested is None:
+        return None
+    schedule = ctx.schedule
+    placed = untraced_step_from(schedule, requested)
+    if placed == requested:
+        return placed
+    if placed is None:
+        note = (
+            f"{option}={requested} cannot lie outside the profiler's windows: with repeat=0 and wait=0 every "
+            f"step from {schedule.skip_first} on is warmup or active; {what} is skipped (set wait >= 1, "
+            f"repeat >= 1, or {option} < skip_first)"
+        )
+    else:
+        first, last = _traced_span(schedule, requested)
+        note = (
+            f"{option}={requested} falls inside a traced window (steps {first}-{last}), where the profiler "
+            f"would record every op twice and the step would run ~2x slower; {what} runs at step {placed} instead"
+        )
+    warnings.warn(f"stepscope: {note}", StepscopeWarning, stacklevel=3)
+    try:
+        with ctx._lock:
+            update_manifest(ctx.run_dir, notes=[f"rank {ctx.rank}: {note}"])
+    except OSError:
+        pass
+    return placed
+
+
+@dataclass(frozen=True)
+class ModuleNames:
+    """Maps tracker names onto the model's own module names (`""` is the model itself)."""
+
+    root: str | None  # the tracker's name of the model; None: no model, or not seen
+    model_type: str | None
+    types: dict[str, str]  # model-relative name -> class name
+    order: dict[str, int]  # model-relative name -> position in model.named_modules()
+
+    @classmethod
+    def build(cls, tracker_names: Iterable[str], model: Any) -> ModuleNames:
+        names = [n for n in tracker_names if n != GLOBAL]
+        if model is None or not hasattr(model, "named_modules"):
+            return cls(None, None, {}, {})
+        modules = list(model.named_modules())
+        types = {name: type(mod).__name__ for name, mod in modules}
+        order = {name: i for i, (name, _) in enumerate(modules)}
+        return cls(_find_root(names, model), type(model).__name__, types, order)
+
+    def relative(self, tracker_name: str) -> str | None:
+        """The model-relative name; None for names outside the model (wrappers, other modules)."""
+        if self.root is None:
+            return tracker_name
+        if tracker_name == self.root:
+            return ""
+        if tracker_name.startswith(self.root + "."):
+            return tracker_name[len(self.root) + 1 :]
+        return None
+
+    def label(self, relative: str) -> str:
+        if self.root is None:
+            return relative
+        return f"{self.model_type} (model)" if relative == "" else relative
+
+    def depth(self, relative: str) -> int:
+        """1 for the model, 2 for its children, ... (without a model: 1 for the outermost modules)."""
+        if self.root is not None and relative == "":
+            return 1
+        return relative.count(".") + (2 if self.root is not None else 1)
+
+    def sort_key(self, relative: str) -> tuple[int, str]:
+        return (self.order.get(relative, len(self.order)), relative)
+
+
+def _find_root(names: list[str], model: Any) -> str | None:
+    """The tracker's name of `model`: the shallowest name whose children include the model's children."""
+    present = set(names)
+    children = [name for name, _ in model.named_children()]
+    ordered = sorted(present, key=lambda n: (n.count("."), n))
+    for name in ordered:
+        if children and any(f"{name}.{child}" in present for child in children):
+            return name
+    model_type = type(model).__name__
+    for name in ordered:
+        if name == model_type or name.endswith(".module"):
+            return name
+    return None

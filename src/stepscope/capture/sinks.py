@@ -1,0 +1,161 @@
+"""Sinks beyond metrics.jsonl (which the monitor always writes): TensorBoard scalars and Weights & Biases.
+
+TensorBoard (`tensorboard=True`): every numeric field of each step's metrics line (wall time, TFLOP/s, MFU,
+memory fields, ...) as a scalar, in `tensorboard/rank{R}/` of the run folder (kind `tensorboard`).
+W&B (`wandb=True`): `tflops_rank_{R}` (and `mfu_rank_{R}`) when the FLOP collector has a throughput figure,
+and `prof/<op>/cuda_time_total` / `prof/<op>/cpu_time_total` (microseconds) for the top 10 ops of each window.
+It logs into the run the script already has open (attached to its next step), else into its own run.
+Both packages are optional extras, imported here only when asked for; without them the run goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
+
+TB_TEMPLATE = "tensorboard/rank{rank}"
+TOP_OPS = 10
+_SKIP_FIELDS = {"step", "rank"}
+_TAG_GROUPS = (
+    ("wall_ms", "step"),
+    ("tflops", "throughput"),
+    ("mfu", "throughput"),
+    ("flops", "throughput"),
+    ("mem", "memory"),
+    ("alloc", "memory"),
+    ("reserved", "memory"),
+    ("rss", "memory"),
+)
+
+
+def scalar_tag(field: str) -> str:
+    """TensorBoard tag of a metrics field: step/wall_ms, throughput/tflops, memory/<field>, metrics/<field>."""
+    lowered = field.lower()
+    for needle, group in _TAG_GROUPS:
+        if needle in lowered:
+            return f"{group}/{field}"
+    return f"metrics/{field}"
+
+
+def top_op_scalars(averages: Any, sort_key: str, limit: int = TOP_OPS) -> dict[str, float]:
+    """`prof/<op>/cuda_time_total` and `prof/<op>/cpu_time_total` (us) of the `limit` top ops of a window."""
+    ops = [e for e in averages if not e.key.startswith("ProfilerStep")]
+    ops.sort(key=lambda e: getattr(e, sort_key, 0), reverse=True)
+    out: dict[str, float] = {}
+    for e in ops[:limit]:
+        name = e.key.replace("/", "_")
+        out[f"prof/{name}/cuda_time_total"] = float(getattr(e, "device_time_total", 0.0) or 0.0)
+        out[f"prof/{name}/cpu_time_total"] = float(e.cpu_time_total)
+    return out
+
+
+def _missing(option: str, package: str) -> None:
+    warnings.warn(
+        f"stepscope: {option}=True needs the '{package}' package (pip install 'stepscope[{package}]'); "
+        f"{option} logging is off for this run, training goes on",
+        StepscopeWarning,
+        stacklevel=3,
+    )
+
+
+class SinkCollector(Collector):
+    """Forwards step metrics to TensorBoard, and throughput and top ops to W&B."""
+
+    name = "sinks"
+    close_order = 1  # after every collector that may still report something at close
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.writer: Any = None
+        self.tb_dir: Path | None = None
+        self.wandb_run: Any = None
+        self._own_run = False
+        self._closed = False
+
+    def start(self) -> None:
+        cfg = self.ctx.config
+        if cfg.tensorboard:
+            self._start_tensorboard()
+        if cfg.wandb:
+            self._start_wandb()
+        if self.writer is not None or self.wandb_run is not None:
+            self.ctx.subscribe(self._on_event)
+
+    def _start_tensorboard(self) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            _missing("tensorboard", "tensorboard")
+            return
+        self.tb_dir = self.ctx.path(TB_TEMPLATE.format(rank=self.ctx.rank) + "/x").parent
+        self.writer = SummaryWriter(log_dir=str(self.tb_dir))
+
+    def _start_wandb(self) -> None:
+        try:
+            import wandb
+        except ImportError:
+            _missing("wandb", "wandb")
+            return
+        if wandb.run is not None:
+            self.wandb_run = wandb.run
+            return
+        ctx = self.ctx
+        self.wandb_run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "stepscope"),
+            name=f"{ctx.run_dir.name}-rank{ctx.rank}",
+            group=ctx.run_dir.name,
+            dir=os.environ.get("WANDB_DIR") or str(ctx.run_dir),
+            config=ctx.config.model_dump(mode="json"),
+        )
+        self._own_run = True
+
+    # --- hooks ------------------------------------------------------------------------------------
+    def after_step(self, step: int, record: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        for field, value in record.items():
+            if field in _SKIP_FIELDS or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            self.writer.add_scalar(scalar_tag(field), value, step)
+
+    def _on_event(self, event: str, data: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        step = data["step"]
+        if event == "throughput":
+            result = data["throughput"]
+            rank = self.ctx.rank
+            values = {f"tflops_rank_{rank}": result.tflops}
+            if result.mfu is not None:
+                values[f"mfu_rank_{rank}"] = result.mfu
+            self._log_wandb(values, step)
+            if self.writer is not None:
+                self.writer.add_scalar("throughput/tflops_median", result.tflops, step)
+                if result.mfu is not None:
+                    self.writer.add_scalar("throughput/mfu_median", result.mfu, step)
+        elif event == "window_end" and self.wandb_run is not None:
+            self._log_wandb(top_op_scalars(data["averages"], data["sort_key"]), step)
+
+    def _log_wandb(self, values: dict[str, float], step: int) -> None:
+        if self.wandb_run is None or not values:
+            return
+        if self._own_run:
+            self.wandb_run.log(values, step=step)
+        else:  # the script's run has its own step axis: attach to its next step
+            self.wandb_run.log(values, commit=False)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.writer is not None:
+            self.writer.close()
+            assert self.tb_dir is not None
+            for event_file in sorted(self.tb_dir.glob("events.out.tfevents.*")):
+                self.ctx.add_artifact("tensorboard", event_file)
+        if self.wandb_run is not None and self._own_run:
+            self.wandb_run.finish()
