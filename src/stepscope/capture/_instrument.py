@@ -22,6 +22,12 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 GLOBAL = "Global"  # the trackers' name for everything that ran, inside a module or not
 
 
+def quiet_module_tracker() -> None:
+    """Silence the warning torch's module trackers (FlopCounterMode, CommDebugMode) cause in a backward
+    whose inputs need no grad: it is about our hooks, not the user's code."""
+    warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
+
+
 def strip_ansi(text: str) -> str:
     """`text` without terminal colour/control sequences (CommDebugMode colours its table)."""
     return _ANSI.sub("", text)

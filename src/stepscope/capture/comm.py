@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from stepscope._atomic import atomic_write_bytes, atomic_write_text, temp_path_beside
-from stepscope.capture._instrument import GLOBAL, ModuleNames, place_step, strip_ansi
+from stepscope.capture._instrument import GLOBAL, ModuleNames, place_step, quiet_module_tracker, strip_ansi
 from stepscope.capture.collector import Collector, RunContext
 from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table
 
@@ -25,6 +25,7 @@ DEBUG_TEMPLATE = "comm/rank{rank}/comm_debug_{step}.txt"
 JSON_TEMPLATE = "comm/rank{rank}/comm_mode_log.json"
 TRACE_TEMPLATE = "comm/rank{rank}/collectives_step{step}.json"
 PHASES = ("forward", "backward")
+ALL = "(all)"  # the row of every collective of the step, inside a module or not
 
 
 class CommCollector(Collector):
@@ -50,6 +51,7 @@ class CommCollector(Collector):
             return
         from torch.distributed.tensor.debug import CommDebugMode
 
+        quiet_module_tracker()
         mode = CommDebugMode()
         mode.__enter__()
         self.mode = mode
@@ -135,7 +137,7 @@ def _op_name(op: Any) -> str:
 
 def module_summary(module_counts: dict[str, Any], names: ModuleNames) -> dict[str, dict[str, dict[str, int]]]:
     """{model-relative module: {"forward"/"backward": {collective: count}}} for modules that issued any."""
-    out: dict[str, dict[str, dict[str, int]]] = {}
+    found: list[tuple[tuple[int, str], str, dict[str, dict[str, int]]]] = []
     for tracker_name, phases in module_counts.items():
         relative = GLOBAL if tracker_name == GLOBAL else names.relative(tracker_name)
         if relative is None or not isinstance(phases, dict):
@@ -144,8 +146,11 @@ def module_summary(module_counts: dict[str, Any], names: ModuleNames) -> dict[st
             phase: {_op_name(op): int(n) for op, n in (phases.get(phase) or {}).items()} for phase in PHASES
         }
         if any(entry[phase] for phase in PHASES):
-            out[names.label(relative) if relative != GLOBAL else "(all)"] = entry
-    return out
+            if relative == GLOBAL:
+                found.append(((-1, ""), ALL, entry))
+            else:
+                found.append((names.sort_key(relative), names.label(relative), entry))
+    return {label: entry for _, label, entry in sorted(found, key=lambda item: item[0])}
 
 
 def summary_table(

@@ -17,7 +17,13 @@ import msgspec
 
 from stepscope._atomic import atomic_write_bytes, atomic_write_text
 from stepscope.capture import mfu
-from stepscope.capture._instrument import GLOBAL, ModuleNames, place_step, untraced_step_from
+from stepscope.capture._instrument import (
+    GLOBAL,
+    ModuleNames,
+    place_step,
+    quiet_module_tracker,
+    untraced_step_from,
+)
 from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
 from stepscope.peaks import Peak, lookup_peak, no_peak_reason
 from stepscope.report.terminal import make_console, make_table
@@ -78,6 +84,7 @@ class FlopCollector(Collector):
             return
         from torch.utils.flop_counter import FlopCounterMode
 
+        quiet_module_tracker()
         counter = FlopCounterMode(display=False, depth=None)
         tally = dtype_tally()
         counter.__enter__()

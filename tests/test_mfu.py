@@ -1,0 +1,123 @@
+"""Peak table lookup, the throughput/MFU formula and the placement of instrumented steps (no torch)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stepscope.capture import mfu
+from stepscope.capture._instrument import untraced_step_from
+from stepscope.capture.flops import peak_format
+from stepscope.capture.schedule import Schedule
+from stepscope.peaks import DTYPES, PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_peak, no_peak_reason
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA A100-PCIE-40GB", "A100"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA GB200", "GB200"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A10", "A10"),
+        ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+        ("Tesla V100-PCIE-16GB", "V100 PCIe"),
+        ("Tesla T4", "T4"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI300X VF", "MI300X"),
+        ("AMD Instinct MI325X", "MI325X"),
+        # look-alikes that must not borrow another device's peak
+        ("NVIDIA A10G", None),
+        ("NVIDIA L40", None),
+        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA H800", None),
+    ],
+)
+def test_device_names_map_to_table_keys(name: str, key: str | None) -> None:
+    assert device_key(name) == key
+
+
+def test_peak_lookup_returns_dense_figures_with_sources() -> None:
+    h100 = lookup_peak("NVIDIA H100 80GB HBM3", "bf16")
+    assert h100 is not None and h100.tflops == 989.5 and h100.device == "H100 SXM"
+    assert "datasheet" in h100.source
+    assert lookup_peak("NVIDIA A100-SXM4-40GB", "tf32").tflops == 156.0  # type: ignore[union-attr]
+    assert lookup_peak("AMD Instinct MI300X", "fp8").tflops == 2614.9  # type: ignore[union-attr]
+    assert lookup_peak("NVIDIA B200", "bf16").tflops == 2250.0  # type: ignore[union-attr]
+    assert lookup_peak("NVIDIA L4", "fp16").tflops == 121.0  # type: ignore[union-attr]
+    assert lookup_peak("NVIDIA A100-SXM4-80GB", "fp8") is None  # no FP8 on Ampere
+    assert lookup_peak("NVIDIA A10G", "bf16") is None
+    # every device has a source and only known number formats
+    assert set(PEAK_SOURCES) == set(PEAK_TFLOPS)
+    assert all(set(formats) <= set(DTYPES) for formats in PEAK_TFLOPS.values())
+
+
+def test_no_peak_reasons_say_why_and_how() -> None:
+    assert "CPU" in no_peak_reason(None, "fp32") and "peak_tflops" in no_peak_reason(None, "fp32")
+    assert "'NVIDIA A10G' is not in" in no_peak_reason("NVIDIA A10G", "bf16")
+    assert "no bf16 figure for V100 SXM2" in no_peak_reason("Tesla V100-SXM2-16GB", "bf16")
+
+
+def test_formula() -> None:
+    # 6e12 FLOPs per step, median step 2 s -> 3 TFLOP/s; peak 10 -> MFU 30%
+    peak = mfu.override_peak(10.0, "test device", "bf16")
+    result = mfu.throughput(6_000_000_000_000, [3.0, 1.0, 2.0], peak)
+    assert result is not None
+    assert result.median_step_s == 2.0 and result.steps_timed == 3
+    assert result.tflops == pytest.approx(3.0) and result.mfu == pytest.approx(0.3)
+    lines = result.lines()
+    assert lines[0].startswith("achieved 3 TFLOP/s = 6,000,000,000,000 FLOPs / 2000.000 ms (median of 3")
+    assert "MFU 30.00%" in lines[1] and mfu.FORMULA in lines[1] and "peak 10 TFLOP/s" in lines[1]
+    assert mfu.achieved_tflops(2_000_000_000_000, 0.5) == 4.0
+    assert mfu.mfu(494.75, 989.5) == 0.5
+
+
+def test_no_mfu_without_peak_and_no_figure_without_times() -> None:
+    result = mfu.throughput(10**12, [1.0], None, "no MFU: because")
+    assert result is not None and result.mfu is None and result.lines()[1] == "no MFU: because"
+    assert mfu.throughput(10**12, [], None) is None
+    assert mfu.throughput(0, [1.0], None) is None
+    with pytest.raises(ValueError):
+        mfu.achieved_tflops(1, 0.0)
+
+
+def test_peak_format_of_dtypes() -> None:
+    assert peak_format("torch.bfloat16", tf32=False) == "bf16"
+    assert peak_format("torch.float16", tf32=True) == "fp16"
+    assert peak_format("torch.float32", tf32=False) == "fp32"
+    assert peak_format("torch.float32", tf32=True) == "tf32"
+    assert peak_format("torch.float8_e4m3fn", tf32=False) == "fp8"
+    assert peak_format("torch.int8", tf32=False) is None
+    assert peak_format(None, tf32=False) is None
+
+
+schedules = st.builds(
+    Schedule,
+    wait=st.integers(0, 4),
+    warmup=st.integers(0, 3),
+    active=st.integers(1, 4),
+    repeat=st.integers(0, 3),
+    skip_first=st.integers(0, 4),
+)
+
+
+@given(schedule=schedules, requested=st.integers(0, 40))
+def test_instrumented_step_lies_outside_every_window(schedule: Schedule, requested: int) -> None:
+    placed = untraced_step_from(schedule, requested)
+    if schedule.repeat == 0 and schedule.wait == 0 and requested >= schedule.skip_first:
+        assert placed is None  # every step from skip_first on is traced: refused
+        return
+    assert placed is not None and placed >= requested
+    assert not schedule.is_traced(placed)
+    assert all(not (first <= placed <= last) for first, last in schedule.windows(limit=placed + 1))
+    # the first such step: everything between the request and it is traced
+    assert all(schedule.is_traced(s) for s in range(requested, placed))
