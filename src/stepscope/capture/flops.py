@@ -128,7 +128,7 @@ class FlopCollector(Collector):
                     stacklevel=2,
                 )
             return
-        if self.flops and self.times:
+        if self.flops and self.times and (self.result is None or len(self.times) > self.result.steps_timed):
             self._report_throughput(self.ctx.step - 1, final=True)
 
     # --- counting ---------------------------------------------------------------------------------

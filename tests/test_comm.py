@@ -1,0 +1,105 @@
+"""Collective logging: CommDebugMode files per recording rank, and collectives read from the traces."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import stepscope
+from stepscope.capture.collector import StepscopeWarning
+from stepscope.runfolder import read_manifest
+
+from ._train import make_training
+
+JOB = Path(__file__).with_name("_comm_job.py")
+ANSI = "\x1b["
+
+
+@pytest.mark.slow
+def test_ddp_collectives_per_rank(tmp_path: Path) -> None:
+    # GIVEN a 2-rank gloo DDP job whose buckets hold one Linear each (3 all-reduces per backward),
+    # recording on all ranks, comm_logger_step=2 (inside the window of steps 1-3: moved to 4), shapes recorded
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parents[1]))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(JOB),
+        str(tmp_path),
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    artifacts = read_manifest(run_dir).artifacts
+    for rank in (0, 1):
+        # THEN each rank wrote both files, indexed with their kinds
+        debug = run_dir / f"comm/rank{rank}/comm_debug_4.txt"
+        log = run_dir / f"comm/rank{rank}/comm_mode_log.json"
+        indexed = {(a.kind, a.path, a.rank, a.step) for a in artifacts}
+        assert ("comm_debug", f"comm/rank{rank}/comm_debug_4.txt", rank, 4) in indexed
+        assert ("comm_json", f"comm/rank{rank}/comm_mode_log.json", rank, 4) in indexed
+        text = debug.read_text()
+        assert ANSI not in text
+        # AND the counts are what DDP issues: one all-reduce per bucket, all in backward, one per Linear
+        rows = {
+            line.split("│")[0].strip(): [c.strip() for c in line.split("│")[1:]]
+            for line in text.splitlines()
+            if "│" in line
+        }
+        assert rows["(all)"] == ["-", "allreduce x3"]
+        assert rows["Sequential (model)"] == ["-", "allreduce x3"]
+        assert rows["0"] == rows["2"] == rows["4"] == ["-", "allreduce x1"]
+        assert "3 in all" in text
+        # AND the JSON is CommDebugMode's module tree with the same counts
+        tree = json.loads(log.read_text())
+        assert tree["fqn"] == "Global"
+        linears = list(_walk(tree, "class 'torch.nn.modules.linear.Linear'"))
+        assert [node["collectives_backward"] for node in linears] == [[["c10d.allreduce_", 1]]] * 3
+        assert all(node["collectives_forward"] == [] for node in linears)
+        # AND the trace of the window (2 active steps) gives count, bytes (1056 floats a bucket) and time
+        collectives = json.loads((run_dir / f"comm/rank{rank}/collectives_step3.json").read_text())
+        assert ("comm_json", f"comm/rank{rank}/collectives_step3.json", rank, 3) in indexed
+        assert collectives["rank"] == rank and collectives["backend"] == "gloo"
+        (all_reduce,) = collectives["collectives"]
+        assert all_reduce["kind"] == "all_reduce" and all_reduce["count"] == 2 * 3
+        assert all_reduce["bytes"] == 2 * 3 * (32 * 32 + 32) * 4
+        assert all_reduce["time_source"] == "cpu" and all_reduce["time_us"] > 0
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert sorted((m["rank"], m["collectives"]) for m in lines if "collectives" in m) == [(0, 3), (1, 3)]
+
+
+def _walk(node: dict, module_type: str):  # type: ignore[no-untyped-def]
+    if node.get("module_type") == module_type:
+        yield node
+    for child in node.get("children", []):
+        yield from _walk(child, module_type)
+
+
+def test_without_a_process_group_the_log_says_so(tmp_path: Path) -> None:
+    train_step, model = make_training()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StepscopeWarning)  # no collector may fail
+        monitor = stepscope.performance_monitor(
+            model, out_dir=str(tmp_path), wait=1, warmup=0, active=1, comm_logger_step=0, console=False
+        )
+        step = monitor(train_step)
+        for _ in range(3):
+            step()
+        monitor.close()
+    run_dir = monitor.run_dir
+    assert run_dir is not None
+    text = (run_dir / "comm/rank0/comm_debug_0.txt").read_text()
+    assert "0 in all" in text and "torch.distributed is not initialized" in text
+    assert json.loads((run_dir / "comm/rank0/comm_mode_log.json").read_text())["fqn"] == "Global"
+    # the window's trace has no collective: an empty list, still indexed
+    collectives = json.loads((run_dir / "comm/rank0/collectives_step1.json").read_text())
+    assert collectives["collectives"] == [] and collectives["rank"] is None

@@ -1,0 +1,144 @@
+"""TensorBoard scalars read back from the event files; W&B logged offline and read back from its run file."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stepscope
+from stepscope.capture.collector import StepscopeWarning
+from stepscope.runfolder import read_manifest
+
+from ._train import bare_losses, make_training
+
+# wait 1, warmup 1, active 2 -> traced steps 1-3 (window ends at 3); FLOPs counted at step 4; 8 steps.
+SCHEDULE = {"wait": 1, "warmup": 1, "active": 2, "repeat": 1, "flop_counter_step": 4, "console": False}
+STEPS = 8
+
+
+def run(tmp_path: Path, **options: Any) -> tuple[Path, list[float]]:
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(model, out_dir=str(tmp_path), **SCHEDULE, **options)
+    step = monitor(train_step)
+    losses = [step() for _ in range(STEPS)]
+    monitor.close()
+    assert monitor.run_dir is not None
+    return monitor.run_dir, losses
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_tensorboard_scalars_match_the_metrics(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = run(tmp_path, tensorboard=True)
+    (event_file,) = [a for a in read_manifest(run_dir).artifacts if a.kind == "tensorboard"]
+    assert event_file.path.startswith("tensorboard/rank0/events.out.tfevents.") and event_file.rank == 0
+    acc = EventAccumulator(str(run_dir / "tensorboard/rank0"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"step/wall_ms", "throughput/tflops", "throughput/flops", "throughput/tflops_median"} <= tags
+    lines = metrics(run_dir)
+
+    def series(tag: str) -> list[tuple[int, float]]:
+        return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+    # event files hold float32: compare at that precision
+    assert series("step/wall_ms") == [(m["step"], pytest.approx(m["wall_ms"], rel=1e-6)) for m in lines]
+    assert series("throughput/tflops") == [
+        (m["step"], pytest.approx(m["tflops"], rel=1e-6)) for m in lines if "tflops" in m
+    ]
+    assert [s for s, _ in series("throughput/tflops")] == [5, 6, 7]
+    assert series("throughput/flops") == [(4, lines[4]["flops"])]
+    ((step, median),) = series("throughput/tflops_median")
+    report = json.loads((run_dir / "flops/rank0_step4.json").read_text())
+    assert step == 7 and median == pytest.approx(report["throughput"]["tflops"], rel=1e-6)
+
+
+def wandb_records(path: Path) -> Iterator[Any]:
+    """Records of a W&B run file (LevelDB log format: 32 KiB blocks of crc32/length/type-framed chunks)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, pos, chunk = 32768, 7, b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0:
+            break
+        chunk += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST
+            record = pb.Record()
+            record.ParseFromString(chunk)
+            chunk = b""
+            yield record
+
+
+def test_wandb_offline_run_holds_tflops_and_top_ops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb")
+    for key, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path / "wandb_dir"),
+        "WANDB_SILENT": "true",
+        "WANDB_CONSOLE": "off",
+        "WANDB_PROJECT": "stepscope-test",
+    }.items():
+        monkeypatch.setenv(key, value)
+    (tmp_path / "wandb_dir").mkdir()
+    run_dir, _ = run(tmp_path / "runs", wandb=True)
+    (run_file,) = (tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb")
+    history: dict[int, dict[str, Any]] = {}
+    for record in wandb_records(run_file):
+        if record.WhichOneof("record_type") == "history":
+            items = {
+                item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                for item in record.history.item
+            }
+            history.setdefault(record.history.step.num, {}).update(items)
+    # THEN the window's top 10 ops are logged at its last step (3), both times per op
+    prof = {k for k in history[3] if k.startswith("prof/")}
+    ops = {k.rsplit("/", 1)[0] for k in prof}
+    assert len(ops) == 10 and prof == {
+        f"{op}/{t}" for op in ops for t in ("cuda_time_total", "cpu_time_total")
+    }
+    assert "prof/aten::addmm" in ops and all(history[3][f"{op}/cuda_time_total"] == 0 for op in ops)
+    # AND tflops_rank_0 when the throughput is known (3 timed steps: 5, 6, 7), and its final value at close
+    tflops = {step: values["tflops_rank_0"] for step, values in history.items() if "tflops_rank_0" in values}
+    report = json.loads((run_dir / "flops/rank0_step4.json").read_text())
+    assert list(tflops) == [7] and tflops[7] == pytest.approx(report["throughput"]["tflops"])
+    assert not any("mfu_rank_0" in values for values in history.values())  # CPU: no MFU
+
+
+def test_missing_packages_warn_once_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN neither wandb nor tensorboard can be imported
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_dir, losses = run(tmp_path, wandb=True, tensorboard=True)
+    messages = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
+    assert [m for m in messages if "needs the" in m] == [
+        "stepscope: tensorboard=True needs the 'tensorboard' package (pip install 'stepscope[tensorboard]'); "
+        "tensorboard logging is off for this run, training goes on",
+        "stepscope: wandb=True needs the 'wandb' package (pip install 'stepscope[wandb]'); "
+        "wandb logging is off for this run, training goes on",
+    ]
+    assert not [m for m in messages if "switched off" in m]  # no collector failed
+    kinds = {a.kind for a in read_manifest(run_dir).artifacts}
+    assert {"trace", "flops"} <= kinds and "tensorboard" not in kinds
+    assert losses == bare_losses(STEPS)
