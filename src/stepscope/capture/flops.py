@@ -197,9 +197,12 @@ class FlopCollector(Collector):
             and self.ctx.config.console
             and result.steps_timed > self._printed_steps
         ):
-            self._printed_steps = result.steps_timed
             prefix = f"stepscope: rank {self.ctx.rank}{' (final)' if final else ''}: "
-            for line in result.lines():
+            lines = result.lines()
+            if self._printed_steps and result.mfu is None:
+                lines = lines[:1]  # the reason for no MFU was printed with the first figure
+            self._printed_steps = result.steps_timed
+            for line in lines:
                 make_console().print(prefix + line)
 
     def _write(self) -> None:
