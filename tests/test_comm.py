@@ -85,21 +85,33 @@ def _walk(node: dict, module_type: str):  # type: ignore[no-untyped-def]
 
 
 def test_without_a_process_group_the_log_says_so(tmp_path: Path) -> None:
+    # GIVEN one process, no process group, and the collective log asked for at the FLOP counter's step
     train_step, model = make_training()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", StepscopeWarning)  # no collector may fail
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         monitor = stepscope.performance_monitor(
-            model, out_dir=str(tmp_path), wait=1, warmup=0, active=1, comm_logger_step=0, console=False
-        )
+            model, out_dir=str(tmp_path), wait=2, warmup=0, active=1, console=False,
+            flop_counter_step=0, comm_logger_step=0,
+        )  # fmt: skip
         step = monitor(train_step)
-        for _ in range(3):
+        for _ in range(5):
             step()
         monitor.close()
+    messages = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
+    assert not [m for m in messages if "switched off" in m]
+    # THEN the two do not share a step: the log moves to step 1, and neither step is timed
+    assert messages == [
+        "stepscope: comm_logger_step=0 is the FLOP counter's step too, and the two cannot share one; "
+        "collective logging runs at step 1 instead"
+    ]
     run_dir = monitor.run_dir
     assert run_dir is not None
-    text = (run_dir / "comm/rank0/comm_debug_0.txt").read_text()
+    text = (run_dir / "comm/rank0/comm_debug_1.txt").read_text()
     assert "0 in all" in text and "torch.distributed is not initialized" in text
     assert json.loads((run_dir / "comm/rank0/comm_mode_log.json").read_text())["fqn"] == "Global"
-    # the window's trace has no collective: an empty list, still indexed
-    collectives = json.loads((run_dir / "comm/rank0/collectives_step1.json").read_text())
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines if "tflops" in m] == [3, 4]  # 0 counted, 1 logged, 2 traced
+    assert "flops" in lines[0] and lines[1]["collectives"] == 0
+    # AND the window's trace has no collective: an empty list, still indexed
+    collectives = json.loads((run_dir / "comm/rank0/collectives_step2.json").read_text())
     assert collectives["collectives"] == [] and collectives["rank"] is None

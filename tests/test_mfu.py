@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stepscope.capture import mfu
-from stepscope.capture._instrument import untraced_step_from
+from stepscope.capture._instrument import planned_steps, untraced_step_from
 from stepscope.capture.flops import peak_format
 from stepscope.capture.schedule import Schedule
 from stepscope.peaks import DTYPES, PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_peak, no_peak_reason
@@ -121,3 +121,11 @@ def test_instrumented_step_lies_outside_every_window(schedule: Schedule, request
     assert all(not (first <= placed <= last) for first, last in schedule.windows(limit=placed + 1))
     # the first such step: everything between the request and it is traced
     assert all(schedule.is_traced(s) for s in range(requested, placed))
+
+
+@given(schedule=schedules, flop=st.integers(0, 30), comm=st.integers(0, 30))
+def test_flop_and_comm_steps_never_coincide(schedule: Schedule, flop: int, comm: int) -> None:
+    flop_step, comm_step = planned_steps(schedule, flop, comm)
+    assert flop_step == untraced_step_from(schedule, flop)
+    if comm_step is not None:
+        assert comm_step != flop_step and not schedule.is_traced(comm_step) and comm_step >= comm

@@ -51,26 +51,42 @@ def _traced_span(schedule: Schedule, step: int) -> tuple[int, int]:
     return first, last
 
 
-def place_step(ctx: RunContext, option: str, requested: int | None, what: str) -> int | None:
-    """The step at which `what` runs for the value of `option`; warns once (and notes it in the manifest)
-    when the requested step is moved out of a traced window or cannot be placed at all."""
-    if requested is None:
-        return None
+def planned_steps(
+    schedule: Schedule, flop_request: int | None, comm_request: int | None
+) -> tuple[int | None, int | None]:
+    """(FLOP step, comm step): each outside every traced window, and never the same step (each collector
+    enters its dispatch mode before and leaves it after the step, in the same hook order, so two would not
+    nest)."""
+    flop = untraced_step_from(schedule, flop_request) if flop_request is not None else None
+    comm = untraced_step_from(schedule, comm_request) if comm_request is not None else None
+    if comm is not None and comm == flop:
+        comm = untraced_step_from(schedule, comm + 1)
+    return flop, comm
+
+
+def announce_placement(
+    ctx: RunContext, option: str, requested: int | None, placed: int | None, what: str
+) -> None:
+    """Warn once (and note it in the manifest) when a requested step was moved or cannot be placed."""
+    if requested is None or placed == requested:
+        return
     schedule = ctx.schedule
-    placed = untraced_step_from(schedule, requested)
-    if placed == requested:
-        return placed
     if placed is None:
         note = (
             f"{option}={requested} cannot lie outside the profiler's windows: with repeat=0 and wait=0 every "
             f"step from {schedule.skip_first} on is warmup or active; {what} is skipped (set wait >= 1, "
             f"repeat >= 1, or {option} < skip_first)"
         )
-    else:
+    elif schedule.is_traced(requested):
         first, last = _traced_span(schedule, requested)
         note = (
             f"{option}={requested} falls inside a traced window (steps {first}-{last}), where the profiler "
             f"would record every op twice and the step would run ~2x slower; {what} runs at step {placed} instead"
+        )
+    else:
+        note = (
+            f"{option}={requested} is the FLOP counter's step too, and the two cannot share one; {what} runs at "
+            f"step {placed} instead"
         )
     warnings.warn(f"stepscope: {note}", StepscopeWarning, stacklevel=3)
     try:
@@ -78,7 +94,6 @@ def place_step(ctx: RunContext, option: str, requested: int | None, what: str) -
             update_manifest(ctx.run_dir, notes=[f"rank {ctx.rank}: {note}"])
     except OSError:
         pass
-    return placed
 
 
 @dataclass(frozen=True)

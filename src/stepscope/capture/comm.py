@@ -17,7 +17,14 @@ from typing import Any
 import msgspec
 
 from stepscope._atomic import atomic_write_bytes, atomic_write_text, temp_path_beside
-from stepscope.capture._instrument import GLOBAL, ModuleNames, place_step, quiet_module_tracker, strip_ansi
+from stepscope.capture._instrument import (
+    GLOBAL,
+    ModuleNames,
+    announce_placement,
+    planned_steps,
+    quiet_module_tracker,
+    strip_ansi,
+)
 from stepscope.capture.collector import Collector, RunContext
 from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table
 
@@ -43,7 +50,10 @@ class CommCollector(Collector):
 
     def start(self) -> None:
         cfg = self.ctx.config
-        self.step = place_step(self.ctx, "comm_logger_step", cfg.comm_logger_step, "collective logging")
+        _, self.step = planned_steps(self.ctx.schedule, cfg.flop_counter_step, cfg.comm_logger_step)
+        announce_placement(
+            self.ctx, "comm_logger_step", cfg.comm_logger_step, self.step, "collective logging"
+        )
         self.ctx.subscribe(self._on_event)
 
     def before_step(self, step: int) -> None:

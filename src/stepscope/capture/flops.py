@@ -20,9 +20,9 @@ from stepscope.capture import mfu
 from stepscope.capture._instrument import (
     GLOBAL,
     ModuleNames,
-    place_step,
+    announce_placement,
+    planned_steps,
     quiet_module_tracker,
-    untraced_step_from,
 )
 from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
 from stepscope.peaks import Peak, lookup_peak, no_peak_reason
@@ -74,9 +74,8 @@ class FlopCollector(Collector):
     # --- hooks ------------------------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.ctx.config
-        self.step = place_step(self.ctx, "flop_counter_step", cfg.flop_counter_step, "FLOP counting")
-        comm = cfg.comm_logger_step
-        comm_step = untraced_step_from(self.ctx.schedule, comm) if comm is not None else None
+        self.step, comm_step = planned_steps(self.ctx.schedule, cfg.flop_counter_step, cfg.comm_logger_step)
+        announce_placement(self.ctx, "flop_counter_step", cfg.flop_counter_step, self.step, "FLOP counting")
         self._excluded = {s for s in (0, self.step, comm_step) if s is not None}
 
     def before_step(self, step: int) -> None:
