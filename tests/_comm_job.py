@@ -1,4 +1,5 @@
-"""A 2-rank gloo DDP job for the collective-logging test: torchrun --standalone --nproc_per_node 2.
+"""A 2-rank gloo DDP job for the collective-logging test: `worker` for torch.multiprocessing.spawn, or
+`torchrun --standalone --nproc_per_node 2 tests/_comm_job.py OUT_DIR`.
 
 Three equal Linear layers and a bucket cap of one layer's weight: DDP then issues exactly one all-reduce per
 layer in each backward (bucket = bias + weight >= cap), so a step has 3 all-reduces of 32*32+32 floats.
@@ -6,6 +7,7 @@ layer in each backward (bucket = bias + weight >= cap), so a step has 3 all-redu
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -18,8 +20,18 @@ WIDTH = 32
 LAYERS = 3
 
 
+def worker(rank: int, out_dir: str, port: int) -> None:
+    """One rank, started by torch.multiprocessing.spawn: loopback rendezvous on `port`."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    os.environ.update(LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
+    train(out_dir)
+
+
 def main() -> None:
-    out_dir = sys.argv[1]
+    train(sys.argv[1])
+
+
+def train(out_dir: str) -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     torch.set_num_threads(1)

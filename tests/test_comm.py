@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import socket
 import warnings
 from pathlib import Path
 
@@ -17,7 +15,6 @@ from stepscope.runfolder import read_manifest
 
 from ._train import make_training
 
-JOB = Path(__file__).with_name("_comm_job.py")
 ANSI = "\x1b["
 
 
@@ -25,19 +22,11 @@ ANSI = "\x1b["
 def test_ddp_collectives_per_rank(tmp_path: Path) -> None:
     # GIVEN a 2-rank gloo DDP job whose buckets hold one Linear each (3 all-reduces per backward),
     # recording on all ranks, comm_logger_step=2 (inside the window of steps 1-3: moved to 4), shapes recorded
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parents[1]))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(JOB),
-        str(tmp_path),
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
+    import torch.multiprocessing as mp
+
+    from ._comm_job import worker
+
+    mp.spawn(worker, args=(str(tmp_path), free_port()), nprocs=2, join=True)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     artifacts = read_manifest(run_dir).artifacts
     for rank in (0, 1):
@@ -75,6 +64,12 @@ def test_ddp_collectives_per_rank(tmp_path: Path) -> None:
         assert all_reduce["time_source"] == "cpu" and all_reduce["time_us"] > 0
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert sorted((m["rank"], m["collectives"]) for m in lines if "collectives" in m) == [(0, 3), (1, 3)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _walk(node: dict, module_type: str):  # type: ignore[no-untyped-def]

@@ -44,6 +44,7 @@ class CommCollector(Collector):
         super().__init__(ctx)
         self.step: int | None = None
         self.mode: Any = None
+        self._mode_class: Any = None
         self.summary: dict[str, dict[str, dict[str, int]]] = {}
         self.totals: dict[str, int] = {}
         self._closed = False
@@ -55,14 +56,17 @@ class CommCollector(Collector):
             self.ctx, "comm_logger_step", cfg.comm_logger_step, self.step, "collective logging"
         )
         self.ctx.subscribe(self._on_event)
+        if self.step is not None:
+            # Imported here (~1.5 s, torch.distributed.tensor) rather than inside a training step.
+            from torch.distributed.tensor.debug import CommDebugMode
+
+            self._mode_class = CommDebugMode
 
     def before_step(self, step: int) -> None:
         if step != self.step:
             return
-        from torch.distributed.tensor.debug import CommDebugMode
-
         quiet_module_tracker()
-        mode = CommDebugMode()
+        mode = self._mode_class()
         mode.__enter__()
         self.mode = mode
 
