@@ -104,13 +104,22 @@ class SinkCollector(Collector):
             self.wandb_run = wandb.run
             return
         ctx = self.ctx
-        self.wandb_run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "stepscope"),
-            name=f"{ctx.run_dir.name}-rank{ctx.rank}",
-            group=ctx.run_dir.name,
-            dir=os.environ.get("WANDB_DIR") or str(ctx.run_dir),
-            config=ctx.config.model_dump(mode="json"),
-        )
+        try:
+            self.wandb_run = wandb.init(
+                project=os.environ.get("WANDB_PROJECT", "stepscope"),
+                name=f"{ctx.run_dir.name}-rank{ctx.rank}",
+                group=ctx.run_dir.name,
+                dir=os.environ.get("WANDB_DIR") or str(ctx.run_dir),
+                config=ctx.config.model_dump(mode="json"),
+            )
+        except Exception as exc:  # not logged in, no network, ...: keep TensorBoard and the rest going
+            warnings.warn(
+                f"stepscope: wandb.init failed ({type(exc).__name__}: {exc}); W&B logging is off for this run "
+                "(log in with `wandb login`, or set WANDB_MODE=offline), training goes on",
+                StepscopeWarning,
+                stacklevel=2,
+            )
+            return
         self._own_run = True
 
     # --- hooks ------------------------------------------------------------------------------------
