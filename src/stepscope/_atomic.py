@@ -32,7 +32,8 @@ def temp_path_beside(path: str | Path) -> Path:
     """A fresh temp file name in the same folder as `path`, for writers that need a path (os.replace it after)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + "".join(path.suffixes), dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=".tmp" + "".join(path.suffixes), dir=path.parent
+    )
     os.close(fd)
     return Path(tmp)
-

@@ -58,7 +58,7 @@ class Artifact(msgspec.Struct, frozen=True, omit_defaults=True):
     step: int | None = None
 
 
-class Manifest(msgspec.Struct, omit_defaults=True):
+class Manifest(msgspec.Struct):
     """Index of a run folder. Every rank merges its own facts and artifacts into it under a file lock."""
 
     schema: str = MANIFEST_SCHEMA
@@ -149,7 +149,9 @@ def update_manifest(
         for note in notes:
             if note not in manifest.notes:
                 manifest.notes.append(note)
-        manifest.artifacts.sort(key=lambda a: (a.kind, a.rank if a.rank is not None else -1, a.step or 0, a.path))
+        manifest.artifacts.sort(
+            key=lambda a: (a.kind, a.rank if a.rank is not None else -1, a.step or 0, a.path)
+        )
         atomic_write_bytes(path, encode_manifest(manifest))
     return manifest
 

@@ -55,7 +55,9 @@ def cli() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or usage)."""
     try:
-        result = cli.main(args=list(argv) if argv is not None else None, prog_name="stepscope", standalone_mode=False)
+        result = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="stepscope", standalone_mode=False
+        )
     except StepscopeError as exc:
         click.echo(f"stepscope: error: {exc}", err=True)
         return exc.exit_code

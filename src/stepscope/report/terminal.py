@@ -14,11 +14,16 @@ def make_console(file: IO[str] | None = None, width: int | None = None) -> Conso
     return Console(file=file, width=width, highlight=False, soft_wrap=False)
 
 
-def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, numeric_from: int = 1) -> Table:
+def make_table(
+    title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, numeric_from: int = 1
+) -> Table:
     """A rich table; columns from index `numeric_from` on are right-aligned."""
     table = Table(title=title, title_justify="left", header_style="bold", show_edge=False, pad_edge=False)
     for i, column in enumerate(columns):
-        table.add_column(column, justify="right" if i >= numeric_from else "left", overflow="fold")
+        if i < numeric_from:
+            table.add_column(column, justify="left", overflow="ellipsis", no_wrap=True, max_width=70)
+        else:
+            table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
         table.add_row(*(str(cell) for cell in row))
     return table

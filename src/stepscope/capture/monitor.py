@@ -1,0 +1,344 @@
+"""`performance_monitor`: the capture spine. A decorator (each call is one step) or a context manager
+with `step()`; it owns the collectors of this rank and guarantees that profiling never breaks training.
+
+Nothing here imports torch until the first step of an enabled monitor on a recording rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import itertools
+import platform
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from stepscope import __version__
+from stepscope._atomic import atomic_write_text
+from stepscope.capture.collector import Collector, Guard, RunContext, StepscopeWarning, overrides
+from stepscope.capture.schedule import Phase, Schedule
+from stepscope.config import ProfileConfig
+from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, Artifact, update_manifest
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NULL_CONTEXT = contextlib.nullcontext()
+_monitor_index = itertools.count()
+METRICS_FLUSH_LINES = 64
+
+
+def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
+    """The collectors a recording rank runs for `config`, in hook order (the trace collector last, so that
+    what others do after a step still falls inside that step's ProfilerStep span)."""
+    from stepscope.capture.trace import TraceCollector
+
+    classes: list[type[Collector]] = []
+    classes.append(TraceCollector)
+    return classes
+
+
+class PerformanceMonitor:
+    """Profiles a training loop on the ranks that record; see `performance_monitor` for the options."""
+
+    def __init__(
+        self, model: Any = None, *, config: ProfileConfig | str | Path | None = None, **options: Any
+    ) -> None:
+        self.config = ProfileConfig.build(config, **options)
+        c = self.config
+        self.schedule = Schedule(
+            wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat, skip_first=c.skip_first
+        )
+        self.model = model
+        self.rank = 0
+        self.world_size = 1
+        self.recording = False
+        self.steps_done = 0
+        self._state = "new"  # new -> running -> closed
+        self._index = next(_monitor_index)
+        self._run_dir: Path | None = None
+        self._ctx: RunContext | None = None
+        self._collectors: list[Collector] = []
+        self._before: list[Callable[[int], Any]] = []
+        self._after: list[Callable[[int, dict[str, Any]], Any]] = []
+        self._failed_hooks: list[Callable[[int, BaseException], Any]] = []
+        self._guard = Guard()
+        self._guard.on_disable = self._on_disable
+        self._step_start = 0
+        self._record_function: Any = None
+        self._metrics_off = False
+
+    # --- public surface ---------------------------------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    @property
+    def run_dir(self) -> Path | None:
+        """This run's folder (all ranks of a job share it); None when the monitor is disabled."""
+        if not self.enabled:
+            return None
+        if self._run_dir is None:
+            self._resolve_identity()
+        return self._run_dir
+
+    def __call__(self, fn: F) -> F:
+        """Decorate a train-step function: each call is one step; its return value passes through."""
+        if not self.enabled:
+            return fn
+
+        @functools.wraps(fn)
+        def stepped(*args: Any, **kwargs: Any) -> Any:
+            if self._state != "running":
+                if self._state == "closed":
+                    return fn(*args, **kwargs)
+                self._start()
+            if not self.recording:
+                self.steps_done += 1
+                return fn(*args, **kwargs)
+            self._step_start = time.perf_counter_ns()
+            step = self.steps_done
+            for hook in self._before:
+                hook(step)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                for failed in self._failed_hooks:
+                    failed(step, exc)
+                raise
+            self._end_step()
+            return result
+
+        return stepped  # type: ignore[return-value]
+
+    def __enter__(self) -> PerformanceMonitor:
+        if self.enabled and self._state == "new":
+            self._start()
+            if self.recording:
+                self._begin_step()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None and self.recording and self._state == "running":
+            for failed in self._failed_hooks:
+                failed(self.steps_done, exc)
+        self.close()
+
+    def step(self) -> None:
+        """Mark the end of one step (context-manager form)."""
+        if not self.enabled or self._state == "closed":
+            return
+        if self._state == "new":
+            self._start()
+            if self.recording:
+                self._begin_step()
+        if not self.recording:
+            self.steps_done += 1
+            return
+        self._end_step()
+        self._begin_step()
+
+    def region(self, name: str) -> Any:
+        """A named range (record_function) inside a step: forward, backward, optimizer, ...
+
+        Outside warmup/active steps it is a no-op context, so it costs nothing while the profiler waits.
+        """
+        if self.recording and self._state == "running" and self.schedule.is_traced(self.steps_done):
+            return self._record_function(name)
+        return _NULL_CONTEXT
+
+    def close(self) -> None:
+        """Stop profiling, export what exists and finish the manifest; safe to call more than once."""
+        if self._state != "running":
+            self._state = "closed"
+            return
+        self._state = "closed"
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+        if not self.recording or self._ctx is None:
+            return
+        for collector in self._collectors:
+            if collector.name in self._guard.failed:
+                continue
+            self._guard.call(collector, "close")
+        notes = []
+        if self.steps_done <= self.schedule.first_window_end:
+            note = (
+                f"the job ended after {self.steps_done} step(s), before the first active window completed "
+                f"(it ends after step {self.schedule.first_window_end}: skip_first={self.schedule.skip_first}, "
+                f"wait={self.schedule.wait}, warmup={self.schedule.warmup}, active={self.schedule.active}); "
+                "lower wait/warmup or run more steps"
+            )
+            notes.append(note)
+            warnings.warn(f"stepscope: {note}", StepscopeWarning, stacklevel=2)
+        self._flush_metrics()
+        with contextlib.suppress(OSError):
+            update_manifest(self._ctx.run_dir, notes=notes)
+
+    # --- lifecycle --------------------------------------------------------------------------------
+    def _resolve_identity(self) -> None:
+        from stepscope.capture.dist import agree_run_name, rank_and_world
+
+        self.rank, self.world_size = rank_and_world()
+        out_dir = Path(self.config.out_dir)
+        try:
+            name = agree_run_name(out_dir, self.rank, self.world_size, self._index)
+        except Exception as exc:  # a lost rendezvous must not stop training
+            from stepscope.capture.dist import new_run_name
+
+            name = new_run_name()
+            warnings.warn(
+                f"stepscope: ranks could not agree on a run folder ({exc}); using {name}",
+                StepscopeWarning,
+                stacklevel=3,
+            )
+        self._run_dir = out_dir / name
+
+    def _profiled_ranks(self) -> list[int]:
+        ranks = self.config.profiled_ranks
+        return (
+            list(range(self.world_size))
+            if ranks == "all"
+            else sorted(r for r in ranks if r < self.world_size)
+        )
+
+    def _start(self) -> None:
+        self._state = "running"
+        if self._run_dir is None:
+            self._resolve_identity()
+        profiled = self._profiled_ranks()
+        if self.rank not in profiled:
+            return  # this rank pays nothing more
+        assert self._run_dir is not None
+        try:
+            self._ctx = self._create_run_folder(profiled)
+        except Exception as exc:
+            cause = (
+                exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+            )
+            warnings.warn(
+                f"stepscope: cannot write the run folder {self._run_dir} ({cause}); profiling is "
+                "switched off for this run, training goes on",
+                StepscopeWarning,
+                stacklevel=3,
+            )
+            return
+        from torch.profiler import record_function
+
+        self._record_function = record_function
+        self.recording = True
+        self._collectors = [cls(self._ctx) for cls in collector_classes(self.config)]
+        for collector in self._collectors:
+            self._guard.call(collector, "start")
+        self._rebuild_hooks()
+        atexit.register(self.close)
+
+    def _create_run_folder(self, profiled: list[int]) -> RunContext:
+        import torch
+
+        assert self._run_dir is not None
+        run_dir = self._run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ctx = RunContext(
+            config=self.config,
+            schedule=self.schedule,
+            rank=self.rank,
+            world_size=self.world_size,
+            run_dir=run_dir,
+            model=self.model,
+            is_first_profiled_rank=self.rank == profiled[0],
+        )
+        atomic_write_text(run_dir / CONFIG_NAME, self.config.to_yaml())
+        (run_dir / METRICS_NAME).touch()
+        update_manifest(
+            run_dir,
+            run_name=run_dir.name,
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            versions={
+                "stepscope": __version__,
+                "torch": str(torch.__version__),
+                "python": platform.python_version(),
+            },
+            world_size=self.world_size,
+            profiled_ranks=profiled,
+            schedule=self.schedule.as_dict(),
+            hosts=[socket.gethostname()],
+            artifacts=[
+                Artifact(kind="config", path=CONFIG_NAME),
+                Artifact(kind="metrics", path=METRICS_NAME),
+            ],
+        )
+        return ctx
+
+    def _rebuild_hooks(self) -> None:
+        live = [c for c in self._collectors if c.name not in self._guard.failed]
+        call = self._guard.call
+        self._before = [
+            functools.partial(call, c, "before_step") for c in live if overrides(c, "before_step")
+        ]
+        self._after = [functools.partial(call, c, "after_step") for c in live if overrides(c, "after_step")]
+        self._failed_hooks = [
+            functools.partial(call, c, "step_failed") for c in live if overrides(c, "step_failed")
+        ]
+
+    def _on_disable(self, collector: Collector) -> None:
+        # Release what the failed collector holds (a running profiler, a thread), silently.
+        with contextlib.suppress(Exception):
+            collector.close()
+        self._rebuild_hooks()
+
+    # --- the hot path -----------------------------------------------------------------------------
+    def _begin_step(self) -> None:
+        self._step_start = time.perf_counter_ns()
+        step = self.steps_done
+        for hook in self._before:
+            hook(step)
+
+    def _end_step(self) -> None:
+        wall_ns = time.perf_counter_ns() - self._step_start
+        step = self.steps_done
+        phase = self.schedule.phase(step)
+        record: dict[str, Any] = {
+            "step": step,
+            "rank": self.rank,
+            "wall_ms": wall_ns / 1e6,
+            "phase": phase.value,
+        }
+        for hook in self._after:
+            hook(step, record)
+        self.steps_done = step + 1
+        ctx = self._ctx
+        if ctx is not None:
+            ctx.step = self.steps_done
+            ctx.log_metrics(record)
+            if len(ctx._metrics) >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
+                self._flush_metrics()
+
+    def _flush_metrics(self) -> None:
+        if self._ctx is None or self._metrics_off:
+            return
+        try:
+            self._ctx.flush_metrics()
+        except OSError as exc:
+            self._metrics_off = True
+            warnings.warn(
+                f"stepscope: cannot append to {METRICS_NAME} ({exc.strerror or exc}); step metrics are switched off",
+                StepscopeWarning,
+                stacklevel=3,
+            )
+
+
+def performance_monitor(model: Any = None, **options: Any) -> PerformanceMonitor:
+    """Create a monitor: use it as `@monitor` on a train-step function, or `with monitor:` plus `monitor.step()`.
+
+    Options are those of `stepscope.ProfileConfig` (pass `config=` a ProfileConfig or YAML path; keyword
+    arguments override it). With `enabled=False` the decorator returns the function itself.
+    """
+    return PerformanceMonitor(model, **options)
+
+
+__all__ = ["PerformanceMonitor", "performance_monitor"]

@@ -1,0 +1,109 @@
+"""The profiling schedule: wait / warmup / active cycles, with torch.profiler.schedule's exact semantics.
+
+Our own copy (rather than torch's closure) lets the monitor ask questions torch cannot answer: is a step
+active, when does the first window end, which steps lie outside every window (for the FLOP counter).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+
+from stepscope.errors import ConfigError
+
+
+class Phase(enum.Enum):
+    NONE = "none"  # wait, skip_first, or after the last cycle
+    WARMUP = "warmup"
+    RECORD = "record"
+    RECORD_AND_SAVE = "record_and_save"  # last active step of a window: the trace is exported after it
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Cycles of `wait` idle, `warmup` traced-but-discarded and `active` recorded steps.
+
+    `repeat=0` repeats forever; `skip_first` steps are ignored once before the first cycle.
+    """
+
+    wait: int = 5
+    warmup: int = 2
+    active: int = 3
+    repeat: int = 1
+    skip_first: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("wait", "warmup", "repeat", "skip_first"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"invalid option '{name}': must be an integer >= 0 (got {value!r})")
+        if not isinstance(self.active, int) or isinstance(self.active, bool) or self.active < 1:
+            raise ConfigError(f"invalid option 'active': must be an integer >= 1 (got {self.active!r})")
+
+    @property
+    def cycle(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    def phase(self, step: int) -> Phase:
+        """Phase of 0-based `step`, as torch.profiler.schedule computes it."""
+        if step < self.skip_first:
+            return Phase.NONE
+        step -= self.skip_first
+        if self.repeat > 0 and step >= self.repeat * self.cycle:
+            return Phase.NONE
+        mod = step % self.cycle
+        if mod < self.wait:
+            return Phase.NONE
+        if mod < self.wait + self.warmup:
+            return Phase.WARMUP
+        return Phase.RECORD if mod < self.cycle - 1 else Phase.RECORD_AND_SAVE
+
+    def is_active(self, step: int) -> bool:
+        return self.phase(step) in (Phase.RECORD, Phase.RECORD_AND_SAVE)
+
+    def is_traced(self, step: int) -> bool:
+        """True when the profiler runs during `step` (warmup or active)."""
+        return self.phase(step) is not Phase.NONE
+
+    def windows(self, limit: int | None = None) -> list[tuple[int, int]]:
+        """(first, last) active step of each window, in order; `limit` bounds the count when repeat=0."""
+        count = self.repeat if self.repeat > 0 else (limit if limit is not None else 1)
+        first_active = self.skip_first + self.wait + self.warmup
+        return [
+            (first_active + i * self.cycle, first_active + i * self.cycle + self.active - 1)
+            for i in range(count)
+        ]
+
+    @property
+    def first_window_end(self) -> int:
+        """The step after which the first trace is exported (0-based)."""
+        return self.windows(1)[0][1]
+
+    def last_step(self) -> int | None:
+        """The last step the profiler cares about; None when it repeats forever."""
+        return None if self.repeat == 0 else self.windows()[-1][1]
+
+    def first_untraced_step_from(self, step: int) -> int:
+        """The first step >= `step` that lies outside every warmup/active window."""
+        while self.is_traced(step):
+            step += 1
+        return step
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def to_torch(self):  # type: ignore[no-untyped-def]
+        """The schedule as torch.profiler expects it: step -> ProfilerAction."""
+        from torch.profiler import ProfilerAction
+
+        actions = {
+            Phase.NONE: ProfilerAction.NONE,
+            Phase.WARMUP: ProfilerAction.WARMUP,
+            Phase.RECORD: ProfilerAction.RECORD,
+            Phase.RECORD_AND_SAVE: ProfilerAction.RECORD_AND_SAVE,
+        }
+
+        def schedule_fn(step: int) -> ProfilerAction:
+            return actions[self.phase(step)]
+
+        return schedule_fn

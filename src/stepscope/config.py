@@ -1,0 +1,217 @@
+"""`ProfileConfig`: every option of the performance monitor as one validated object (pydantic v2).
+
+The same options come from keyword arguments, a YAML file (`ProfileConfig.from_yaml`) or command-line
+flags (`add_profiling_args` / `ProfileConfig.from_args`); the run folder keeps the resolved copy in
+`config.yaml`, which `from_yaml` reads back.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from stepscope.errors import ConfigError, InputError
+
+
+class ProfileConfig(BaseModel):
+    """Options of `stepscope.performance_monitor`; each field's description is its CLI help."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    enabled: bool = Field(True, description="Profile at all; False makes the monitor a plain pass-through.")
+    out_dir: str = Field("stepscope_runs", description="Folder under which each run gets its own run folder.")
+    wait: int = Field(5, ge=0, description="Steps to skip at the start of each cycle before warming up.")
+    warmup: int = Field(
+        2, ge=0, description="Steps traced but discarded, so that the active steps are steady."
+    )
+    active: int = Field(3, ge=1, description="Steps recorded and exported in each cycle.")
+    repeat: int = Field(
+        1, ge=0, description="Number of wait/warmup/active cycles; 0 repeats until the job ends."
+    )
+    skip_first: int = Field(0, ge=0, description="Steps ignored once, before the first cycle.")
+    profiled_ranks: list[int] | Literal["all"] = Field(
+        default_factory=lambda: [0],
+        description='Global ranks that record ("all" for every rank); others pay nothing.',
+    )
+    record_shapes: bool = Field(False, description="Record input shapes of operators.")
+    profile_memory: bool = Field(False, description="Record tensor allocations and frees.")
+    with_stack: bool = Field(False, description="Record Python/C++ stacks of operators.")
+    with_flops: bool = Field(False, description="Estimate FLOPs of matrix multiplications and convolutions.")
+    with_modules: bool = Field(False, description="Record the nn.Module hierarchy of operators.")
+    flop_counter_step: int | None = Field(
+        None,
+        ge=0,
+        description="Step at which FLOPs are counted with FlopCounterMode (kept outside active windows).",
+    )
+    comm_logger_step: int | None = Field(None, ge=0, description="Step at which collectives are logged.")
+    memory_log_every: int | None = Field(None, ge=1, description="Log memory every N steps.")
+    memory_snapshot: bool = Field(
+        False, description="Record CUDA memory history over active windows; snapshot on OOM."
+    )
+    memory_timeline: bool = Field(
+        False, description="Export a memory timeline (HTML + raw JSON) per active window."
+    )
+    system_sample_interval: float | None = Field(
+        None, gt=0, description="Seconds between samples of CPU, RSS and GPU utilisation (background thread)."
+    )
+    nsight: bool = Field(False, description="NVTX ranges and cudaProfilerStart/Stop around active windows.")
+    tensorboard: bool = Field(False, description="Log scalars to TensorBoard in the run folder.")
+    wandb: bool = Field(False, description="Log scalars and top ops to Weights & Biases.")
+    console: bool = Field(
+        True, description="Print the top-ops table of each window on the first profiled rank."
+    )
+    top_n: int = Field(10, ge=1, description="Rows of the console top-ops table.")
+
+    @field_validator("profiled_ranks")
+    @classmethod
+    def _ranks_non_negative(cls, value: list[int] | str) -> list[int] | str:
+        if isinstance(value, list) and any(r < 0 for r in value):
+            raise ValueError("ranks must be >= 0")
+        return value
+
+    # --- construction -----------------------------------------------------------------------------
+    @classmethod
+    def build(cls, base: ProfileConfig | str | Path | None = None, **overrides: Any) -> ProfileConfig:
+        """A config from an optional base (object or YAML path) with keyword overrides; ConfigError on bad values."""
+        if base is None:
+            data: dict[str, Any] = {}
+        elif isinstance(base, ProfileConfig):
+            data = base.model_dump()
+        elif isinstance(base, (str, Path)):
+            data = cls.from_yaml(base).model_dump()
+        else:
+            raise ConfigError(f"config must be a ProfileConfig or a YAML path, not {type(base).__name__}")
+        data.update(overrides)
+        return cls.validated(data)
+
+    @classmethod
+    def validated(cls, data: Mapping[str, Any], source: str | None = None) -> ProfileConfig:
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as exc:
+            message = _one_line(exc)
+            if source is not None:
+                raise InputError(source, message) from None
+            raise ConfigError(message) from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> ProfileConfig:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(path, "no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(path, f"cannot read: {exc}") from None
+        except yaml.YAMLError as exc:
+            raise InputError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise InputError(path, "expected a mapping of option: value at the top level")
+        return cls.validated(data, source=str(path))
+
+    def to_yaml(self) -> str:
+        header = "# stepscope configuration of this run; reload with stepscope.ProfileConfig.from_yaml\n"
+        return header + yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ProfileConfig:
+        """Read back the flags added by `add_profiling_args` (flags not given keep the config/YAML value)."""
+        values = vars(args)
+        base_path = values.get("profiler_config")
+        data: dict[str, Any] = cls.from_yaml(base_path).model_dump() if base_path else {"enabled": False}
+        for flag, field_name, _kind in _FLAGS:
+            value = values.get(_dest(flag))
+            if value is not None:
+                data[field_name] = value
+        if values.get("enable_memory_logging") and data.get("memory_log_every") is None:
+            data["memory_log_every"] = DEFAULT_MEMORY_LOG_STEPS
+        return cls.validated(data)
+
+
+DEFAULT_MEMORY_LOG_STEPS = 10
+
+# (flag, field, kind) for add_profiling_args; kind: "flag" (on when given), "int", "float", "str", "ranks".
+_FLAGS: list[tuple[str, str, str]] = [
+    ("--enable-profiling", "enabled", "flag"),
+    ("--profiler-output-dir", "out_dir", "str"),
+    ("--profiler-wait-steps", "wait", "int"),
+    ("--profiler-warmup-steps", "warmup", "int"),
+    ("--profiler-active-steps", "active", "int"),
+    ("--profiler-repeat", "repeat", "int"),
+    ("--profiler-skip-first", "skip_first", "int"),
+    ("--profiler-ranks", "profiled_ranks", "ranks"),
+    ("--profiler-record-shapes", "record_shapes", "flag"),
+    ("--profiler-profile-memory", "profile_memory", "flag"),
+    ("--profiler-with-stack", "with_stack", "flag"),
+    ("--profiler-with-flops", "with_flops", "flag"),
+    ("--profiler-with-modules", "with_modules", "flag"),
+    ("--flop-counter-step", "flop_counter_step", "int"),
+    ("--comm-logger-step", "comm_logger_step", "int"),
+    ("--memory-log-steps", "memory_log_every", "int"),
+    ("--memory-snapshot", "memory_snapshot", "flag"),
+    ("--memory-timeline", "memory_timeline", "flag"),
+    ("--system-sample-interval", "system_sample_interval", "float"),
+    ("--nsight", "nsight", "flag"),
+    ("--profiler-tensorboard", "tensorboard", "flag"),
+    ("--profiler-wandb", "wandb", "flag"),
+]
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _parse_ranks(text: str) -> list[int] | str:
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'all' or comma-separated ranks, got {text!r}") from None
+
+
+def add_profiling_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add stepscope's flags to a training script's parser (in their own argument group)."""
+    group = parser.add_argument_group("stepscope profiling")
+    fields = ProfileConfig.model_fields
+    group.add_argument(
+        "--profiler-config", default=None, metavar="YAML", help="Read options from a YAML file first."
+    )
+    group.add_argument(
+        "--enable-memory-logging",
+        action="store_const",
+        const=True,
+        default=None,
+        help=f"Log memory every --memory-log-steps steps (default {DEFAULT_MEMORY_LOG_STEPS}).",
+    )
+    for flag, field_name, kind in _FLAGS:
+        help_text = fields[field_name].description
+        dest = _dest(flag)
+        if kind == "flag":
+            group.add_argument(
+                flag, dest=dest, action="store_const", const=True, default=None, help=help_text
+            )
+        else:
+            kind_type: Any = {"int": int, "float": float, "str": str, "ranks": _parse_ranks}[kind]
+            group.add_argument(flag, dest=dest, type=kind_type, default=None, help=help_text)
+    return parser
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown option"
+        elif "input" in err and err["type"] != "missing":
+            msg = f"{msg} (got {err['input']!r})"
+        parts.append(f"invalid option '{loc}': {msg}")
+    return "; ".join(parts)
