@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_data import KiB, MiB, snapshot
 from stepscope.cli import main
+
+from .memory_data import KiB, MiB, snapshot
 
 
 class _RunsCommand:

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_data import BUFFER, MAIN, STEP, KiB, MiB, entry, snapshot
 from stepscope.analysis.memory_timeline import downsample
 from stepscope.analysis.snapshot import NO_STACK, analyze_memory_file, analyze_snapshot
 from stepscope.errors import InputError
+
+from .memory_data import BUFFER, MAIN, STEP, KiB, MiB, entry, snapshot
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
 
