@@ -38,6 +38,22 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
     from stepscope.capture.trace import TraceCollector
 
     classes: list[type[Collector]] = []
+    if config.memory_log_every:
+        from stepscope.capture.memory import MemoryLogCollector
+
+        classes.append(MemoryLogCollector)
+    if config.memory_timeline:
+        from stepscope.capture.memory import MemoryTimelineCollector
+
+        classes.append(MemoryTimelineCollector)
+    if config.memory_snapshot:
+        from stepscope.capture.memory import MemorySnapshotCollector
+
+        classes.append(MemorySnapshotCollector)
+    if config.system_sample_interval:
+        from stepscope.capture.system import SystemCollector
+
+        classes.append(SystemCollector)
     classes.append(TraceCollector)
     return classes
 
@@ -284,6 +300,10 @@ class PerformanceMonitor:
         self._failed_hooks = [
             functools.partial(call, c, "step_failed") for c in live if overrides(c, "step_failed")
         ]
+        if self._ctx is not None:
+            self._ctx.window_listeners[:] = [
+                functools.partial(call, c, "window_ready") for c in live if overrides(c, "window_ready")
+            ]
 
     def _on_disable(self, collector: Collector) -> None:
         # Release what the failed collector holds (a running profiler, a thread), silently.
