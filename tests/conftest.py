@@ -22,7 +22,9 @@ def load_chrome_trace(path: Path) -> dict[str, Any]:
 def profiler_steps(path: Path) -> list[int]:
     """The N of every ProfilerStep#N span in a written trace, sorted."""
     events = load_chrome_trace(path)["traceEvents"]
-    return sorted(int(e["name"].split("#")[1]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    return sorted(
+        int(e["name"].split("#")[1]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+    )
 
 
 @pytest.fixture

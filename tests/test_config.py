@@ -34,10 +34,10 @@ def test_bad_values_name_the_option() -> None:
 def test_bad_yaml_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("wait: [1, 2\n")
-    with pytest.raises(InputError, match="bad.yaml: not valid YAML"):
+    with pytest.raises(InputError, match=r"bad\.yaml: not valid YAML"):
         ProfileConfig.from_yaml(path)
     path.write_text("wait: -3\n")
-    with pytest.raises(InputError, match="bad.yaml: invalid option 'wait'"):
+    with pytest.raises(InputError, match=r"bad\.yaml: invalid option 'wait'"):
         ProfileConfig.from_yaml(path)
     with pytest.raises(InputError, match="no such file"):
         ProfileConfig.from_yaml(tmp_path / "missing.yaml")
@@ -86,7 +86,9 @@ def test_flags_default_to_disabled_and_yaml_base(tmp_path: Path) -> None:
     assert ProfileConfig.from_args(parser.parse_args([])).enabled is False
     path = tmp_path / "c.yaml"
     path.write_text("enabled: true\nwait: 3\n")
-    cfg = ProfileConfig.from_args(parser.parse_args(["--profiler-config", str(path), "--profiler-active-steps", "6"]))
+    cfg = ProfileConfig.from_args(
+        parser.parse_args(["--profiler-config", str(path), "--profiler-active-steps", "6"])
+    )
     assert (cfg.enabled, cfg.wait, cfg.active) == (True, 3, 6)
     cfg = ProfileConfig.from_args(parser.parse_args(["--enable-memory-logging"]))
     assert cfg.memory_log_every == 10

@@ -19,7 +19,9 @@ from .conftest import load_chrome_trace, profiler_steps
 QUIET = {"console": False}
 
 
-def run_decorated(out: Path, steps: int, **options: object) -> tuple[stepscope.PerformanceMonitor, list[float]]:
+def run_decorated(
+    out: Path, steps: int, **options: object
+) -> tuple[stepscope.PerformanceMonitor, list[float]]:
     train_step, model = make_training()
     monitor = stepscope.performance_monitor(model, out_dir=str(out), **QUIET, **options)
     step = monitor(train_step)
@@ -28,7 +30,9 @@ def run_decorated(out: Path, steps: int, **options: object) -> tuple[stepscope.P
     return monitor, losses
 
 
-def run_with_steps(out: Path, steps: int, **options: object) -> tuple[stepscope.PerformanceMonitor, list[float]]:
+def run_with_steps(
+    out: Path, steps: int, **options: object
+) -> tuple[stepscope.PerformanceMonitor, list[float]]:
     train_step, model = make_training()
     losses = []
     with stepscope.performance_monitor(model, out_dir=str(out), **QUIET, **options) as monitor:
@@ -98,7 +102,11 @@ def test_schedule_records_exactly_the_expected_steps(
     tmp_path: Path, schedule: dict[str, int], steps: int, expected: dict[int, list[int]]
 ) -> None:
     monitor, _ = run_decorated(tmp_path, steps, **schedule)
-    traces = {a.step: monitor.run_dir / a.path for a in read_manifest(monitor.run_dir).artifacts if a.kind == "trace"}
+    traces = {
+        a.step: monitor.run_dir / a.path
+        for a in read_manifest(monitor.run_dir).artifacts
+        if a.kind == "trace"
+    }
     # repeat=0 runs forever: the job ends inside a window, whose partial trace is written too
     if schedule.get("repeat") == 0:
         traces = {s: p for s, p in traces.items() if s in expected}
@@ -124,7 +132,9 @@ def test_job_ending_inside_a_window_writes_the_partial_trace(tmp_path: Path) -> 
     assert profiler_steps(monitor.run_dir / traces[0].path) == [1, 2, 3]
 
 
-def test_failing_collector_warns_once_and_training_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failing_collector_warns_once_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # GIVEN an export that fails (a full disk, say)
     from stepscope.capture import trace
 
@@ -165,7 +175,9 @@ def test_unwritable_output_folder_leaves_training_unchanged(tmp_path: Path) -> N
     assert not monitor.recording
 
 
-@pytest.mark.skipif(sys.platform == "win32" or __import__("os").geteuid() == 0, reason="root ignores permissions")
+@pytest.mark.skipif(
+    sys.platform == "win32" or __import__("os").geteuid() == 0, reason="root ignores permissions"
+)
 def test_read_only_output_folder(tmp_path: Path) -> None:
     out = tmp_path / "ro"
     out.mkdir()
@@ -222,3 +234,26 @@ def test_disabled_monitor_is_a_plain_pass_through_without_torch() -> None:
 def test_import_stepscope_does_not_import_torch() -> None:
     code = "import sys, stepscope, stepscope.runfolder, stepscope.config; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_nsight_on_a_cpu_build_warns_once_and_training_goes_on(tmp_path: Path) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        monitor, losses = run_decorated(tmp_path, 5, wait=0, warmup=0, active=2, nsight=True)
+    ours = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
+    assert ours == ["stepscope: nsight=True needs CUDA (NVTX and cudaProfilerStart/Stop); this CPU run ignores it"]
+    assert losses == bare_losses(5)
+    assert [a.kind for a in read_manifest(monitor.run_dir).artifacts].count("trace") == 1
+
+
+def test_explicit_start_and_step_without_with(tmp_path: Path) -> None:
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(model, out_dir=str(tmp_path), wait=0, warmup=0, active=2, **QUIET)
+    monitor.start()
+    losses = []
+    for _ in range(4):
+        losses.append(train_step())
+        monitor.step()
+    monitor.close()
+    assert losses == bare_losses(4)
+    assert profiler_steps(monitor.run_dir / "traces/rank0_step1.json.gz") == [0, 1]

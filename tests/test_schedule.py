@@ -43,7 +43,12 @@ def test_windows_and_first_window_end() -> None:
 
 @pytest.mark.parametrize(
     ("kw", "option"),
-    [({"active": 0}, "active"), ({"wait": -1}, "wait"), ({"repeat": -2}, "repeat"), ({"skip_first": 1.5}, "skip_first")],
+    [
+        ({"active": 0}, "active"),
+        ({"wait": -1}, "wait"),
+        ({"repeat": -2}, "repeat"),
+        ({"skip_first": 1.5}, "skip_first"),
+    ],
 )
 def test_invalid_schedule_names_the_option(kw: dict[str, object], option: str) -> None:
     with pytest.raises(ConfigError, match=f"'{option}'"):

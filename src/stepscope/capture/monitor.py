@@ -54,6 +54,10 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
         from stepscope.capture.system import SystemCollector
 
         classes.append(SystemCollector)
+    if config.nsight:
+        from stepscope.capture.nsight import NsightCollector
+
+        classes.append(NsightCollector)
     classes.append(TraceCollector)
     return classes
 
@@ -131,12 +135,16 @@ class PerformanceMonitor:
 
         return stepped  # type: ignore[return-value]
 
-    def __enter__(self) -> PerformanceMonitor:
+    def start(self) -> PerformanceMonitor:
+        """Begin profiling; step 0 starts now. Entering `with monitor:` does this."""
         if self.enabled and self._state == "new":
             self._start()
             if self.recording:
                 self._begin_step()
         return self
+
+    def __enter__(self) -> PerformanceMonitor:
+        return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and self.recording and self._state == "running":
@@ -149,9 +157,9 @@ class PerformanceMonitor:
         if not self.enabled or self._state == "closed":
             return
         if self._state == "new":
-            self._start()
-            if self.recording:
-                self._begin_step()
+            # step() before start(): this call marks the beginning of step 0.
+            self.start()
+            return
         if not self.recording:
             self.steps_done += 1
             return

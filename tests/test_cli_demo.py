@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from stepscope.cli import main
+from stepscope.runfolder import read_manifest
+
+
+def test_demo_profiles_and_prints_the_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # WHEN the demo runs for 12 steps (wait 5, warmup 2, active 3: one complete window, ending at step 9)
+    assert main(["demo", "--out-dir", str(tmp_path), "--steps", "12"]) == 0
+    out = capsys.readouterr().out
+    # THEN it printed the top-ops table and the run folder, which holds one trace of the window
+    assert "top ops, rank 0, window ending at step 9" in out and "aten::" in out
+    run_dirs = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(run_dirs) == 1 and f"Run folder: {run_dirs[0]}" in out
+    manifest = read_manifest(run_dirs[0])
+    traces = [a for a in manifest.artifacts if a.kind == "trace"]
+    assert [(a.rank, a.step) for a in traces] == [(0, 9)]
+    with gzip.open(run_dirs[0] / traces[0].path, "rt") as fh:
+        names = {e.get("name") for e in json.load(fh)["traceEvents"]}
+    assert {"forward", "backward", "optimizer", "ProfilerStep#7", "ProfilerStep#9"} <= names
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "demo" in out and "Profile the bundled CPU demo" in out
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frobnicate"]) == 2
+    assert "No such command" in capsys.readouterr().err
