@@ -185,3 +185,38 @@ def test_failing_timeline_export_is_isolated(tmp_path: Path, monkeypatch: pytest
                               with_stack=True, **TWO_WINDOWS)  # fmt: skip
     assert len(artifacts(monitor.run_dir, "trace")) == 2  # the trace collector is unaffected
     assert losses == bare_losses(8)
+
+
+def test_memory_log_cuda_columns_and_peak_reset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    # GIVEN a faked CUDA allocator whose peak only falls when it is reset
+    state = {"peak": 0, "resets": 0, "allocated": 0}
+
+    def allocated(device: int) -> int:
+        state["allocated"] += 1000
+        state["peak"] = max(state["peak"], state["allocated"] + 500)
+        return state["allocated"]
+
+    def reset(device: int) -> None:
+        state["resets"] += 1
+        state["peak"] = 0
+
+    monkeypatch.setattr(capture_memory, "cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", allocated)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: 8000)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: state["peak"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: 9000)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    monitor, _ = run(tmp_path, 4, memory_log_every=2, wait=0, warmup=0, active=1)
+    # THEN each row has the CUDA figures, and the peak is reset after each row
+    logged = [m for m in metrics(monitor.run_dir) if "mem_rss_bytes" in m]
+    assert [
+        (m["step"], m["mem_cuda_allocated_bytes"], m["mem_cuda_peak_allocated_bytes"]) for m in logged
+    ] == [
+        (1, 1000, 1500),
+        (3, 2000, 2500),
+    ]
+    assert logged[0]["mem_cuda_reserved_bytes"] == 8000 and state["resets"] == 2

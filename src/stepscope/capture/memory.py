@@ -113,9 +113,10 @@ class MemoryLogCollector(Collector):
             "cuda_peak_allocated_bytes": None,
             "cuda_peak_reserved_bytes": None,
         }
-        if self._cuda:
-            import torch
+        import torch
 
+        # A job that never touched CUDA gets no CUDA context (hundreds of MB) from the logger.
+        if self._cuda and torch.cuda.is_initialized():
             device = torch.cuda.current_device()
             row["cuda_allocated_bytes"] = torch.cuda.memory_allocated(device)
             row["cuda_reserved_bytes"] = torch.cuda.memory_reserved(device)
