@@ -241,7 +241,9 @@ def test_nsight_on_a_cpu_build_warns_once_and_training_goes_on(tmp_path: Path) -
         warnings.simplefilter("always")
         monitor, losses = run_decorated(tmp_path, 5, wait=0, warmup=0, active=2, nsight=True)
     ours = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
-    assert ours == ["stepscope: nsight=True needs CUDA (NVTX and cudaProfilerStart/Stop); this CPU run ignores it"]
+    assert ours == [
+        "stepscope: nsight=True needs CUDA (NVTX and cudaProfilerStart/Stop); this CPU run ignores it"
+    ]
     assert losses == bare_losses(5)
     assert [a.kind for a in read_manifest(monitor.run_dir).artifacts].count("trace") == 1
 
