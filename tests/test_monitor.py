@@ -246,3 +246,16 @@ def test_nsight_on_a_cpu_build_warns_once_and_training_goes_on(tmp_path: Path) -
     ]
     assert losses == bare_losses(5)
     assert [a.kind for a in read_manifest(monitor.run_dir).artifacts].count("trace") == 1
+
+
+def test_explicit_start_and_step_without_with(tmp_path: Path) -> None:
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(model, out_dir=str(tmp_path), wait=0, warmup=0, active=2, **QUIET)
+    monitor.start()
+    losses = []
+    for _ in range(4):
+        losses.append(train_step())
+        monitor.step()
+    monitor.close()
+    assert losses == bare_losses(4)
+    assert profiler_steps(monitor.run_dir / "traces/rank0_step1.json.gz") == [0, 1]

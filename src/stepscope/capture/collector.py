@@ -39,6 +39,8 @@ class RunContext:
     model: Any = None
     is_first_profiled_rank: bool = False
     step: int = 0  # index of the step that is running (0-based); equals steps completed so far
+    # Called by the trace collector with (profiler, step) after it exported a window (see Collector.window_ready).
+    window_listeners: list[Callable[[Any, int], Any]] = field(default_factory=list)
     _metrics: list[bytes] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _listeners: list[Callable[[str, dict[str, Any]], None]] = field(default_factory=list)
@@ -70,8 +72,9 @@ class RunContext:
     def notify(self, event: str, **data: Any) -> None:
         """Tell the listeners about an event; one that raises is dropped with a warning, never the caller.
 
-        Events: "window_end" (step, averages, sort_key, trace_path) from the trace collector after each
-        export; "throughput" (step, throughput) from the FLOP collector when it has a figure.
+        Events carry results for other collectors: "window_end" (step, averages, sort_key, trace_path) from
+        the trace collector once a window's key averages exist (work that needs the profiler itself belongs in
+        `window_ready`); "throughput" (step, throughput) from the FLOP collector when it has a figure.
         """
         for listener in list(self._listeners):
             try:
@@ -117,6 +120,10 @@ class Collector:
 
     def step_failed(self, step: int, exc: BaseException) -> None:
         """Called when step `step` raised `exc` (before it propagates), e.g. to dump a snapshot on OOM."""
+
+    def window_ready(self, prof: Any, step: int) -> None:
+        """Called after the trace collector exported the window ending at `step`, with its torch profiler
+        (the profiler is not recording then: work done here is not in any step's trace)."""
 
     def close(self) -> None:
         """Called once when the monitor stops (also after a failure elsewhere)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -27,10 +26,11 @@ from stepscope.capture._instrument import (
 )
 from stepscope.capture.collector import Collector, RunContext
 from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table
+from stepscope.runfolder import TRACE_TEMPLATE, relpath
 
 DEBUG_TEMPLATE = "comm/rank{rank}/comm_debug_{step}.txt"
 JSON_TEMPLATE = "comm/rank{rank}/comm_mode_log.json"
-TRACE_TEMPLATE = "comm/rank{rank}/collectives_step{step}.json"
+COLLECTIVES_TEMPLATE = "comm/rank{rank}/collectives_step{step}.json"
 PHASES = ("forward", "backward")
 ALL = "(all)"  # the row of every collective of the step, inside a module or not
 
@@ -47,7 +47,6 @@ class CommCollector(Collector):
         self._mode_class: Any = None
         self.summary: dict[str, dict[str, dict[str, int]]] = {}
         self.totals: dict[str, int] = {}
-        self._closed = False
 
     def start(self) -> None:
         cfg = self.ctx.config
@@ -55,7 +54,6 @@ class CommCollector(Collector):
         announce_placement(
             self.ctx, "comm_logger_step", cfg.comm_logger_step, self.step, "collective logging"
         )
-        self.ctx.subscribe(self._on_event)
         if self.step is not None:
             # Imported here (~1.5 s, torch.distributed.tensor) rather than inside a training step.
             from torch.distributed.tensor.debug import CommDebugMode
@@ -87,7 +85,6 @@ class CommCollector(Collector):
         if self.mode is not None:
             mode, self.mode = self.mode, None
             mode.__exit__(None, None, None)
-        self._closed = True
 
     # --- CommDebugMode ----------------------------------------------------------------------------
     def _write_step_log(self, step: int, mode: Any) -> None:
@@ -119,18 +116,17 @@ class CommCollector(Collector):
             make_console().print(table)
 
     # --- traces -----------------------------------------------------------------------------------
-    def _on_event(self, event: str, data: dict[str, Any]) -> None:
-        if event != "window_end" or self._closed:
-            return
-        trace_path = Path(data["trace_path"])
+    def window_ready(self, prof: Any, step: int) -> None:
+        """Read the window's trace (just exported) and write its collectives per kind."""
+        ctx = self.ctx
+        trace_path = ctx.run_dir / TRACE_TEMPLATE.format(rank=ctx.rank, step=step)
         if not trace_path.is_file():
             return
         from stepscope.analysis.collectives import collectives_from_trace
 
-        ctx, step = self.ctx, data["step"]
         summary = collectives_from_trace(trace_path)
-        out = ctx.path(TRACE_TEMPLATE.format(rank=ctx.rank, step=step))
-        payload = dataclasses.asdict(summary) | {"step": step, "trace": trace_path.name}
+        out = ctx.path(COLLECTIVES_TEMPLATE.format(rank=ctx.rank, step=step))
+        payload = dataclasses.asdict(summary) | {"step": step, "trace": relpath(ctx.run_dir, trace_path)}
         atomic_write_bytes(out, msgspec.json.format(msgspec.json.encode(payload), indent=2) + b"\n")
         ctx.add_artifact("comm_json", out, step)
         if ctx.is_first_profiled_rank and ctx.config.console and summary.collectives:

@@ -38,6 +38,22 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
     from stepscope.capture.trace import TraceCollector
 
     classes: list[type[Collector]] = []
+    if config.memory_log_every:
+        from stepscope.capture.memory import MemoryLogCollector
+
+        classes.append(MemoryLogCollector)
+    if config.memory_timeline:
+        from stepscope.capture.memory import MemoryTimelineCollector
+
+        classes.append(MemoryTimelineCollector)
+    if config.memory_snapshot:
+        from stepscope.capture.memory import MemorySnapshotCollector
+
+        classes.append(MemorySnapshotCollector)
+    if config.system_sample_interval:
+        from stepscope.capture.system import SystemCollector
+
+        classes.append(SystemCollector)
     if config.nsight:
         from stepscope.capture.nsight import NsightCollector
 
@@ -131,12 +147,16 @@ class PerformanceMonitor:
 
         return stepped  # type: ignore[return-value]
 
-    def __enter__(self) -> PerformanceMonitor:
+    def start(self) -> PerformanceMonitor:
+        """Begin profiling; step 0 starts now. Entering `with monitor:` does this."""
         if self.enabled and self._state == "new":
             self._start()
             if self.recording:
                 self._begin_step()
         return self
+
+    def __enter__(self) -> PerformanceMonitor:
+        return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and self.recording and self._state == "running":
@@ -149,9 +169,9 @@ class PerformanceMonitor:
         if not self.enabled or self._state == "closed":
             return
         if self._state == "new":
-            self._start()
-            if self.recording:
-                self._begin_step()
+            # step() before start(): this call marks the beginning of step 0.
+            self.start()
+            return
         if not self.recording:
             self.steps_done += 1
             return
@@ -300,6 +320,10 @@ class PerformanceMonitor:
         self._failed_hooks = [
             functools.partial(call, c, "step_failed") for c in live if overrides(c, "step_failed")
         ]
+        if self._ctx is not None:
+            self._ctx.window_listeners[:] = [
+                functools.partial(call, c, "window_ready") for c in live if overrides(c, "window_ready")
+            ]
 
     def _on_disable(self, collector: Collector) -> None:
         # Release what the failed collector holds (a running profiler, a thread), silently.

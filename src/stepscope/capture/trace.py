@@ -92,6 +92,9 @@ class TraceCollector(Collector):
                 tmp.unlink()
         ctx.add_artifact("trace", trace_path, step)
         self.windows_written += 1
+        # Other collectors' window work (memory timeline, snapshot): each is guarded on its own.
+        for listener in list(ctx.window_listeners):
+            listener(prof, step)
 
         averages = prof.key_averages()
         by_device = any(getattr(e, "self_device_time_total", 0) > 0 for e in averages)

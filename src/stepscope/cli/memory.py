@@ -1,0 +1,44 @@
+"""`stepscope memory SNAPSHOT`: analyze a CUDA memory snapshot or a memory timeline, never running code
+from the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stepscope.cli._common import console, print_json
+
+
+@click.command(name="memory")
+@click.argument("snapshot", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema stepscope.memory/1).")
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write a self-contained HTML page here.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Rows in the blocks and call-site tables.",
+)
+def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> None:
+    """Analyze SNAPSHOT: a torch.cuda.memory._dump_snapshot pickle (gzip'd or not) or the JSON of
+    export_memory_timeline. Only plain containers and scalars are unpickled."""
+    from stepscope.analysis.memory_model import to_document
+    from stepscope.analysis.snapshot import analyze_memory_file
+    from stepscope.report.memory import render_memory, write_memory_html
+
+    report = analyze_memory_file(snapshot, top=top)
+    if html_out is not None:
+        write_memory_html(report, html_out)
+    if as_json:
+        print_json(to_document(report))
+    else:
+        render_memory(report, console())
+    if html_out is not None:
+        click.echo(f"HTML report: {html_out}", err=as_json)

@@ -1,0 +1,131 @@
+"""The system sampler: interval, clean stop, NVML columns (NVML faked), through the monitor."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import statistics
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stepscope
+from stepscope.capture.system import BASE_COLUMNS, THREAD_NAME, SystemSampler
+from stepscope.runfolder import read_manifest
+
+from ._train import bare_losses, make_training
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def sampler_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME]
+
+
+def test_samples_at_the_interval_and_stops_cleanly(tmp_path: Path) -> None:
+    # GIVEN a sampler every 50 ms for about 0.6 s
+    sampler = SystemSampler(tmp_path / "system.csv", 0.05, use_nvml=False)
+    sampler.start()
+    time.sleep(0.6)
+    sampler.stop()
+    # THEN the thread is gone and the rows are ~50 ms apart (the machine is shared: a loose tolerance)
+    assert sampler_threads() == []
+    rows = read_rows(tmp_path / "system.csv")
+    assert list(rows[0]) == list(BASE_COLUMNS)
+    assert 8 <= len(rows) <= 14 and len(rows) == sampler.samples
+    times = [float(r["t_s"]) for r in rows]
+    assert times[0] < 0.05
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert statistics.median(gaps) == pytest.approx(0.05, abs=0.02)
+    assert all(int(r["rss_bytes"]) > 0 and 0 < float(r["sys_percent"]) <= 100 for r in rows)
+
+
+def test_interval_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="interval"):
+        SystemSampler(tmp_path / "s.csv", 0)
+
+
+def fake_pynvml() -> types.ModuleType:
+    """Two GPUs; the second cannot report power (left blank)."""
+    nv = types.ModuleType("pynvml")
+    nv.NVML_TEMPERATURE_GPU = 0  # type: ignore[attr-defined]
+
+    class NVMLError(Exception):
+        pass
+
+    def power(h: int) -> int:
+        if h == 1:
+            raise NVMLError("Not Supported")
+        return 250_500  # milliwatts
+
+    funcs: dict[str, Any] = {
+        "nvmlInit": lambda: None,
+        "nvmlShutdown": lambda: None,
+        "nvmlDeviceGetCount": lambda: 2,
+        "nvmlDeviceGetHandleByIndex": lambda i: i,
+        "nvmlDeviceGetUtilizationRates": lambda h: types.SimpleNamespace(gpu=90 + h),
+        "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(used=1000 * (h + 1), total=80_000),
+        "nvmlDeviceGetPowerUsage": power,
+        "nvmlDeviceGetTemperature": lambda h, sensor: 60 + h,
+    }
+    for name, fn in funcs.items():
+        setattr(nv, name, fn)
+    return nv
+
+
+def test_nvml_columns_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    sampler = SystemSampler(tmp_path / "system.csv", 0.02)
+    sampler.start()
+    time.sleep(0.1)
+    sampler.stop()
+    row = read_rows(tmp_path / "system.csv")[0]
+    gpu = {k: v for k, v in row.items() if k.startswith("gpu")}
+    assert gpu == {
+        "gpu0_util_percent": "90",
+        "gpu0_mem_used_bytes": "1000",
+        "gpu0_mem_total_bytes": "80000",
+        "gpu0_power_w": "250.5",
+        "gpu0_temp_c": "60",
+        "gpu1_util_percent": "91",
+        "gpu1_mem_used_bytes": "2000",
+        "gpu1_mem_total_bytes": "80000",
+        "gpu1_power_w": "",
+        "gpu1_temp_c": "61",
+    }
+
+
+def test_without_nvml_there_are_no_gpu_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as when nvidia-ml-py is not installed
+    sampler = SystemSampler(tmp_path / "system.csv", 0.05)
+    sampler.start()
+    sampler.stop()
+    assert sampler.nvml is not None and "not installed" in sampler.nvml.problem
+    assert list(read_rows(tmp_path / "system.csv")[0]) == list(BASE_COLUMNS)
+
+
+def test_monitor_runs_the_sampler_for_the_run(tmp_path: Path) -> None:
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path), console=False, system_sample_interval=0.02, wait=0, warmup=0, active=1
+    )
+    step = monitor(train_step)
+    losses = []
+    for _ in range(4):
+        losses.append(step())
+        time.sleep(0.03)
+    assert len(sampler_threads()) == 1
+    monitor.close()
+    assert sampler_threads() == []
+    (artifact,) = [a for a in read_manifest(monitor.run_dir).artifacts if a.kind == "system"]
+    assert artifact.path == "system/rank0_system.csv" and artifact.rank == 0
+    assert len(read_rows(monitor.run_dir / artifact.path)) >= 3
+    assert losses == bare_losses(4)
