@@ -40,7 +40,7 @@ def metrics(run_dir: Path) -> list[dict[str, Any]]:
 def test_tensorboard_scalars_match_the_metrics(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir, _ = run(tmp_path, tensorboard=True)
+    run_dir, _ = run(tmp_path, tensorboard=True, memory_log_every=2)
     (event_file,) = [a for a in read_manifest(run_dir).artifacts if a.kind == "tensorboard"]
     assert event_file.path.startswith("tensorboard/rank0/events.out.tfevents.") and event_file.rank == 0
     acc = EventAccumulator(str(run_dir / "tensorboard/rank0"))
@@ -59,6 +59,12 @@ def test_tensorboard_scalars_match_the_metrics(tmp_path: Path) -> None:
     ]
     assert [s for s, _ in series("throughput/tflops")] == [5, 6, 7]
     assert series("throughput/flops") == [(4, lines[4]["flops"])]
+    # memory fields of the memory log (every 2 steps) land under memory/
+    memory_fields = sorted({k for m in lines for k in m if k.startswith("mem_")})
+    assert memory_fields and {f"memory/{k}" for k in memory_fields} <= tags
+    for field in memory_fields:
+        expected = [(m["step"], pytest.approx(m[field], rel=1e-6)) for m in lines if field in m]
+        assert series(f"memory/{field}") == expected and [s for s, _ in expected] == [1, 3, 5, 7]
     ((step, median),) = series("throughput/tflops_median")
     report = json.loads((run_dir / "flops/rank0_step4.json").read_text())
     assert step == 7 and median == pytest.approx(report["throughput"]["tflops"], rel=1e-6)
