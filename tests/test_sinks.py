@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,7 +83,7 @@ def wandb_records(path: Path) -> Iterator[Any]:
             pos += block - pos % block
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if kind == 0:
+        if kind == 0 or pos + 7 + length > len(data):  # end, or a record still being written
             break
         chunk += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
@@ -93,27 +94,47 @@ def wandb_records(path: Path) -> Iterator[Any]:
             yield record
 
 
-def test_wandb_offline_run_holds_tflops_and_top_ops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     pytest.importorskip("wandb")
+    wandb_dir = tmp_path / "wandb_dir"
+    wandb_dir.mkdir()
     for key, value in {
         "WANDB_MODE": "offline",
-        "WANDB_DIR": str(tmp_path / "wandb_dir"),
+        "WANDB_DIR": str(wandb_dir),
         "WANDB_SILENT": "true",
         "WANDB_CONSOLE": "off",
         "WANDB_PROJECT": "stepscope-test",
     }.items():
         monkeypatch.setenv(key, value)
-    (tmp_path / "wandb_dir").mkdir()
-    run_dir, _ = run(tmp_path / "runs", wandb=True)
-    (run_file,) = (tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb")
+    return wandb_dir
+
+
+def wandb_history(wandb_dir: Path, timeout: float = 30.0) -> dict[int, dict[str, Any]]:
+    """{step: {key: value}} of the one offline run under `wandb_dir`, once its exit record is written
+    (W&B's service writes the file in the background: finish() can return before it is complete)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+        records = list(wandb_records(files[0])) if len(files) == 1 else []
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert len(files) == 1, files
     history: dict[int, dict[str, Any]] = {}
-    for record in wandb_records(run_file):
+    for record in records:
         if record.WhichOneof("record_type") == "history":
             items = {
                 item.key or "/".join(item.nested_key): json.loads(item.value_json)
                 for item in record.history.item
             }
             history.setdefault(record.history.step.num, {}).update(items)
+    return history
+
+
+def test_wandb_offline_run_holds_tflops_and_top_ops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wandb_dir = offline_wandb(tmp_path, monkeypatch)
+    run_dir, _ = run(tmp_path / "runs", wandb=True)
+    history = wandb_history(wandb_dir)
     # THEN the window's top 10 ops are logged at its last step (3), both times per op
     prof = {k for k in history[3] if k.startswith("prof/")}
     ops = {k.rsplit("/", 1)[0] for k in prof}
@@ -126,6 +147,29 @@ def test_wandb_offline_run_holds_tflops_and_top_ops(tmp_path: Path, monkeypatch:
     report = json.loads((run_dir / "flops/rank0_step4.json").read_text())
     assert list(tflops) == [7] and tflops[7] == pytest.approx(report["throughput"]["tflops"])
     assert not any("mfu_rank_0" in values for values in history.values())  # CPU: no MFU
+
+
+def test_wandb_joins_the_scripts_own_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a script with its own W&B run, logging its loss at each step
+    wandb_dir = offline_wandb(tmp_path, monkeypatch)
+    import wandb
+
+    user_run = wandb.init(project="user-project", dir=str(wandb_dir))
+    try:
+        train_step, model = make_training()
+        monitor = stepscope.performance_monitor(model, out_dir=str(tmp_path / "runs"), **SCHEDULE, wandb=True)
+        step = monitor(train_step)
+        for _ in range(STEPS):
+            wandb.log({"loss": step()})
+        monitor.close()
+        # THEN stepscope left the script's run open
+        assert wandb.run is user_run
+    finally:
+        user_run.finish()
+    history = wandb_history(wandb_dir)
+    # AND its values joined the script's steps (commit=False) instead of moving the step axis
+    assert sorted(history) == list(range(STEPS)) and all("loss" in values for values in history.values())
+    assert "tflops_rank_0" in history[7] and any(k.startswith("prof/") for k in history[3])
 
 
 def test_missing_packages_warn_once_and_training_goes_on(
