@@ -110,7 +110,7 @@ def json_load(path: Path | str) -> TraceTable:
 
 def ensure_loader() -> None:
     """Make `stepscope.analysis.loader.load_trace` importable: the real module, else `json_load` under its name."""
-    if importlib.util.find_spec("stepscope.analysis.loader") is not None:
+    if "stepscope.analysis.loader" in sys.modules or importlib.util.find_spec("stepscope.analysis.loader"):
         return
     module = types.ModuleType("stepscope.analysis.loader")
     module.load_trace = json_load  # type: ignore[attr-defined]

@@ -4,8 +4,8 @@ whose every number is worked out by hand in the comments."""
 from __future__ import annotations
 
 import pytest
-from _traces import cpu, kernel, launched, runtime, step, table_of
 
+from _traces import cpu, kernel, launched, runtime, step, table_of
 from stepscope.analysis.analyze import SCHEMA, analyze
 from stepscope.analysis.breakdown import KernelTypeCombo, KernelTypeStat, Temporal
 from stepscope.analysis.idle import StreamIdle
@@ -78,7 +78,9 @@ def test_kernel_types_and_overlap() -> None:
         KernelTypeCombo(["memory"], 50.0, 5.952),
     ]
     # comm [250,450)+[1200,1400) = 400 us; overlapped by compute [250,400)+[1200,1300) = 250 us
-    assert rank.communication == CommOverlap(comm_us=400.0, overlapped_us=250.0, exposed_us=150.0, overlap_pct=62.5)
+    assert rank.communication == CommOverlap(
+        comm_us=400.0, overlapped_us=250.0, exposed_us=150.0, overlap_pct=62.5
+    )
     assert rank.overlap_pct == 62.5
 
 
@@ -86,9 +88,13 @@ def test_idle_by_stream() -> None:
     rank = analyze(table_of({0: two_step_trace()})).ranks[0]
     assert rank.idle_by_stream == [
         # gaps 0 (kernel wait), 200 (host), 10 (kernel wait), 100 (other), 200 (host)
-        StreamIdle(0, 7, 6, busy_us=690.0, idle_us=510.0, host_wait_us=400.0, kernel_wait_us=10.0, other_us=100.0),
+        StreamIdle(
+            0, 7, 6, busy_us=690.0, idle_us=510.0, host_wait_us=400.0, kernel_wait_us=10.0, other_us=100.0
+        ),
         # one gap of 750 us; the second NCCL kernel was launched after the first ended
-        StreamIdle(0, 20, 2, busy_us=400.0, idle_us=750.0, host_wait_us=750.0, kernel_wait_us=0.0, other_us=0.0),
+        StreamIdle(
+            0, 20, 2, busy_us=400.0, idle_us=750.0, host_wait_us=750.0, kernel_wait_us=0.0, other_us=0.0
+        ),
     ]
 
 
@@ -196,5 +202,7 @@ def test_cpu_only_trace_has_a_step_table_and_no_gpu_sections() -> None:
     rank = result.ranks[0]
     assert rank.temporal is None and rank.kernel_types is None and rank.idle_by_stream == []
     assert rank.overlap_pct is None and rank.top_kernels == []
-    assert [(s.step, s.dur_us, s.gpu_busy_pct, s.dataloader_us) for s in rank.steps] == [(7, 100.0, None, 30.0)]
+    assert [(s.step, s.dur_us, s.gpu_busy_pct, s.dataloader_us) for s in rank.steps] == [
+        (7, 100.0, None, 30.0)
+    ]
     assert [f.id for f in result.findings] == ["data_loader_stall", "no_gpu_activity"]

@@ -130,7 +130,9 @@ class TraceTable:
     # --- reference construction (slow, simple; the fast loader must produce the same table) ---------
     @classmethod
     def from_events(
-        cls, events_by_rank: Mapping[int, Iterable[Mapping[str, Any]]], sources: Mapping[int, str] | None = None
+        cls,
+        events_by_rank: Mapping[int, Iterable[Mapping[str, Any]]],
+        sources: Mapping[int, str] | None = None,
     ) -> TraceTable:
         """Build a table from plain chrome-trace event dicts, one iterable per rank (tests, small inputs)."""
         names: dict[str, int] = {}
