@@ -73,6 +73,24 @@ def test_launch_bound() -> None:
     }
 
 
+def test_host_bound_when_kernels_are_long() -> None:
+    # GIVEN 12 kernels of 50 us, each launched 50 us after the previous one finished
+    ev = [step(1, T0, 2000)]
+    for i in range(12):
+        ev += launched("gemm", T0 + 100 * i + 60, T0 + 100 * i + 100, 50, i + 1)
+    (finding,) = findings_of({0: ev})
+    assert (finding.id, finding.severity) == ("host_bound", "medium")
+    # span 100..1250 = 1150 us, busy 600 us
+    assert finding.evidence == {
+        "idle_pct": 47.826,
+        "host_wait_pct_of_idle": 100.0,
+        "kernels": 12,
+        "short_kernel_pct": 0.0,
+        "median_kernel_us": 50.0,
+        "kernels_per_step": 12.0,
+    }
+
+
 def test_tiny_kernels_queued_ahead_are_tiny_but_not_launch_bound() -> None:
     # GIVEN 150 kernels of 2 us, all queued at once, 1 us apart on the GPU (kernel wait, not host wait)
     ev = [step(1, T0, 1000)]

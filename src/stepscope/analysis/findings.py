@@ -33,6 +33,9 @@ LAUNCH_BOUND_HOST_WAIT_MIN_PCT = 50.0
 LAUNCH_BOUND_SHORT_MIN_PCT = 50.0
 LAUNCH_BOUND_MIN_KERNELS = 10
 SHORT_KERNEL_NS = 10_000
+# host_bound: the same idle and host_wait conditions with longer kernels; high from this idle share on. Not
+# reported together with data_loader_stall, which already explains the wait.
+HOST_BOUND_HIGH_IDLE_PCT = 50.0
 # communication_bound: communication not hidden by computation >= this share of the span (high from the second).
 COMM_EXPOSED_MIN_PCT = 10.0
 COMM_EXPOSED_HIGH_PCT = 30.0
@@ -86,6 +89,8 @@ def rank_findings(
         found = rule(data, temporal, idle, overlap)
         if found is not None:
             out.append(found)
+    if any(f.id == "data_loader_stall" for f in out):
+        out = [f for f in out if f.id != "host_bound"]
     if len(data.gpu_all) == 0:
         out.append(
             Finding(
@@ -108,7 +113,7 @@ def straggler_finding(stragglers: Stragglers | None) -> Finding | None:
         "straggler",
         severity,
         stragglers.slowest_rank,
-        f"Rank {stragglers.slowest_rank}'s steps take {stragglers.spread_pct:.1f}% longer than rank "
+        f"Rank {stragglers.slowest_rank}'s steps take {_p(stragglers.spread_pct)} longer than rank "
         f"{stragglers.fastest_rank}'s; look for uneven work or a slow host on that rank.",
         {
             "slowest_step_us": stragglers.slowest_step_us,
@@ -119,6 +124,13 @@ def straggler_finding(stragglers: Stragglers | None) -> Finding | None:
             "least_comm_wait_rank": stragglers.least_comm_wait_rank,
         },
     )
+
+
+def _p(value: float | None) -> str:
+    """A percentage for a message: one decimal, '<0.1%' for tiny non-zero values."""
+    if value is None:
+        return "-"
+    return "<0.1%" if 0 < value < 0.05 else f"{value:.1f}%"
 
 
 def _window(data: RankData) -> int:
@@ -146,7 +158,7 @@ def _data_loader_stall(data: RankData, temporal: Temporal | None, *_: object) ->
         "data_loader_stall",
         "high" if loader_pct >= DATALOADER_HIGH_PCT else "medium",
         data.rank,
-        f"The training loop waits on the DataLoader for {loader_pct:.1f}% of the step time {where}; "
+        f"The training loop waits on the DataLoader for {_p(loader_pct)} of the step time {where}; "
         "use more loader workers, pin_memory and prefetching.",
         {
             "dataloader_us": ns_to_us(loader_ns),
@@ -171,23 +183,33 @@ def _launch_bound(
         return None
     kernels = data.gpu.kind != MEMORY
     dur = (data.gpu.end - data.gpu.start)[kernels]
-    short_pct = pct(int((dur < SHORT_KERNEL_NS).sum()), len(dur))
-    if len(dur) < LAUNCH_BOUND_MIN_KERNELS or short_pct is None or short_pct < LAUNCH_BOUND_SHORT_MIN_PCT:
+    if len(dur) < LAUNCH_BOUND_MIN_KERNELS:
         return None
+    short_pct = pct(int((dur < SHORT_KERNEL_NS).sum()), len(dur)) or 0.0
+    evidence: Evidence = {
+        "idle_pct": temporal.idle_pct,
+        "host_wait_pct_of_idle": host_pct,
+        "kernels": len(dur),
+        "short_kernel_pct": short_pct,
+        "median_kernel_us": ns_to_us(float(np.median(dur))),
+        "kernels_per_step": round(len(dur) / max(len(data.steps), 1), 3),
+    }
+    if short_pct >= LAUNCH_BOUND_SHORT_MIN_PCT:
+        return Finding(
+            "launch_bound",
+            "high",
+            data.rank,
+            f"The GPU is idle {_p(temporal.idle_pct)} of the time, mostly waiting for the CPU to launch many short "
+            "kernels; fuse them (torch.compile) or capture the step with CUDA graphs.",
+            evidence,
+        )
     return Finding(
-        "launch_bound",
-        "high",
+        "host_bound",
+        "high" if temporal.idle_pct >= HOST_BOUND_HIGH_IDLE_PCT else "medium",
         data.rank,
-        f"The GPU is idle {temporal.idle_pct:.1f}% of the time, mostly waiting for the CPU to launch many short "
-        "kernels; fuse them (torch.compile) or capture the step with CUDA graphs.",
-        {
-            "idle_pct": temporal.idle_pct,
-            "host_wait_pct_of_idle": host_pct,
-            "kernels": len(dur),
-            "short_kernel_pct": short_pct,
-            "median_kernel_us": ns_to_us(float(np.median(dur))),
-            "kernels_per_step": round(len(dur) / max(len(data.steps), 1), 3),
-        },
+        f"The GPU is idle {_p(temporal.idle_pct)} of the time waiting for the CPU to issue work; profile the CPU "
+        "side of the step (Python overhead, data preparation, synchronisation).",
+        evidence,
     )
 
 
@@ -203,8 +225,8 @@ def _communication_bound(
         "communication_bound",
         "high" if exposed_pct >= COMM_EXPOSED_HIGH_PCT else "medium",
         data.rank,
-        f"Communication not overlapped with computation takes {exposed_pct:.1f}% of the GPU time "
-        f"(overlap {overlap.overlap_pct or 0:.1f}%); overlap it (bucketed/async collectives, FSDP prefetch) or shrink it.",
+        f"Communication not overlapped with computation takes {_p(exposed_pct)} of the GPU time "
+        f"(overlap {_p(overlap.overlap_pct)}); overlap it (bucketed/async collectives, FSDP prefetch) or shrink it.",
         {
             "comm_us": overlap.comm_us,
             "overlap_pct": overlap.overlap_pct,
@@ -239,7 +261,7 @@ def _sync_points(data: RankData, *_: object) -> Finding | None:
         "sync_points",
         severity,
         data.rank,
-        f"The CPU blocks on the GPU {len(sync_rows) + len(item_rows)} times ({blocked_pct:.1f}% of the step time); "
+        f"The CPU blocks on the GPU {len(sync_rows) + len(item_rows)} times ({_p(blocked_pct)} of the step time); "
         "avoid .item()/.cpu()/explicit synchronize inside the step so the CPU can run ahead.",
         {
             "device_synchronize": counts["Device"] + counts["Ctx"],
@@ -288,7 +310,7 @@ def _pageable(data: RankData, temporal: Temporal | None, *_: object) -> Finding 
         "pageable_copies",
         "medium" if share >= PAGEABLE_MEDIUM_PCT else "low",
         data.rank,
-        f"{int(sel.sum())} host-to-device copies come from pageable memory ({share:.1f}% of the GPU span); "
+        f"{int(sel.sum())} host-to-device copies come from pageable memory ({_p(share)} of the GPU span); "
         "use pin_memory=True and non_blocking=True so they run asynchronously.",
         {
             "copies": int(sel.sum()),
@@ -315,7 +337,7 @@ def _tiny_kernels(data: RankData, *_: object) -> Finding | None:
         "tiny_kernels",
         "medium" if share >= 80.0 else "low",
         data.rank,
-        f"{share:.1f}% of the kernels run for less than {TINY_KERNEL_NS / 1000:g} us; fusing them "
+        f"{_p(share)} of the kernels run for less than {TINY_KERNEL_NS / 1000:g} us; fusing them "
         "(torch.compile, fused optimizers) cuts launch overhead.",
         {
             "tiny_kernels": n_tiny,
