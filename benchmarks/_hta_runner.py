@@ -17,6 +17,14 @@ import time
 import warnings
 
 
+def peak_rss_mb() -> float:
+    """Peak RSS of this process image (VmHWM: unlike ru_maxrss it is not inherited across fork+exec), or of its
+    largest worker process when HTA parsed ranks in a pool."""
+    with open("/proc/self/status") as f:
+        hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    return max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+
+
 def main() -> None:
     mode, spec_path = sys.argv[1], sys.argv[2]
     with open(spec_path) as f:
@@ -60,7 +68,7 @@ def main() -> None:
         out["load_s"] = t1 - t0
         out["analyses_s"] = t2 - t1
     out["total_s"] = time.perf_counter() - t0
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = peak_rss_mb()
     sys.stdout.write(json.dumps(out) + "\n")
 
 

@@ -56,19 +56,19 @@ def json_bytes(path: Path) -> int:
 
 # --- the floor: what any typed decoder must do at least ---------------------------------------------
 class _FloorArgs(msgspec.Struct):
-    stream: int | None = None
-    device: int | None = None
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    nbytes: int | None = msgspec.field(default=None, name="bytes")
+    stream: int | float | str | None = None
+    device: int | float | str | None = None
+    correlation: int | float | str | None = None
+    external_id: int | float | str | None = msgspec.field(default=None, name="External id")
+    nbytes: int | float | str | None = msgspec.field(default=None, name="bytes")
 
 
 class _FloorEvent(msgspec.Struct):
     ph: str = ""
     name: str | None = None
     cat: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
+    pid: int | float | str | None = None
+    tid: int | float | str | None = None
     ts: float | None = None
     dur: float | None = None
     args: _FloorArgs | None = None
@@ -76,6 +76,14 @@ class _FloorEvent(msgspec.Struct):
 
 class _FloorTrace(msgspec.Struct):
     traceEvents: list[_FloorEvent]
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS of this process image (VmHWM is not inherited across fork+exec, unlike ru_maxrss), or of its
+    largest worker process when the loader used a pool."""
+    with open("/proc/self/status") as f:
+        hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    return max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
 
 
 # --- children ---------------------------------------------------------------------------------------
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         kind, path = args.child
         result = (child_ours if kind == "ours" else child_floor)(Path(path))
-        result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result["peak_rss_mb"] = peak_rss_mb()
         print(json.dumps(result))
         return 0
 
