@@ -218,6 +218,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         "HTA/stepscope",
         "RSS floor/stepscope/HTA MB",
         "stepscope/HTA RSS",
+        "stepscope load / analyses s",
         "process s stepscope/HTA",
     )
     lines = []
@@ -236,6 +237,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
                 f"{h['total_s'] / o['total_s']:.1f}x" if ok else "-",
                 f"{f['peak_rss_mb']:.0f} / {o['peak_rss_mb']:.0f} / {h['peak_rss_mb']:.0f}",
                 f"{100 * o['peak_rss_mb'] / h['peak_rss_mb']:.0f}%" if ok else "-",
+                f"{o['load_s']:.3f} / {o['analyses_s']:.3f}" if "error" not in o else "-",
                 f"{o['process_s']:.2f} / {h['process_s']:.2f}",
             )
         )

@@ -124,7 +124,8 @@ def step_table(
     measured = {k: (None if u is None else iv.covered_within(u, lo, hi)) for k, u in regions.items()}
     busy = None if gpu_busy is None else iv.covered_within(gpu_busy, lo, hi)
     comm_t = None if comm is None else iv.covered_within(comm, lo, hi)
-    launched = np.searchsorted(np.sort(launches), hi) - np.searchsorted(np.sort(launches), lo)
+    ordered = np.sort(launches)
+    launched = np.searchsorted(ordered, hi) - np.searchsorted(ordered, lo)
 
     def us(values: np.ndarray | None, i: int) -> float | None:
         return None if values is None else ns_to_us(int(values[i]))
