@@ -5,6 +5,7 @@ become messages and exit codes."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 
