@@ -133,7 +133,7 @@ def _decode(path: Path, data: bytes) -> _Trace:
         message = str(exc)
         if "missing required field `traceEvents`" in message:
             raise InputError(path, "JSON without traceEvents: not a chrome trace") from None
-        if message.endswith("- at `$`"):
+        if " - at `$" not in message:  # msgspec names no location for the top level
             raise InputError(path, "not a chrome trace: the top level is not a JSON object") from None
         raise InputError(path, f"wrong field type: {message}") from None
     except msgspec.DecodeError as exc:
@@ -141,6 +141,8 @@ def _decode(path: Path, data: bytes) -> _Trace:
         if "truncated" in message:
             raise InputError(path, "truncated JSON") from None
         raise InputError(path, f"not valid JSON ({message})") from None
+    except UnicodeDecodeError as exc:  # a string that is not UTF-8
+        raise InputError(path, f"not valid JSON (bad UTF-8 at byte {exc.start} of a string)") from None
     return trace
 
 
@@ -196,13 +198,24 @@ def _int_column(values: Sequence[Any], *, ids: bool = False) -> np.ndarray:
 
 
 def _ns_from_us(values: Sequence[Any]) -> np.ndarray:
-    """dur: floats (or ints) of microseconds -> int64 ns, rounded; absent or invalid -> 0."""
+    """dur: microseconds -> int64 ns; absent, invalid or out of int64 -> 0.
+
+    All-integer columns are exact; with floats present the column goes through float64 (exact below
+    2^53 ns, ~104 days, for values with at most three decimals).
+    """
+    if float not in set(map(type, values)):
+        us = _int_column(values)
+        ok = (us != MISSING) & (np.abs(us) <= _MAX_US)
+        return np.where(ok, us * 1000, 0)
     try:
-        us = np.array(values, dtype=np.float64)  # None -> nan
-    except (TypeError, ValueError, OverflowError):
-        us = np.array([v if type(v) in (int, float) and abs(v) < 9e15 else np.nan for v in values])
-    us = np.where(np.isfinite(us) & (np.abs(us) < 9e15), us, 0.0)
-    return np.rint(us * 1000.0).astype(np.int64)
+        floats = np.array(values, dtype=np.float64)  # None -> nan
+    except OverflowError:  # an int beyond float range
+        floats = np.array([v if v is None or abs(v) < 9e15 else np.nan for v in values], dtype=np.float64)
+    floats = np.where(np.isfinite(floats) & (np.abs(floats) < 9e15), floats, 0.0)
+    return np.rint(floats * 1000.0).astype(np.int64)
+
+
+_MAX_US = (2**63 - 1) // 1000
 
 
 def _valid_ph(ph: str) -> bool:
@@ -246,7 +259,8 @@ def _build(path: Path, trace: _Trace, rank_hint: int | None) -> FileTable:
     cols["flow_id"] = np.where(is_flow, _int_column([e.id for e in rows]), MISSING)
     args: list[Any] = [e.args or _NO_ARGS for e in rows]
     cols["stream"] = np.where(is_gpu, _int_column([a.stream for a in args]), MISSING)
-    cols["device"] = np.where(is_gpu, _int_column([a.device for a in args]), MISSING).astype(np.int32)
+    device = _int_column([a.device for a in args])
+    cols["device"] = np.where(is_gpu & (np.abs(device) < 2**31), device, MISSING).astype(np.int32)
     cols["correlation"] = _int_column([a.correlation for a in args])
     external = [a.external_id for a in args]
     if None in external:  # the 2021 schema writes "external id" on runtime calls and GPU activities

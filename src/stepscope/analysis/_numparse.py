@@ -10,8 +10,8 @@ through `decimal.Decimal`, with the same result.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 import numpy as np
 

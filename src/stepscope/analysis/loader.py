@@ -24,7 +24,6 @@ __all__ = ["load_trace", "trace_files"]
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Use worker processes when at least this many bytes of JSON (estimated) are spread over several files.
 POOL_MIN_BYTES = 48 << 20
-GZIP_RATIO_GUESS = 10  # JSON bytes per gzip byte, to estimate work before decompressing
 
 
 # --- finding the files -------------------------------------------------------------------------------
@@ -66,25 +65,28 @@ def load_trace(path: str | Path, *, workers: int | None = None, progress: bool |
     files = trace_files(path)
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     n_workers = _choose_workers(workers, sizes)
-    with _Progress(sum(sizes), enabled=progress) as bar:
-        if n_workers > 1:
-            tables = _load_in_pool(files, sizes, n_workers, bar)
-        else:
+    tables = _load_in_pool(files, sizes, n_workers, progress) if n_workers > 1 else None
+    if tables is None:
+        with _Progress(sum(sizes), enabled=progress) as bar:
             tables = []
             for (file, hint), size in zip(files, sizes, strict=True):
                 tables.append(load_file(file, hint))
                 bar.advance(size, file.name)
-        return _merge(tables)
+    return _merge(tables)
 
 
 def _estimated_json_bytes(path: Path) -> int:
+    """Size of the JSON: a gzip file's last 4 bytes hold it (modulo 4 GiB)."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
-            gz = fh.read(2) == b"\x1f\x8b"
+            if fh.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            fh.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(fh.read(4), "little")
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-    return size * GZIP_RATIO_GUESS if gz else size
+    return max(isize, size)
 
 
 def _choose_workers(workers: int | None, sizes: list[int]) -> int:
@@ -95,21 +97,43 @@ def _choose_workers(workers: int | None, sizes: list[int]) -> int:
     return max(1, min(len(sizes), os.cpu_count() or 1, 8))
 
 
+def _load_or_error(path: Path, hint: int | None) -> FileTable | tuple[str, str]:
+    """Pool worker: InputError comes back as (path, problem), which pickles without surprises."""
+    try:
+        return load_file(path, hint)
+    except InputError as exc:
+        return (exc.path, exc.problem)
+
+
 def _load_in_pool(
-    files: list[tuple[Path, int | None]], sizes: list[int], n_workers: int, bar: _Progress
-) -> list[FileTable]:
+    files: list[tuple[Path, int | None]], sizes: list[int], n_workers: int, progress: bool | None
+) -> list[FileTable] | None:
+    """Decode the files in worker processes; None when no pool can run (the caller loads serially)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
-    # spawn, not fork: the parent may hold threads (the progress bar) and fork would copy their locks.
-    context = multiprocessing.get_context("spawn")
+    # fork where there is one: spawn would re-import the caller's __main__ (scripts without a main guard
+    # break). Workers are all forked at the first submit, before the progress bar starts a thread.
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     results: dict[int, FileTable] = {}
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=context) as pool:
-        futures = {pool.submit(load_file, f, hint): i for i, (f, hint) in enumerate(files)}
-        for future in as_completed(futures):
-            i = futures[future]
-            results[i] = future.result()  # InputError pickles and re-raises here
-            bar.advance(sizes[i], files[i][0].name)
+    try:
+        pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=multiprocessing.get_context(method))
+        futures = {pool.submit(_load_or_error, f, hint): i for i, (f, hint) in enumerate(files)}
+    except (OSError, RuntimeError):
+        return None
+    with pool, _Progress(sum(sizes), enabled=progress) as bar:
+        try:
+            for future in as_completed(futures):
+                i = futures[future]
+                result = future.result()
+                if isinstance(result, tuple):
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise InputError(*result)
+                results[i] = result
+                bar.advance(sizes[i], files[i][0].name)
+        except (BrokenProcessPool, OSError):
+            return None
     return [results[i] for i in range(len(files))]
 
 

@@ -180,7 +180,8 @@ class TraceTable:
                 rows["dur"].append(max(dur, 0))
                 is_gpu = cat in GPU_CATEGORIES
                 rows["stream"].append(_as_int(args.get("stream")) if is_gpu else MISSING)
-                rows["device"].append(_as_int(args.get("device")) if is_gpu else MISSING)
+                device = _as_int(args.get("device")) if is_gpu else MISSING
+                rows["device"].append(device if -(2**31) <= device < 2**31 else MISSING)
                 rows["correlation"].append(_as_int(args.get("correlation")))
                 external = args.get("External id")
                 rows["external_id"].append(_as_int(args.get("external id") if external is None else external))
@@ -215,8 +216,8 @@ def _as_int(value: Any) -> int:
         return value if -(2**63) <= value < 2**63 else MISSING
     if isinstance(value, float) and value == value and abs(value) < 2**63:
         return int(value)
-    if isinstance(value, Decimal) and value.is_finite() and abs(value) < 2**63:
-        return int(value)
+    if isinstance(value, Decimal) and value.is_finite():  # read like the loader: through float64
+        return _as_int(float(value))
     return MISSING
 
 
