@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from _traces import cpu, kernel, launched, runtime, step, table_of
+from ._traces import cpu, kernel, launched, runtime, step, table_of
 from stepscope.analysis.analyze import SCHEMA, analyze
 from stepscope.analysis.breakdown import KernelTypeCombo, KernelTypeStat, Temporal
 from stepscope.analysis.idle import StreamIdle

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from _traces import SHARED_TRACES, load
+from ._traces import SHARED_TRACES, load
 from stepscope.analysis.analyze import analyze
 
 pytestmark = pytest.mark.shared

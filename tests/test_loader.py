@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _tables import assert_same_table
+from ._tables import assert_same_table
 from stepscope.analysis.loader import load_trace
 from stepscope.analysis.table import MISSING, TraceTable
 from stepscope.errors import InputError
 from stepscope.runfolder import Artifact, update_manifest
-from tracegen import SHARED_TRACES, kernel, op, step, trace, write
+from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
 
 
 def reference(path: Path, rank: int = 0) -> TraceTable:
