@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from ._traces import cpu, kernel, launched, runtime, step, table_of
 from stepscope.analysis.analyze import SCHEMA, analyze
 from stepscope.analysis.breakdown import KernelTypeCombo, KernelTypeStat, Temporal
 from stepscope.analysis.idle import StreamIdle
 from stepscope.analysis.overlap import CommOverlap
+
+from ._traces import cpu, kernel, launched, runtime, step, table_of
 
 T0 = 1_700_000_000_000  # us, a realistic trace clock
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"

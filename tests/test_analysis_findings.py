@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from ._traces import cpu, launched, runtime, step, table_of
 from stepscope.analysis.analyze import analyze
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.stragglers import RankStepStat, Stragglers
+
+from ._traces import cpu, launched, runtime, step, table_of
 from .test_analysis_breakdown import T0, two_step_trace
 
 LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ._traces import SHARED_TRACES, load
 from stepscope.analysis.analyze import analyze
+
+from ._traces import SHARED_TRACES, load
 
 pytestmark = pytest.mark.shared
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ._traces import ensure_loader, write_trace
 from stepscope.cli import main
+
+from ._traces import ensure_loader, write_trace
 from .test_analysis_breakdown import two_step_trace
 from .test_analysis_findings import rank_trace
 

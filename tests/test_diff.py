@@ -10,6 +10,7 @@ import pytest
 from stepscope.analysis.diff import DIFF_SCHEMA, diff_tables
 from stepscope.analysis.loader import load_trace
 from stepscope.cli import main
+
 from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"

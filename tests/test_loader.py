@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ._tables import assert_same_table
 from stepscope.analysis.loader import load_trace
 from stepscope.analysis.table import MISSING, TraceTable
 from stepscope.errors import InputError
 from stepscope.runfolder import Artifact, update_manifest
+
+from ._tables import assert_same_table
 from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
 
 

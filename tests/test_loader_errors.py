@@ -15,6 +15,7 @@ from stepscope.analysis.loader import load_trace
 from stepscope.analysis.table import TraceTable
 from stepscope.cli import main
 from stepscope.errors import InputError
+
 from .tracegen import kernel, op, step, trace, write
 
 GOOD = trace([step(1, 0, 100), op("aten::mm", 1, 10, **{"External id": 1}), kernel("k", 5, 3, correlation=1)])

@@ -13,6 +13,7 @@ from stepscope.analysis.summary import SUMMARY_SCHEMA, self_times, summarize
 from stepscope.analysis.table import TraceTable
 from stepscope.cli import main
 from stepscope.report.summary import kernel_label
+
 from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
 
 RANK0 = [
