@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 import numpy as np
@@ -40,14 +41,14 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "ph": ("uint8", "ord() of the chrome-trace phase letter: X, i, s, f, C, b, e, ..."),
     "cat": ("int32", "index into `cats` (normalised category); -1 when the event has none"),
     "name": ("int32", "index into `names`"),
-    "pid": ("int64", "process id as written (GPU events: device index); -1 when not an integer"),
-    "tid": ("int64", "thread id as written (GPU events: stream); -1 when not an integer"),
+    "pid": ("int64", "process id (GPU events: device index); numeric strings parsed; else -1"),
+    "tid": ("int64", "thread id (GPU events: stream); '5555' -> 5555, 'stream 7' -> 7; else -1"),
     "ts": ("int64", "start, integer ns since the epoch of the trace clock"),
     "dur": ("int64", "duration in ns; 0 for events without one"),
     "stream": ("int64", "args.stream of GPU events, else -1"),
     "device": ("int32", "args.device of GPU events, else -1"),
     "correlation": ("int64", "args.correlation (runtime call <-> GPU activity), else -1"),
-    "external_id": ("int64", "args['External id'] (cpu op <-> runtime call), else -1"),
+    "external_id": ("int64", "args['External id'] ('external id' in 2021 traces): op <-> runtime, else -1"),
     "flow_id": ("int64", "id of flow events (ph s/f), else -1"),
     "bytes": ("int64", "args.bytes of memcpy/memset, or message bytes of collectives when known, else -1"),
 }
@@ -78,6 +79,9 @@ class RankInfo:
     device_properties: list[dict[str, Any]] = field(default_factory=list)
     schema_version: int | None = None
     base_time_ns: int | None = None
+    # From 'M' metadata events: pid -> process_name, (pid, tid) -> thread_name (ids parsed like the columns).
+    process_names: dict[int, str] = field(default_factory=dict)
+    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,7 +138,12 @@ class TraceTable:
         events_by_rank: Mapping[int, Iterable[Mapping[str, Any]]],
         sources: Mapping[int, str] | None = None,
     ) -> TraceTable:
-        """Build a table from plain chrome-trace event dicts, one iterable per rank (tests, small inputs)."""
+        """Build a table from plain chrome-trace event dicts, one iterable per rank (tests, small inputs).
+
+        Timestamps are exact when the dicts hold ints or `Decimal`s (`json.load(f, parse_float=Decimal)`);
+        Python floats are rounded to the nearest ns of their binary value (at epoch-microsecond magnitudes
+        that is ~0.25 us off, which is why the fast loader parses the decimal text instead).
+        """
         names: dict[str, int] = {}
         cats: dict[str, int] = {}
         rows: dict[str, list[int]] = {c: [] for c in COLUMNS}
@@ -148,10 +157,13 @@ class TraceTable:
             return table.setdefault(value, len(table))
 
         for rank, events in events_by_rank.items():
-            ranks[rank] = RankInfo(rank=rank, source=(sources or {}).get(rank, f"<rank {rank}>"))
+            info = ranks[rank] = RankInfo(rank=rank, source=(sources or {}).get(rank, f"<rank {rank}>"))
             for ev in events:
                 ph = ev.get("ph", "")
-                if ph == "M" or not isinstance(ph, str) or len(ph) != 1:
+                if ph == "M":
+                    _read_metadata(info, ev)
+                    continue
+                if not isinstance(ph, str) or len(ph) != 1 or not ph.isascii():
                     continue
                 args = ev.get("args") or {}
                 cat = ev.get("cat")
@@ -159,17 +171,20 @@ class TraceTable:
                 rows["rank"].append(rank)
                 rows["ph"].append(ord(ph))
                 rows["cat"].append(intern(cats, cat) if cat is not None else MISSING)
-                rows["name"].append(intern(names, str(ev.get("name", ""))))
-                rows["pid"].append(_as_int(ev.get("pid")))
-                rows["tid"].append(_as_int(ev.get("tid")))
+                name = ev.get("name")
+                rows["name"].append(intern(names, "" if name is None else str(name)))
+                rows["pid"].append(_id_as_int(ev.get("pid")))
+                rows["tid"].append(_id_as_int(ev.get("tid")))
                 rows["ts"].append(_us_to_ns(ev.get("ts")))
                 dur = _us_to_ns(ev.get("dur"))
                 rows["dur"].append(max(dur, 0))
                 is_gpu = cat in GPU_CATEGORIES
                 rows["stream"].append(_as_int(args.get("stream")) if is_gpu else MISSING)
-                rows["device"].append(_as_int(args.get("device")) if is_gpu else MISSING)
+                device = _as_int(args.get("device")) if is_gpu else MISSING
+                rows["device"].append(device if -(2**31) <= device < 2**31 else MISSING)
                 rows["correlation"].append(_as_int(args.get("correlation")))
-                rows["external_id"].append(_as_int(args.get("External id")))
+                external = args.get("External id")
+                rows["external_id"].append(_as_int(args.get("external id") if external is None else external))
                 rows["flow_id"].append(_as_int(ev.get("id")) if ph in ("s", "f") else MISSING)
                 rows["bytes"].append(_as_int(args.get("bytes")))
                 for key, arg in STRING_ARGS.items():
@@ -182,22 +197,64 @@ class TraceTable:
         return cls(list(names), list(cats), columns, ranks)
 
 
+def _read_metadata(info: RankInfo, ev: Mapping[str, Any]) -> None:
+    args = ev.get("args")
+    value = args.get("name") if isinstance(args, Mapping) else None
+    if not isinstance(value, str):
+        return
+    if ev.get("name") == "process_name":
+        info.process_names[_id_as_int(ev.get("pid"))] = value
+    elif ev.get("name") == "thread_name":
+        info.thread_names[(_id_as_int(ev.get("pid")), _id_as_int(ev.get("tid")))] = value
+
+
 def _as_int(value: Any) -> int:
+    """An int64 arg value, or -1 (absent, not a number, or beyond int64: some traces carry such ids)."""
     if isinstance(value, bool) or value is None:
         return MISSING
     if isinstance(value, int):
         return value if -(2**63) <= value < 2**63 else MISSING
     if isinstance(value, float) and value == value and abs(value) < 2**63:
         return int(value)
+    if isinstance(value, Decimal) and value.is_finite():  # read like the loader: through float64
+        return _as_int(float(value))
     return MISSING
 
 
+def _id_as_int(value: Any) -> int:
+    """pid / tid: ints as they are; old traces write tids as strings ('5555', 'stream 7')."""
+    if isinstance(value, str):
+        digits = value[7:] if value.startswith("stream ") else value
+        if digits.isdecimal() and digits.isascii() and len(digits) < 19:
+            return int(digits)
+        return MISSING
+    return _as_int(value)
+
+
+_INT64_MAX = 2**63 - 1
+
+
 def _us_to_ns(value: Any) -> int:
-    """Kineto microseconds (int or float with a ns fraction) -> integer ns; 0 when absent or invalid."""
+    """Kineto microseconds (int, float or Decimal with a ns fraction) -> integer ns; 0 when absent or invalid.
+
+    Exact for ints and Decimals (a fraction beyond ns is rounded half to even), and 0 when the result does
+    not fit int64.
+    """
     if isinstance(value, bool) or value is None:
         return 0
     if isinstance(value, int):
-        return value * 1000
+        ns = value * 1000
+        return ns if -_INT64_MAX <= ns <= _INT64_MAX else 0
     if isinstance(value, float) and value == value and abs(value) < 9e15:
         return round(value * 1000)
+    if isinstance(value, Decimal):
+        return decimal_us_to_ns(value)
     return 0
+
+
+def decimal_us_to_ns(value: Decimal) -> int:
+    """Exact microseconds -> ns, rounded half to even; 0 for non-finite or out-of-int64 values."""
+    if not value.is_finite() or abs(value) >= 10**16:
+        return 0
+    ns = int((value.scaleb(3)).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+    return ns if -_INT64_MAX <= ns <= _INT64_MAX else 0

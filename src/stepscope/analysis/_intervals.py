@@ -1,0 +1,110 @@
+"""Vectorised interval arithmetic on integer-ns [start, end) intervals (sort + merge, prefix sums; no Python loops).
+
+Every analyzer measures time as unions of intervals; keeping the arithmetic here makes the definitions
+(union, intersection, coverage inside a window) the same everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """Union of intervals as disjoint, sorted (starts, ends); touching intervals are joined."""
+    if len(starts) == 0:
+        return _EMPTY, _EMPTY
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.int64)[order]
+    e = np.maximum(np.asarray(ends, dtype=np.int64)[order], s)
+    reach = np.maximum.accumulate(e)
+    new_group = np.empty(len(s), dtype=bool)
+    new_group[0] = True
+    new_group[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new_group)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return s[first], reach[last]
+
+
+def length(intervals: Intervals) -> int:
+    """Total length of disjoint intervals."""
+    s, e = intervals
+    return int((e - s).sum())
+
+
+def coverage_until(intervals: Intervals, t: np.ndarray) -> np.ndarray:
+    """For each time in `t`, how much of the disjoint sorted `intervals` lies before it."""
+    s, e = intervals
+    t = np.asarray(t, dtype=np.int64)
+    if len(s) == 0:
+        return np.zeros(t.shape, dtype=np.int64)
+    lengths = e - s
+    before = np.concatenate(([0], np.cumsum(lengths)))
+    i = np.searchsorted(s, t, side="right") - 1
+    j = np.maximum(i, 0)
+    return np.where(i >= 0, before[j] + np.clip(t - s[j], 0, lengths[j]), 0)
+
+
+def covered_within(intervals: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Length of `intervals` inside each window [lo, hi) (vectorised over windows)."""
+    return np.maximum(coverage_until(intervals, hi) - coverage_until(intervals, lo), 0)
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Intersection of two disjoint sorted interval sets, as disjoint sorted intervals."""
+    return _sweep([a, b], lambda mask: mask == 3)
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """The parts of `a` not covered by `b`."""
+    return _sweep([a, b], lambda mask: mask == 1)
+
+
+def clip(intervals: Intervals, lo: int, hi: int) -> Intervals:
+    """Disjoint intervals cut to the window [lo, hi)."""
+    s, e = intervals
+    s2, e2 = np.maximum(s, lo), np.minimum(e, hi)
+    keep = e2 > s2
+    return s2[keep], e2[keep]
+
+
+def exclusive_time_by_mask(sets: list[Intervals]) -> np.ndarray:
+    """Time during which exactly the combination `mask` of the given disjoint sets is active.
+
+    Index the result with a bit mask (bit i = sets[i]); entry 0 is unused. Used for "compute overlapping
+    communication"-style breakdowns.
+    """
+    times, bits = _boundaries(sets)
+    out = np.zeros(1 << len(sets), dtype=np.int64)
+    if len(times) < 2:
+        return out
+    mask = np.cumsum(bits)[:-1]
+    out += np.bincount(mask, weights=np.diff(times), minlength=len(out)).astype(np.int64)
+    out[0] = 0
+    return out
+
+
+def _boundaries(sets: list[Intervals]) -> tuple[np.ndarray, np.ndarray]:
+    """Start/end boundaries of several disjoint interval sets, sorted by time; bit values +2^i / -2^i."""
+    times = [np.concatenate((s, e)) for s, e in sets]
+    bits = [
+        np.concatenate((np.full(len(s), 1 << i), np.full(len(e), -(1 << i)))) for i, (s, e) in enumerate(sets)
+    ]
+    if not times:
+        return _EMPTY, _EMPTY
+    t = np.concatenate(times).astype(np.int64)
+    b = np.concatenate(bits).astype(np.int64)
+    order = np.argsort(t, kind="stable")
+    return t[order], b[order]
+
+
+def _sweep(sets: list[Intervals], keep: object) -> Intervals:
+    times, bits = _boundaries(sets)
+    if len(times) < 2:
+        return _EMPTY, _EMPTY
+    mask = np.cumsum(bits)[:-1]
+    sel = keep(mask) & (times[1:] > times[:-1])  # type: ignore[operator]
+    return merge(times[:-1][sel], times[1:][sel])

@@ -1,0 +1,70 @@
+"""The slice of a trace every analyzer of one rank works on: its rows, its steps, its window, its GPU activity.
+
+Built once per rank so that the analyzers agree on the window (HTA's convention: GPU activity belongs to the
+window when the runtime call that launched it starts inside it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stepscope.analysis.kernels import MISSING_TS, GpuEvents, gpu_events
+from stepscope.analysis.steps import StepSpans, find_steps
+from stepscope.analysis.table import TraceTable
+
+
+@dataclass
+class RankData:
+    """One rank prepared for analysis; times in ns."""
+
+    rank: int
+    table: TraceTable  # the rank's rows only
+    steps: StepSpans  # the steps inside the window
+    all_steps: int  # how many ProfilerStep spans the rank has
+    lo: int  # window [lo, hi)
+    hi: int
+    gpu_all: GpuEvents  # every GPU activity of the rank
+    gpu: GpuEvents  # GPU activity launched inside the window
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_gpu(self) -> bool:
+        return len(self.gpu) > 0
+
+
+def effective_launch(gpu: GpuEvents) -> np.ndarray:
+    """Launch time of each GPU event, falling back to its own start when no runtime call is correlated."""
+    return np.where(gpu.launch == MISSING_TS, gpu.start, gpu.launch)
+
+
+def prepare_rank(table: TraceTable, rank: int, *, drop_last_step: bool = False) -> RankData:
+    """Select one rank, find its steps and window, and gather its GPU activity."""
+    rank_col = table.columns["rank"]
+    sub = table if bool((rank_col == rank).all()) else table.select(rank_col == rank)
+    steps = find_steps(sub)
+    notes: list[str] = []
+    gpu_all = gpu_events(sub)
+    n = len(steps)
+    if n == 0:
+        ts = sub.columns["ts"]
+        lo = int(ts.min()) if len(ts) else 0
+        hi = int((ts + sub.columns["dur"]).max()) + 1 if len(ts) else 0
+        kept = steps
+        notes.append("no ProfilerStep spans: the whole trace is analysed")
+    else:
+        if drop_last_step and n > 1:
+            kept = steps.head(n - 1)
+            hi = int(steps.start[-1])
+        else:
+            kept = steps
+            hi = int(steps.end[-1])
+            if drop_last_step:
+                notes.append("only one ProfilerStep: --drop-last-step keeps it")
+        lo = int(steps.start[0])
+    launch = effective_launch(gpu_all)
+    gpu = gpu_all.select((launch >= lo) & (launch < hi))
+    if len(gpu_all) == 0:
+        notes.append("no GPU activity in the trace: GPU breakdowns are empty")
+    return RankData(rank, sub, kept, n, lo, hi, gpu_all, gpu, notes)

@@ -1,0 +1,116 @@
+"""`analyze`: every per-rank analysis, the cross-rank view and the findings, as one plain result (no printing).
+
+Schema "stepscope.analysis/1" is what `stepscope analyze --json` prints; its fields are documented in
+docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from stepscope.analysis import _intervals as iv
+from stepscope.analysis._rank import RankData, effective_launch, prepare_rank
+from stepscope.analysis.breakdown import (
+    KernelTypes,
+    Temporal,
+    TopKernel,
+    kernel_type_breakdown,
+    temporal_breakdown,
+    top_kernels,
+)
+from stepscope.analysis.findings import Finding, rank_findings, straggler_finding
+from stepscope.analysis.idle import StreamIdle, idle_by_stream
+from stepscope.analysis.kernels import COMMUNICATION
+from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
+from stepscope.analysis.steps import StepRow, ns_to_us, step_table
+from stepscope.analysis.stragglers import Stragglers, cross_rank
+from stepscope.analysis.table import TraceTable
+
+SCHEMA = "stepscope.analysis/1"
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+class Window(msgspec.Struct):
+    """The part of the trace analysed: from the first kept ProfilerStep to the end of the last one."""
+
+    start_us: float  # trace clock
+    dur_us: float
+    steps: int  # steps inside the window
+    total_steps: int  # ProfilerStep spans in the trace
+    dropped_last_step: bool
+
+
+class RankAnalysis(msgspec.Struct):
+    """Everything `analyze` says about one rank. GPU sections are null/empty without GPU activity."""
+
+    rank: int
+    source: str
+    window: Window
+    temporal: Temporal | None
+    kernel_types: KernelTypes | None
+    idle_by_stream: list[StreamIdle]
+    overlap_pct: float | None  # communication overlapped by computation; null without communication
+    communication: CommOverlap | None
+    top_kernels: list[TopKernel]
+    steps: list[StepRow]
+    notes: list[str]
+
+
+class AnalysisResult(msgspec.Struct):
+    """The document printed by `stepscope analyze --json`."""
+
+    schema: str
+    ranks: list[RankAnalysis]
+    stragglers: Stragglers | None
+    findings: list[Finding]
+    notices: list[str]
+
+
+def analyze(table: TraceTable, *, drop_last_step: bool = False, top: int = 10) -> AnalysisResult:
+    """Analyse every rank of `table` over its profiler-step window (the last step dropped on request)."""
+    ranks: list[RankAnalysis] = []
+    findings: list[Finding] = []
+    for rank in table.rank_ids():
+        data = prepare_rank(table, rank, drop_last_step=drop_last_step)
+        result = analyze_rank(data, top=top)
+        ranks.append(result)
+        findings.extend(rank_findings(data, result.temporal, result.idle_by_stream, result.communication))
+    stragglers = cross_rank({r.rank: r.steps for r in ranks})
+    slow = straggler_finding(stragglers)
+    if slow is not None:
+        findings.append(slow)
+    findings.sort(
+        key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.rank if f.rank is not None else -1, f.id)
+    )
+    return AnalysisResult(SCHEMA, ranks, stragglers, findings, list(table.notices))
+
+
+def analyze_rank(data: RankData, *, top: int = 10) -> RankAnalysis:
+    """The per-rank sections of the result."""
+    gpu = data.gpu
+    has_comm = bool((gpu.kind == COMMUNICATION).any())
+    overlap = comm_compute_overlap(gpu) if has_comm else None
+    all_gpu = data.gpu_all
+    busy = iv.merge(all_gpu.start, all_gpu.end) if len(all_gpu) else None
+    comm_all = all_gpu.of_kind(COMMUNICATION)
+    comm = iv.merge(comm_all.start, comm_all.end) if len(comm_all) else None
+    info = data.table.ranks.get(data.rank)
+    return RankAnalysis(
+        rank=data.rank,
+        source=info.source if info is not None else "",
+        window=Window(
+            start_us=ns_to_us(data.lo),
+            dur_us=ns_to_us(max(data.hi - data.lo, 0)),
+            steps=len(data.steps),
+            total_steps=data.all_steps,
+            dropped_last_step=len(data.steps) < data.all_steps,
+        ),
+        temporal=temporal_breakdown(gpu),
+        kernel_types=kernel_type_breakdown(gpu),
+        idle_by_stream=idle_by_stream(gpu),
+        overlap_pct=overlap.overlap_pct if overlap is not None else None,
+        communication=overlap,
+        top_kernels=top_kernels(gpu, top),
+        steps=step_table(data.table, data.steps, busy, comm, effective_launch(all_gpu)),
+        notes=data.notes,
+    )

@@ -1,0 +1,248 @@
+"""Load Kineto chrome traces into one `TraceTable` (no torch, no pandas).
+
+`load_trace(path)` takes a trace file (.json or .json.gz, gzip recognised by its magic bytes), a folder of
+per-rank traces, or a stepscope run folder (traces found through its manifest). Files are decoded one by
+one (`_decode.load_file`), or by a process pool when several big files are given, then their symbol
+tables are merged and every file gets a distinct rank.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis._decode import FileTable, load_file
+from stepscope.analysis.table import COLUMNS, INT_ARGS, MISSING, STRING_ARGS, TraceTable
+from stepscope.errors import InputError
+
+__all__ = ["load_trace", "trace_files"]
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+# Use worker processes when at least this many bytes of JSON (estimated) are spread over several files.
+POOL_MIN_BYTES = 48 << 20
+
+
+# --- finding the files -------------------------------------------------------------------------------
+def trace_files(path: str | Path) -> list[tuple[Path, int | None]]:
+    """The trace files behind PATH, each with the rank a run-folder manifest gives it (else None)."""
+    from stepscope.runfolder import is_run_folder, read_manifest
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError(p, "no such file or directory")
+    if p.is_file():
+        return [(p, None)]
+    if not p.is_dir():
+        raise InputError(p, "not a regular file or directory")
+    if is_run_folder(p):
+        found = [(p / a.path, a.rank) for a in read_manifest(p).artifacts if a.kind == "trace"]
+        if not found:
+            raise InputError(p, "run folder has no trace artifacts in its manifest")
+        for file, _ in found:
+            if not file.is_file():
+                raise InputError(file, "listed in the run folder's manifest but missing")
+        return sorted(found, key=lambda item: str(item[0]))
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+    if not files:
+        raise InputError(p, "directory has no trace files (*.json, *.json.gz)")
+    return [(f, None) for f in files]
+
+
+# --- several files: ranks, pool, merge ----------------------------------------------------------------
+def load_trace(path: str | Path, *, workers: int | None = None, progress: bool | None = None) -> TraceTable:
+    """Load a trace file, a folder of per-rank traces or a run folder into one TraceTable.
+
+    Ranks come from each file's `distributedInfo.rank` (or the run folder's manifest); files without one,
+    or repeating a rank already taken, get the lowest free ranks in path order and a notice in `notices`.
+    `workers`: processes for multi-file loads (None: decide from the amount of data; 1: no pool).
+    `progress`: show a progress bar on stderr (None: only on a terminal, once loading takes over a second).
+    Raises InputError naming the file and the problem.
+    """
+    files = trace_files(path)
+    sizes = [_estimated_json_bytes(f) for f, _ in files]
+    n_workers = _choose_workers(workers, sizes)
+    tables = _load_in_pool(files, sizes, n_workers, progress) if n_workers > 1 else None
+    if tables is None:
+        with _Progress(sum(sizes), enabled=progress) as bar:
+            tables = []
+            for (file, hint), size in zip(files, sizes, strict=True):
+                tables.append(load_file(file, hint))
+                bar.advance(size, file.name)
+    return _merge(tables)
+
+
+def _estimated_json_bytes(path: Path) -> int:
+    """Size of the JSON: a gzip file's last 4 bytes hold it (modulo 4 GiB)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            fh.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    return max(isize, size)
+
+
+def _choose_workers(workers: int | None, sizes: list[int]) -> int:
+    if workers is not None:
+        return max(1, min(workers, len(sizes)))
+    if len(sizes) < 2 or sum(sizes) < POOL_MIN_BYTES:
+        return 1
+    return max(1, min(len(sizes), os.cpu_count() or 1, 8))
+
+
+def _load_or_error(path: Path, hint: int | None) -> FileTable | tuple[str, str]:
+    """Pool worker: InputError comes back as (path, problem), which pickles without surprises."""
+    try:
+        return load_file(path, hint)
+    except InputError as exc:
+        return (exc.path, exc.problem)
+
+
+def _load_in_pool(
+    files: list[tuple[Path, int | None]], sizes: list[int], n_workers: int, progress: bool | None
+) -> list[FileTable] | None:
+    """Decode the files in worker processes; None when no pool can run (the caller loads serially)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    # fork where there is one: spawn would re-import the caller's __main__ (scripts without a main guard
+    # break). Workers are all forked at the first submit, before the progress bar starts a thread.
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    results: dict[int, FileTable] = {}
+    try:
+        pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=multiprocessing.get_context(method))
+        futures = {pool.submit(_load_or_error, f, hint): i for i, (f, hint) in enumerate(files)}
+    except (OSError, RuntimeError):
+        return None
+    with pool, _Progress(sum(sizes), enabled=progress) as bar:
+        try:
+            for future in as_completed(futures):
+                i = futures[future]
+                result = future.result()
+                if isinstance(result, tuple):
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise InputError(*result)
+                results[i] = result
+                bar.advance(sizes[i], files[i][0].name)
+        except (BrokenProcessPool, OSError):
+            return None
+    return [results[i] for i in range(len(files))]
+
+
+def _assign_ranks(tables: list[FileTable]) -> list[str]:
+    """Give every file a distinct rank: declared ones first (path order), then the lowest free ranks."""
+    notices: list[str] = []
+    taken: dict[int, str] = {}
+    pending: list[FileTable] = []
+    for t in sorted(tables, key=lambda t: t.path):
+        r = t.declared_rank
+        if r is not None and r not in taken:
+            t.info.rank = r
+            taken[r] = t.path
+        else:
+            pending.append(t)
+    free = 0
+    for t in pending:
+        while free in taken:
+            free += 1
+        t.info.rank = free
+        t.info.rank_assigned = True
+        taken[free] = t.path
+        if t.declared_rank is not None:
+            other = next(p for r, p in taken.items() if r == t.declared_rank)
+            notices.append(f"{t.path}: declares rank {t.declared_rank} like {other}; loaded as rank {free}")
+        elif len(tables) > 1:
+            notices.append(f"{t.path}: no distributedInfo.rank; loaded as rank {free}")
+    return notices
+
+
+def _merge(tables: list[FileTable]) -> TraceTable:
+    notices = _assign_ranks(tables)
+    tables = sorted(tables, key=lambda t: t.info.rank)
+    names: dict[str, int] = {}
+    cats: dict[str, int] = {}
+    parts: dict[str, list[np.ndarray]] = {}
+    for t in tables:
+        name_map = np.array([names.setdefault(n, len(names)) for n in t.names] + [MISSING], dtype=np.int32)
+        cat_map = np.array([cats.setdefault(c, len(cats)) for c in t.cats] + [MISSING], dtype=np.int32)
+        n = len(t.columns["ts"])
+        columns = dict(t.columns)
+        columns["rank"] = np.full(n, t.info.rank, dtype=np.int32)
+        columns["cat"] = cat_map[columns["cat"]]
+        for key in ("name", *(f"args_{k}" for k in STRING_ARGS)):
+            columns[key] = name_map[columns[key]]
+        for key, column in columns.items():
+            parts.setdefault(key, []).append(column)
+        notices.extend(t.notices)
+    dtypes = {c: d for c, (d, _) in COLUMNS.items()}
+    keys = [*COLUMNS, *(f"args_{k}" for k in STRING_ARGS), *(f"args_{k}" for k in INT_ARGS)]
+    merged = {
+        key: np.concatenate(parts[key]).astype(dtypes.get(key, "int64"), copy=False)
+        if key in parts
+        else np.zeros(0, dtype=dtypes.get(key, "int64"))
+        for key in keys
+    }
+    ranks = {t.info.rank: t.info for t in tables}
+    return TraceTable(list(names), list(cats), merged, ranks, notices)
+
+
+class _Progress:
+    """A rich progress bar on stderr, shown only when loading turns out to take more than a second."""
+
+    DELAY_S = 1.0
+    EXPECTED_BYTES_PER_S = 150e6
+
+    def __init__(self, total_bytes: int, *, enabled: bool | None) -> None:
+        self.total = max(total_bytes, 1)
+        self.enabled = enabled
+        self.done = 0
+        self._bar: Any = None
+        self._task: Any = None
+        self._started = 0.0
+
+    def __enter__(self) -> _Progress:
+
+        self._started = time.perf_counter()
+        if self.enabled is not False and self.total / self.EXPECTED_BYTES_PER_S > self.DELAY_S:
+            self._show()
+        return self
+
+    def advance(self, nbytes: int, label: str) -> None:
+
+        self.done += nbytes
+        late = time.perf_counter() - self._started > self.DELAY_S
+        if self._bar is None and self.enabled is not False and late:
+            self._show()
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, description=f"loading {label}")
+
+    def _show(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        if self.enabled is None and not console.is_terminal:
+            self.enabled = False
+            return
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task("loading traces", total=self.total, completed=self.done)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,207 @@
+"""Top CPU ops by self time and top GPU kernels by total time, per rank (pure compute, no printing).
+
+Self time of a host event = its duration minus the time of its direct children: the events of the
+`CPU_OP_CATEGORIES` on the same (rank, pid, tid) that start inside it. A child sticking out past its
+parent's end counts only up to that end, and self time is never negative. `python_function` events
+(with_stack traces) are left out of both sides, so an op's self time is what PyTorch's profiler calls
+"self CPU time". `ProfilerStep#N` rows are grouped as `ProfilerStep#*`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis.table import TraceTable
+
+SUMMARY_SCHEMA = "stepscope.summary/1"
+
+# Host-side events that nest on a thread and are listed as "CPU ops" (2021 names are mapped already).
+CPU_OP_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+KERNEL_CATEGORY = "kernel"
+_STEP_NAME = re.compile(r"ProfilerStep#\d+")
+
+
+class OpStat(msgspec.Struct):
+    """A host op (all calls of one name on a rank, or over all ranks in a diff)."""
+
+    name: str
+    count: int
+    self_us: float  # sum of self times
+    total_us: float  # sum of durations (inclusive of children; recursion counts twice)
+    mean_self_us: float
+    self_pct: float  # share of the self time of all listed ops
+
+
+class KernelStat(msgspec.Struct):
+    """All launches of one GPU kernel name."""
+
+    name: str
+    count: int
+    total_us: float
+    mean_us: float
+    pct: float  # share of all kernel time
+
+
+class RankSummary(msgspec.Struct):
+    rank: int
+    source: str
+    cpu_self_us: float  # self time of all listed ops (= host time covered by them)
+    kernel_us: float  # sum of kernel durations (not their union)
+    memcpy_us: float
+    memset_us: float
+    ops: list[OpStat]
+    kernels: list[KernelStat]
+
+
+class Summary(msgspec.Struct):
+    schema: str
+    top: int
+    ranks: list[RankSummary]
+    notices: list[str]
+
+
+def summarize(table: TraceTable, top: int = 10) -> Summary:
+    """Per rank: the `top` ops by self time and kernels by total time (top <= 0: all of them)."""
+    self_ns = self_times(table)
+    ranks = []
+    for rank in table.rank_ids():
+        ops = op_stats(table, self_ns, rank)
+        kernels = kernel_stats(table, rank)
+        in_rank = table.rank == rank
+        info = table.ranks.get(rank)
+        ranks.append(
+            RankSummary(
+                rank=rank,
+                source=info.source if info else "",
+                cpu_self_us=_us(int(self_ns[in_rank].sum())),
+                kernel_us=_us(int(table.dur[in_rank & table.cat_mask(KERNEL_CATEGORY)].sum())),
+                memcpy_us=_us(int(table.dur[in_rank & table.cat_mask("gpu_memcpy")].sum())),
+                memset_us=_us(int(table.dur[in_rank & table.cat_mask("gpu_memset")].sum())),
+                ops=ops[:top] if top > 0 else ops,
+                kernels=kernels[:top] if top > 0 else kernels,
+            )
+        )
+    return Summary(schema=SUMMARY_SCHEMA, top=top, ranks=ranks, notices=list(table.notices))
+
+
+def self_times(table: TraceTable) -> np.ndarray:
+    """Self time in ns of every row (0 for rows that are not complete events of CPU_OP_CATEGORIES)."""
+    out = np.zeros(len(table), dtype=np.int64)
+    rows = np.flatnonzero((table.ph == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES))
+    if len(rows) == 0:
+        return out
+    start = table.ts[rows]
+    end = start + table.dur[rows]
+    rank, pid, tid = table.rank[rows], table.pid[rows], table.tid[rows]
+    order = np.lexsort((-end, start, tid, pid, rank))  # by thread, then start, outermost first
+    start, end = start[order], end[order]
+    new_thread = np.ones(len(rows), dtype=bool)
+    new_thread[1:] = (np.diff(rank[order]) != 0) | (np.diff(pid[order]) != 0) | (np.diff(tid[order]) != 0)
+    parent = _parents(start, end, new_thread)
+    child = np.flatnonzero(parent >= 0)
+    inside = np.minimum(end[child], end[parent[child]]) - start[child]
+    children_ns = np.zeros(len(rows), dtype=np.int64)
+    np.add.at(children_ns, parent[child], inside)
+    out[rows[order]] = np.maximum(end - start - children_ns, 0)
+    return out
+
+
+def _parents(start: np.ndarray, end: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
+    """Index of each interval's innermost enclosing interval (-1: none), intervals sorted by thread,
+    start, then longest first: one pass with a stack of the open intervals."""
+    parent = [-1] * len(start)
+    stack: list[int] = []
+    ends = end.tolist()
+    for k, (s, fresh) in enumerate(zip(start.tolist(), new_thread.tolist(), strict=True)):
+        if fresh:
+            stack.clear()
+        while stack and ends[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            parent[k] = stack[-1]
+        stack.append(k)
+    return np.array(parent, dtype=np.int64)
+
+
+def _group_codes(table: TraceTable) -> tuple[np.ndarray, list[str]]:
+    """Name code -> group code: ProfilerStep#N all become ProfilerStep#*, other names stay themselves."""
+    groups: dict[str, int] = {}
+    codes = np.array(
+        [
+            groups.setdefault("ProfilerStep#*" if _STEP_NAME.fullmatch(n) else n, len(groups))
+            for n in table.names
+        ],
+        dtype=np.int64,
+    )
+    return codes, list(groups)
+
+
+def op_stats(table: TraceTable, self_ns: np.ndarray, rank: int | None = None) -> list[OpStat]:
+    """Every op name with its calls and times (one rank, or all ranks pooled), by self time, descending."""
+    mask = (table.ph == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES)
+    if rank is not None:
+        mask &= table.rank == rank
+    codes, group_names = _group_codes(table)
+    keys = codes[table.name[mask]]
+    selfs = self_ns[mask]
+    durs = table.dur[mask]
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    count = np.bincount(inverse, minlength=len(uniq))
+    self_sum = _int_sums(inverse, selfs, len(uniq))
+    dur_sum = _int_sums(inverse, durs, len(uniq))
+    grand = int(self_sum.sum())
+    stats = [
+        OpStat(
+            name=group_names[int(uniq[i])],
+            count=int(count[i]),
+            self_us=_us(int(self_sum[i])),
+            total_us=_us(int(dur_sum[i])),
+            mean_self_us=_us(int(self_sum[i]) / int(count[i])),
+            self_pct=_pct(int(self_sum[i]), grand),
+        )
+        for i in range(len(uniq))
+    ]
+    stats.sort(key=lambda s: (-s.self_us, -s.total_us, s.name))
+    return stats
+
+
+def kernel_stats(table: TraceTable, rank: int | None = None) -> list[KernelStat]:
+    """Every kernel name with its launches and total time, by total time, descending."""
+    mask = (table.ph == ord("X")) & table.cat_mask(KERNEL_CATEGORY)
+    if rank is not None:
+        mask &= table.rank == rank
+    uniq, inverse = np.unique(table.name[mask], return_inverse=True)
+    count = np.bincount(inverse, minlength=len(uniq))
+    total = _int_sums(inverse, table.dur[mask], len(uniq))
+    grand = int(total.sum())
+    stats = [
+        KernelStat(
+            name=table.names[int(uniq[i])],
+            count=int(count[i]),
+            total_us=_us(int(total[i])),
+            mean_us=_us(int(total[i]) / int(count[i])),
+            pct=_pct(int(total[i]), grand),
+        )
+        for i in range(len(uniq))
+    ]
+    stats.sort(key=lambda s: (-s.total_us, s.name))
+    return stats
+
+
+def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums of `values` per group (bincount would go through float64)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, groups, values)
+    return out
+
+
+def _us(ns: float) -> float:
+    """ns -> us, rounded to the ns so that JSON shows exact values."""
+    return round(ns / 1000.0, 3)
+
+
+def _pct(part: int, whole: int) -> float:
+    return round(100.0 * part / whole, 2) if whole else 0.0

@@ -1,0 +1,35 @@
+"""`stepscope analyze PATH`: time breakdown, idle causes, overlap, stragglers and findings with advice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command(name="analyze")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.analysis/1").'
+)
+@click.option(
+    "--drop-last-step", is_flag=True, help="Leave the last ProfilerStep out of the window (HTA's default)."
+)
+@click.option(
+    "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
+)
+def command(path: Path, as_json: bool, drop_last_step: bool, top: int) -> None:
+    """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder)."""
+    from stepscope.analysis.analyze import analyze
+    from stepscope.analysis.loader import load_trace
+
+    result = analyze(load_trace(path), drop_last_step=drop_last_step, top=top)
+    if as_json:
+        from stepscope.cli._common import print_json
+
+        print_json(result)
+        return
+    from stepscope.cli._common import console
+    from stepscope.report.analysis import render_analysis
+
+    render_analysis(result, console())

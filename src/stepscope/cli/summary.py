@@ -1,0 +1,30 @@
+"""`stepscope summary PATH`: top CPU ops by self time and GPU kernels by total time, per rank."""
+
+from __future__ import annotations
+
+import click
+
+from stepscope.cli._common import print_json
+
+
+@click.command(name="summary")
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--top", "top", type=int, default=10, show_default=True, help="Rows per table (0: all).")
+@click.option(
+    "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.summary/1").'
+)
+def command(path: str, top: int, as_json: bool) -> None:
+    """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
+    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.summary import summarize
+
+    summary = summarize(load_trace(path), top=top)
+    if as_json:
+        print_json(summary)
+        return
+    from stepscope.report.summary import SummaryReport
+    from stepscope.report.terminal import make_console
+
+    for notice in summary.notices:
+        click.echo(f"stepscope: note: {notice}", err=True)
+    make_console().print(SummaryReport(summary))

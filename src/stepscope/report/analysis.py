@@ -1,0 +1,127 @@
+"""Terminal rendering of an AnalysisResult (`stepscope analyze`). Formats only; every number comes computed."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
+from stepscope.report.terminal import fmt_pct, fmt_us, make_table, shorten
+
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+
+
+def render_analysis(result: AnalysisResult, console: Console) -> None:
+    """Per-rank breakdowns, then the cross-rank view, then the findings."""
+    for notice in result.notices:
+        console.print(f"[dim]note: {notice}[/dim]")
+    for rank in result.ranks:
+        _render_rank(rank, console)
+    if result.stragglers is not None:
+        s = result.stragglers
+        rows = [(str(r.rank), str(r.steps), fmt_us(r.step_us), fmt_us(r.comm_wait_us)) for r in s.ranks]
+        console.print(make_table("Ranks", ("rank", "steps", "mean step", "comm wait / step"), rows))
+        if s.slowest_rank is not None:
+            console.print(
+                f"slowest rank {s.slowest_rank}: {fmt_us(s.slowest_step_us)} per step, "
+                f"{fmt_us(s.spread_us)} ({fmt_pct(s.spread_pct)}) more than rank {s.fastest_rank}"
+            )
+        console.print()
+    console.print("[bold]Findings[/bold]" if result.findings else "[bold]Findings[/bold]: none")
+    for f in result.findings:
+        where = "" if f.rank is None else f" rank {f.rank}"
+        style = SEVERITY_STYLE.get(f.severity, "")
+        console.print(f"[{style}]{f.severity.upper():6}[/{style}]{where} {f.id}: {f.message}")
+        evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
+        console.print(f"        [dim]{evidence}[/dim]")
+
+
+def _render_rank(r: RankAnalysis, console: Console) -> None:
+    w = r.window
+    dropped = ", last step dropped" if w.dropped_last_step else ""
+    steps = (
+        f"{w.steps} of {w.total_steps} steps{dropped}" if w.total_steps else "whole trace (no ProfilerStep)"
+    )
+    console.print(f"[bold]Rank {r.rank}[/bold]  {r.source}  [dim]{steps}, {fmt_us(w.dur_us)}[/dim]")
+    t = r.temporal
+    if t is not None:
+        console.print(
+            make_table(
+                "GPU time (HTA definitions)",
+                ("", "span", "idle", "compute", "non-compute"),
+                [
+                    (
+                        "time",
+                        fmt_us(t.span_us),
+                        fmt_us(t.idle_us),
+                        fmt_us(t.compute_us),
+                        fmt_us(t.non_compute_us),
+                    ),
+                    (
+                        "share",
+                        "100%",
+                        fmt_pct(t.idle_pct),
+                        fmt_pct(t.compute_pct),
+                        fmt_pct(t.non_compute_pct),
+                    ),
+                ],
+            )
+        )
+    if r.kernel_types is not None:
+        rows = [
+            (k.type, str(k.count), fmt_us(k.total_us), fmt_us(k.busy_us), fmt_pct(k.busy_pct))
+            for k in r.kernel_types.by_type
+            if k.count
+        ]
+        console.print(make_table("Kernel types", ("type", "count", "total", "wall", "% of span"), rows))
+        combos = ", ".join(f"{' + '.join(c.types)} {fmt_pct(c.pct)}" for c in r.kernel_types.combos)
+        console.print(f"[dim]GPU busy time by what runs together: {combos}[/dim]")
+    if r.communication is not None:
+        c = r.communication
+        console.print(
+            f"communication {fmt_us(c.comm_us)}, overlapped with computation {fmt_pct(r.overlap_pct)}, "
+            f"exposed {fmt_us(c.exposed_us)}"
+        )
+    if r.idle_by_stream:
+        rows = [
+            (
+                f"{s.device}:{s.stream}",
+                str(s.events),
+                fmt_us(s.busy_us),
+                fmt_us(s.idle_us),
+                fmt_us(s.host_wait_us),
+                fmt_us(s.kernel_wait_us),
+                fmt_us(s.other_us),
+            )
+            for s in r.idle_by_stream
+        ]
+        console.print(
+            make_table(
+                "Idle time per stream",
+                ("device:stream", "events", "busy", "idle", "host wait", "kernel wait", "other"),
+                rows,
+            )
+        )
+    if r.top_kernels:
+        rows = [
+            (shorten(k.name, 70), str(k.count), fmt_us(k.total_us), fmt_pct(k.pct)) for k in r.top_kernels
+        ]
+        console.print(make_table("Top GPU kernels", ("name", "count", "total", "%"), rows))
+    if r.steps:
+        rows = [
+            (
+                str(s.step),
+                fmt_us(s.dur_us),
+                fmt_pct(s.gpu_busy_pct),
+                fmt_us(s.dataloader_us),
+                fmt_us(s.forward_us),
+                fmt_us(s.backward_us),
+                fmt_us(s.optimizer_us),
+                fmt_us(s.comm_us),
+            )
+            for s in r.steps
+        ]
+        columns = ("step", "time", "GPU busy", "data loader", "forward", "backward", "optimizer", "comm")
+        console.print(make_table("Steps", columns, rows))
+    for note in r.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    console.print()

@@ -1,0 +1,93 @@
+"""Render a `stepscope.analysis.summary.Summary` as rich tables (formatting only)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.text import Text
+
+from stepscope.analysis.summary import RankSummary, Summary
+from stepscope.report.terminal import fmt_pct, fmt_us, make_table, shorten
+
+# Room the number columns of each table take; the name column gets the rest of the console width.
+OPS_NUMBERS_WIDTH = 62
+KERNELS_NUMBERS_WIDTH = 50
+MIN_NAME_WIDTH = 24
+
+
+class SummaryReport:
+    """Per rank: the top CPU ops by self time, then the top GPU kernels by total time."""
+
+    def __init__(self, summary: Summary) -> None:
+        self.summary = summary
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for i, rank in enumerate(self.summary.ranks):
+            if i:
+                yield Text("")
+            yield from _rank(rank, options.max_width)
+
+
+def _rank(r: RankSummary, width: int) -> Iterator[object]:
+    op_width = max(MIN_NAME_WIDTH, width - OPS_NUMBERS_WIDTH)
+    kernel_width = max(MIN_NAME_WIDTH, width - KERNELS_NUMBERS_WIDTH)
+    yield Text(f"rank {r.rank}  {r.source}", style="bold")
+    yield Text(
+        f"CPU ops self time {fmt_us(r.cpu_self_us)} · kernels {fmt_us(r.kernel_us)} · "
+        f"memcpy {fmt_us(r.memcpy_us)} · memset {fmt_us(r.memset_us)}"
+    )
+    if r.ops:
+        yield make_table(
+            f"Top {len(r.ops)} CPU ops by self time",
+            ["Op", "Calls", "Self", "Self %", "Self mean", "Total (incl.)"],
+            (
+                [
+                    shorten(o.name, op_width),
+                    o.count,
+                    fmt_us(o.self_us),
+                    fmt_pct(o.self_pct),
+                    fmt_us(o.mean_self_us),
+                    fmt_us(o.total_us),
+                ]
+                for o in r.ops
+            ),
+        )
+    else:
+        yield Text("no CPU ops in this trace")
+    if r.kernels:
+        yield make_table(
+            f"Top {len(r.kernels)} GPU kernels by total time",
+            ["Kernel", "Count", "Total", "Mean", "% kernel time"],
+            (
+                [
+                    kernel_label(k.name, kernel_width),
+                    k.count,
+                    fmt_us(k.total_us),
+                    fmt_us(k.mean_us),
+                    fmt_pct(k.pct),
+                ]
+                for k in r.kernels
+            ),
+        )
+    else:
+        yield Text("no GPU kernels in this trace")
+
+
+def kernel_label(name: str, width: int) -> str:
+    """A kernel name that fits `width`: when too long, drop the leading `void ` and the parameter list
+    (the template arguments say more), then cut after the first two thirds."""
+    if len(name) <= width:
+        return name
+    short = name.removeprefix("void ")
+    if short.endswith(")"):
+        depth = 0
+        for i in range(len(short) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(short[i], 0)
+            if depth == 0:
+                short = short[:i] if i > 0 else short
+                break
+    if len(short) <= width:
+        return short
+    head = (width - 3) * 2 // 3  # the start (namespace, kernel, first template argument) says the most
+    return short[:head] + "..." + short[len(short) - (width - 3 - head) :]

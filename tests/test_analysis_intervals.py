@@ -1,0 +1,47 @@
+"""Interval arithmetic against a brute-force model: one boolean per ns."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stepscope.analysis import _intervals as iv
+
+SIZE = 200
+spans = st.lists(st.tuples(st.integers(0, SIZE), st.integers(0, 40)), max_size=12)
+
+
+def arrays(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    s = np.array([a for a, _ in pairs], dtype=np.int64)
+    return s, s + np.array([d for _, d in pairs], dtype=np.int64)
+
+
+def bitmap(pairs: list[tuple[int, int]]) -> np.ndarray:
+    bits = np.zeros(SIZE + 41, dtype=bool)
+    for a, d in pairs:
+        bits[a : a + d] = True
+    return bits
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans, spans, st.integers(0, SIZE), st.integers(0, SIZE))
+def test_against_bitmap(a: list[tuple[int, int]], b: list[tuple[int, int]], lo: int, width: int) -> None:
+    ua, ub = iv.merge(*arrays(a)), iv.merge(*arrays(b))
+    ba, bb = bitmap(a), bitmap(b)
+    assert iv.length(ua) == ba.sum()
+    assert np.all(ua[0][1:] > ua[1][:-1])  # disjoint, sorted, not touching
+    assert iv.length(iv.intersect(ua, ub)) == (ba & bb).sum()
+    assert iv.length(iv.subtract(ua, ub)) == (ba & ~bb).sum()
+    hi = lo + width
+    assert iv.covered_within(ua, np.array([lo]), np.array([hi]))[0] == ba[lo:hi].sum()
+    assert iv.length(iv.clip(ua, lo, hi)) == ba[lo:hi].sum()
+    excl = iv.exclusive_time_by_mask([ua, ub])
+    assert (excl[1], excl[2], excl[3]) == ((ba & ~bb).sum(), (~ba & bb).sum(), (ba & bb).sum())
+
+
+def test_empty_inputs() -> None:
+    empty = iv.merge(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    assert iv.length(empty) == 0
+    assert iv.covered_within(empty, np.array([0]), np.array([10])).tolist() == [0]
+    assert iv.exclusive_time_by_mask([empty, empty]).tolist() == [0, 0, 0, 0]

@@ -1,0 +1,91 @@
+"""`stepscope analyze`: JSON document, terminal report, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stepscope.cli import main
+
+from ._traces import ensure_loader, write_trace
+from .test_analysis_breakdown import two_step_trace
+from .test_analysis_findings import rank_trace
+
+
+@pytest.fixture(autouse=True)
+def _loader() -> None:
+    ensure_loader()
+
+
+def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN one rank's trace on disk
+    path = write_trace(tmp_path / "rank0.json.gz", two_step_trace(), rank=0)
+    # WHEN analysed with --json
+    assert main(["analyze", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # THEN the documented schema and per-rank sections are there
+    assert doc["schema"] == "stepscope.analysis/1"
+    (rank,) = doc["ranks"]
+    assert rank["rank"] == 0
+    assert rank["temporal"] == {
+        "span_us": 1300.0,
+        "idle_us": 460.0,
+        "compute_us": 640.0,
+        "non_compute_us": 200.0,
+        "idle_pct": 35.385,
+        "compute_pct": 49.231,
+        "non_compute_pct": 15.385,
+    }
+    assert rank["overlap_pct"] == 62.5
+    for key in ("kernel_types", "idle_by_stream", "top_kernels", "steps"):
+        assert rank[key]
+    assert set(rank["top_kernels"][0]) == {"name", "count", "total_us", "pct"}
+    assert doc["stragglers"] is None
+    assert [f["id"] for f in doc["findings"]] == ["communication_bound", "pageable_copies"]
+    assert set(doc["findings"][0]) == {"id", "severity", "rank", "message", "evidence"}
+
+
+def test_drop_last_step_and_folder_of_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_trace(tmp_path / "run" / "r0.json", rank_trace(1000, 300), rank=0, world_size=2)
+    write_trace(tmp_path / "run" / "r1.json", rank_trace(1200, 100), rank=1, world_size=2)
+    assert main(["analyze", str(tmp_path / "run"), "--json", "--drop-last-step"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    assert [len(r["steps"]) for r in doc["ranks"]] == [1, 1]
+    assert doc["stragglers"]["slowest_rank"] == 1
+
+
+def test_terminal_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_trace(tmp_path / "t.json", two_step_trace(), rank=0)
+    assert main(["analyze", str(path)]) == 0
+    out = capsys.readouterr().out
+    for text in (
+        "Rank 0",
+        "idle",
+        "Kernel types",
+        "Idle time per stream",
+        "Steps",
+        "Findings",
+        "communication_bound",
+    ):
+        assert text in out
+    assert "62.5%" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("missing.json", None), ("bad.json", b"{not json"), ("empty.json.gz", b"\x1f\x8b\x08\x00trunc")],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: bytes | None
+) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["analyze", str(path)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0]
+    assert captured.out == ""

@@ -1,0 +1,319 @@
+"""The fast loader: exact columns on synthetic traces, the same table as the reference builder, ranks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stepscope.analysis.loader import load_trace
+from stepscope.analysis.table import MISSING, TraceTable
+from stepscope.errors import InputError
+from stepscope.runfolder import Artifact, update_manifest
+
+from ._tables import assert_same_table
+from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
+
+
+def reference(path: Path, rank: int = 0) -> TraceTable:
+    """The slow reference table of one file, read with exact decimals."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    doc = json.loads(data, parse_float=Decimal)  # exact ts / dur; every other float as the loader reads it
+    for event in doc["traceEvents"]:
+        if isinstance(event, dict) and isinstance(event.get("args"), dict):
+            event["args"] = json.loads(json.dumps(event["args"], default=float), parse_float=float)
+    return TraceTable.from_events({rank: doc["traceEvents"]}, {rank: str(path)})
+
+
+RICH_EVENTS = [
+    {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
+    {"ph": "M", "name": "thread_name", "pid": 100, "tid": 101, "args": {"name": "main"}},
+    step(1, 1000.5, 500.25),
+    op("aten::mm", 1001, 10.001, **{"External id": 7}),
+    op("cudaLaunchKernel", 1002, 3, cat="cuda_runtime", correlation=55, **{"External id": 7}),
+    kernel("sgemm", 1010.123, 4.5, correlation=55, **{"External id": 7}),
+    kernel("Memcpy HtoD (Pageable -> Device)", 1020, 2, cat="gpu_memcpy", bytes=4096, correlation=56),
+    {"ph": "s", "id": 55, "pid": 100, "tid": 101, "ts": 1002, "cat": "ac2g", "name": "ac2g"},
+    {"ph": "f", "id": 55, "pid": 0, "tid": 7, "ts": 1010.123, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    {"ph": "i", "s": "t", "name": "[memory]", "pid": 100, "tid": 101, "ts": 1003, "args": {"Bytes": 512}},
+    op(
+        "record_param_comms",
+        1030,
+        5,
+        **{
+            "Collective name": "allreduce",
+            "dtype": "Float",
+            "Process Group Name": "0",
+            "In msg nelems": 1024,
+            "Out msg nelems": 1024,
+            "Group size": 2,
+        },
+    ),
+    {"ph": "X", "name": "no category", "pid": 100, "tid": 101, "ts": 1040},
+    {"ph": "C", "name": "counter", "pid": 100, "ts": 1050, "args": {"value": 3}},
+    {"ph": "XX", "name": "bad phase is skipped", "ts": 1},
+]
+
+
+def test_columns_of_a_small_trace_are_exact(tmp_path: Path) -> None:
+    # GIVEN a trace with every kind of event the table keeps
+    path = write(tmp_path / "t.json.gz", trace(RICH_EVENTS, rank=3))
+    # WHEN it is loaded
+    table = load_trace(path)
+    # THEN every row and column holds the expected numbers
+    assert len(table) == 11  # 2 metadata events and 1 bad phase left out
+    assert table.rank_ids() == [3]
+    names = [table.name_of(i) for i in range(len(table))]
+    assert names[:3] == ["ProfilerStep#1", "aten::mm", "cudaLaunchKernel"]
+    assert table.ts.tolist()[:6] == [1000500, 1001000, 1002000, 1010123, 1020000, 1002000]
+    assert table.dur.tolist()[:5] == [500250, 10001, 3000, 4500, 2000]
+    assert table.stream.tolist()[:5] == [MISSING, MISSING, MISSING, 7, 7]
+    assert table.device.tolist()[:5] == [MISSING, MISSING, MISSING, 0, 0]
+    assert table.correlation.tolist()[:5] == [MISSING, MISSING, 55, 55, 56]
+    assert table.external_id.tolist()[:4] == [MISSING, 7, 7, 7]
+    assert table.bytes.tolist()[4] == 4096
+    assert table.flow_id.tolist()[5:7] == [55, 55]
+    assert chr(table.ph[7]) == "i" and table.cat[7] == MISSING
+    assert table.names[table.args_collective[8]] == "allreduce"
+    assert table.args_in_nelems[8] == 1024 and table.args_group_size[8] == 2
+    assert table.args_collective[0] == MISSING
+    assert table.cats[table.cat[4]] == "gpu_memcpy"
+    info = table.ranks[3]
+    assert info.process_names == {100: "python"}
+    assert info.thread_names == {(100, 101): "main"}
+    assert info.world_size == 2 and info.backend == "nccl" and not info.rank_assigned
+
+
+def test_fast_loader_matches_reference_builder(tmp_path: Path) -> None:
+    events = [
+        *RICH_EVENTS,
+        # 2021 schema: old categories, string tids, "external id" on runtime and kernels
+        {"ph": "X", "cat": "Operator", "name": "aten::add", "pid": 5, "tid": "5555", "ts": 7, "dur": 2},
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 9,
+            "dur": 1,
+            "args": {"stream": 7, "device": 0, "external id": 43, "correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "Memset",
+            "name": "Memset (Device)",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 11,
+            "dur": 1,
+        },
+        # integers beyond int64 in args, pid and id; floats where ints are expected
+        op("huge", 20, 1, correlation=2**64 + 5, **{"External id": -(2**70)}),
+        {"ph": "s", "id": 2**65, "pid": 2**64, "tid": 1.0, "ts": 21, "cat": "ac2g", "name": "ac2g"},
+        op("floaty", 22.5, 0.0005, stream=3.0, correlation=9.0),
+        # missing fields, null fields, negative duration, string stream
+        {"ph": "X"},
+        {"ph": "X", "name": None, "cat": None, "ts": None, "dur": None, "args": None},
+        op("negative", 30, -5),
+        kernel("str stream", 31, 1, stream="7"),  # type: ignore[arg-type]
+        {"ph": "X", "name": "nested args", "ts": 32, "args": {"Collective name": ["a"], "dtype": 5}},
+        # ns resolution at epoch magnitude, and a Python-style float with a long fraction
+        op("epoch", 1712195495519689.047, 63.813),
+        op("long fraction", 1712195495519695.8123456, 0.30000000000000004),
+        op("exponent", 1.5e3, 2e1),
+    ]
+    path = write(tmp_path / "t.json", trace(events, rank=0))
+    assert_same_table(load_trace(path), reference(path))
+
+
+def test_timestamps_keep_the_nanoseconds(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "t.json",
+        '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1712195495519689.047, '
+        '"dur": 63.813}, {"ph": "X", "name": "b", "ts": -3.5}, {"ph": "i", "name": "c", "ts": 12}]}',
+    )
+    table = load_trace(path)
+    assert table.ts.tolist() == [1712195495519689047, -3500, 12000]
+    assert table.dur.tolist() == [63813, 0, 0]
+
+
+def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:
+    # GIVEN a folder: two files declare rank 1, two declare none
+    write(tmp_path / "a.json", trace([op("a", 1, 1)], rank=1))
+    write(tmp_path / "b.json.gz", trace([op("b", 1, 1)], rank=None))
+    write(tmp_path / "c.json", trace([op("c", 1, 1)], rank=1))
+    write(tmp_path / "d.json", trace([op("d", 1, 1)], rank=None))
+    write(tmp_path / "notes.txt", "not a trace")
+    # WHEN the folder is loaded
+    table = load_trace(tmp_path)
+    # THEN every file has its own rank: declared first, then the lowest free ones in path order
+    by_source = {Path(info.source).name: rank for rank, info in table.ranks.items()}
+    assert by_source == {"a.json": 1, "b.json.gz": 0, "c.json": 2, "d.json": 3}
+    assert [table.name_of(i) for i in range(len(table))] == ["b", "a", "c", "d"]
+    assert table.rank.tolist() == [0, 1, 2, 3]
+    assert table.notices == [
+        f"{tmp_path / 'b.json.gz'}: no distributedInfo.rank; loaded as rank 0",
+        f"{tmp_path / 'c.json'}: declares rank 1 like {tmp_path / 'a.json'}; loaded as rank 2",
+        f"{tmp_path / 'd.json'}: no distributedInfo.rank; loaded as rank 3",
+    ]
+    assert table.ranks[0].rank_assigned and not table.ranks[1].rank_assigned
+
+
+def test_single_rankless_file_is_rank_zero_without_notice(tmp_path: Path) -> None:
+    table = load_trace(write(tmp_path / "t.json", trace([op("a", 1, 1)], rank=None)))
+    assert table.rank_ids() == [0] and table.notices == [] and table.ranks[0].rank_assigned
+
+
+def test_run_folder_is_read_through_its_manifest(tmp_path: Path) -> None:
+    write(tmp_path / "traces" / "rank0_step5.json.gz", trace([op("r0", 1, 1)], rank=None))
+    write(tmp_path / "traces" / "rank1_step5.json.gz", trace([op("r1", 1, 1)], rank=None))
+    write(tmp_path / "traces" / "stray.json", trace([op("stray", 1, 1)], rank=7))  # not in the manifest
+    update_manifest(
+        tmp_path,
+        artifacts=[
+            Artifact(kind="trace", path="traces/rank1_step5.json.gz", rank=1, step=5),
+            Artifact(kind="trace", path="traces/rank0_step5.json.gz", rank=0, step=5),
+        ],
+    )
+    table = load_trace(tmp_path)
+    assert {r: table.name_of(int(np.flatnonzero(table.rank == r)[0])) for r in table.rank_ids()} == {
+        0: "r0",
+        1: "r1",
+    }
+    assert table.notices == []
+
+
+def test_pool_gives_the_same_table(tmp_path: Path) -> None:
+    for r in range(3):
+        write(tmp_path / f"r{r}.json.gz", trace([op(f"op{r}", 1, 1), kernel("k", 2, r + 1)], rank=r))
+    serial = load_trace(tmp_path, workers=1)
+    pooled = load_trace(tmp_path, workers=2)
+    assert_same_table(serial, pooled)
+    assert pooled.names == serial.names
+
+
+def test_pool_reports_input_errors(tmp_path: Path) -> None:
+    write(tmp_path / "a.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "b.json", '{"traceEvents": [')
+    with pytest.raises(InputError, match="truncated JSON"):
+        load_trace(tmp_path, workers=2)
+
+
+def test_progress_bar_can_be_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepscope.analysis import loader
+
+    monkeypatch.setattr(loader._Progress, "DELAY_S", -1.0)
+    table = load_trace(write(tmp_path / "t.json", trace([op("a", 1, 1)])), progress=True)
+    assert len(table) == 1
+
+
+def test_analysis_never_imports_torch() -> None:
+    code = (
+        "import sys; import stepscope.analysis.loader, stepscope.analysis.summary, stepscope.analysis.diff, "
+        "stepscope.cli.summary, stepscope.cli.diff; assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+SHARED_FILES = [
+    "hta_trace_compare/base/base.json.gz",
+    "hta_critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz",
+    "hta_amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "kineto_docs_traces/after_fix_trace.json",
+    "hta_rank_unavailable/rank_not_found.json.gz",
+    "hta_ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+]
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name", SHARED_FILES)
+def test_shared_traces_match_reference(name: str) -> None:
+    path = SHARED_TRACES / name
+    if not path.is_file():
+        pytest.skip("../shared/traces not available")
+    table = load_trace(path)
+    (rank,) = table.rank_ids()
+    assert_same_table(table, reference(path, rank))
+
+
+@pytest.mark.shared
+def test_shared_old_schema_trace_maps_categories() -> None:
+    path = SHARED_TRACES / "kineto_resnet50_num_workers_4" / "worker0.1623212756351.pt.trace.json.gz"
+    if not path.is_file():
+        pytest.skip("../shared/traces not available")
+    table = load_trace(path)
+    assert {"cpu_op", "cuda_runtime", "kernel", "gpu_memcpy", "gpu_memset"} <= set(table.cats)
+    assert not {"Operator", "Runtime", "Kernel"} & set(table.cats)
+    kernels = table.cat_mask("kernel")
+    assert (
+        int(kernels.sum()) == 8868 and (table.stream[kernels] == 7).all() and (table.tid[kernels] == 7).all()
+    )
+    assert (table.external_id[kernels] >= 0).all()
+    assert set(table.tid[table.cat_mask("cpu_op")].tolist()) == {5555, 5786}
+
+
+# --- property: on any well-formed trace the fast loader and the reference builder agree -----------------
+ids = st.one_of(st.integers(-5, 2**66), st.sampled_from(["5555", "stream 7", "Spans", ""]), st.none())
+us_ints = st.integers(-(10**6), 2**52)
+us_floats = st.builds(lambda i, f: i + f / 1000, st.integers(0, 2**40), st.integers(0, 999))
+arg_values = st.one_of(st.integers(-(2**70), 2**70), st.text(max_size=3), st.none(), st.floats(-1e20, 1e20))
+arg_dicts = st.dictionaries(
+    st.sampled_from(
+        [
+            "stream",
+            "device",
+            "correlation",
+            "External id",
+            "external id",
+            "bytes",
+            "Collective name",
+            "dtype",
+            "Process Group Name",
+            "In msg nelems",
+            "Out msg nelems",
+            "Group size",
+            "name",
+            "other",
+        ]
+    ),
+    arg_values,
+    max_size=4,
+)
+well_formed_event = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["X", "X", "i", "s", "f", "C", "M", "b"]),
+        "name": st.sampled_from(["aten::mm", "k", "process_name", "thread_name", "ProfilerStep#1"]),
+        "pid": ids,
+        "tid": ids,
+        "ts": st.one_of(us_ints, us_floats),
+    },
+    optional={
+        "cat": st.sampled_from(["cpu_op", "kernel", "Kernel", "Operator", "gpu_memcpy", "Memset", "ac2g"]),
+        "dur": st.one_of(st.integers(-10, 2**40), us_floats),
+        "id": ids,
+        "args": arg_dicts,
+    },
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(well_formed_event, max_size=12), gz=st.booleans())
+def test_fast_loader_matches_reference_on_random_traces(tmp_path: Path, events: list[Any], gz: bool) -> None:
+    path = write(tmp_path / ("t.json.gz" if gz else "t.json"), trace(events, rank=0))
+    fast = load_trace(path)
+    ref = reference(path)
+    assert_same_table(fast, ref)
+    assert fast.ranks[0].process_names == ref.ranks[0].process_names
+    assert fast.ranks[0].thread_names == ref.ranks[0].thread_names

@@ -1,0 +1,167 @@
+"""`stepscope summary`: self time, kernel totals, per rank; the CLI's tables and JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepscope.analysis.loader import load_trace
+from stepscope.analysis.summary import SUMMARY_SCHEMA, self_times, summarize
+from stepscope.analysis.table import TraceTable
+from stepscope.cli import main
+from stepscope.report.summary import kernel_label
+
+from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
+
+RANK0 = [
+    step(1, 0, 1000),
+    op("nn.Module: Linear", 90, 420, cat="python_function"),  # with_stack frames: not an op, not a parent
+    op("aten::linear", 100, 400),
+    op("aten::addmm", 150, 300),
+    op("cudaLaunchKernel", 200, 50, cat="cuda_runtime"),
+    op("aten::relu", 600, 100),
+    op("aten::relu", 750, 50),
+    step(2, 1000, 500),
+    op("aten::linear", 1100, 200),
+    op("aten::mul", 1400, 200),  # sticks out of ProfilerStep#2 by 100
+    op("aten::add", 120, 1000, tid=202),  # another thread: nobody's child
+    kernel("gemm", 210, 10),
+    kernel("gemm", 400, 30, stream=20),
+    kernel("relu_kernel", 610, 60),
+    kernel("Memcpy HtoD (Pinned -> Device)", 5, 5, cat="gpu_memcpy"),
+    kernel("Memset (Device)", 900, 7, cat="gpu_memset"),
+]
+RANK1 = [op("aten::mm", 0, 10), kernel("gemm", 2, 4)]
+
+# name -> (count, self us, total us, self %)
+EXPECTED_OPS = {
+    "aten::add": (1, 1000.0, 1000.0, 38.46),
+    "ProfilerStep#*": (2, 650.0, 1500.0, 25.0),
+    "aten::linear": (2, 300.0, 600.0, 11.54),
+    "aten::addmm": (1, 250.0, 300.0, 9.62),
+    "aten::mul": (1, 200.0, 200.0, 7.69),
+    "aten::relu": (2, 150.0, 150.0, 5.77),
+    "cudaLaunchKernel": (1, 50.0, 50.0, 1.92),
+}
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> Path:
+    write(tmp_path / "rank0.json.gz", trace(RANK0, rank=0))
+    write(tmp_path / "rank1.json", trace(RANK1, rank=1))
+    return tmp_path
+
+
+def test_self_time_subtracts_direct_children_on_the_same_thread(traces: Path) -> None:
+    summary = summarize(load_trace(traces), top=0)
+    r0 = summary.ranks[0]
+    assert [o.name for o in r0.ops] == list(EXPECTED_OPS)
+    for o in r0.ops:
+        assert (o.count, o.self_us, o.total_us, o.self_pct) == EXPECTED_OPS[o.name], o.name
+        assert o.mean_self_us == round(o.self_us / o.count, 3)
+    assert r0.cpu_self_us == 2600.0
+
+
+def test_kernels_by_total_time_per_rank(traces: Path) -> None:
+    summary = summarize(load_trace(traces), top=0)
+    r0, r1 = summary.ranks
+    assert [(k.name, k.count, k.total_us, k.mean_us, k.pct) for k in r0.kernels] == [
+        ("relu_kernel", 1, 60.0, 60.0, 60.0),
+        ("gemm", 2, 40.0, 20.0, 40.0),
+    ]
+    assert (r0.kernel_us, r0.memcpy_us, r0.memset_us) == (100.0, 5.0, 7.0)
+    assert (r1.rank, [(k.name, k.total_us, k.pct) for k in r1.kernels]) == (1, [("gemm", 4.0, 100.0)])
+    assert [(o.name, o.self_us) for o in r1.ops] == [("aten::mm", 10.0)]
+
+
+def test_top_limits_rows(traces: Path) -> None:
+    summary = summarize(load_trace(traces), top=2)
+    assert [o.name for o in summary.ranks[0].ops] == ["aten::add", "ProfilerStep#*"]
+    assert len(summary.ranks[0].kernels) == 2 and summary.top == 2
+
+
+def test_self_time_edge_cases() -> None:
+    # identical intervals nest (the first is the parent); zero-length events take nothing; ns exact
+    events = [
+        op("outer", 0, 10),
+        op("same", 0, 10),
+        op("zero", 5, 0),
+        op("inner", 2.5, 0.001),
+        op("later", 20, 1, cat="user_annotation"),
+        kernel("k", 0, 5),
+    ]
+    table = TraceTable.from_events({0: events})
+    assert self_times(table).tolist() == [0, 9999, 0, 1, 1000, 0]
+
+
+def test_empty_trace_summary(tmp_path: Path) -> None:
+    summary = summarize(load_trace(write(tmp_path / "t.json", trace([]))))
+    assert [(r.rank, r.ops, r.kernels, r.cpu_self_us) for r in summary.ranks] == [(0, [], [], 0.0)]
+
+
+def test_cli_json_document(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", str(traces), "--json", "--top", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == SUMMARY_SCHEMA == "stepscope.summary/1"
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    assert doc["ranks"][0]["ops"] == [
+        {
+            "name": "aten::add",
+            "count": 1,
+            "self_us": 1000.0,
+            "total_us": 1000.0,
+            "mean_self_us": 1000.0,
+            "self_pct": 38.46,
+        }
+    ]
+    assert doc["ranks"][0]["kernels"] == [
+        {"name": "relu_kernel", "count": 1, "total_us": 60.0, "mean_us": 60.0, "pct": 60.0}
+    ]
+    assert doc["ranks"][0]["source"].endswith("rank0.json.gz") and doc["notices"] == []
+
+
+def test_cli_tables(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", str(traces / "rank0.json.gz"), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "Top 3 CPU ops by self time" in out and "Top 2 GPU kernels by total time" in out
+    assert "aten::add" in out and "ProfilerStep#*" in out and "aten::relu" not in out
+    assert "relu_kernel" in out and "60.0%" in out and "38.5%" in out
+
+
+def test_cli_prints_notices_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "a.json", trace([op("a", 0, 1)], rank=None))
+    write(tmp_path / "b.json", trace([op("b", 0, 1)], rank=None))
+    assert main(["summary", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "b.json: no distributedInfo.rank; loaded as rank 1" in err
+
+
+def test_kernel_label_keeps_the_informative_start() -> None:
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float*)"
+    assert kernel_label(name, 200) == name
+    assert (
+        kernel_label(name, 80)
+        == "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+    )
+    label = kernel_label(name, 30)
+    assert len(label) == 30 and label.startswith("at::native::vector") and label.endswith("<float>>")
+
+
+@pytest.mark.shared
+def test_shared_trace_self_times_are_consistent() -> None:
+    path = SHARED_TRACES / "hta_ns_resolution_trace"
+    if not path.is_dir():
+        pytest.skip("../shared/traces not available")
+    table = load_trace(path)
+    selfs = self_times(table)
+    ops = table.cat_mask("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver") & (table.ph == ord("X"))
+    assert (selfs[ops] >= 0).all() and (selfs[ops] <= table.dur[ops]).all() and (selfs[~ops] == 0).all()
+    summary = summarize(table, top=5)
+    (r0,) = summary.ranks
+    kernels = table.cat_mask("kernel")
+    assert r0.kernel_us == round(int(table.dur[kernels].sum()) / 1000, 3)
+    assert sum(k.count for k in summary.ranks[0].kernels) <= int(kernels.sum())
+    assert np.isclose(sum(k.pct for k in summarize(table, top=0).ranks[0].kernels), 100.0, atol=0.1)
