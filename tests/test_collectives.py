@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis.collectives import collective_kind, collectives_from_trace, summarize_collectives
+from stepscope.collectives import collective_kind, collectives_from_trace, summarize_collectives
 
 
 def ev(name: str, cat: str, dur: float, **args: Any) -> dict[str, Any]:

@@ -122,7 +122,7 @@ class CommCollector(Collector):
         trace_path = ctx.run_dir / TRACE_TEMPLATE.format(rank=ctx.rank, step=step)
         if not trace_path.is_file():
             return
-        from stepscope.analysis.collectives import collectives_from_trace
+        from stepscope.collectives import collectives_from_trace
 
         summary = collectives_from_trace(trace_path)
         out = ctx.path(COLLECTIVES_TEMPLATE.format(rank=ctx.rank, step=step))

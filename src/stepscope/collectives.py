@@ -1,5 +1,7 @@
 """Collectives in a chrome trace: per kind (all_reduce, all_gather, ...) the count, bytes and time.
 
+Torch-free and shared: capture writes this summary at window ends; analysis may read traces with it too.
+
 CommDebugMode only counts; the trace also has sizes and durations. Each collective leaves several events:
 
 - a backend range `nccl:all_reduce` / `gloo:all_reduce` (cat user_annotation): one per collective;
