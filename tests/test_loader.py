@@ -137,15 +137,27 @@ def test_fast_loader_matches_reference_builder(tmp_path: Path) -> None:
     assert_same_table(load_trace(path), reference(path))
 
 
-def test_timestamps_keep_the_nanoseconds(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("1712195495519689.047", 1712195495519689047),  # epoch us with ns: float64 is 0.25 us off here
+        ("4458676522690.655", 4458676522690655),  # relative, beyond 2^42 us: still needs the exact pass
+        ("1428625731896.179", 1428625731896179),  # relative, below 2^41 us: float64 is exact
+        ("1682725898236567", 1682725898236567000),  # integer epoch us
+        ("-3.5", -3500),
+        ("1712195495519689.0465", 1712195495519689046),  # exact pass: half a ns rounds to even
+        ("1712195495519689.0475", 1712195495519689048),
+    ],
+)
+def test_timestamps_keep_the_nanoseconds(tmp_path: Path, text: str, ns: int) -> None:
     path = write(
         tmp_path / "t.json",
-        '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1712195495519689.047, '
-        '"dur": 63.813}, {"ph": "X", "name": "b", "ts": -3.5}, {"ph": "i", "name": "c", "ts": 12}]}',
+        '{"traceEvents": [{"ph": "M", "name": "process_name", "ts": 1.5}, '
+        f'{{"ph": "X", "name": "a", "ts": {text}, "dur": 63.813}}, {{"ph": "i", "name": "c", "ts": 12}}]}}',
     )
     table = load_trace(path)
-    assert table.ts.tolist() == [1712195495519689047, -3500, 12000]
-    assert table.dur.tolist() == [63813, 0, 0]
+    assert table.ts.tolist() == [ns, 12000]
+    assert table.dur.tolist() == [63813, 0]
 
 
 def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:

@@ -30,7 +30,11 @@ GOOD = trace([step(1, 0, 100), op("aten::mm", 1, 10, **{"External id": 1}), kern
         ("list.json", "[1, 2]", "not a chrome trace: the top level is not a JSON object"),
         ("noevents.json", '{"schemaVersion": 1}', "JSON without traceEvents: not a chrome trace"),
         ("events.json", '{"traceEvents": {"a": 1}}', "wrong field type: Expected `array`, got `object`"),
-        ("ts.json", '{"traceEvents": [{"ph": "X", "ts": "12"}]}', "wrong field type: Expected `int | float | null`, got `str` - at `$.traceEvents[0].ts`"),
+        (
+            "ts.json",
+            '{"traceEvents": [{"ph": "X", "ts": "12"}]}',
+            "wrong field type: Expected `int | float | null`, got `str` - at `$.traceEvents[0].ts`",
+        ),
         ("name.json", '{"traceEvents": [{"ph": "X", "name": 3}]}', "at `$.traceEvents[0].name`"),
         ("args.json", '{"traceEvents": [{"ph": "X", "args": [1]}]}', "at `$.traceEvents[0].args`"),
         ("event.json", '{"traceEvents": [3]}', "at `$.traceEvents[0]`"),

@@ -17,7 +17,7 @@ import gc
 import gzip
 import operator
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,13 +166,24 @@ def _decode(path: Path, data: bytes) -> _Trace:
     return trace
 
 
-def load_file(path: str | Path, rank_hint: int | None = None) -> FileTable:
-    """Decode one trace file into columns with local symbol tables (the unit of work of the pool)."""
+def load_file(
+    path: str | Path, rank_hint: int | None = None, progress: Callable[[float], None] | None = None
+) -> FileTable:
+    """Decode one trace file into columns with local symbol tables (the unit of work of the pool).
+
+    `progress(fraction)` is called between the phases (read, decode, build): a long decode cannot report
+    from inside msgspec."""
+    report = progress or (lambda fraction: None)
     p = Path(path)
+    report(0.0)
     data = _read_json_bytes(p)
+    report(0.2)
     with _gc_paused():
         trace = _decode(p, data)
-        return _build(p, trace, rank_hint, data)
+        report(0.6)
+        table = _build(p, trace, rank_hint, data)
+    report(1.0)
+    return table
 
 
 # --- building the columns -----------------------------------------------------------------------------

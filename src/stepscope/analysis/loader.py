@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,10 @@ def load_trace(path: str | Path, *, workers: int | None = None, progress: bool |
     if tables is None:
         with _Progress(sum(sizes), enabled=progress) as bar:
             tables = []
+            done = 0
             for (file, hint), size in zip(files, sizes, strict=True):
-                tables.append(load_file(file, hint))
-                bar.advance(size, file.name)
+                tables.append(load_file(file, hint, bar.reporter(file.name, done, size)))
+                done += size
     return _merge(tables)
 
 
@@ -90,11 +92,13 @@ def _estimated_json_bytes(path: Path) -> int:
 
 
 def _choose_workers(workers: int | None, sizes: list[int]) -> int:
+    """A pool pays for itself only with several big files and more than one CPU to run them on."""
     if workers is not None:
         return max(1, min(workers, len(sizes)))
-    if len(sizes) < 2 or sum(sizes) < POOL_MIN_BYTES:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if len(sizes) < 2 or sum(sizes) < POOL_MIN_BYTES or cpus < 2:
         return 1
-    return max(1, min(len(sizes), os.cpu_count() or 1, 8))
+    return min(len(sizes), cpus, 8)
 
 
 def _load_or_error(path: Path, hint: int | None) -> FileTable | tuple[str, str]:
@@ -131,7 +135,7 @@ def _load_in_pool(
                     pool.shutdown(wait=False, cancel_futures=True)
                     raise InputError(*result)
                 results[i] = result
-                bar.advance(sizes[i], files[i][0].name)
+                bar.update(sum(sizes[j] for j in results), files[i][0].name)
         except (BrokenProcessPool, OSError):
             return None
     return [results[i] for i in range(len(files))]
@@ -209,20 +213,23 @@ class _Progress:
         self._started = 0.0
 
     def __enter__(self) -> _Progress:
-
         self._started = time.perf_counter()
         if self.enabled is not False and self.total / self.EXPECTED_BYTES_PER_S > self.DELAY_S:
             self._show()
         return self
 
-    def advance(self, nbytes: int, label: str) -> None:
-
-        self.done += nbytes
+    def update(self, completed: int, label: str) -> None:
+        """`completed` bytes of the total are loaded; `label` names the file at work."""
+        self.done = completed
         late = time.perf_counter() - self._started > self.DELAY_S
         if self._bar is None and self.enabled is not False and late:
             self._show()
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, description=f"loading {label}")
+
+    def reporter(self, label: str, before: int, size: int) -> Callable[[float], None]:
+        """A callback for one file's phases: fraction of that file done."""
+        return lambda fraction: self.update(before + int(fraction * size), label)
 
     def _show(self) -> None:
         from rich.console import Console
