@@ -52,15 +52,19 @@ def best_of(repeat: int, fn: Callable[[], Any]) -> float:
     return min(times)
 
 
-def floor_decode(data: bytes) -> Any:
-    """The least a typed loader must do: parse into the loader's own Structs, GC off."""
+def floor_decode(data: bytes) -> None:
+    """The least a typed loader must do: parse into the loader's own Structs (GC off), then free them."""
     from stepscope.analysis._decode import _DECODER
 
     gc.disable()
     try:
-        return _DECODER.decode(data)
+        _DECODER.decode(data)
     finally:
         gc.enable()
+
+
+def _discard(value: Any) -> None:
+    del value
 
 
 def main() -> int:
@@ -92,7 +96,7 @@ def main() -> int:
         t_load = best_of(args.repeat, lambda path=path: load_trace(path, progress=False))
         events = len(load_trace(path, progress=False))
         t_json = (
-            None if args.no_json else best_of(min(args.repeat, 2), lambda raw=raw: json.loads(gzip.decompress(raw)))
+            None if args.no_json else best_of(min(args.repeat, 2), lambda raw=raw: _discard(json.loads(gzip.decompress(raw))))
         )
 
         def cell(t: float | None, mb: float = mb) -> str:

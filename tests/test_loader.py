@@ -160,6 +160,27 @@ def test_timestamps_keep_the_nanoseconds(tmp_path: Path, text: str, ns: int) -> 
     assert table.dur.tolist() == [63813, 0]
 
 
+def test_epoch_float_timestamps_late_in_the_file_are_exact(tmp_path: Path) -> None:
+    # GIVEN float epoch timestamps only after the first 64 KB (the decoder cannot see them coming)
+    early = [op(f"op{i}", 1000 + i, 1) for i in range(1200)]
+    late = '{"ph": "X", "name": "late", "ts": 1712195495519689.047, "dur": 0.001}'
+    path = write(tmp_path / "t.json", '{"traceEvents": ' + json.dumps(early)[:-1] + ", " + late + "]}")
+    assert path.stat().st_size > 1 << 16
+    # WHEN loaded THEN a second pass reads the timestamps exactly, and the file matches the reference
+    table = load_trace(path)
+    assert table.ts.tolist()[-1] == 1712195495519689047 and table.dur.tolist()[-1] == 1
+    assert_same_table(table, reference(path))
+
+
+def test_string_timestamp_in_epoch_float_file_is_an_input_error(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "t.json",
+        '{"traceEvents": [{"ph": "X", "ts": 1712195495519689.047}, {"ph": "X", "ts": "x"}]}',
+    )
+    with pytest.raises(InputError, match=r"wrong field type: `ts` of event 1 is b'\"x\"'"):
+        load_trace(path)
+
+
 def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:
     # GIVEN a folder: two files declare rank 1, two declare none
     write(tmp_path / "a.json", trace([op("a", 1, 1)], rank=1))

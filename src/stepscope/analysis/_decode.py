@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import gzip
 import operator
+import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from stepscope.analysis._numparse import us_texts_to_ns
+from stepscope.analysis._numparse import NotANumber, us_texts_to_ns
 from stepscope.analysis.table import (
     GPU_CATEGORIES,
     INT_ARGS,
@@ -89,18 +90,28 @@ class _Trace(msgspec.Struct):
     baseTimeNanoseconds: Any = None
 
 
-_DECODER = msgspec.json.Decoder(_Trace)
+class _TextTsEvent(_Event, gc=False):
+    ts: msgspec.Raw = _EMPTY  # type: ignore[assignment]  # the JSON text, converted exactly by _numparse
 
 
-class _RawTs(msgspec.Struct, gc=False):
+class _TextTsTrace(_Trace):
+    traceEvents: list[_TextTsEvent]  # type: ignore[assignment]
+
+
+class _TsOnly(msgspec.Struct, gc=False):
     ts: msgspec.Raw = _EMPTY
 
 
-class _RawTsTrace(msgspec.Struct, gc=False):
-    traceEvents: list[_RawTs]
+class _TsOnlyTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_TsOnly]
 
 
-_RAW_TS_DECODER = msgspec.json.Decoder(_RawTsTrace)
+_DECODER = msgspec.json.Decoder(_Trace)
+_TEXT_TS_DECODER = msgspec.json.Decoder(_TextTsTrace)
+_TS_ONLY_DECODER = msgspec.json.Decoder(_TsOnlyTrace)
+# Float timestamps of 10^13 us and more (epoch microseconds with a ns fraction) cannot go through float64.
+_EPOCH_FLOAT_TS = re.compile(rb'"ts"\s*:\s*-?\d{14,}\.\d')
+_SNIFF_BYTES = 1 << 16
 
 
 @dataclass
@@ -145,10 +156,13 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _decode(path: Path, data: bytes) -> _Trace:
+    """Decode with the typed Structs; `ts` is kept as JSON text when the start of the file shows float
+    timestamps that float64 would round (otherwise _build may still need a second, ts-only pass)."""
     if not data.strip():
         raise InputError(path, "empty file")
+    decoder = _TEXT_TS_DECODER if _EPOCH_FLOAT_TS.search(data, 0, _SNIFF_BYTES) else _DECODER
     try:
-        trace: _Trace = _DECODER.decode(data)
+        trace: _Trace = decoder.decode(data)
     except msgspec.ValidationError as exc:
         message = str(exc)
         if "missing required field `traceEvents`" in message:
@@ -236,7 +250,7 @@ def _sparse_int_column(n: int, at: np.ndarray, values: Sequence[Any]) -> np.ndar
 def _ns_from_us(values: Sequence[Any]) -> tuple[np.ndarray, bool]:
     """int64 ns from microseconds (ints, floats or None); absent or out of int64 -> 0.
 
-    The flag says that float64 could not be exact: a float column with values of 2^41 us or more.
+    The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
     """
     if float not in set(map(type, values)):
         ints = [0 if v is None else v for v in values]
@@ -249,18 +263,38 @@ def _ns_from_us(values: Sequence[Any]) -> tuple[np.ndarray, bool]:
         floats = np.array(values, dtype=np.float64)  # None -> nan
     except OverflowError:  # an int beyond float range
         floats = np.array([v if v is None or abs(v) < 9e15 else np.nan for v in values], dtype=np.float64)
-    valid = np.isfinite(floats) & (np.abs(floats) < 9e15)
-    inexact = bool((np.abs(floats[valid]) >= _EXACT_FLOAT_US).any())
-    return np.rint(np.where(valid, floats, 0.0) * 1000.0).astype(np.int64), inexact
+    return _floats_to_ns(floats)
 
 
 _MAX_US = (2**63 - 1) // 1000
-_EXACT_FLOAT_US = 2.0**41
+
+
+def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Integral floats below 2^53 are exact ints. Below 2^43 us a float64 lies within 0.5 ulp < 0.5 ns of
+    the decimal it was parsed from, so the decimal with three places is the one whose float64 is the
+    value; texts with more places get the ns nearest the float. Beyond 2^43 only the text can tell."""
+    out = np.zeros(len(us), dtype=np.int64)
+    magnitude = np.abs(us)  # nan (null) compares False below: stays 0
+    integral = (us == np.floor(us)) & (magnitude <= _MAX_US)
+    out[integral] = us[integral].astype(np.int64) * 1000
+    small = ~integral & (magnitude < 2.0**43)
+    x = us[small]
+    nearest = np.rint(x * 1000.0)
+    best = nearest.copy()
+    found = nearest / 1000.0 == x
+    for step in (-1.0, 1.0):
+        candidate = nearest + step
+        match = ~found & (candidate / 1000.0 == x)
+        best[match] = candidate[match]
+        found |= match
+    out[small] = best.astype(np.int64)
+    inexact = bool((~integral & ~small & (magnitude < 9e15)).any())
+    return out, inexact
 
 
 def _exact_ts(data: bytes) -> np.ndarray:
-    """Timestamps of all events from their JSON text (a second pass, only when floats would round)."""
-    return us_texts_to_ns([r.ts for r in _RAW_TS_DECODER.decode(data).traceEvents])
+    """Timestamps of all events from their JSON text (a second pass, when the first could not be exact)."""
+    return us_texts_to_ns([r.ts for r in _TS_ONLY_DECODER.decode(data).traceEvents])
 
 
 # ph -> its code in the table, 0 for what the table leaves out ('M' metadata, anything not one ASCII char).
@@ -299,9 +333,19 @@ def _build(path: Path, trace: _Trace, rank_hint: int | None, data: bytes) -> Fil
     cols["cat"] = remap[raw_cat_codes].astype(np.int32)
     cols["pid"] = _int_column([e.pid for e in events], ids=True)
     cols["tid"] = _int_column([e.tid for e in events], ids=True)
-    cols["ts"], inexact = _ns_from_us([e.ts for e in events])
-    if inexact:
-        cols["ts"] = _exact_ts(data)
+    timestamps = [e.ts for e in events]
+    if isinstance(trace, _TextTsTrace):
+        try:
+            cols["ts"] = us_texts_to_ns(timestamps)
+        except NotANumber as exc:
+            raise InputError(
+                path, f"wrong field type: `ts` of event {exc.index} is {exc.text[:30]!r}"
+            ) from None
+    else:
+        cols["ts"], inexact = _ns_from_us(timestamps)
+        if inexact:
+            cols["ts"] = _exact_ts(data)
+    del timestamps
     cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events])[0], 0)
     flows = np.flatnonzero((ph == ord("s")) | (ph == ord("f")))
     cols["flow_id"] = _sparse_int_column(n, flows, [events[i].id for i in flows.tolist()])
