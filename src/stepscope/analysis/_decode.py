@@ -270,14 +270,13 @@ _MAX_US = (2**63 - 1) // 1000
 
 
 def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Integral floats below 2^53 are exact ints. Below 2^43 us a float64 lies within 0.5 ulp < 0.5 ns of
-    the decimal it was parsed from, so the decimal with three places is the one whose float64 is the
-    value; texts with more places get the ns nearest the float. Beyond 2^43 only the text can tell."""
+    """Below 2^43 us a float64 lies within 0.5 ulp < 0.5 ns of the decimal it was parsed from, so the
+    decimal with three places is the one whose float64 is the value (texts with more places get the ns
+    nearest the float). From 2^43 us on, several decimals share a float: the flag asks for the text
+    (timestamps get it; a duration of over 100 days keeps the nearest ns of its float)."""
     out = np.zeros(len(us), dtype=np.int64)
-    magnitude = np.abs(us)  # nan (null) compares False below: stays 0
-    integral = (us == np.floor(us)) & (magnitude <= _MAX_US)
-    out[integral] = us[integral].astype(np.int64) * 1000
-    small = ~integral & (magnitude < 2.0**43)
+    magnitude = np.abs(us)  # nan (null) compares False: stays 0
+    small = magnitude < 2.0**43
     x = us[small]
     nearest = np.rint(x * 1000.0)
     best = nearest.copy()
@@ -288,8 +287,9 @@ def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
         best[match] = candidate[match]
         found |= match
     out[small] = best.astype(np.int64)
-    inexact = bool((~integral & ~small & (magnitude < 9e15)).any())
-    return out, inexact
+    big = (magnitude >= 2.0**43) & (magnitude < 9e15)  # nearest ns of the float: up to ~0.25 us off
+    out[big] = np.rint(us[big] * 1000.0).astype(np.int64)
+    return out, bool(big.any())
 
 
 def _exact_ts(data: bytes) -> np.ndarray:
