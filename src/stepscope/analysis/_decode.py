@@ -223,9 +223,13 @@ def _as_str(values: Sequence[Any]) -> Sequence[str | None]:
 
 def _int_column(values: Sequence[Any], *, ids: bool = False) -> np.ndarray:
     """int64 column; non-ints (and ints beyond int64) become -1. `ids`: parse numeric strings too."""
-    if set(map(type, values)) <= {int}:
+    types = set(map(type, values))
+    if types <= {int, type(None)}:
         try:
-            return np.array(values, dtype=np.int64)
+            return np.array(
+                values if type(None) not in types else [MISSING if v is None else v for v in values],
+                dtype=np.int64,
+            )
         except OverflowError:
             pass
     convert = _id_as_int if ids else _as_int
