@@ -96,7 +96,9 @@ def main() -> int:
         t_load = best_of(args.repeat, lambda path=path: load_trace(path, progress=False))
         events = len(load_trace(path, progress=False))
         t_json = (
-            None if args.no_json else best_of(min(args.repeat, 2), lambda raw=raw: _discard(json.loads(gzip.decompress(raw))))
+            None
+            if args.no_json
+            else best_of(min(args.repeat, 2), lambda raw=raw: _discard(json.loads(gzip.decompress(raw))))
         )
 
         def cell(t: float | None, mb: float = mb) -> str:
