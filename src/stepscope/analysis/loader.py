@@ -25,6 +25,7 @@ __all__ = ["load_trace", "trace_files"]
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Use worker processes when at least this many bytes of JSON (estimated) are spread over several files.
 POOL_MIN_BYTES = 48 << 20
+MIN_IDLE_CPUS = 1.5  # idle CPUs (count minus the 1-minute load average) a pool needs to be worth it
 
 
 # --- finding the files -------------------------------------------------------------------------------
@@ -92,13 +93,17 @@ def _estimated_json_bytes(path: Path) -> int:
 
 
 def _choose_workers(workers: int | None, sizes: list[int]) -> int:
-    """A pool pays for itself only with several big files and more than one CPU to run them on."""
+    """A pool pays for itself only with several big files and idle CPUs to decode them on: on a busy
+    machine a second process just takes turns with the first (measured in docs/benchmarks.md)."""
     if workers is not None:
         return max(1, min(workers, len(sizes)))
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if len(sizes) < 2 or sum(sizes) < POOL_MIN_BYTES or cpus < 2:
+    if len(sizes) < 2 or sum(sizes) < POOL_MIN_BYTES:
         return 1
-    return min(len(sizes), cpus, 8)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    idle = cpus - os.getloadavg()[0] if hasattr(os, "getloadavg") else cpus - 1
+    if idle < MIN_IDLE_CPUS:
+        return 1
+    return max(2, min(len(sizes), int(idle), 8))
 
 
 def _load_or_error(path: Path, hint: int | None) -> FileTable | tuple[str, str]:
