@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.summary import RankSummary, Summary
@@ -29,7 +29,7 @@ class SummaryReport:
             yield from _rank(rank, options.max_width)
 
 
-def _rank(r: RankSummary, width: int) -> Iterator[object]:
+def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
     op_width = max(MIN_NAME_WIDTH, width - OPS_NUMBERS_WIDTH)
     kernel_width = max(MIN_NAME_WIDTH, width - KERNELS_NUMBERS_WIDTH)
     yield Text(f"rank {r.rank}  {r.source}", style="bold")
