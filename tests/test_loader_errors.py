@@ -18,6 +18,8 @@ from stepscope.errors import InputError
 from tracegen import kernel, op, step, trace, write
 
 GOOD = trace([step(1, 0, 100), op("aten::mm", 1, 10, **{"External id": 1}), kernel("k", 5, 3, correlation=1)])
+T0 = 1712195495519689.047  # epoch microseconds with a ns fraction: the loader reads `ts` as text
+GOOD_EPOCH = trace([step(1, T0, 100.5), op("aten::mm", T0 + 1, 10.25), kernel("k", T0 + 5, 3, correlation=1)])
 
 
 @pytest.mark.parametrize(
@@ -154,7 +156,7 @@ def test_random_documents_load_or_raise_input_error(tmp_path: Path, doc: Any) ->
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), gz=st.booleans())
 def test_mutated_bytes_load_or_raise_input_error(tmp_path: Path, data: st.DataObject, gz: bool) -> None:
-    raw = bytearray(json.dumps(GOOD).encode())
+    raw = bytearray(json.dumps(data.draw(st.sampled_from([GOOD, GOOD_EPOCH]))).encode())
     if gz:
         raw = bytearray(gzip.compress(bytes(raw)))
     for _ in range(data.draw(st.integers(1, 4))):
