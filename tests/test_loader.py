@@ -203,6 +203,30 @@ def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:
     assert table.ranks[0].rank_assigned and not table.ranks[1].rank_assigned
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_folder_skips_json_that_is_not_a_chrome_trace(tmp_path: Path, workers: int) -> None:
+    write(tmp_path / "rank0.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "rank0_et.json", {"schema": "1.0.1", "nodes": []})  # an execution trace
+    table = load_trace(tmp_path, workers=workers)
+    assert table.rank_ids() == [0] and len(table) == 1
+    assert table.notices == [
+        f"{tmp_path / 'rank0_et.json'}: skipped, JSON without traceEvents: not a chrome trace"
+    ]
+
+
+def test_folder_with_only_other_json_is_an_error(tmp_path: Path) -> None:
+    write(tmp_path / "config.json", [1, 2])
+    with pytest.raises(InputError, match=r"directory has no chrome traces \(JSON with traceEvents\)"):
+        load_trace(tmp_path)
+
+
+def test_a_broken_file_in_a_folder_is_still_an_error(tmp_path: Path) -> None:
+    write(tmp_path / "rank0.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "rank1.json.gz", b"{broken")
+    with pytest.raises(InputError, match=r"rank1\.json\.gz: not valid JSON"):
+        load_trace(tmp_path)
+
+
 def test_single_rankless_file_is_rank_zero_without_notice(tmp_path: Path) -> None:
     table = load_trace(write(tmp_path / "t.json", trace([op("a", 1, 1)], rank=None)))
     assert table.rank_ids() == [0] and table.notices == [] and table.ranks[0].rank_assigned

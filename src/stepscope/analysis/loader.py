@@ -64,18 +64,43 @@ def load_trace(path: str | Path, *, workers: int | None = None, progress: bool |
     `progress`: show a progress bar on stderr (None: only on a terminal, once loading takes over a second).
     Raises InputError naming the file and the problem.
     """
+    from stepscope.runfolder import is_run_folder
+
     files = trace_files(path)
+    # In a plain folder, JSON files that are not chrome traces (an execution trace, a config) are skipped.
+    skipped = _Skipped(Path(path).is_dir() and not is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     n_workers = _choose_workers(workers, sizes)
-    tables = _load_in_pool(files, sizes, n_workers, progress) if n_workers > 1 else None
+    tables = _load_in_pool(files, sizes, n_workers, progress, skipped) if n_workers > 1 else None
     if tables is None:
+        skipped.notices.clear()
         with _Progress(sum(sizes), enabled=progress) as bar:
             tables = []
             done = 0
             for (file, hint), size in zip(files, sizes, strict=True):
-                tables.append(load_file(file, hint, bar.reporter(file.name, done, size)))
+                try:
+                    tables.append(load_file(file, hint, bar.reporter(file.name, done, size)))
+                except InputError as exc:
+                    skipped.skip_or_raise(exc)
                 done += size
-    return _merge(tables)
+    if not tables:
+        raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
+    table = _merge(tables)
+    table.notices[:0] = skipped.notices
+    return table
+
+
+class _Skipped:
+    """Files of a folder that are JSON but not chrome traces: a notice each instead of an error."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.notices: list[str] = []
+
+    def skip_or_raise(self, error: InputError) -> None:
+        if not (self.enabled and "not a chrome trace" in error.problem):
+            raise error
+        self.notices.append(f"{error.path}: skipped, {error.problem}")
 
 
 def _estimated_json_bytes(path: Path) -> int:
@@ -115,7 +140,11 @@ def _load_or_error(path: Path, hint: int | None) -> FileTable | tuple[str, str]:
 
 
 def _load_in_pool(
-    files: list[tuple[Path, int | None]], sizes: list[int], n_workers: int, progress: bool | None
+    files: list[tuple[Path, int | None]],
+    sizes: list[int],
+    n_workers: int,
+    progress: bool | None,
+    skipped: _Skipped,
 ) -> list[FileTable] | None:
     """Decode the files in worker processes; None when no pool can run (the caller loads serially)."""
     import multiprocessing
@@ -125,7 +154,7 @@ def _load_in_pool(
     # fork where there is one: spawn would re-import the caller's __main__ (scripts without a main guard
     # break). Workers are all forked at the first submit, before the progress bar starts a thread.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    results: dict[int, FileTable] = {}
+    results: dict[int, FileTable | None] = {}
     try:
         pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=multiprocessing.get_context(method))
         futures = {pool.submit(_load_or_error, f, hint): i for i, (f, hint) in enumerate(files)}
@@ -137,13 +166,18 @@ def _load_in_pool(
                 i = futures[future]
                 result = future.result()
                 if isinstance(result, tuple):
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise InputError(*result)
-                results[i] = result
+                    try:
+                        skipped.skip_or_raise(InputError(*result))
+                    except InputError:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        raise
+                    results[i] = None
+                else:
+                    results[i] = result
                 bar.update(sum(sizes[j] for j in results), files[i][0].name)
         except (BrokenProcessPool, OSError):
             return None
-    return [results[i] for i in range(len(files))]
+    return [t for t in (results[i] for i in range(len(files))) if t is not None]
 
 
 def _assign_ranks(tables: list[FileTable]) -> list[str]:

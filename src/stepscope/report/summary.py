@@ -11,9 +11,9 @@ from stepscope.analysis.summary import RankSummary, Summary
 from stepscope.report.terminal import fmt_pct, fmt_us, make_table, shorten
 
 # Room the number columns of each table take; the name column gets the rest of the console width.
-OPS_NUMBERS_WIDTH = 62
+OPS_NUMBERS_WIDTH = 60
 KERNELS_NUMBERS_WIDTH = 50
-MIN_NAME_WIDTH = 24
+MIN_NAME_WIDTH = 16
 
 
 class SummaryReport:
