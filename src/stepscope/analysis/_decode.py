@@ -4,11 +4,11 @@ Each file is decoded by msgspec into typed Structs that name only the fields the
 else is skipped while parsing), with the garbage collector paused; columns are then built with numpy from
 one list comprehension per field, never a dict per event.
 
-Precision: times become integer ns, exactly. Integers are multiplied by 1000. Floats go through float64,
-which is exact for values below 2^41 us (~25 days: durations, and the relative timestamps of recent Kineto)
-written with at most three decimals (Kineto's format). When a file has float timestamps beyond that (epoch
-microseconds with a ns fraction, where float64 is ~0.25 us off), a second msgspec pass reads the raw JSON
-text of `ts` and `_numparse` converts the decimal digits exactly.
+Precision: times become integer ns, exactly for what Kineto writes (microseconds with up to three decimals).
+Integers are multiplied by 1000. Floats below 2^43 us (~100 days: durations, relative timestamps) are
+recovered exactly from float64 (see _floats_to_ns). Float timestamps beyond that (epoch microseconds with a
+ns fraction, which float64 holds only to ~0.25 us) are read as JSON text and converted digit by digit
+(_numparse): in the same pass when the start of the file shows them, else in a second, ts-only pass.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def _gc_paused() -> Iterator[None]:
 def _decode(path: Path, data: bytes) -> _Trace:
     """Decode with the typed Structs; `ts` is kept as JSON text when the start of the file shows float
     timestamps that float64 would round (otherwise _build may still need a second, ts-only pass)."""
-    if not data.strip():
+    if not data or data.isspace():
         raise InputError(path, "empty file")
     decoder = _TEXT_TS_DECODER if _EPOCH_FLOAT_TS.search(data, 0, _SNIFF_BYTES) else _DECODER
     try:

@@ -95,7 +95,9 @@ def _totals(d: Diff) -> Table:
     return make_table(None, ["", "Base", "Test", "Change", "Ratio"], rows)
 
 
-def _changes(title: str, deltas: list[Delta], top: int, width: int, *, kernel: bool) -> Iterator[RenderableType]:
+def _changes(
+    title: str, deltas: list[Delta], top: int, width: int, *, kernel: bool
+) -> Iterator[RenderableType]:
     if not deltas:
         yield Text("")
         yield Text(f"{title}: no change")
