@@ -138,15 +138,48 @@ def test_fast_loader_matches_reference_builder(tmp_path: Path) -> None:
     assert_same_table(load_trace(path), reference(path))
 
 
-def test_timestamps_keep_the_nanoseconds(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("1712195495519689.047", 1712195495519689047),  # epoch us with ns: float64 is 0.25 us off here
+        ("4458676522690.655", 4458676522690655),  # relative, beyond 2^42 us: still needs the exact pass
+        ("1428625731896.179", 1428625731896179),  # relative, below 2^41 us: float64 is exact
+        ("1682725898236567", 1682725898236567000),  # integer epoch us
+        ("-3.5", -3500),
+        ("1712195495519689.0465", 1712195495519689046),  # exact pass: half a ns rounds to even
+        ("1712195495519689.0475", 1712195495519689048),
+    ],
+)
+def test_timestamps_keep_the_nanoseconds(tmp_path: Path, text: str, ns: int) -> None:
     path = write(
         tmp_path / "t.json",
-        '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1712195495519689.047, '
-        '"dur": 63.813}, {"ph": "X", "name": "b", "ts": -3.5}, {"ph": "i", "name": "c", "ts": 12}]}',
+        '{"traceEvents": [{"ph": "M", "name": "process_name", "ts": 1.5}, '
+        f'{{"ph": "X", "name": "a", "ts": {text}, "dur": 63.813}}, {{"ph": "i", "name": "c", "ts": 12}}]}}',
     )
     table = load_trace(path)
-    assert table.ts.tolist() == [1712195495519689047, -3500, 12000]
-    assert table.dur.tolist() == [63813, 0, 0]
+    assert table.ts.tolist() == [ns, 12000]
+    assert table.dur.tolist() == [63813, 0]
+
+
+def test_epoch_float_timestamps_late_in_the_file_are_exact(tmp_path: Path) -> None:
+    # GIVEN float epoch timestamps only after the first 64 KB (the decoder cannot see them coming)
+    early = [op(f"op{i}", 1000 + i, 1) for i in range(1200)]
+    late = '{"ph": "X", "name": "late", "ts": 1712195495519689.047, "dur": 0.001}'
+    path = write(tmp_path / "t.json", '{"traceEvents": ' + json.dumps(early)[:-1] + ", " + late + "]}")
+    assert path.stat().st_size > 1 << 16
+    # WHEN loaded THEN a second pass reads the timestamps exactly, and the file matches the reference
+    table = load_trace(path)
+    assert table.ts.tolist()[-1] == 1712195495519689047 and table.dur.tolist()[-1] == 1
+    assert_same_table(table, reference(path))
+
+
+def test_string_timestamp_in_epoch_float_file_is_an_input_error(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "t.json",
+        '{"traceEvents": [{"ph": "X", "ts": 1712195495519689.047}, {"ph": "X", "ts": "x"}]}',
+    )
+    with pytest.raises(InputError, match=r"wrong field type: `ts` of event 1 is b'\"x\"'"):
+        load_trace(path)
 
 
 def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:
@@ -169,6 +202,30 @@ def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:
         f"{tmp_path / 'd.json'}: no distributedInfo.rank; loaded as rank 3",
     ]
     assert table.ranks[0].rank_assigned and not table.ranks[1].rank_assigned
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_folder_skips_json_that_is_not_a_chrome_trace(tmp_path: Path, workers: int) -> None:
+    write(tmp_path / "rank0.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "rank0_et.json", {"schema": "1.0.1", "nodes": []})  # an execution trace
+    table = load_trace(tmp_path, workers=workers)
+    assert table.rank_ids() == [0] and len(table) == 1
+    assert table.notices == [
+        f"{tmp_path / 'rank0_et.json'}: skipped, JSON without traceEvents: not a chrome trace"
+    ]
+
+
+def test_folder_with_only_other_json_is_an_error(tmp_path: Path) -> None:
+    write(tmp_path / "config.json", [1, 2])
+    with pytest.raises(InputError, match=r"directory has no chrome traces \(JSON with traceEvents\)"):
+        load_trace(tmp_path)
+
+
+def test_a_broken_file_in_a_folder_is_still_an_error(tmp_path: Path) -> None:
+    write(tmp_path / "rank0.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "rank1.json.gz", b"{broken")
+    with pytest.raises(InputError, match=r"rank1\.json\.gz: not valid JSON"):
+        load_trace(tmp_path)
 
 
 def test_single_rankless_file_is_rank_zero_without_notice(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ Each file is decoded by msgspec into typed Structs that name only the fields the
 else is skipped while parsing), with the garbage collector paused; columns are then built with numpy from
 one list comprehension per field, never a dict per event.
 
-Precision: `ts` is read from its JSON text and converted to integer ns exactly (see `_numparse`); `dur`
-is read as a float and rounded to the ns, which is exact for durations under ~25 days written with at most
-three decimals (Kineto's format).
+Precision: times become integer ns, exactly for what Kineto writes (microseconds with up to three decimals).
+Integers are multiplied by 1000. Floats below 2^43 us (~100 days: durations, relative timestamps) are
+recovered exactly from float64 (see _floats_to_ns). Float timestamps beyond that (epoch microseconds with a
+ns fraction, which float64 holds only to ~0.25 us) are read as JSON text and converted digit by digit
+(_numparse): in the same pass when the start of the file shows them, else in a second, ts-only pass.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import gc
 import gzip
 import operator
+import re
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,24 +55,31 @@ _ARG_FIELDS: dict[str, str] = {
     **{f"i_{key}": arg for key, arg in INT_ARGS.items()},
 }
 
+# Integer fields default to -1 (what an absent value becomes), so that most columns hold only ints and go
+# to numpy in one call. Fields whose absence must be told apart from a value keep None.
+_NONE_DEFAULT = {"external_id", "external_id_old", "meta_name", *(f"s_{key}" for key in STRING_ARGS)}
 _Args = msgspec.defstruct(
     "_Args",
-    [(attr, Any, msgspec.field(default=None, name=key)) for attr, key in _ARG_FIELDS.items()],
+    [
+        (attr, Any, msgspec.field(default=None if attr in _NONE_DEFAULT else MISSING, name=key))
+        for attr, key in _ARG_FIELDS.items()
+    ],
     frozen=True,
+    gc=False,
 )
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     name: str | None = ""
     cat: str | None = None
-    pid: int | float | str | None = None
-    tid: int | float | str | None = None
-    ts: msgspec.Raw = _EMPTY  # the JSON text: converted to ns exactly, see _numparse
+    pid: int | float | str | None = MISSING
+    tid: int | float | str | None = MISSING
+    ts: int | float | None = None
     dur: int | float | None = None
-    id: int | float | str | None = None
-    args: _Args | None = None  # type: ignore[valid-type]
+    id: int | float | str | None = MISSING
+    args: _Args | None = _NO_ARGS  # type: ignore[valid-type]
 
 
 class _Trace(msgspec.Struct):
@@ -80,7 +90,28 @@ class _Trace(msgspec.Struct):
     baseTimeNanoseconds: Any = None
 
 
+class _TextTsEvent(_Event, gc=False):
+    ts: msgspec.Raw = _EMPTY  # type: ignore[assignment]  # the JSON text, converted exactly by _numparse
+
+
+class _TextTsTrace(_Trace):
+    traceEvents: list[_TextTsEvent]  # type: ignore[assignment]
+
+
+class _TsOnly(msgspec.Struct, gc=False):
+    ts: msgspec.Raw = _EMPTY
+
+
+class _TsOnlyTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_TsOnly]
+
+
 _DECODER = msgspec.json.Decoder(_Trace)
+_TEXT_TS_DECODER = msgspec.json.Decoder(_TextTsTrace)
+_TS_ONLY_DECODER = msgspec.json.Decoder(_TsOnlyTrace)
+# Float timestamps of 10^13 us and more (epoch microseconds with a ns fraction) cannot go through float64.
+_EPOCH_FLOAT_TS = re.compile(rb'"ts"\s*:\s*-?\d{14,}\.\d')
+_SNIFF_BYTES = 1 << 16
 
 
 @dataclass
@@ -125,10 +156,13 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _decode(path: Path, data: bytes) -> _Trace:
-    if not data.strip():
+    """Decode with the typed Structs; `ts` is kept as JSON text when the start of the file shows float
+    timestamps that float64 would round (otherwise _build may still need a second, ts-only pass)."""
+    if not data or data.isspace():
         raise InputError(path, "empty file")
+    decoder = _TEXT_TS_DECODER if _EPOCH_FLOAT_TS.search(data, 0, _SNIFF_BYTES) else _DECODER
     try:
-        trace: _Trace = _DECODER.decode(data)
+        trace: _Trace = decoder.decode(data)
     except msgspec.ValidationError as exc:
         message = str(exc)
         if "missing required field `traceEvents`" in message:
@@ -146,14 +180,24 @@ def _decode(path: Path, data: bytes) -> _Trace:
     return trace
 
 
-def load_file(path: str | Path, rank_hint: int | None = None) -> FileTable:
-    """Decode one trace file into columns with local symbol tables (the unit of work of the pool)."""
+def load_file(
+    path: str | Path, rank_hint: int | None = None, progress: Callable[[float], None] | None = None
+) -> FileTable:
+    """Decode one trace file into columns with local symbol tables (the unit of work of the pool).
+
+    `progress(fraction)` is called between the phases (read, decode, build): a long decode cannot report
+    from inside msgspec."""
+    report = progress or (lambda fraction: None)
     p = Path(path)
+    report(0.0)
     data = _read_json_bytes(p)
+    report(0.2)
     with _gc_paused():
         trace = _decode(p, data)
-        del data
-        return _build(p, trace, rank_hint)
+        report(0.6)
+        table = _build(p, trace, rank_hint, data)
+    report(1.0)
+    return table
 
 
 # --- building the columns -----------------------------------------------------------------------------
@@ -180,99 +224,172 @@ def _as_str(values: Sequence[Any]) -> Sequence[str | None]:
 def _int_column(values: Sequence[Any], *, ids: bool = False) -> np.ndarray:
     """int64 column; non-ints (and ints beyond int64) become -1. `ids`: parse numeric strings too."""
     types = set(map(type, values))
-    if types <= {type(None)}:
-        return np.full(len(values), MISSING, dtype=np.int64)
     if types <= {int, type(None)}:
-        fast = values if type(None) not in types else [MISSING if v is None else v for v in values]
-    else:
-        convert = _id_as_int if ids else _as_int
-        try:  # few distinct non-int values (string tids of old traces): convert each once
-            cache = {v: convert(v) for v in set(values) if type(v) is not int}
-            fast = [v if type(v) is int else cache[v] for v in values]
-        except (TypeError, KeyError):  # unhashable values, or 1 / 1.0 / True sharing a hash
-            fast = [v if type(v) is int else convert(v) for v in values]
+        try:
+            return np.array(
+                values if type(None) not in types else [MISSING if v is None else v for v in values],
+                dtype=np.int64,
+            )
+        except OverflowError:
+            pass
+    convert = _id_as_int if ids else _as_int
+    try:  # few distinct non-int values (the string tids of 2021 traces): convert each once
+        cache = {v: convert(v) for v in set(values) if type(v) is not int}
+        fast = [v if type(v) is int else cache[v] for v in values]
+    except (TypeError, KeyError):  # unhashable args values, or 1 and 1.0 sharing a hash
+        fast = [v if type(v) is int else convert(v) for v in values]
     try:
         return np.array(fast, dtype=np.int64)
     except OverflowError:
         return np.array([_as_int(v) for v in fast], dtype=np.int64)
 
 
-def _ns_from_us(values: Sequence[Any]) -> np.ndarray:
-    """dur: microseconds -> int64 ns; absent, invalid or out of int64 -> 0.
+def _sparse_int_column(n: int, at: np.ndarray, values: Sequence[Any]) -> np.ndarray:
+    """A column of -1 with `values` at rows `at`."""
+    out = np.full(n, MISSING, dtype=np.int64)
+    out[at] = _int_column(values)
+    return out
 
-    All-integer columns are exact; with floats present the column goes through float64 (exact below
-    2^53 ns, ~104 days, for values with at most three decimals).
+
+def _ns_from_us(values: Sequence[Any]) -> tuple[np.ndarray, bool]:
+    """int64 ns from microseconds (ints, floats or None); absent or out of int64 -> 0.
+
+    The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
     """
     if float not in set(map(type, values)):
-        us = _int_column(values)
-        ok = (us != MISSING) & (np.abs(us) <= _MAX_US)
-        return np.where(ok, us * 1000, 0)
+        ints = [0 if v is None else v for v in values]
+        try:
+            us = np.array(ints, dtype=np.int64)
+        except OverflowError:
+            us = np.array([v if -_MAX_US <= v <= _MAX_US else 0 for v in ints], dtype=np.int64)
+        return np.where(np.abs(us) <= _MAX_US, us * 1000, 0), False
     try:
         floats = np.array(values, dtype=np.float64)  # None -> nan
     except OverflowError:  # an int beyond float range
         floats = np.array([v if v is None or abs(v) < 9e15 else np.nan for v in values], dtype=np.float64)
-    floats = np.where(np.isfinite(floats) & (np.abs(floats) < 9e15), floats, 0.0)
-    return np.rint(floats * 1000.0).astype(np.int64)
+    return _floats_to_ns(floats)
 
 
 _MAX_US = (2**63 - 1) // 1000
 
 
-def _valid_ph(ph: str) -> bool:
-    return len(ph) == 1 and ph != "M" and ph.isascii()
+def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Below 2^43 us a float64 lies within 0.5 ulp < 0.5 ns of the decimal it was parsed from, so the
+    decimal with three places is the one whose float64 is the value (texts with more places get the ns
+    nearest the float). From 2^43 us on, several decimals share a float: the flag asks for the text
+    (timestamps get it; a duration of over 100 days keeps the nearest ns of its float)."""
+    out = np.zeros(len(us), dtype=np.int64)
+    magnitude = np.abs(us)  # nan (null) compares False: stays 0
+    small = magnitude < 2.0**43
+    x = us[small]
+    nearest = np.rint(x * 1000.0)
+    best = nearest.copy()
+    found = nearest / 1000.0 == x
+    for step in (-1.0, 1.0):
+        candidate = nearest + step
+        match = ~found & (candidate / 1000.0 == x)
+        best[match] = candidate[match]
+        found |= match
+    out[small] = best.astype(np.int64)
+    big = (magnitude >= 2.0**43) & (magnitude < 9e15)  # nearest ns of the float: up to ~0.25 us off
+    out[big] = np.rint(us[big] * 1000.0).astype(np.int64)
+    return out, bool(big.any())
 
 
-def _build(path: Path, trace: _Trace, rank_hint: int | None) -> FileTable:
+def _exact_ts(data: bytes) -> np.ndarray:
+    """Timestamps of all events from their JSON text (a second pass, when the first could not be exact)."""
+    return us_texts_to_ns([r.ts for r in _TS_ONLY_DECODER.decode(data).traceEvents])
+
+
+# ph -> its code in the table, 0 for what the table leaves out ('M' metadata, anything not one ASCII char).
+def _ph_code(ph: str) -> int:
+    return ord(ph) if len(ph) == 1 and ph != "M" and ph.isascii() else 0
+
+
+_RARE_FIELDS = (*(f"s_{k}" for k in STRING_ARGS), *(f"i_{k}" for k in INT_ARGS))
+_get_rare = operator.attrgetter(*_RARE_FIELDS)
+_NO_RARE = _get_rare(_NO_ARGS)
+
+
+def _build(path: Path, trace: _Trace, rank_hint: int | None, data: bytes) -> FileTable:
+    """Columns of one file. One list comprehension per field (the cheapest way to read Struct attributes;
+    never a dict per event); rows the table leaves out are dropped at the end with a mask."""
     info = RankInfo(rank=MISSING, source=str(path))
     _read_header(info, trace)
     events = trace.traceEvents
-    phs = list(map(operator.attrgetter("ph"), events))
-    kinds = set(phs)
-    if "M" in kinds:
-        for e in events:
-            if e.ph == "M":
-                _read_metadata(info, e)
-    good = {ph for ph in kinds if _valid_ph(ph)}
-    rows = events if good == kinds else [e for e, ph in zip(events, phs, strict=True) if ph in good]
+    n = len(events)
+    phs = [e.ph for e in events]
+    codes = {ph: _ph_code(ph) for ph in set(phs)}
+    ph = np.fromiter(map(codes.__getitem__, phs), dtype=np.uint8, count=n)
     del phs
+    if "M" in codes:
+        for i in np.flatnonzero(ph == 0).tolist():
+            if events[i].ph == "M":
+                _read_metadata(info, events[i])
     names: dict[str, int] = {}
     cats: dict[str, int] = {}
-    cols: dict[str, np.ndarray] = {}
-    # One comprehension per field: the cheapest way to read Struct attributes (no per-event dicts).
-    ph = np.fromiter(map(ord, [e.ph for e in rows]), dtype=np.uint8, count=len(rows))
-    cols["ph"] = ph
-    cols["name"] = _intern([e.name for e in rows], names, none="")
+    cols: dict[str, np.ndarray] = {"ph": ph}
+    cols["name"] = _intern([e.name for e in events], names, none="")
     raw_cats: dict[str, int] = {}
-    raw_cat_codes = _intern([e.cat for e in rows], raw_cats)
+    raw_cat_codes = _intern([e.cat for e in events], raw_cats)
     # Old (2021) categories map onto the current ones; two raw names may become one.
     remap = np.array([cats.setdefault(OLD_CATEGORIES.get(c, c), len(cats)) for c in raw_cats] + [MISSING])
     cols["cat"] = remap[raw_cat_codes].astype(np.int32)
-    is_gpu = np.isin(cols["cat"], [i for c, i in cats.items() if c in GPU_CATEGORIES])
-    cols["pid"] = _int_column([e.pid for e in rows], ids=True)
-    cols["tid"] = _int_column([e.tid for e in rows], ids=True)
-    try:
-        cols["ts"] = us_texts_to_ns([e.ts for e in rows])
-    except NotANumber as exc:
-        raise InputError(path, f"wrong field type: `ts` of event {exc.index} is {exc.text[:30]!r}") from None
-    cols["dur"] = np.maximum(_ns_from_us([e.dur for e in rows]), 0)
-    is_flow = (ph == ord("s")) | (ph == ord("f"))
-    cols["flow_id"] = np.where(is_flow, _int_column([e.id for e in rows]), MISSING)
-    args: list[Any] = [e.args or _NO_ARGS for e in rows]
-    cols["stream"] = np.where(is_gpu, _int_column([a.stream for a in args]), MISSING)
-    device = _int_column([a.device for a in args])
-    cols["device"] = np.where(is_gpu & (np.abs(device) < 2**31), device, MISSING).astype(np.int32)
+    cols["pid"] = _int_column([e.pid for e in events], ids=True)
+    cols["tid"] = _int_column([e.tid for e in events], ids=True)
+    timestamps = [e.ts for e in events]
+    if isinstance(trace, _TextTsTrace):
+        try:
+            cols["ts"] = us_texts_to_ns(timestamps)
+        except NotANumber as exc:
+            raise InputError(
+                path, f"wrong field type: `ts` of event {exc.index} is {exc.text[:30]!r}"
+            ) from None
+    else:
+        cols["ts"], inexact = _ns_from_us(timestamps)
+        if inexact:
+            cols["ts"] = _exact_ts(data)
+    del timestamps
+    cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events])[0], 0)
+    flows = np.flatnonzero((ph == ord("s")) | (ph == ord("f")))
+    cols["flow_id"] = _sparse_int_column(n, flows, [events[i].id for i in flows.tolist()])
+    args: list[Any] = [e.args for e in events]
+    if None in args:  # "args": null
+        args = [a or _NO_ARGS for a in args]
+    gpu = np.flatnonzero(np.isin(cols["cat"], [i for c, i in cats.items() if c in GPU_CATEGORIES]))
+    gpu_args = [args[i] for i in gpu.tolist()]
+    cols["stream"] = _sparse_int_column(n, gpu, [a.stream for a in gpu_args])
+    device = _sparse_int_column(n, gpu, [a.device for a in gpu_args])
+    cols["device"] = np.where(np.abs(device) < 2**31, device, MISSING).astype(np.int32)
     cols["correlation"] = _int_column([a.correlation for a in args])
-    external = [a.external_id for a in args]
-    if None in external:  # the 2021 schema writes "external id" on runtime calls and GPU activities
-        external = [a.external_id_old if x is None else x for a, x in zip(args, external, strict=True)]
-    cols["external_id"] = _int_column(external)
     cols["bytes"] = _int_column([a.bytes for a in args])
-    for key in STRING_ARGS:
-        cols["args_" + key] = _intern(_as_str(list(map(operator.attrgetter(f"s_{key}"), args))), names)
-    for key in INT_ARGS:
-        cols["args_" + key] = _int_column(list(map(operator.attrgetter(f"i_{key}"), args)))
+    external = [a.external_id for a in args]
+    old = [a.external_id_old for a in args]
+    if old.count(None) != n:  # the 2021 schema writes "external id" on runtime calls and GPU activities
+        external = [o if x is None else x for x, o in zip(external, old, strict=True)]
+    cols["external_id"] = _int_column(external)
+    _rare_columns(cols, args, names)
+    keep = ph != 0
+    if not keep.all():
+        cols = {key: column[keep] for key, column in cols.items()}
     declared = info.rank if info.rank != MISSING else rank_hint
     return FileTable(str(path), list(names), list(cats), cols, info, declared)
+
+
+def _rare_columns(cols: dict[str, np.ndarray], args: list[Any], names: dict[str, int]) -> None:
+    """The args of collectives (record_param_comms), which few events carry: read only where present."""
+    n = len(args)
+    values = list(map(_get_rare, args))
+    rare = [] if values.count(_NO_RARE) == n else [i for i, v in enumerate(values) if v != _NO_RARE]
+    at = np.array(rare, dtype=np.int64)
+    by_field = list(zip(*(values[i] for i in rare), strict=True)) if rare else [()] * len(_RARE_FIELDS)
+    fields = dict(zip(_RARE_FIELDS, by_field, strict=True))
+    for key in STRING_ARGS:
+        column = np.full(n, MISSING, dtype=np.int32)
+        column[at] = _intern(_as_str(fields[f"s_{key}"]), names)
+        cols["args_" + key] = column
+    for key in INT_ARGS:
+        cols["args_" + key] = _sparse_int_column(n, at, fields[f"i_{key}"])
 
 
 def _read_header(info: RankInfo, trace: _Trace) -> None:

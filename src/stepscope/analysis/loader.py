@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ __all__ = ["load_trace", "trace_files"]
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Use worker processes when at least this many bytes of JSON (estimated) are spread over several files.
 POOL_MIN_BYTES = 48 << 20
+MIN_IDLE_CPUS = 1.5  # idle CPUs (count minus the 1-minute load average) a pool needs to be worth it
 
 
 # --- finding the files -------------------------------------------------------------------------------
@@ -62,17 +64,43 @@ def load_trace(path: str | Path, *, workers: int | None = None, progress: bool |
     `progress`: show a progress bar on stderr (None: only on a terminal, once loading takes over a second).
     Raises InputError naming the file and the problem.
     """
+    from stepscope.runfolder import is_run_folder
+
     files = trace_files(path)
+    # In a plain folder, JSON files that are not chrome traces (an execution trace, a config) are skipped.
+    skipped = _Skipped(Path(path).is_dir() and not is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     n_workers = _choose_workers(workers, sizes)
-    tables = _load_in_pool(files, sizes, n_workers, progress) if n_workers > 1 else None
+    tables = _load_in_pool(files, sizes, n_workers, progress, skipped) if n_workers > 1 else None
     if tables is None:
+        skipped.notices.clear()
         with _Progress(sum(sizes), enabled=progress) as bar:
             tables = []
+            done = 0
             for (file, hint), size in zip(files, sizes, strict=True):
-                tables.append(load_file(file, hint))
-                bar.advance(size, file.name)
-    return _merge(tables)
+                try:
+                    tables.append(load_file(file, hint, bar.reporter(file.name, done, size)))
+                except InputError as exc:
+                    skipped.skip_or_raise(exc)
+                done += size
+    if not tables:
+        raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
+    table = _merge(tables)
+    table.notices[:0] = skipped.notices
+    return table
+
+
+class _Skipped:
+    """Files of a folder that are JSON but not chrome traces: a notice each instead of an error."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.notices: list[str] = []
+
+    def skip_or_raise(self, error: InputError) -> None:
+        if not (self.enabled and "not a chrome trace" in error.problem):
+            raise error
+        self.notices.append(f"{error.path}: skipped, {error.problem}")
 
 
 def _estimated_json_bytes(path: Path) -> int:
@@ -90,11 +118,17 @@ def _estimated_json_bytes(path: Path) -> int:
 
 
 def _choose_workers(workers: int | None, sizes: list[int]) -> int:
+    """A pool pays for itself only with several big files and idle CPUs to decode them on: on a busy
+    machine a second process just takes turns with the first (measured in docs/benchmarks.md)."""
     if workers is not None:
         return max(1, min(workers, len(sizes)))
     if len(sizes) < 2 or sum(sizes) < POOL_MIN_BYTES:
         return 1
-    return max(1, min(len(sizes), os.cpu_count() or 1, 8))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    idle = cpus - os.getloadavg()[0] if hasattr(os, "getloadavg") else cpus - 1
+    if idle < MIN_IDLE_CPUS:
+        return 1
+    return max(2, min(len(sizes), int(idle), 8))
 
 
 def _load_or_error(path: Path, hint: int | None) -> FileTable | tuple[str, str]:
@@ -106,7 +140,11 @@ def _load_or_error(path: Path, hint: int | None) -> FileTable | tuple[str, str]:
 
 
 def _load_in_pool(
-    files: list[tuple[Path, int | None]], sizes: list[int], n_workers: int, progress: bool | None
+    files: list[tuple[Path, int | None]],
+    sizes: list[int],
+    n_workers: int,
+    progress: bool | None,
+    skipped: _Skipped,
 ) -> list[FileTable] | None:
     """Decode the files in worker processes; None when no pool can run (the caller loads serially)."""
     import multiprocessing
@@ -116,7 +154,7 @@ def _load_in_pool(
     # fork where there is one: spawn would re-import the caller's __main__ (scripts without a main guard
     # break). Workers are all forked at the first submit, before the progress bar starts a thread.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    results: dict[int, FileTable] = {}
+    results: dict[int, FileTable | None] = {}
     try:
         pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=multiprocessing.get_context(method))
         futures = {pool.submit(_load_or_error, f, hint): i for i, (f, hint) in enumerate(files)}
@@ -128,13 +166,18 @@ def _load_in_pool(
                 i = futures[future]
                 result = future.result()
                 if isinstance(result, tuple):
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise InputError(*result)
-                results[i] = result
-                bar.advance(sizes[i], files[i][0].name)
+                    try:
+                        skipped.skip_or_raise(InputError(*result))
+                    except InputError:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        raise
+                    results[i] = None
+                else:
+                    results[i] = result
+                bar.update(sum(sizes[j] for j in results), files[i][0].name)
         except (BrokenProcessPool, OSError):
             return None
-    return [results[i] for i in range(len(files))]
+    return [t for t in (results[i] for i in range(len(files))) if t is not None]
 
 
 def _assign_ranks(tables: list[FileTable]) -> list[str]:
@@ -209,20 +252,23 @@ class _Progress:
         self._started = 0.0
 
     def __enter__(self) -> _Progress:
-
         self._started = time.perf_counter()
         if self.enabled is not False and self.total / self.EXPECTED_BYTES_PER_S > self.DELAY_S:
             self._show()
         return self
 
-    def advance(self, nbytes: int, label: str) -> None:
-
-        self.done += nbytes
+    def update(self, completed: int, label: str) -> None:
+        """`completed` bytes of the total are loaded; `label` names the file at work."""
+        self.done = completed
         late = time.perf_counter() - self._started > self.DELAY_S
         if self._bar is None and self.enabled is not False and late:
             self._show()
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, description=f"loading {label}")
+
+    def reporter(self, label: str, before: int, size: int) -> Callable[[float], None]:
+        """A callback for one file's phases: fraction of that file done."""
+        return lambda fraction: self.update(before + int(fraction * size), label)
 
     def _show(self) -> None:
         from rich.console import Console

@@ -66,9 +66,10 @@ class Summary(msgspec.Struct):
 def summarize(table: TraceTable, top: int = 10) -> Summary:
     """Per rank: the `top` ops by self time and kernels by total time (top <= 0: all of them)."""
     self_ns = self_times(table)
+    groups = _group_codes(table)
     ranks = []
     for rank in table.rank_ids():
-        ops = op_stats(table, self_ns, rank)
+        ops = op_stats(table, self_ns, rank, groups=groups)
         kernels = kernel_stats(table, rank)
         in_rank = table.rank == rank
         info = table.ranks.get(rank)
@@ -139,12 +140,20 @@ def _group_codes(table: TraceTable) -> tuple[np.ndarray, list[str]]:
     return codes, list(groups)
 
 
-def op_stats(table: TraceTable, self_ns: np.ndarray, rank: int | None = None) -> list[OpStat]:
-    """Every op name with its calls and times (one rank, or all ranks pooled), by self time, descending."""
+def op_stats(
+    table: TraceTable,
+    self_ns: np.ndarray,
+    rank: int | None = None,
+    *,
+    groups: tuple[np.ndarray, list[str]] | None = None,
+) -> list[OpStat]:
+    """Every op name with its calls and times (one rank, or all ranks pooled), by self time, descending.
+
+    `self_ns` comes from `self_times(table)`; `groups` from `_group_codes(table)` when calling per rank."""
     mask = (table.ph == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES)
     if rank is not None:
         mask &= table.rank == rank
-    codes, group_names = _group_codes(table)
+    codes, group_names = groups or _group_codes(table)
     keys = codes[table.name[mask]]
     selfs = self_ns[mask]
     durs = table.dur[mask]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.table import Table
 from rich.text import Text
 
 from stepscope.analysis.diff import Delta, Diff
@@ -56,9 +58,9 @@ class DiffReport:
         yield from _changes("CPU ops (self time)", d.ops, self.top, width, kernel=False)
 
 
-def _totals(d: Diff) -> object:
+def _totals(d: Diff) -> Table:
     b, t = d.base, d.test
-    rows = [
+    rows: list[list[Any]] = [
         ["profiler steps", b.steps, t.steps, _signed(t.steps - b.steps), ""],
         [
             "mean step time",
@@ -93,7 +95,9 @@ def _totals(d: Diff) -> object:
     return make_table(None, ["", "Base", "Test", "Change", "Ratio"], rows)
 
 
-def _changes(title: str, deltas: list[Delta], top: int, width: int, *, kernel: bool) -> Iterator[object]:
+def _changes(
+    title: str, deltas: list[Delta], top: int, width: int, *, kernel: bool
+) -> Iterator[RenderableType]:
     if not deltas:
         yield Text("")
         yield Text(f"{title}: no change")

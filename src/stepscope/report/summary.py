@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.summary import RankSummary, Summary
 from stepscope.report.terminal import fmt_pct, fmt_us, make_table, shorten
 
 # Room the number columns of each table take; the name column gets the rest of the console width.
-OPS_NUMBERS_WIDTH = 62
+OPS_NUMBERS_WIDTH = 60
 KERNELS_NUMBERS_WIDTH = 50
-MIN_NAME_WIDTH = 24
+MIN_NAME_WIDTH = 16
 
 
 class SummaryReport:
@@ -29,7 +29,7 @@ class SummaryReport:
             yield from _rank(rank, options.max_width)
 
 
-def _rank(r: RankSummary, width: int) -> Iterator[object]:
+def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
     op_width = max(MIN_NAME_WIDTH, width - OPS_NUMBERS_WIDTH)
     kernel_width = max(MIN_NAME_WIDTH, width - KERNELS_NUMBERS_WIDTH)
     yield Text(f"rank {r.rank}  {r.source}", style="bold")
