@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from stepscope.cli import main
-from tracegen import SHARED_TRACES
+
+from .tracegen import SHARED_TRACES
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "analysis.md"

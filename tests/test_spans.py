@@ -6,7 +6,8 @@ import numpy as np
 
 from stepscope.analysis.spans import StepSpan, merge_intervals, profiler_steps, union_ns
 from stepscope.analysis.table import TraceTable
-from tracegen import kernel, op, step
+
+from .tracegen import kernel, op, step
 
 
 def test_profiler_steps_per_rank_sorted_host_side_only() -> None:
