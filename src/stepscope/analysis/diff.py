@@ -11,7 +11,8 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from stepscope.analysis.spans import profiler_steps, union_ns
+from stepscope.analysis import _intervals as iv
+from stepscope.analysis.steps import find_steps
 from stepscope.analysis.summary import (
     CPU_OP_CATEGORIES,
     KernelStat,
@@ -103,22 +104,25 @@ def diff_tables(
 
 
 def _side(table: TraceTable, self_ns: np.ndarray, path: str) -> Side:
-    steps = profiler_steps(table)
     gpu = (table.ph == ord("X")) & table.cat_mask(*GPU_CATEGORIES)
     busy = span = 0
+    step_durations: list[int] = []
     for rank in table.rank_ids():
-        rows = gpu & (table.rank == rank)
+        in_rank = table.rank == rank
+        spans = find_steps(table.select(in_rank))
+        step_durations += (spans.end - spans.start).tolist()
+        rows = gpu & in_rank
         if rows.any():
             start, end = table.ts[rows], table.ts[rows] + table.dur[rows]
-            busy += union_ns(start, end)
+            busy += iv.length(iv.merge(start, end))
             span += int(end.max() - start.min())
     ops = (table.ph == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES)
     kernels = (table.ph == ord("X")) & table.cat_mask("kernel")
     return Side(
         path=path,
         ranks=table.rank_ids(),
-        steps=len(steps),
-        step_mean_us=_us(sum(s.dur_ns for s in steps) / len(steps)) if steps else None,
+        steps=len(step_durations),
+        step_mean_us=_us(sum(step_durations) / len(step_durations)) if step_durations else None,
         cpu_self_us=_us(int(self_ns[ops].sum())),
         kernel_total_us=_us(int(table.dur[kernels].sum())),
         gpu_busy_us=_us(busy),
