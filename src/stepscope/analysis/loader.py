@@ -29,35 +29,71 @@ MIN_IDLE_CPUS = 1.5  # idle CPUs (count minus the 1-minute load average) a pool 
 
 
 # --- finding the files -------------------------------------------------------------------------------
-def trace_files(path: str | Path) -> list[tuple[Path, int | None]]:
-    """The trace files behind PATH, each with the rank a run-folder manifest gives it (else None)."""
-    from stepscope.runfolder import is_run_folder, read_manifest
+def trace_files(path: str | Path, *, step: int | None = None) -> list[tuple[Path, int | None]]:
+    """The trace files behind PATH, each with the rank a run-folder manifest gives it (else None).
 
-    p = Path(path)
+    A run folder holds one trace per rank per profiled window: `step` picks the window ending at that step,
+    by default each rank's latest.
+    """
+    return _find_traces(Path(path), step)[0]
+
+
+def _find_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
+    from stepscope.runfolder import is_run_folder
+
     if not p.exists():
         raise InputError(p, "no such file or directory")
     if p.is_file():
-        return [(p, None)]
+        return [(p, None)], []
     if not p.is_dir():
         raise InputError(p, "not a regular file or directory")
     if is_run_folder(p):
-        found = [(p / a.path, a.rank) for a in read_manifest(p).artifacts if a.kind == "trace"]
-        if not found:
-            raise InputError(p, "run folder has no trace artifacts in its manifest")
-        for file, _ in found:
-            if not file.is_file():
-                raise InputError(file, "listed in the run folder's manifest but missing")
-        return sorted(found, key=lambda item: str(item[0]))
+        return _run_folder_window(p, step)
     files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
     if not files:
         raise InputError(p, "directory has no trace files (*.json, *.json.gz)")
-    return [(f, None) for f in files]
+    return [(f, None) for f in files], []
+
+
+def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
+    """One trace per rank from a run folder: the window ending at `step`, or each rank's latest."""
+    from stepscope.runfolder import read_manifest
+
+    traces = [a for a in read_manifest(p).artifacts if a.kind == "trace"]
+    if not traces:
+        raise InputError(p, "run folder has no trace artifacts in its manifest")
+    windows = sorted({a.step for a in traces if a.step is not None})
+    by_rank: dict[int | None, list[Any]] = {}
+    for artifact in traces:
+        by_rank.setdefault(artifact.rank, []).append(artifact)
+    if step is not None and step not in windows:
+        listed = ", ".join(map(str, windows)) or "none"
+        raise InputError(p, f"no trace of a window ending at step {step} (windows end at steps: {listed})")
+    chosen = []
+    for rank, artifacts in by_rank.items():
+        candidates = [a for a in artifacts if step is None or a.step == step]
+        if candidates:
+            best = max(candidates, key=lambda a: -1 if a.step is None else a.step)
+            chosen.append((p / best.path, rank))
+    for file, _ in chosen:
+        if not file.is_file():
+            raise InputError(file, "listed in the run folder's manifest but missing")
+    notices = []
+    if len(windows) > 1:
+        which = f"step {step}" if step is not None else "each rank's latest"
+        notices.append(
+            f"{p}: windows end at steps {', '.join(map(str, windows))}; analyzing {which} (choose with --step)"
+        )
+    return sorted(chosen, key=lambda item: str(item[0])), notices
 
 
 # --- several files: ranks, pool, merge ----------------------------------------------------------------
-def load_trace(path: str | Path, *, workers: int | None = None, progress: bool | None = None) -> TraceTable:
+def load_trace(
+    path: str | Path, *, step: int | None = None, workers: int | None = None, progress: bool | None = None
+) -> TraceTable:
     """Load a trace file, a folder of per-rank traces or a run folder into one TraceTable.
 
+    `step`: for a run folder, the window ending at that step (default: each rank's latest window).
     Ranks come from each file's `distributedInfo.rank` (or the run folder's manifest); files without one,
     or repeating a rank already taken, get the lowest free ranks in path order and a notice in `notices`.
     `workers`: processes for multi-file loads (None: decide from the amount of data; 1: no pool).
@@ -66,7 +102,7 @@ def load_trace(path: str | Path, *, workers: int | None = None, progress: bool |
     """
     from stepscope.runfolder import is_run_folder
 
-    files = trace_files(path)
+    files, window_notices = _find_traces(Path(path), step)
     # In a plain folder, JSON files that are not chrome traces (an execution trace, a config) are skipped.
     skipped = _Skipped(Path(path).is_dir() and not is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
@@ -86,7 +122,7 @@ def load_trace(path: str | Path, *, workers: int | None = None, progress: bool |
     if not tables:
         raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
     table = _merge(tables)
-    table.notices[:0] = skipped.notices
+    table.notices[:0] = window_notices + skipped.notices
     return table
 
 

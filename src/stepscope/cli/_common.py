@@ -18,3 +18,15 @@ def print_json(document: Any) -> None:
 
 def console():  # type: ignore[no-untyped-def]
     return make_console()
+
+
+def step_option(fn):  # type: ignore[no-untyped-def]
+    """`--step S`: for a run folder, analyze the window ending at step S (default: each rank's latest)."""
+    import click
+
+    return click.option(
+        "--step",
+        type=click.IntRange(min=0),
+        default=None,
+        help="Run folders: the profiled window ending at this step (default: each rank's latest).",
+    )(fn)

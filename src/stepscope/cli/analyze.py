@@ -6,8 +6,11 @@ from pathlib import Path
 
 import click
 
+from stepscope.cli._common import step_option
+
 
 @click.command(name="analyze")
+@step_option
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.analysis/1").'
@@ -18,12 +21,12 @@ import click
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
 )
-def command(path: Path, as_json: bool, drop_last_step: bool, top: int) -> None:
+def command(path: Path, step: int | None, as_json: bool, drop_last_step: bool, top: int) -> None:
     """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder)."""
     from stepscope.analysis.analyze import analyze
     from stepscope.analysis.loader import load_trace
 
-    result = analyze(load_trace(path), drop_last_step=drop_last_step, top=top)
+    result = analyze(load_trace(path, step=step), drop_last_step=drop_last_step, top=top)
     if as_json:
         from stepscope.cli._common import print_json
 

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import click
 
-from stepscope.cli._common import print_json
+from stepscope.cli._common import print_json, step_option
 
 
 @click.command(name="summary")
+@step_option
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", "top", type=int, default=10, show_default=True, help="Rows per table (0: all).")
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.summary/1").'
 )
-def command(path: str, top: int, as_json: bool) -> None:
+def command(path: str, step: int | None, top: int, as_json: bool) -> None:
     """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
     from stepscope.analysis.loader import load_trace
     from stepscope.analysis.summary import summarize
 
-    summary = summarize(load_trace(path), top=top)
+    summary = summarize(load_trace(path, step=step), top=top)
     if as_json:
         print_json(summary)
         return

@@ -1,0 +1,59 @@
+"""The run folder as the contract between capture and analysis: a real monitored run, read back by the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import stepscope
+from stepscope.analysis.loader import load_trace
+from stepscope.cli import main
+from stepscope.errors import InputError
+
+from ._train import make_training
+
+
+@pytest.fixture(scope="module")
+def two_window_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run whose rank 0 has two windows: steps 2-3 and 6-7."""
+    out = tmp_path_factory.mktemp("runs")
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(out), wait=1, warmup=1, active=2, repeat=2, console=False
+    )
+    step = monitor(train_step)
+    for _ in range(9):
+        step()
+    monitor.close()
+    assert monitor.run_dir is not None
+    return monitor.run_dir
+
+
+def test_latest_window_per_rank_by_default(two_window_run: Path) -> None:
+    table = load_trace(two_window_run)
+    assert table.rank_ids() == [0]  # two windows of one rank are not two ranks
+    assert table.ranks[0].source.endswith("traces/rank0_step7.json.gz")
+    assert any("windows end at steps 3, 7" in n for n in table.notices)
+
+
+def test_step_chooses_the_window(two_window_run: Path) -> None:
+    assert load_trace(two_window_run, step=3).ranks[0].source.endswith("rank0_step3.json.gz")
+    with pytest.raises(InputError, match="no trace of a window ending at step 5"):
+        load_trace(two_window_run, step=5)
+
+
+def test_analyze_a_run_folder_finds_its_steps_and_no_straggler(
+    two_window_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["analyze", str(two_window_run), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "stepscope.analysis/1"
+    assert [r["rank"] for r in doc["ranks"]] == [0]
+    assert [s["step"] for s in doc["ranks"][0]["steps"]] == [6, 7]
+    assert not [f for f in doc["findings"] if f["id"] == "straggler"]
+    assert main(["summary", str(two_window_run), "--step", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == "stepscope.summary/1"
+    assert main(["analyze", str(two_window_run), "--step", "4"]) == 2
+    assert "windows end at steps: 3, 7" in capsys.readouterr().err
