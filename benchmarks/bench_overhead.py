@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_overhead.py [--rounds 5] [--steps 30]
 
-Variants, interleaved round by round so machine noise hits them alike: the bare step; the step decorated by a
+A first, uncounted round warms everything up. Variants, interleaved round by round so machine noise hits them alike: the bare step; the step decorated by a
 monitor with enabled=False; a monitor in its wait phase; a monitor in an active window; raw torch.profiler
 with the same options in an active window. Times are per step (the call plus the profiler's step()), medians
 over all rounds; the export at the end of a window is not part of any timed step.
@@ -136,6 +136,8 @@ def main() -> None:
         )
     }
     with tempfile.TemporaryDirectory() as out_dir:
+        # A first round warms up torch, the allocator and the profiler's own caches; it is not counted.
+        measure_round(0, args.steps, out_dir, {k: [] for k in results})
         for i in range(args.rounds):
             measure_round(i, args.steps, out_dir, results)
     med = {k: statistics.median(v) for k, v in results.items()}
