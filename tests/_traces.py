@@ -6,16 +6,12 @@ Times given to the builders are microseconds, as Kineto writes them.
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
-import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from stepscope.analysis.table import TraceTable
-from stepscope.errors import InputError
 
 SHARED_TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
 
@@ -75,43 +71,7 @@ def write_trace(path: Path, events: Iterable[Event], *, rank: int | None = None,
 
 
 def load(path: Path) -> TraceTable:
-    """A trace file or folder as a TraceTable: the fast loader when present, else the slow json reference path."""
-    try:
-        from stepscope.analysis.loader import load_trace
-    except ImportError:
-        return json_load(path)
+    """A trace file or folder as a TraceTable, through the real loader."""
+    from stepscope.analysis.loader import load_trace
+
     return load_trace(path)
-
-
-def json_load(path: Path | str) -> TraceTable:
-    """Reference loader (json + TraceTable.from_events) standing in for stepscope.analysis.loader until it lands."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(path, "no such file or directory")
-    files = sorted(p for p in path.glob("*.json*") if p.is_file()) if path.is_dir() else [path]
-    if not files:
-        raise InputError(path, "no trace files (.json / .json.gz) in this folder")
-    by_rank: dict[int, list[Event]] = {}
-    sources: dict[int, str] = {}
-    for i, f in enumerate(files):
-        raw = f.read_bytes()
-        try:
-            doc = json.loads(gzip.decompress(raw) if f.name.endswith(".gz") else raw)
-        except (OSError, ValueError, EOFError) as exc:
-            raise InputError(f, f"not a readable trace ({type(exc).__name__})") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-            raise InputError(f, "no traceEvents list")
-        rank = (doc.get("distributedInfo") or {}).get("rank", i)
-        rank = rank if isinstance(rank, int) and rank not in by_rank else max(by_rank, default=-1) + 1
-        by_rank[rank] = doc["traceEvents"]
-        sources[rank] = str(f)
-    return TraceTable.from_events(by_rank, sources)
-
-
-def ensure_loader() -> None:
-    """Make `stepscope.analysis.loader.load_trace` importable: the real module, else `json_load` under its name."""
-    if "stepscope.analysis.loader" in sys.modules or importlib.util.find_spec("stepscope.analysis.loader"):
-        return
-    module = types.ModuleType("stepscope.analysis.loader")
-    module.load_trace = json_load  # type: ignore[attr-defined]
-    sys.modules["stepscope.analysis.loader"] = module

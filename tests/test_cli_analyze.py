@@ -9,14 +9,9 @@ import pytest
 
 from stepscope.cli import main
 
-from ._traces import ensure_loader, write_trace
+from ._traces import write_trace
 from .test_analysis_breakdown import two_step_trace
 from .test_analysis_findings import rank_trace
-
-
-@pytest.fixture(autouse=True)
-def _loader() -> None:
-    ensure_loader()
 
 
 def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
