@@ -259,3 +259,21 @@ def test_explicit_start_and_step_without_with(tmp_path: Path) -> None:
     monitor.close()
     assert losses == bare_losses(4)
     assert profiler_steps(monitor.run_dir / "traces/rank0_step1.json.gz") == [0, 1]
+
+
+def test_unserialisable_metric_switches_metrics_off_not_training(tmp_path: Path) -> None:
+    # GIVEN a collector that puts a value JSON cannot hold into the step's record
+    from stepscope.capture import trace
+
+    original = trace.TraceCollector.after_step
+
+    def adds_an_object(self: trace.TraceCollector, step: int, record: dict[str, object]) -> None:
+        record["weird"] = object()
+        original(self, step, record)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trace.TraceCollector, "after_step", adds_an_object)
+        with pytest.warns(StepscopeWarning, match="cannot write metrics.jsonl"):
+            monitor, losses = run_decorated(tmp_path, 6, wait=0, warmup=0, active=2)
+    assert losses == bare_losses(6)
+    assert [a.kind for a in read_manifest(monitor.run_dir).artifacts].count("trace") == 1

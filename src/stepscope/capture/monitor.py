@@ -352,11 +352,18 @@ class PerformanceMonitor:
             hook(step, record)
         self.steps_done = step + 1
         ctx = self._ctx
-        if ctx is not None:
-            ctx.step = self.steps_done
+        if ctx is None:
+            return
+        ctx.step = self.steps_done
+        if self._metrics_off:
+            return
+        try:
             ctx.log_metrics(record)
-            if len(ctx._metrics) >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
-                self._flush_metrics()
+        except Exception as exc:  # a value a collector added that JSON cannot hold
+            self._metrics_failed(exc)
+            return
+        if len(ctx._metrics) >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
+            self._flush_metrics()
 
     def _flush_metrics(self) -> None:
         if self._ctx is None or self._metrics_off:
@@ -364,12 +371,16 @@ class PerformanceMonitor:
         try:
             self._ctx.flush_metrics()
         except OSError as exc:
-            self._metrics_off = True
-            warnings.warn(
-                f"stepscope: cannot append to {METRICS_NAME} ({exc.strerror or exc}); step metrics are switched off",
-                StepscopeWarning,
-                stacklevel=3,
-            )
+            self._metrics_failed(exc)
+
+    def _metrics_failed(self, exc: Exception) -> None:
+        self._metrics_off = True
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        warnings.warn(
+            f"stepscope: cannot write {METRICS_NAME} ({cause}); step metrics are switched off, training goes on",
+            StepscopeWarning,
+            stacklevel=4,
+        )
 
 
 def performance_monitor(model: Any = None, **options: Any) -> PerformanceMonitor:
