@@ -267,7 +267,17 @@ class PerformanceMonitor:
 
         self._record_function = record_function
         self.recording = True
-        self._collectors = [cls(self._ctx) for cls in collector_classes(self.config)]
+        self._collectors = []
+        for cls in collector_classes(self.config):
+            try:
+                self._collectors.append(cls(self._ctx))
+            except Exception as exc:
+                warnings.warn(
+                    f"stepscope: the {cls.name!r} collector could not be set up ({type(exc).__name__}: {exc}); "
+                    "it is switched off for this run, training goes on",
+                    StepscopeWarning,
+                    stacklevel=3,
+                )
         for collector in self._collectors:
             self._guard.call(collector, "start")
         self._rebuild_hooks()
