@@ -2,7 +2,7 @@
 
 `load_trace(path)` takes a trace file (.json or .json.gz, gzip recognised by its magic bytes), a folder of
 per-rank traces, or a stepscope run folder (traces found through its manifest). Files are decoded one by
-one (`_decode.load_file`), or by a process pool when several big files are given, then their symbol
+one (`_stream.load_file`), or by a process pool when several big files are given, then their symbol
 tables are merged and every file gets a distinct rank.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis._decode import FileTable, load_file
+from stepscope.analysis._stream import FileTable, load_file
 from stepscope.analysis.table import COLUMNS, INT_ARGS, MISSING, STRING_ARGS, TraceTable
 from stepscope.errors import InputError
 
