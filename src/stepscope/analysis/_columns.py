@@ -18,6 +18,7 @@ ns fraction, which float64 holds only to ~0.25 us) are read as JSON text and con
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -122,6 +123,7 @@ class ColumnBuilder:
         n = len(events)
         if n == 0:
             return
+        strict = chunk.strict
         cols: dict[str, np.ndarray] = {}
         ph = cols["ph"] = _ph_column([e.ph for e in events])
         if (ph == 0).any():
@@ -135,13 +137,13 @@ class ColumnBuilder:
         cols["ts"] = self._timestamps(chunk)
         cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events])[0], 0)
         flows = np.flatnonzero((ph == ord("s")) | (ph == ord("f")))
-        cols["flow_id"] = _sparse_int_column(n, flows, [events[i].id for i in flows.tolist()], strict=False)
+        cols["flow_id"] = _sparse_int_column(n, flows, [events[i].id for i in flows.tolist()], strict=strict)
         args: list[Any] = [e.args for e in events]
         if not chunk.strict and None in args:  # "args": null
             args = [a or chunk.no_args for a in args]
-        strict = chunk.strict
-        gpu_codes = [i for c, i in self.cats.items() if c in GPU_CATEGORIES]
-        gpu = np.flatnonzero(np.isin(cat, gpu_codes)) if gpu_codes else np.zeros(0, dtype=np.intp)
+        is_gpu = np.zeros(len(self.cats) + 1, dtype=bool)  # by category code; the last is -1 (none)
+        is_gpu[[i for c, i in self.cats.items() if c in GPU_CATEGORIES]] = True
+        gpu = np.flatnonzero(is_gpu[cat])
         gpu_args = [args[i] for i in gpu.tolist()]
         cols["stream"] = _sparse_int_column(n, gpu, [a.stream for a in gpu_args], strict=strict)
         device = _sparse_int_column(n, gpu, [a.device for a in gpu_args], strict=strict)
@@ -176,10 +178,8 @@ class ColumnBuilder:
     def _ids(self, values: list[Any]) -> np.ndarray:
         """pid / tid: ints as they are, other values (the strings of 2021 traces) converted once each."""
         if set(map(type, values)) == {int}:
-            try:
-                return np.array(values, dtype=np.int64)
-            except OverflowError:
-                pass
+            with contextlib.suppress(OverflowError):
+                return np.fromiter(values, dtype=np.int64, count=len(values))
         return _codes(values, self._id_values, _id_as_int, np.int64)
 
     def _rare_columns(self, cols: dict[str, np.ndarray], args: list[Any] | None, n: int) -> None:
@@ -261,25 +261,21 @@ def _int_column(values: Sequence[Any], *, strict: bool) -> np.ndarray:
     """int64 column; non-ints (and ints beyond int64) become -1. `strict`: the values are all ints."""
     if strict:
         try:
-            return np.array(values, dtype=np.int64)
+            return np.fromiter(values, dtype=np.int64, count=len(values))
         except OverflowError:
             return np.array([_as_int(v) for v in values], dtype=np.int64)
     types = set(map(type, values))
     if types <= {int, type(None)}:
-        try:
-            return np.array(
-                values if type(None) not in types else [MISSING if v is None else v for v in values],
-                dtype=np.int64,
-            )
-        except OverflowError:
-            pass
+        with contextlib.suppress(OverflowError):
+            ints = values if type(None) not in types else [MISSING if v is None else v for v in values]
+            return np.fromiter(ints, dtype=np.int64, count=len(values))
     try:  # few distinct non-int values: convert each once
         cache = {v: _as_int(v) for v in set(values) if type(v) is not int}
         fast = [v if type(v) is int else cache[v] for v in values]
     except (TypeError, KeyError):  # unhashable args values, or 1 and 1.0 sharing a hash
         fast = [v if type(v) is int else _as_int(v) for v in values]
     try:
-        return np.array(fast, dtype=np.int64)
+        return np.fromiter(fast, dtype=np.int64, count=len(fast))
     except OverflowError:
         return np.array([_as_int(v) for v in fast], dtype=np.int64)
 
@@ -296,21 +292,17 @@ def _ns_from_us(values: Sequence[Any]) -> tuple[np.ndarray, bool]:
 
     The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
     """
-    try:
-        guess = np.array(values)  # one pass: int64 when all are ints, float64 when there are floats
-    except OverflowError:
-        guess = np.zeros(0, dtype=object)
-    if guess.dtype == np.int64:
-        return np.where(np.abs(guess) <= _MAX_US, guess * 1000, 0), False
-    if guess.dtype == np.float64 and not (np.abs(guess) >= 2.0**53).any():  # no int beyond int64 inside
-        return _floats_to_ns(guess)
-    if float not in set(map(type, values)):
-        ints = [0 if v is None else v for v in values]
+    n = len(values)
+    types = set(map(type, values))
+    if float not in types:
+        ints = values if type(None) not in types else [0 if v is None else v for v in values]
         try:
-            us = np.array(ints, dtype=np.int64)
+            us = np.fromiter(ints, dtype=np.int64, count=n)
         except OverflowError:
             us = np.array([v if -_MAX_US <= v <= _MAX_US else 0 for v in ints], dtype=np.int64)
         return np.where(np.abs(us) <= _MAX_US, us * 1000, 0), False
+    if types == {float}:
+        return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
     try:
         floats = np.array(values, dtype=np.float64)  # None -> nan
     except OverflowError:  # an int beyond float range
@@ -344,20 +336,20 @@ def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
 # Args of collectives, by attribute of the decoded args Struct (see _decode), and their defaults.
 RARE_FIELDS = (*(f"s_{k}" for k in STRING_ARGS), *(f"i_{k}" for k in INT_ARGS))
 _get_rare = operator.attrgetter(*RARE_FIELDS)
-_NO_RARE = (*(None for _ in STRING_ARGS), *(MISSING for _ in INT_ARGS))
+_NO_RARE = tuple(None for _ in RARE_FIELDS)  # absent: None (an explicit null reads the same)
 
 
 def _rare_rows(args: list[Any]) -> list[int]:
-    """Rows whose args hold any of RARE_FIELDS (one chain of attribute tests: ~3x faster than a tuple each)."""
+    """Rows whose args hold any of RARE_FIELDS (a chain of identity tests: ~3x faster than a tuple each)."""
     return [
         i
         for i, a in enumerate(args)
         if a.s_collective is not None
         or a.s_dtype is not None
         or a.s_pg_name is not None
-        or a.i_in_nelems != MISSING
-        or a.i_out_nelems != MISSING
-        or a.i_group_size != MISSING
+        or a.i_in_nelems is not None
+        or a.i_out_nelems is not None
+        or a.i_group_size is not None
     ]
 
 

@@ -40,19 +40,27 @@ UNSET: Any = msgspec.UNSET
 
 # args keys -> attribute of the args Structs. Keys with spaces need renaming; the table's arg lists drive the rest.
 _ARG_FIELDS: dict[str, str] = {
-    "stream": "stream",
-    "device": "device",
+    # read for every event: kept together, at the front of the Struct (fewer cache lines touched)
     "correlation": "correlation",
     "external_id": "External id",
     "external_id_old": "external id",
     "bytes": "bytes",
-    "meta_name": "name",  # process_name / thread_name metadata events
     **{f"s_{key}": arg for key, arg in STRING_ARGS.items()},
     **{f"i_{key}": arg for key, arg in INT_ARGS.items()},
+    # read for some events only
+    "stream": "stream",
+    "device": "device",
+    "meta_name": "name",  # process_name / thread_name metadata events
 }
 # Integer fields default to -1 (what an absent value becomes), so that most columns hold only ints and go
 # to numpy in one call. Fields whose absence must be told apart from a value keep None.
-_NONE_DEFAULT = {"external_id", "external_id_old", "meta_name", *(f"s_{key}" for key in STRING_ARGS)}
+_NONE_DEFAULT = {
+    "external_id",
+    "external_id_old",
+    "meta_name",
+    *(f"s_{k}" for k in STRING_ARGS),
+    *(f"i_{k}" for k in INT_ARGS),
+}
 _STRICT_INTS = {"stream", "device", "correlation", "bytes"}
 
 
@@ -106,7 +114,7 @@ class _StrictEvent(msgspec.Struct, gc=False):
     tid: int | str = MISSING
     ts: int | float = 0
     dur: int | float = 0
-    id: int | float | str | None = MISSING
+    id: int = MISSING
     args: _StrictArgs = _NO_STRICT_ARGS  # type: ignore[valid-type]
 
 

@@ -48,9 +48,9 @@ from stepscope.analysis._numparse import NotANumber
 
 __all__ = ["CHUNK_BYTES", "FileTable", "load_file"]
 
-CHUNK_BYTES = 1 << 21  # JSON text decoded at a time: its Structs take about as much memory again
-_READ_BYTES = 1 << 16  # compressed bytes read from the file at a time
-_OUT_BYTES = 1 << 18  # text inflated at a time
+CHUNK_BYTES = 1 << 20  # JSON text decoded at a time: its Structs take about as much memory again
+_READ_BYTES = 1 << 13  # compressed bytes read from the file at a time (zlib copies what is left over)
+_OUT_BYTES = 1 << 15  # text inflated at a time (small blocks come from the heap, not fresh pages)
 _LOOKAHEAD = 1 << 16  # text kept beyond a chunk's target size, where its cut is looked for
 _MAX_TRIES = 4  # cut spots tried for one chunk before the rest of the file is decoded in one piece
 _CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
@@ -121,8 +121,8 @@ class _Text:
         """Write up to `n` bytes of text at `buf[at:]` (which must have room); how many (0: the end)."""
         if self._inflate is None:
             head, self._pending = self._pending[:n], self._pending[n:]
-            buf[at : at + len(head)] = head
             with memoryview(buf) as view:
+                view[at : at + len(head)] = head
                 got = len(head) + (self._fh.readinto(view[at + len(head) : at + n]) or 0)
             self.eof = got == 0
             return got
@@ -141,7 +141,8 @@ class _Text:
                 raise _Fallback from None
             self._pending = self._inflate.unconsumed_tail
             if out:
-                buf[at : at + len(out)] = out
+                with memoryview(buf) as view:  # (a bytearray's own slice assignment copies `out` twice)
+                    view[at : at + len(out)] = out
                 return len(out)
         return 0
 
@@ -204,7 +205,8 @@ class _ChunkReader:
             if nxt is None:
                 break
             # keep one byte before the next event: it becomes the piece's `[`
-            self.buf[: self.end - nxt + 1] = memoryview(self.buf)[nxt - 1 : self.end]
+            with memoryview(self.buf) as view:
+                view[: self.end - nxt + 1] = view[nxt - 1 : self.end]
             self.end -= nxt - 1
             pos = 1
             report(0.95 * self.text.fraction)
