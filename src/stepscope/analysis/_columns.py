@@ -100,6 +100,8 @@ class ColumnBuilder:
         self._name_codes: dict[str | None, int] = {}
         self._cat_codes: dict[str | None, int] = {}
         self._id_values: dict[Any, int] = {}
+        # string args, by key: they join `names` after all event names, key by key (see finish)
+        self._arg_strings: dict[str, dict[str, int]] = {key: {} for key in STRING_ARGS}
 
     # --- symbols -----------------------------------------------------------------------------------
     def _add_name(self, value: str | None) -> int:
@@ -195,13 +197,12 @@ class ColumnBuilder:
         for key in STRING_ARGS:
             column = np.full(n, MISSING, dtype=np.int32)
             strings = _as_str(fields[f"s_{key}"])
-            column[at] = np.fromiter(map(self._add_arg_string, strings), np.int32, len(strings))
+            lookup = self._arg_strings[key]
+            codes = [MISSING if v is None else lookup.setdefault(v, len(lookup)) for v in strings]
+            column[at] = np.array(codes, dtype=np.int32)
             cols["args_" + key] = column
         for key in INT_ARGS:
             cols["args_" + key] = _sparse_int_column(n, at, fields[f"i_{key}"], strict=False)
-
-    def _add_arg_string(self, value: str | None) -> int:
-        return MISSING if value is None else self.names.setdefault(value, len(self.names))
 
     def _read_metadata(self, event: Any) -> None:
         value = event.args.meta_name if event.args is not None else None
@@ -220,6 +221,10 @@ class ColumnBuilder:
             column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0)
             del parts  # the chunks' arrays go as soon as their column is joined
             columns[key] = column.astype(dtype, copy=False)
+        for key, strings in self._arg_strings.items():
+            if strings:
+                codes = [self.names.setdefault(value, len(self.names)) for value in strings]
+                columns["args_" + key] = np.array([*codes, MISSING], dtype=np.int32)[columns["args_" + key]]
         declared = self.info.rank if self.info.rank != MISSING else rank_hint
         return FileTable(str(self.path), list(self.names), list(self.cats), columns, self.info, declared)
 
