@@ -320,19 +320,23 @@ def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
     decimal with three places is the one whose float64 is the value (texts with more places get the ns
     nearest the float). From 2^43 us on, several decimals share a float: the flag asks for the text
     (timestamps get it; a duration of over 100 days keeps the nearest ns of its float)."""
-    out = np.zeros(len(us), dtype=np.int64)
     magnitude = np.abs(us)  # nan (null) compares False: stays 0
     small = magnitude < 2.0**43
-    x = us[small]
+    x = us if small.all() else us[small]
     nearest = np.rint(x * 1000.0)
-    best = nearest.copy()
     found = nearest / 1000.0 == x
-    for step in (-1.0, 1.0):
-        candidate = nearest + step
-        match = ~found & (candidate / 1000.0 == x)
-        best[match] = candidate[match]
-        found |= match
-    out[small] = best.astype(np.int64)
+    if not found.all():
+        best = nearest.copy()
+        for step in (-1.0, 1.0):
+            candidate = nearest + step
+            match = ~found & (candidate / 1000.0 == x)
+            best[match] = candidate[match]
+            found |= match
+        nearest = best
+    if x is us:
+        return nearest.astype(np.int64), False
+    out = np.zeros(len(us), dtype=np.int64)
+    out[small] = nearest.astype(np.int64)
     big = (magnitude >= 2.0**43) & (magnitude < 9e15)  # nearest ns of the float: up to ~0.25 us off
     out[big] = np.rint(us[big] * 1000.0).astype(np.int64)
     return out, bool(big.any())
