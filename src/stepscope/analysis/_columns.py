@@ -47,6 +47,8 @@ _DTYPES: dict[str, str] = {
     **{f"args_{k}": "int32" for k in STRING_ARGS},
     **{f"args_{k}": "int64" for k in INT_ARGS},
 }
+# Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
+_SPARSE = frozenset({"flow_id", "stream", "device", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
 _MAX_US = (2**63 - 1) // 1000
 _UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
 
@@ -96,7 +98,9 @@ class ColumnBuilder:
         self.cats: dict[str, int] = {}
         self.n_events = 0  # events added so far, kept or not (error messages count them)
         self.inexact_ts = False  # some chunk needed the exact (text) pass for its timestamps
-        self._parts: dict[str, list[np.ndarray]] = {key: [] for key in _DTYPES}
+        self.n_rows = 0  # rows kept so far
+        self._parts: dict[str, list[np.ndarray]] = {key: [] for key in _DTYPES if key not in _SPARSE}
+        self._sparse: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in _SPARSE}
         self._name_codes: dict[str | None, int] = {}
         self._cat_codes: dict[str | None, int] = {}
         self._id_values: dict[Any, int] = {}
@@ -126,12 +130,13 @@ class ColumnBuilder:
         if n == 0:
             return
         strict = chunk.strict
-        cols: dict[str, np.ndarray] = {}
+        cols: dict[str, np.ndarray] = {}  # dense columns of this chunk
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # key -> (rows, values): -1 elsewhere
         ph = cols["ph"] = _ph_column([e.ph for e in events])
-        if (ph == 0).any():
-            for i in np.flatnonzero(ph == 0).tolist():
-                if events[i].ph == "M":
-                    self._read_metadata(events[i])
+        dropped = np.flatnonzero(ph == 0)
+        for i in dropped.tolist():
+            if events[i].ph == "M":
+                self._read_metadata(events[i])
         cols["name"] = _codes([e.name for e in events], self._name_codes, self._add_name, np.int32)
         cat = cols["cat"] = _codes([e.cat for e in events], self._cat_codes, self._add_cat, np.int32)
         cols["pid"] = self._ids([e.pid for e in events])
@@ -139,7 +144,7 @@ class ColumnBuilder:
         cols["ts"] = self._timestamps(chunk)
         cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events])[0], 0)
         flows = np.flatnonzero((ph == ord("s")) | (ph == ord("f")))
-        cols["flow_id"] = _sparse_int_column(n, flows, [events[i].id for i in flows.tolist()], strict=strict)
+        sparse["flow_id"] = flows, _int_column([events[i].id for i in flows.tolist()], strict=strict)
         args: list[Any] = [e.args for e in events]
         if not chunk.strict and None in args:  # "args": null
             args = [a or chunk.no_args for a in args]
@@ -147,9 +152,9 @@ class ColumnBuilder:
         is_gpu[[i for c, i in self.cats.items() if c in GPU_CATEGORIES]] = True
         gpu = np.flatnonzero(is_gpu[cat])
         gpu_args = [args[i] for i in gpu.tolist()]
-        cols["stream"] = _sparse_int_column(n, gpu, [a.stream for a in gpu_args], strict=strict)
-        device = _sparse_int_column(n, gpu, [a.device for a in gpu_args], strict=strict)
-        cols["device"] = np.where(np.abs(device) < 2**31, device, MISSING).astype(np.int32)
+        sparse["stream"] = gpu, _int_column([a.stream for a in gpu_args], strict=strict)
+        device = _int_column([a.device for a in gpu_args], strict=strict)
+        sparse["device"] = gpu, np.where(np.abs(device) < 2**31, device, MISSING)
         cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
         cols["bytes"] = _int_column([a.bytes for a in args], strict=strict)
         external = [a.external_id for a in args]
@@ -159,12 +164,22 @@ class ColumnBuilder:
         if strict and None in external:  # strict: int | None
             external = [MISSING if x is None else x for x in external]
         cols["external_id"] = _int_column(external, strict=strict)
-        self._rare_columns(cols, args if chunk.rare_args else None, n)
-        keep = ph != 0
-        if not keep.all():
+        if chunk.rare_args:
+            self._rare_columns(sparse, args)
+        if len(dropped):  # rows the table leaves out ('M' metadata, odd phases)
+            keep = ph != 0
             cols = {key: column[keep] for key, column in cols.items()}
+            position = np.cumsum(keep) - 1
+            sparse = {
+                key: (position[rows[keep[rows]]], values[keep[rows]])
+                for key, (rows, values) in sparse.items()
+            }
         for key, column in cols.items():
             self._parts[key].append(column)
+        for key, (rows, values) in sparse.items():
+            if len(rows):
+                self._sparse[key].append((rows + self.n_rows, values))
+        self.n_rows += n - len(dropped)
         self.n_events += n
 
     def _timestamps(self, chunk: Chunk) -> np.ndarray:
@@ -184,25 +199,21 @@ class ColumnBuilder:
                 return np.fromiter(values, dtype=np.int64, count=len(values))
         return _codes(values, self._id_values, _id_as_int, np.int64)
 
-    def _rare_columns(self, cols: dict[str, np.ndarray], args: list[Any] | None, n: int) -> None:
-        """The args of collectives (record_param_comms), which few events carry: read only where present."""
-        rare = [] if args is None else _rare_rows(args)
+    def _rare_columns(self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], args: list[Any]) -> None:
+        """The args of collectives (record_param_comms), which few events carry: read only where present.
+        String args get codes in `_arg_strings` (names codes at the end, see finish)."""
+        rare = _rare_rows(args)
+        if not rare:
+            return
         at = np.array(rare, dtype=np.int64)
-        by_field = (
-            list(zip(*(_get_rare(args[i]) for i in rare), strict=True))
-            if args and rare
-            else [()] * len(RARE_FIELDS)
-        )
-        fields = dict(zip(RARE_FIELDS, by_field, strict=True))
+        fields = dict(zip(RARE_FIELDS, zip(*(_get_rare(args[i]) for i in rare), strict=True), strict=True))
         for key in STRING_ARGS:
-            column = np.full(n, MISSING, dtype=np.int32)
-            strings = _as_str(fields[f"s_{key}"])
             lookup = self._arg_strings[key]
+            strings = _as_str(fields[f"s_{key}"])
             codes = [MISSING if v is None else lookup.setdefault(v, len(lookup)) for v in strings]
-            column[at] = np.array(codes, dtype=np.int32)
-            cols["args_" + key] = column
+            sparse["args_" + key] = at, np.array(codes, dtype=np.int64)
         for key in INT_ARGS:
-            cols["args_" + key] = _sparse_int_column(n, at, fields[f"i_{key}"], strict=False)
+            sparse["args_" + key] = at, _int_column(fields[f"i_{key}"], strict=False)
 
     def _read_metadata(self, event: Any) -> None:
         value = event.args.meta_name if event.args is not None else None
@@ -217,9 +228,14 @@ class ColumnBuilder:
     def finish(self, rank_hint: int | None) -> FileTable:
         columns = {}
         for key, dtype in _DTYPES.items():
-            parts = self._parts.pop(key)
-            column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0)
-            del parts  # the chunks' arrays go as soon as their column is joined
+            if key in _SPARSE:
+                column = np.full(self.n_rows, MISSING, dtype=dtype)
+                for rows, values in self._sparse.pop(key):
+                    column[rows] = values
+            else:
+                parts = self._parts.pop(key)
+                column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0)
+                del parts  # the chunks' arrays go as soon as their column is joined
             columns[key] = column.astype(dtype, copy=False)
         for key, strings in self._arg_strings.items():
             if strings:
@@ -283,13 +299,6 @@ def _int_column(values: Sequence[Any], *, strict: bool) -> np.ndarray:
         return np.fromiter(fast, dtype=np.int64, count=len(fast))
     except OverflowError:
         return np.array([_as_int(v) for v in fast], dtype=np.int64)
-
-
-def _sparse_int_column(n: int, at: np.ndarray, values: Sequence[Any], *, strict: bool) -> np.ndarray:
-    """A column of -1 with `values` at rows `at`."""
-    out = np.full(n, MISSING, dtype=np.int64)
-    out[at] = _int_column(values, strict=strict)
-    return out
 
 
 def _ns_from_us(values: Sequence[Any]) -> tuple[np.ndarray, bool]:
