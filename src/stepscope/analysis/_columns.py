@@ -72,8 +72,7 @@ class Chunk:
 
     `strict`: decoded with the strict Structs (int fields hold ints). `text_ts`: `ts` holds JSON text.
     `exact_ts`: when `ts` are floats, a callable giving the exact ns from the JSON text (a second, ts-only
-    decode of the same piece), used when float64 cannot hold them. `rare_args`: the text may hold the args
-    of collectives (false only when none of their keys occur in it).
+    decode of the same piece), used when float64 cannot hold them.
     """
 
     events: Sequence[Any]
@@ -81,11 +80,6 @@ class Chunk:
     text_ts: bool
     exact_ts: Callable[[], np.ndarray]
     no_args: Any  # the args of an event without any (permissive Structs decode `"args": null` as None)
-    rare_args: bool = True
-
-
-class NeedsExactTs(Exception):
-    """A chunk's float timestamps need their JSON text (later chunks should decode `ts` as text)."""
 
 
 class ColumnBuilder:
@@ -164,8 +158,7 @@ class ColumnBuilder:
         if strict and None in external:  # strict: int | None
             external = [MISSING if x is None else x for x in external]
         cols["external_id"] = _int_column(external, strict=strict)
-        if chunk.rare_args:
-            self._rare_columns(sparse, args)
+        self._rare_columns(sparse, args)
         if len(dropped):  # rows the table leaves out ('M' metadata, odd phases)
             keep = ph != 0
             cols = {key: column[keep] for key, column in cols.items()}

@@ -163,8 +163,8 @@ class EventDecoders:
         self.events = msgspec.json.Decoder(list[event])
         self.tail = msgspec.json.Decoder(_header_struct(f"_Tail{event.__name__}", event))
 
-    def chunk(self, events: list[Any], exact_ts: Callable[[], np.ndarray], rare_args: bool = True) -> Chunk:
-        return Chunk(events, self.strict, self.text_ts, exact_ts, self.no_args, rare_args)
+    def chunk(self, events: list[Any], exact_ts: Callable[[], np.ndarray]) -> Chunk:
+        return Chunk(events, self.strict, self.text_ts, exact_ts, self.no_args)
 
 
 DECODERS = {
