@@ -2,7 +2,7 @@
 
 `load_trace(path)` takes a trace file (.json or .json.gz, gzip recognised by its magic bytes), a folder of
 per-rank traces, or a stepscope run folder (traces found through its manifest). Files are decoded one by
-one (`_decode.load_file`), or by a process pool when several big files are given, then their symbol
+one (`_stream.load_file`), or by a process pool when several big files are given, then their symbol
 tables are merged and every file gets a distinct rank.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis._decode import FileTable, load_file
+from stepscope.analysis._stream import FileTable, load_file
 from stepscope.analysis.table import COLUMNS, INT_ARGS, MISSING, STRING_ARGS, TraceTable
 from stepscope.errors import InputError
 
@@ -250,27 +250,30 @@ def _merge(tables: list[FileTable]) -> TraceTable:
     cats: dict[str, int] = {}
     parts: dict[str, list[np.ndarray]] = {}
     for t in tables:
+        first = not names and not cats  # the first file's codes stay as they are
         name_map = np.array([names.setdefault(n, len(names)) for n in t.names] + [MISSING], dtype=np.int32)
         cat_map = np.array([cats.setdefault(c, len(cats)) for c in t.cats] + [MISSING], dtype=np.int32)
         n = len(t.columns["ts"])
         columns = dict(t.columns)
         columns["rank"] = np.full(n, t.info.rank, dtype=np.int32)
-        columns["cat"] = cat_map[columns["cat"]]
-        for key in ("name", *(f"args_{k}" for k in STRING_ARGS)):
-            columns[key] = name_map[columns[key]]
+        if not first:
+            columns["cat"] = cat_map[columns["cat"]]
+            for key in ("name", *(f"args_{k}" for k in STRING_ARGS)):
+                columns[key] = name_map[columns[key]]
         for key, column in columns.items():
             parts.setdefault(key, []).append(column)
         notices.extend(t.notices)
     dtypes = {c: d for c, (d, _) in COLUMNS.items()}
     keys = [*COLUMNS, *(f"args_{k}" for k in STRING_ARGS), *(f"args_{k}" for k in INT_ARGS)]
-    merged = {
-        key: np.concatenate(parts[key]).astype(dtypes.get(key, "int64"), copy=False)
-        if key in parts
-        else np.zeros(0, dtype=dtypes.get(key, "int64"))
-        for key in keys
-    }
+    merged = {key: _join(parts.pop(key, []), dtypes.get(key, "int64")) for key in keys}
     ranks = {t.info.rank: t.info for t in tables}
     return TraceTable(list(names), list(cats), merged, ranks, notices)
+
+
+def _join(parts: list[np.ndarray], dtype: str) -> np.ndarray:
+    """One column from the files' parts (a single file's column is used as it is, not copied)."""
+    column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0)
+    return column.astype(dtype, copy=False)
 
 
 class _Progress:

@@ -1,0 +1,368 @@
+"""Columns of one trace file, built from decoded events one chunk at a time (see _decode and _stream).
+
+`ColumnBuilder.add(events)` turns a list of decoded event Structs into numpy columns: one pass per field
+(a list comprehension reads a Struct attribute in ~20 ns; never a dict per event), symbol codes through
+dicts that live for the whole file (so only distinct names stay alive once a chunk's Structs are freed),
+and rows the table leaves out dropped per chunk. `finish()` concatenates the chunks into a `FileTable`.
+
+Events come from a strict decoder (ints where ints are expected, so numpy converts without a type scan) or,
+for odd files, from a permissive one (any JSON value; every column then checks its types). Both give the
+same columns for the same events: the table is defined by `TraceTable.from_events`.
+
+Precision: times become integer ns, exactly for what Kineto writes (microseconds with up to three decimals).
+Integers are multiplied by 1000. Floats below 2^43 us (~100 days: durations, relative timestamps) are
+recovered exactly from float64 (see _floats_to_ns). Float timestamps beyond that (epoch microseconds with a
+ns fraction, which float64 holds only to ~0.25 us) are read as JSON text and converted digit by digit
+(_numparse).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis._numparse import us_texts_to_ns
+from stepscope.analysis.table import (
+    COLUMNS,
+    GPU_CATEGORIES,
+    INT_ARGS,
+    MISSING,
+    OLD_CATEGORIES,
+    STRING_ARGS,
+    RankInfo,
+    _as_int,
+    _id_as_int,
+)
+
+# Columns of a FileTable and their dtypes (the TraceTable's, less `rank`, which the merge adds).
+_DTYPES: dict[str, str] = {
+    **{c: d for c, (d, _) in COLUMNS.items() if c != "rank"},
+    **{f"args_{k}": "int32" for k in STRING_ARGS},
+    **{f"args_{k}": "int64" for k in INT_ARGS},
+}
+# Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
+_SPARSE = frozenset({"flow_id", "stream", "device", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
+_MAX_US = (2**63 - 1) // 1000
+_UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
+
+
+@dataclass
+class FileTable:
+    """One file's columns with its own symbol tables (merged into the TraceTable afterwards)."""
+
+    path: str
+    names: list[str]
+    cats: list[str]
+    columns: dict[str, np.ndarray]
+    info: RankInfo
+    declared_rank: int | None
+    notices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Chunk:
+    """Decoded events of one piece of a file and how to read them.
+
+    `strict`: decoded with the strict Structs (int fields hold ints). `text_ts`: `ts` holds JSON text.
+    `exact_ts`: when `ts` are floats, a callable giving the exact ns from the JSON text (a second, ts-only
+    decode of the same piece), used when float64 cannot hold them.
+    """
+
+    events: Sequence[Any]
+    strict: bool
+    text_ts: bool
+    exact_ts: Callable[[], np.ndarray]
+    no_args: Any  # the args of an event without any (permissive Structs decode `"args": null` as None)
+
+
+class ColumnBuilder:
+    """Accumulates the columns of one file chunk by chunk; `finish` gives its FileTable."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.info = RankInfo(rank=MISSING, source=str(path))
+        self.names: dict[str, int] = {}
+        self.cats: dict[str, int] = {}
+        self.n_events = 0  # events added so far, kept or not (error messages count them)
+        self.inexact_ts = False  # some chunk needed the exact (text) pass for its timestamps
+        self.n_rows = 0  # rows kept so far
+        self._parts: dict[str, list[np.ndarray]] = {key: [] for key in _DTYPES if key not in _SPARSE}
+        self._sparse: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in _SPARSE}
+        self._name_codes: dict[str | None, int] = {}
+        self._cat_codes: dict[str | None, int] = {}
+        self._id_values: dict[Any, int] = {}
+        # string args, by key: they join `names` after all event names, key by key (see finish)
+        self._arg_strings: dict[str, dict[str, int]] = {key: {} for key in STRING_ARGS}
+
+    # --- symbols -----------------------------------------------------------------------------------
+    def _add_name(self, value: str | None) -> int:
+        if value is None:
+            value = ""
+        elif type(value) is not str:
+            raise TypeError(value)
+        return self.names.setdefault(value, len(self.names))
+
+    def _add_cat(self, value: str | None) -> int:
+        if value is None:
+            return MISSING
+        if type(value) is not str:
+            raise TypeError(value)
+        # Old (2021) categories map onto the current ones; two raw names may become one.
+        return self.cats.setdefault(OLD_CATEGORIES.get(value, value), len(self.cats))
+
+    # --- one chunk ---------------------------------------------------------------------------------
+    def add(self, chunk: Chunk) -> None:
+        events = chunk.events
+        n = len(events)
+        if n == 0:
+            return
+        strict = chunk.strict
+        cols: dict[str, np.ndarray] = {}  # dense columns of this chunk
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # key -> (rows, values): -1 elsewhere
+        ph = cols["ph"] = _ph_column([e.ph for e in events])
+        dropped = np.flatnonzero(ph == 0)
+        for i in dropped.tolist():
+            if events[i].ph == "M":
+                self._read_metadata(events[i])
+        cols["name"] = _codes([e.name for e in events], self._name_codes, self._add_name, np.int32)
+        cat = cols["cat"] = _codes([e.cat for e in events], self._cat_codes, self._add_cat, np.int32)
+        cols["pid"] = self._ids([e.pid for e in events])
+        cols["tid"] = self._ids([e.tid for e in events])
+        cols["ts"] = self._timestamps(chunk)
+        cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events])[0], 0)
+        flows = np.flatnonzero((ph == ord("s")) | (ph == ord("f")))
+        sparse["flow_id"] = flows, _int_column([events[i].id for i in flows.tolist()], strict=strict)
+        args: list[Any] = [e.args for e in events]
+        if not chunk.strict and None in args:  # "args": null
+            args = [a or chunk.no_args for a in args]
+        is_gpu = np.zeros(len(self.cats) + 1, dtype=bool)  # by category code; the last is -1 (none)
+        is_gpu[[i for c, i in self.cats.items() if c in GPU_CATEGORIES]] = True
+        gpu = np.flatnonzero(is_gpu[cat])
+        gpu_args = [args[i] for i in gpu.tolist()]
+        sparse["stream"] = gpu, _int_column([a.stream for a in gpu_args], strict=strict)
+        device = _int_column([a.device for a in gpu_args], strict=strict)
+        sparse["device"] = gpu, np.where(np.abs(device) < 2**31, device, MISSING)
+        cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
+        cols["bytes"] = _int_column([a.bytes for a in args], strict=strict)
+        external = [a.external_id for a in args]
+        old = [a.external_id_old for a in args]
+        if old.count(None) != n:  # the 2021 schema writes "external id" on runtime calls and GPU activities
+            external = [o if x is None else x for x, o in zip(external, old, strict=True)]
+        if strict and None in external:  # strict: int | None
+            external = [MISSING if x is None else x for x in external]
+        cols["external_id"] = _int_column(external, strict=strict)
+        self._rare_columns(sparse, args)
+        if len(dropped):  # rows the table leaves out ('M' metadata, odd phases)
+            keep = ph != 0
+            cols = {key: column[keep] for key, column in cols.items()}
+            position = np.cumsum(keep) - 1
+            sparse = {
+                key: (position[rows[keep[rows]]], values[keep[rows]])
+                for key, (rows, values) in sparse.items()
+            }
+        for key, column in cols.items():
+            self._parts[key].append(column)
+        for key, (rows, values) in sparse.items():
+            if len(rows):
+                self._sparse[key].append((rows + self.n_rows, values))
+        self.n_rows += n - len(dropped)
+        self.n_events += n
+
+    def _timestamps(self, chunk: Chunk) -> np.ndarray:
+        timestamps = [e.ts for e in chunk.events]
+        if chunk.text_ts:
+            return us_texts_to_ns(timestamps)  # NotANumber: the caller names the event
+        ts, inexact = _ns_from_us(timestamps)
+        if inexact:
+            self.inexact_ts = True
+            return chunk.exact_ts()
+        return ts
+
+    def _ids(self, values: list[Any]) -> np.ndarray:
+        """pid / tid: ints as they are, other values (the strings of 2021 traces) converted once each."""
+        if set(map(type, values)) == {int}:
+            with contextlib.suppress(OverflowError):
+                return np.fromiter(values, dtype=np.int64, count=len(values))
+        return _codes(values, self._id_values, _id_as_int, np.int64)
+
+    def _rare_columns(self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], args: list[Any]) -> None:
+        """The args of collectives (record_param_comms), which few events carry: read only where present.
+        String args get codes in `_arg_strings` (names codes at the end, see finish)."""
+        rare = _rare_rows(args)
+        if not rare:
+            return
+        at = np.array(rare, dtype=np.int64)
+        fields = dict(zip(RARE_FIELDS, zip(*(_get_rare(args[i]) for i in rare), strict=True), strict=True))
+        for key in STRING_ARGS:
+            lookup = self._arg_strings[key]
+            strings = _as_str(fields[f"s_{key}"])
+            codes = [MISSING if v is None else lookup.setdefault(v, len(lookup)) for v in strings]
+            sparse["args_" + key] = at, np.array(codes, dtype=np.int64)
+        for key in INT_ARGS:
+            sparse["args_" + key] = at, _int_column(fields[f"i_{key}"], strict=False)
+
+    def _read_metadata(self, event: Any) -> None:
+        value = event.args.meta_name if event.args is not None else None
+        if not isinstance(value, str):
+            return
+        if event.name == "process_name":
+            self.info.process_names[_id_as_int(event.pid)] = value
+        elif event.name == "thread_name":
+            self.info.thread_names[(_id_as_int(event.pid), _id_as_int(event.tid))] = value
+
+    # --- the file ----------------------------------------------------------------------------------
+    def finish(self, rank_hint: int | None) -> FileTable:
+        columns = {}
+        for key, dtype in _DTYPES.items():
+            if key in _SPARSE:
+                column = np.full(self.n_rows, MISSING, dtype=dtype)
+                for rows, values in self._sparse.pop(key):
+                    column[rows] = values
+            else:
+                parts = self._parts.pop(key)
+                column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0)
+                del parts  # the chunks' arrays go as soon as their column is joined
+            columns[key] = column.astype(dtype, copy=False)
+        for key, strings in self._arg_strings.items():
+            if strings:
+                codes = [self.names.setdefault(value, len(self.names)) for value in strings]
+                columns["args_" + key] = np.array([*codes, MISSING], dtype=np.int32)[columns["args_" + key]]
+        declared = self.info.rank if self.info.rank != MISSING else rank_hint
+        return FileTable(str(self.path), list(self.names), list(self.cats), columns, self.info, declared)
+
+
+# --- column helpers --------------------------------------------------------------------------------
+def _ph_column(phs: list[str]) -> np.ndarray:
+    """ord() of one-letter ASCII phases; 0 for what the table leaves out ('M' metadata, anything else)."""
+    distinct = set(phs)
+    if all(len(p) == 1 and p.isascii() for p in distinct):
+        codes = np.frombuffer("".join(phs).encode("ascii"), dtype=np.uint8).copy()
+        if "M" in distinct:
+            codes[codes == ord("M")] = 0
+        return codes
+    lookup = {p: ord(p) if len(p) == 1 and p != "M" and p.isascii() else 0 for p in distinct}
+    return np.fromiter(map(lookup.__getitem__, phs), dtype=np.uint8, count=len(phs))
+
+
+def _codes(values: list[Any], lookup: dict[Any, int], add: Callable[[Any], int], dtype: type) -> np.ndarray:
+    """`lookup[v]` of every value; values not in `lookup` yet get `add(v)` (first-seen order)."""
+    n = len(values)
+    codes: np.ndarray = np.fromiter(map(lookup.get, values, repeat(_UNSEEN)), dtype=dtype, count=n)
+    unseen = np.flatnonzero(codes == _UNSEEN)
+    if len(unseen):
+        new = values if len(unseen) == n else [values[i] for i in unseen.tolist()]
+        for value in dict.fromkeys(new):
+            lookup[value] = add(value)
+        codes[unseen] = np.fromiter(map(lookup.__getitem__, new), dtype=dtype, count=len(new))
+    return codes
+
+
+def _as_str(values: Sequence[Any]) -> Sequence[str | None]:
+    """String args as the reference builder stores them: str() of anything not None."""
+    if set(map(type, values)) <= {str, type(None)}:
+        return values
+    return [v if v is None or type(v) is str else str(v) for v in values]
+
+
+def _int_column(values: Sequence[Any], *, strict: bool) -> np.ndarray:
+    """int64 column; non-ints (and ints beyond int64) become -1. `strict`: the values are all ints."""
+    if strict:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            return np.array([_as_int(v) for v in values], dtype=np.int64)
+    types = set(map(type, values))
+    if types <= {int, type(None)}:
+        with contextlib.suppress(OverflowError):
+            ints = values if type(None) not in types else [MISSING if v is None else v for v in values]
+            return np.fromiter(ints, dtype=np.int64, count=len(values))
+    try:  # few distinct non-int values: convert each once
+        cache = {v: _as_int(v) for v in set(values) if type(v) is not int}
+        fast = [v if type(v) is int else cache[v] for v in values]
+    except (TypeError, KeyError):  # unhashable args values, or 1 and 1.0 sharing a hash
+        fast = [v if type(v) is int else _as_int(v) for v in values]
+    try:
+        return np.fromiter(fast, dtype=np.int64, count=len(fast))
+    except OverflowError:
+        return np.array([_as_int(v) for v in fast], dtype=np.int64)
+
+
+def _ns_from_us(values: Sequence[Any]) -> tuple[np.ndarray, bool]:
+    """int64 ns from microseconds (ints, floats or None); absent or out of int64 -> 0.
+
+    The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
+    """
+    n = len(values)
+    types = set(map(type, values))
+    if float not in types:
+        ints = values if type(None) not in types else [0 if v is None else v for v in values]
+        try:
+            us = np.fromiter(ints, dtype=np.int64, count=n)
+        except OverflowError:
+            us = np.array([v if -_MAX_US <= v <= _MAX_US else 0 for v in ints], dtype=np.int64)
+        return np.where(np.abs(us) <= _MAX_US, us * 1000, 0), False
+    if types == {float}:
+        return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
+    try:
+        floats = np.array(values, dtype=np.float64)  # None -> nan
+    except OverflowError:  # an int beyond float range
+        floats = np.array([v if v is None or abs(v) < 9e15 else np.nan for v in values], dtype=np.float64)
+    return _floats_to_ns(floats)
+
+
+def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Below 2^43 us a float64 lies within 0.5 ulp < 0.5 ns of the decimal it was parsed from, so the
+    decimal with three places is the one whose float64 is the value (texts with more places get the ns
+    nearest the float). From 2^43 us on, several decimals share a float: the flag asks for the text
+    (timestamps get it; a duration of over 100 days keeps the nearest ns of its float)."""
+    magnitude = np.abs(us)  # nan (null) compares False: stays 0
+    small = magnitude < 2.0**43
+    x = us if small.all() else us[small]
+    nearest = np.rint(x * 1000.0)
+    found = nearest / 1000.0 == x
+    if not found.all():
+        best = nearest.copy()
+        for step in (-1.0, 1.0):
+            candidate = nearest + step
+            match = ~found & (candidate / 1000.0 == x)
+            best[match] = candidate[match]
+            found |= match
+        nearest = best
+    if x is us:
+        return nearest.astype(np.int64), False
+    out = np.zeros(len(us), dtype=np.int64)
+    out[small] = nearest.astype(np.int64)
+    big = (magnitude >= 2.0**43) & (magnitude < 9e15)  # nearest ns of the float: up to ~0.25 us off
+    out[big] = np.rint(us[big] * 1000.0).astype(np.int64)
+    return out, bool(big.any())
+
+
+# Args of collectives, by attribute of the decoded args Struct (see _decode), and their defaults.
+RARE_FIELDS = (*(f"s_{k}" for k in STRING_ARGS), *(f"i_{k}" for k in INT_ARGS))
+_get_rare = operator.attrgetter(*RARE_FIELDS)
+_NO_RARE = tuple(None for _ in RARE_FIELDS)  # absent: None (an explicit null reads the same)
+
+
+def _rare_rows(args: list[Any]) -> list[int]:
+    """Rows whose args hold any of RARE_FIELDS (a chain of identity tests: ~3x faster than a tuple each)."""
+    return [
+        i
+        for i, a in enumerate(args)
+        if a.s_collective is not None
+        or a.s_dtype is not None
+        or a.s_pg_name is not None
+        or a.i_in_nelems is not None
+        or a.i_out_nelems is not None
+        or a.i_group_size is not None
+    ]
+
+
+if RARE_FIELDS != ("s_collective", "s_dtype", "s_pg_name", "i_in_nelems", "i_out_nelems", "i_group_size"):
+    raise AssertionError("_rare_rows must test every field of RARE_FIELDS")

@@ -1,0 +1,311 @@
+"""Read one trace file in chunks: streaming gunzip, the `traceEvents` array cut between events, columns
+built chunk by chunk (the per-file half of the loader; see loader.py).
+
+Neither the whole decompressed text nor all the event Structs are ever held at once: the text is inflated
+block by block (`zlib.decompressobj`), and the array is decoded a piece of about `CHUNK_BYTES` at a time,
+whose Structs are turned into columns and freed before the next piece is read.
+
+Where to cut: after an event's closing brace, at a `}` `,` `{` (whitespace allowed). Such a spot may also
+lie inside an event (an array of objects in its args) or inside a string; the piece is then not a complete
+list of events, and decoding `[` + piece + `]` fails (unbalanced brackets, or an unterminated string), so the
+next spot is tried. A piece that decodes is exactly the events the whole-file decoder would have read there,
+because the piece starts where an event starts and JSON is read the same way in either context. The text
+before the array (header keys) is decoded on its own, with `]}` appended; the last piece is decoded with the
+rest of the file (`{"traceEvents":[` prepended), header keys after the array included.
+
+Anything unexpected (a gzip stream with several members, a JSON error, a wrong field type, a file this scheme
+cannot cut) sends the file to the whole-file decoder in _decode, which gives the same table or the error
+message, so every error reads as it always did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from stepscope.analysis._columns import ColumnBuilder, FileTable
+from stepscope.analysis._decode import (
+    DECODERS,
+    EPOCH_FLOAT_TS,
+    HEAD_DECODER,
+    HEADER_FIELDS,
+    SNIFF_BYTES,
+    UNSET,
+    exact_ts_of_array,
+    exact_ts_of_trace,
+    gc_paused,
+    load_whole,
+    read_header,
+)
+from stepscope.analysis._numparse import NotANumber
+
+__all__ = ["CHUNK_BYTES", "FileTable", "load_file"]
+
+CHUNK_BYTES = 1 << 20  # JSON text decoded at a time: its Structs take about as much memory again
+_READ_BYTES = 1 << 13  # compressed bytes read from the file at a time (zlib copies what is left over)
+_OUT_BYTES = 1 << 15  # text inflated at a time (small blocks come from the heap, not fresh pages)
+_LOOKAHEAD = 1 << 16  # text kept beyond a chunk's target size, where its cut is looked for
+_MAX_TRIES = 4  # cut spots tried for one chunk before the rest of the file is decoded in one piece
+_CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
+_KEY = b'"traceEvents"'
+_AFTER_KEY = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*\[")
+
+
+def _key_pattern(key: str) -> re.Pattern[bytes]:
+    """A JSON object key spelled `key`, any of its characters maybe written as a \\u escape."""
+
+    def char(c: str) -> str:
+        escaped = "".join(f"[{d.lower()}{d.upper()}]" if d.isalpha() else d for d in f"{ord(c):04x}")
+        return f"(?:{re.escape(c)}|\\\\u{escaped})"
+
+    return re.compile(('"' + "".join(map(char, key)) + '"[ \t\n\r]*:').encode())
+
+
+# In the rest of the file, a second `traceEvents` key would replace the array read so far.
+_ANOTHER_KEY = _key_pattern("traceEvents")
+_TAIL_PREFIX = b'{"traceEvents":['
+
+
+class _Fallback(Exception):
+    """The chunked reader cannot vouch for this file: decode it whole."""
+
+
+def load_file(
+    path: str | Path,
+    rank_hint: int | None = None,
+    progress: Callable[[float], None] | None = None,
+    *,
+    chunk_bytes: int | None = None,
+) -> FileTable:
+    """Decode one trace file into columns with local symbol tables (the unit of work of the pool).
+
+    `progress(fraction)` is called as the file is read. `chunk_bytes`: JSON text decoded at a time
+    (default CHUNK_BYTES). Raises InputError naming the file and the problem."""
+    report = progress or (lambda fraction: None)
+    p = Path(path)
+    report(0.0)
+    table: FileTable | None = None
+    with gc_paused():
+        with contextlib.suppress(_Fallback):
+            table = _load_chunked(p, rank_hint, report, chunk_bytes or CHUNK_BYTES)
+        if table is None:  # outside the except block: the failed attempt's buffers are already freed
+            table = load_whole(p, rank_hint)
+    report(1.0)
+    return table
+
+
+class _Text:
+    """The (decompressed) text of an open file, read on demand into a reusable buffer; gzip is recognised
+    by its magic bytes. Damaged or unusual gzip data (truncated, corrupt, several members, trailing bytes)
+    raises _Fallback: gzip.decompress, in the whole-file path, says which."""
+
+    def __init__(self, fh: io.BufferedReader, size: int) -> None:
+        self._fh = fh
+        self._size = max(size, 1)
+        self._pending = fh.read(2)  # input not yet consumed
+        self._inflate = zlib.decompressobj(wbits=31) if self._pending == b"\x1f\x8b" else None
+        self.eof = False
+
+    @property
+    def fraction(self) -> float:
+        return min(self._fh.tell() / self._size, 1.0)
+
+    def read_into(self, buf: bytearray, at: int, n: int) -> int:
+        """Write up to `n` bytes of text at `buf[at:]` (which must have room); how many (0: the end)."""
+        if self._inflate is None:
+            head, self._pending = self._pending[:n], self._pending[n:]
+            with memoryview(buf) as view:
+                view[at : at + len(head)] = head
+                got = len(head) + (self._fh.readinto(view[at + len(head) : at + n]) or 0)
+            self.eof = got == 0
+            return got
+        while not self.eof:
+            if self._inflate.eof:
+                if (self._inflate.unused_data + self._fh.read()).lstrip(b"\0"):
+                    raise _Fallback
+                self.eof = True
+                break
+            data = self._pending or self._fh.read(_READ_BYTES)
+            if not data:
+                raise _Fallback
+            try:
+                out = self._inflate.decompress(data, min(n, _OUT_BYTES))
+            except zlib.error:
+                raise _Fallback from None
+            self._pending = self._inflate.unconsumed_tail
+            if out:
+                with memoryview(buf) as view:  # (a bytearray's own slice assignment copies `out` twice)
+                    view[at : at + len(out)] = out
+                return len(out)
+        return 0
+
+    def read_all(self) -> bytes:
+        parts = []
+        buf = bytearray(_OUT_BYTES)
+        while got := self.read_into(buf, 0, _OUT_BYTES):
+            parts.append(bytes(buf[:got]))
+        return b"".join(parts)
+
+
+def _load_chunked(
+    path: Path, rank_hint: int | None, report: Callable[[float], None], chunk_bytes: int
+) -> FileTable:
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 (closed below; errors are reported by the whole-file path)
+    except OSError:
+        raise _Fallback from None
+    with fh:
+        reader = _ChunkReader(path, _Text(fh, path.stat().st_size), chunk_bytes)
+        reader.run(report)
+        return reader.builder.finish(rank_hint)
+
+
+class _ChunkReader:
+    """Splits the text into pieces of whole events and adds each to the builder.
+
+    The text sits in one bytearray, reused: `buf[:end]` holds text, the piece at work starts at `pos`. A
+    piece is decoded in place: the byte before it and the byte after its last `}` are overwritten with
+    `[` and `]` (both are a comma or whitespace, which the piece does not need)."""
+
+    def __init__(self, path: Path, text: _Text, chunk_bytes: int) -> None:
+        self.text = text
+        self.chunk_bytes = max(chunk_bytes, 1)
+        self.builder = ColumnBuilder(path)
+        self.buf = bytearray(self.chunk_bytes + _LOOKAHEAD + 2 * _OUT_BYTES)
+        self.end = 0
+        self.strict = True
+        self.strict_failures = 0
+        self.text_ts = False
+
+    def _fill(self, size: int) -> bool:
+        """Read until `buf[:end]` holds `size` bytes or the text ends; False when nothing more came."""
+        before = self.end
+        while self.end < size and not self.text.eof:
+            if len(self.buf) < self.end + _OUT_BYTES:
+                self.buf.extend(bytes(max(len(self.buf), _OUT_BYTES)))
+            self.end += self.text.read_into(self.buf, self.end, len(self.buf) - self.end)
+        return self.end > before
+
+    def run(self, report: Callable[[float], None]) -> None:
+        pos = self._find_array()
+        head = self._decode_head(pos)
+        self.text_ts = EPOCH_FLOAT_TS.search(self.buf, pos, min(pos + SNIFF_BYTES, self.end)) is not None
+        while True:
+            self._fill(pos + self.chunk_bytes + _LOOKAHEAD)
+            if self.text.eof and self.end - pos <= self.chunk_bytes:
+                break
+            nxt = self._next_chunk(pos)
+            if nxt is None:
+                break
+            # keep one byte before the next event: it becomes the piece's `[`
+            with memoryview(self.buf) as view:
+                view[: self.end - nxt + 1] = view[nxt - 1 : self.end]
+            self.end -= nxt - 1
+            pos = 1
+            report(0.95 * self.text.fraction)
+        self._decode_tail(pos, head)
+
+    def _find_array(self) -> int:
+        """Offset just after the `[` of the top-level traceEvents array."""
+        searched = 0
+        while True:
+            k = self.buf.find(_KEY, searched, self.end)
+            if k >= 0:
+                self._fill(k + len(_KEY) + 4096)
+                m = _AFTER_KEY.match(self.buf, k + len(_KEY), self.end)
+                if m is not None:
+                    return m.end()
+                searched = k + 1
+                continue
+            searched = max(self.end - len(_KEY), 0)
+            if not self._fill(self.end + _READ_BYTES):
+                raise _Fallback  # no traceEvents array: the whole-file path says what the file is
+
+    def _decode_head(self, pos: int) -> Any:
+        """The header keys before the array (the text up to the `[`, closed by `]}`)."""
+        try:
+            head = HEAD_DECODER.decode(bytes(self.buf[:pos]) + b"]}")
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            raise _Fallback from None
+        if head.traceEvents:
+            raise _Fallback
+        return head
+
+    def _next_chunk(self, pos: int) -> int | None:
+        """Decode and add the events of the next piece from `pos`; the offset of the next event, or None
+        when the rest of the file should be decoded in one piece."""
+        at = pos + self.chunk_bytes
+        for _ in range(_MAX_TRIES):
+            m = _CUT.search(self.buf, at, self.end)
+            while m is None and self._fill(self.end + _READ_BYTES):
+                m = _CUT.search(self.buf, at, self.end)
+            if m is None:
+                return None
+            close = m.start() + 1  # the byte after the piece's last `}`
+            saved = self.buf[close]
+            self.buf[pos - 1], self.buf[close] = ord("["), ord("]")
+            view = memoryview(self.buf)
+            try:
+                if self._decode_and_add(view[pos - 1 : close + 1], "events"):
+                    return m.end() - 1
+            finally:
+                view.release()  # before the buffer may grow
+                self.buf[close] = saved
+            at = close
+        return None
+
+    def _decode_and_add(self, text: Any, which: str) -> bool:
+        """Decode `text` (events, or the tail Struct) with the strict Structs first, then add its events;
+        False when the text is not valid JSON (a cut inside an event). Raises _Fallback when the
+        permissive Structs reject a field's type."""
+        for strict in (True, False) if self.strict else (False,):
+            decoders = DECODERS[(strict, self.text_ts)]
+            try:
+                decoded = getattr(decoders, which).decode(text)
+            except msgspec.ValidationError:
+                if not strict:
+                    raise _Fallback from None
+                self.strict_failures += 1
+                self.strict = self.strict_failures < 2  # an odd file: stop trying the strict Structs
+                continue
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                return False
+            if which == "tail":
+                self._read_header(decoded)
+                events, exact = decoded.traceEvents, (lambda: exact_ts_of_trace(bytes(text)))
+            else:
+                events, exact = decoded, (lambda: exact_ts_of_array(bytes(text)))
+            del decoded
+            try:
+                self.builder.add(decoders.chunk(events, exact))
+            except NotANumber:
+                raise _Fallback from None
+            if self.builder.inexact_ts:
+                self.text_ts = True  # later pieces keep `ts` as text from the start
+            return True
+        return False
+
+    def _decode_tail(self, pos: int, head: Any) -> None:
+        """The rest of the file: the last events, the end of the array and the header keys after it."""
+        rest = bytes(self.buf[pos : self.end]) + self.text.read_all()
+        self.buf = bytearray()
+        if (_KEY in rest or b"\\u" in rest) and _ANOTHER_KEY.search(rest):
+            raise _Fallback
+        self.head = head
+        if not self._decode_and_add(_TAIL_PREFIX + rest, "tail"):
+            raise _Fallback
+
+    def _read_header(self, tail: Any) -> None:
+        header = {}
+        for key in HEADER_FIELDS:
+            value = getattr(tail, key)
+            value = getattr(self.head, key) if value is UNSET else value
+            header[key] = None if value is UNSET else value
+        read_header(self.builder.info, header)
