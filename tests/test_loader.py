@@ -21,7 +21,7 @@ from stepscope.errors import InputError
 from stepscope.runfolder import Artifact, update_manifest
 
 from ._tables import assert_same_table
-from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
+from .tracegen import ARG_KEYS, SHARED_TRACES, kernel, op, step, trace, write
 
 
 def reference(path: Path, rank: int = 0) -> TraceTable:
@@ -327,24 +327,7 @@ us_ints = st.integers(-(10**6), 2**52)
 us_floats = st.builds(lambda i, f: i + f / 1000, st.integers(0, 2**40), st.integers(0, 999))
 arg_values = st.one_of(st.integers(-(2**70), 2**70), st.text(max_size=3), st.none(), st.floats(-1e20, 1e20))
 arg_dicts = st.dictionaries(
-    st.sampled_from(
-        [
-            "stream",
-            "device",
-            "correlation",
-            "External id",
-            "external id",
-            "bytes",
-            "Collective name",
-            "dtype",
-            "Process Group Name",
-            "In msg nelems",
-            "Out msg nelems",
-            "Group size",
-            "name",
-            "other",
-        ]
-    ),
+    st.sampled_from(ARG_KEYS),
     arg_values,
     max_size=4,
 )

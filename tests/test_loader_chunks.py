@@ -20,7 +20,7 @@ from stepscope.errors import InputError
 
 from ._tables import assert_same_table
 from .test_loader import RICH_EVENTS, reference
-from .tracegen import kernel, op, step, trace, write
+from .tracegen import ARG_KEYS, kernel, op, step, trace, write
 
 T0 = 1712195495519689.047  # epoch microseconds with a ns fraction
 
@@ -264,20 +264,7 @@ event = st.fixed_dictionaries(
         "dur": st.integers(-10, 2**40),
         "id": ids,
         "args": st.dictionaries(
-            st.sampled_from(
-                [
-                    "stream",
-                    "device",
-                    "correlation",
-                    "External id",
-                    "external id",
-                    "bytes",
-                    "name",
-                    "Collective name",
-                    "Group size",
-                    "shapes",
-                ]
-            ),
+            st.sampled_from(ARG_KEYS),
             st.one_of(st.integers(-(2**70), 2**70), st.text(max_size=3), st.none(), st.just([{"a": 1}, {}])),
             max_size=4,
         ),

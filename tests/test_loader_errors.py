@@ -16,7 +16,7 @@ from stepscope.analysis.table import TraceTable
 from stepscope.cli import main
 from stepscope.errors import InputError
 
-from .tracegen import kernel, op, step, trace, write
+from .tracegen import ARG_KEYS, kernel, op, step, trace, write
 
 GOOD = trace([step(1, 0, 100), op("aten::mm", 1, 10, **{"External id": 1}), kernel("k", 5, 3, correlation=1)])
 T0 = 1712195495519689.047  # epoch microseconds with a ns fraction: the loader reads `ts` as text
@@ -91,20 +91,6 @@ json_values = st.recursive(
     max_leaves=6,
 )
 FIELDS = ["ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args", "s", "bp"]
-ARG_KEYS = [
-    "stream",
-    "device",
-    "correlation",
-    "External id",
-    "external id",
-    "bytes",
-    "Collective name",
-    "dtype",
-    "Process Group Name",
-    "In msg nelems",
-    "Group size",
-    "name",
-]
 events = st.lists(
     st.one_of(
         st.sampled_from(GOOD["traceEvents"]),

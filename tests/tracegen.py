@@ -52,3 +52,24 @@ def write(path: Path, doc: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
     return path
+
+
+# Every args key the loader reads (and "name" of metadata events), plus ones it must ignore: for the property
+# tests that throw random args at the loader.
+ARG_KEYS = [
+    "stream",
+    "device",
+    "correlation",
+    "External id",
+    "external id",
+    "bytes",
+    "Collective name",
+    "dtype",
+    "Process Group Name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "name",
+    "other",
+    "shapes",
+]
