@@ -3,6 +3,7 @@ whose every number is worked out by hand in the comments."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from stepscope.analysis.analyze import SCHEMA, analyze
@@ -178,6 +179,8 @@ def test_no_communication_gives_null_overlap() -> None:
         "void vllm::cross_device_reduce_1stage<half, 8>(vllm::RankData*)",
         "rcclGenericKernel<1, false>",
         "nvshmemi_transfer_rma_kernel",
+        "NCCL_AllReduce_Custom",  # names are matched case-insensitively
+        "myAllGatherKernel",
     ],
 )
 def test_communication_kernels_beyond_nccl(name: str) -> None:
@@ -207,3 +210,32 @@ def test_cpu_only_trace_has_a_step_table_and_no_gpu_sections() -> None:
         (7, 100.0, None, 30.0)
     ]
     assert [f.id for f in result.findings] == ["data_loader_stall", "no_gpu_activity"]
+
+
+def test_names_are_classified_once_per_load_and_only_where_used() -> None:
+    # GIVEN two ranks sharing one symbol table, with a CPU-side name that looks like a collective
+    ev = [step(1, T0, 100), cpu("nccl:all_reduce", T0 + 1, 5, cat="user_annotation")]
+    table = table_of(
+        {
+            0: [*ev, *launched(NCCL, T0 + 2, T0 + 10, 10, 1)],
+            1: [*ev, *launched("gemm", T0 + 2, T0 + 10, 10, 1)],
+        }
+    )
+    asked: list[str] = []
+
+    def is_comm(name: str) -> bool:
+        asked.append(name)
+        return "nccl" in name.lower()
+
+    kernel_names = table.columns["name"][table.cat_mask("kernel")]
+    # WHEN both ranks' tables ask about the names of their kernels under one key
+    masks = [
+        table.select(table.columns["rank"] == r).names_matching(is_comm, key="comm", among=kernel_names)
+        for r in (0, 1)
+    ]
+    # THEN each kernel name was evaluated once, CPU-side names never, and the answers are right
+    assert sorted(asked) == sorted([NCCL, "gemm"])
+    assert [table.names[i] for i in np.flatnonzero(masks[1])] == [NCCL]
+    # AND without a key nothing is cached
+    table.names_matching(is_comm)
+    assert len(asked) == 2 + len(table.names)

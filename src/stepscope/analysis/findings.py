@@ -52,6 +52,7 @@ STRAGGLER_MIN_PCT = 5.0
 STRAGGLER_HIGH_PCT = 20.0
 
 SYNC_CALL_RE = re.compile(r"^(?:cuda|hip|cu)(Device|Stream|Event|Ctx)Synchroni[sz]e")
+_SYNC_KINDS = ("Device", "Stream", "Event", "Ctx")  # SYNC_CALL_RE's group 1
 MEMCPY_CALL_RE = re.compile(r"^(?:cuda|hip|cu)Memcpy")
 ITEM_OP_NAMES = ("aten::_local_scalar_dense", "aten::item")
 
@@ -240,20 +241,21 @@ def _sync_points(data: RankData, *_: object) -> Finding | None:
     t = data.table
     ts, dur, ph = t.columns["ts"], t.columns["dur"], t.columns["ph"]
     in_window = (ph == _X) & (ts >= data.lo) & (ts < data.hi)
-    kinds = np.fromiter(
-        ((m.group(1) if (m := SYNC_CALL_RE.match(n)) else "") for n in t.names),
-        dtype=object,
-        count=len(t.names),
+    # per name: 1 + index in _SYNC_KINDS of what it synchronizes, 0 for other names
+    kinds = t.name_values(
+        lambda n: 1 + _SYNC_KINDS.index(m.group(1)) if (m := SYNC_CALL_RE.match(n)) else 0,
+        np.int8,
+        key="sync_call",
     )
-    sync_kind = kinds[t.columns["name"]] if len(t.names) else np.zeros(0, dtype=object)
-    sync_rows = np.flatnonzero(in_window & (sync_kind != ""))
+    sync_kind = kinds[t.columns["name"]] if len(t.names) else np.zeros(0, dtype=np.int8)
+    sync_rows = np.flatnonzero(in_window & (sync_kind != 0))
     item_rows = _item_syncs(data, in_window)
     if len(sync_rows) == 0 and len(item_rows) == 0:
         return None
     rows = np.concatenate((sync_rows, item_rows))
     blocked = iv.length(iv.merge(ts[rows], ts[rows] + dur[rows]))
     blocked_pct = pct(blocked, _window(data)) or 0.0
-    counts = {k: int((sync_kind[sync_rows] == k).sum()) for k in ("Device", "Stream", "Event", "Ctx")}
+    counts = {k: int((sync_kind[sync_rows] == 1 + i).sum()) for i, k in enumerate(_SYNC_KINDS)}
     severity = (
         "high" if blocked_pct >= SYNC_HIGH_PCT else "medium" if blocked_pct >= SYNC_MEDIUM_PCT else "low"
     )
@@ -284,7 +286,7 @@ def _item_syncs(data: RankData, in_window: np.ndarray) -> np.ndarray:
             break
     else:
         return np.zeros(0, dtype=np.int64)
-    memcpy_names = t.names_matching(lambda n: MEMCPY_CALL_RE.match(n) is not None)
+    memcpy_names = t.names_matching(lambda n: MEMCPY_CALL_RE.match(n) is not None, key="memcpy_call")
     copies = np.flatnonzero((t.columns["ph"] == _X) & memcpy_names[name])
     if len(copies) == 0:
         return np.zeros(0, dtype=np.int64)
@@ -299,7 +301,7 @@ def _item_syncs(data: RankData, in_window: np.ndarray) -> np.ndarray:
 
 def _pageable(data: RankData, temporal: Temporal | None, *_: object) -> Finding | None:
     g = data.gpu
-    pageable = data.table.names_matching(lambda n: "Pageable" in n and "HtoD" in n)
+    pageable = data.table.names_matching(lambda n: "Pageable" in n and "HtoD" in n, key="pageable_htod")
     sel = pageable[g.name] if len(g) else np.zeros(0, dtype=bool)
     if not sel.any():
         return None

@@ -39,14 +39,14 @@ def trace_files(path: str | Path, *, step: int | None = None) -> list[tuple[Path
 
 
 def _find_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
-    from stepscope.runfolder import is_run_folder
-
     if not p.exists():
         raise InputError(p, "no such file or directory")
     if p.is_file():
         return [(p, None)], []
     if not p.is_dir():
         raise InputError(p, "not a regular file or directory")
+    from stepscope.runfolder import is_run_folder  # (here: a single file needs none of run folders' imports)
+
     if is_run_folder(p):
         return _run_folder_window(p, step)
     files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
@@ -100,11 +100,9 @@ def load_trace(
     `progress`: show a progress bar on stderr (None: only on a terminal, once loading takes over a second).
     Raises InputError naming the file and the problem.
     """
-    from stepscope.runfolder import is_run_folder
-
     files, window_notices = _find_traces(Path(path), step)
     # In a plain folder, JSON files that are not chrome traces (an execution trace, a config) are skipped.
-    skipped = _Skipped(Path(path).is_dir() and not is_run_folder(path))
+    skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     n_workers = _choose_workers(workers, sizes)
     tables = _load_in_pool(files, sizes, n_workers, progress, skipped) if n_workers > 1 else None
@@ -124,6 +122,12 @@ def load_trace(
     table = _merge(tables)
     table.notices[:0] = window_notices + skipped.notices
     return table
+
+
+def _is_run_folder(path: str | Path) -> bool:
+    from stepscope.runfolder import is_run_folder
+
+    return is_run_folder(path)
 
 
 class _Skipped:

@@ -61,7 +61,7 @@ class StepRow(msgspec.Struct):
 
 def find_steps(table: TraceTable) -> StepSpans:
     """ProfilerStep#N spans on the CPU side (GPU-side copies are ignored); one span per step number."""
-    step_names = table.names_matching(lambda n: STEP_RE.match(n) is not None)
+    step_names = table.names_matching(lambda n: STEP_RE.match(n) is not None, key="profiler_step")
     if not step_names.any():
         return StepSpans(*(np.zeros(0, dtype=np.int64) for _ in range(3)))
     cpu_cats = [table.cat_id(c) for c in ("gpu_user_annotation", "kernel", "gpu_memcpy", "gpu_memset")]
@@ -88,15 +88,17 @@ def find_steps(table: TraceTable) -> StepSpans:
 
 def region_union(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
     """Union of the CPU spans whose names match `pattern` (cpu_op / user_annotation); None when there are none."""
-    names = table.names_matching(lambda n: pattern.search(n) is not None and STEP_RE.match(n) is None)
     cats = [c for c in (table.cat_id(x) for x in REGION_CATEGORIES) if c != MISSING]
-    rows = (
-        np.flatnonzero(
-            names[table.columns["name"]] & np.isin(table.columns["cat"], cats) & (table.columns["ph"] == _X)
-        )
-        if names.any()
-        else np.zeros(0, dtype=np.int64)
+    spans = np.flatnonzero(np.isin(table.columns["cat"], cats) & (table.columns["ph"] == _X))
+    if len(spans) == 0:
+        return None
+    name = table.columns["name"][spans]
+    names = table.names_matching(
+        lambda n: pattern.search(n) is not None and STEP_RE.match(n) is None,
+        key=("region", pattern),
+        among=name,
     )
+    rows = spans[names[name]]
     if len(rows) == 0:
         return None
     start = table.columns["ts"][rows]

@@ -93,6 +93,10 @@ class TraceTable:
     columns: dict[str, np.ndarray]
     ranks: dict[int, RankInfo] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+    # per-symbol results (see names_matching), shared by the tables `select` makes: they share `names`
+    symbol_cache: dict[Any, tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.columns["ts"])
@@ -118,14 +122,45 @@ class TraceTable:
     def name_of(self, row: int) -> str:
         return self.names[int(self.columns["name"][row])]
 
-    def names_matching(self, predicate: Any) -> np.ndarray:
-        """Boolean mask over the symbol table: which names satisfy `predicate(str)`."""
-        return np.fromiter((bool(predicate(n)) for n in self.names), dtype=bool, count=len(self.names))
+    def names_matching(self, predicate: Any, key: Any = None, among: np.ndarray | None = None) -> np.ndarray:
+        """Boolean mask over the symbol table: which names satisfy `predicate(str)` (see name_values for
+        `key` and `among`)."""
+        return self.name_values(lambda n: bool(predicate(n)), bool, key, among)
+
+    def name_values(
+        self, function: Any, dtype: Any, key: Any = None, among: np.ndarray | None = None
+    ) -> np.ndarray:
+        """`function(name)` of the names of the symbol table, as an array indexed by name code.
+
+        `among`: name codes (those of the rows at hand); only these names are evaluated, the others read as
+        0 / False. `key` (standing for `function`): each name is evaluated once for all the tables sharing
+        this symbol table (the ranks of one load); names never change after a load, so neither does this."""
+        n = len(self.names)
+        entry = self.symbol_cache.get(key) if key is not None else None
+        if entry is None or len(entry[0]) != n:
+            entry = (np.zeros(n, dtype=dtype), np.zeros(n, dtype=bool))  # values, evaluated
+            if key is not None:
+                self.symbol_cache[key] = entry
+        values, done = entry
+        if among is None:
+            todo = np.flatnonzero(~done)
+        else:
+            codes = np.unique(among)
+            todo = codes[~done[codes]]
+        if len(todo):
+            values[todo] = [function(self.names[i]) for i in todo.tolist()]
+            done[todo] = True
+        return values  # type: ignore[no-any-return]
 
     def select(self, mask: np.ndarray) -> TraceTable:
-        """A table of the rows where `mask` is true (symbol tables shared)."""
+        """A table of the rows where `mask` is true (symbol tables, and what is cached about them, shared)."""
         return TraceTable(
-            self.names, self.cats, {k: v[mask] for k, v in self.columns.items()}, self.ranks, self.notices
+            self.names,
+            self.cats,
+            {k: v[mask] for k, v in self.columns.items()},
+            self.ranks,
+            self.notices,
+            self.symbol_cache,
         )
 
     def rank_ids(self) -> list[int]:
