@@ -357,3 +357,23 @@ def test_fast_loader_matches_reference_on_random_traces(tmp_path: Path, events: 
     assert_same_table(fast, ref)
     assert fast.ranks[0].process_names == ref.ranks[0].process_names
     assert fast.ranks[0].thread_names == ref.ranks[0].thread_names
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1, 2, 3],
+        [1, 2.5, 3],  # one float among ints: the float path, exact to the ns
+        [2**62, 1.5],  # an int beyond int64 ns next to a float
+        [1623212388482442, 7, 2**70],  # epoch ints and one beyond int64
+        [0.001, 1e-3, 12.345],
+        [],
+    ],
+)
+def test_strict_time_columns_match_the_type_scan(values: list[Any]) -> None:
+    # strict chunks skip the scan of value types; the columns must be the same as with it
+    from stepscope.analysis._columns import _ns_from_us
+
+    fast, fast_inexact = _ns_from_us(list(values), strict=True)
+    slow, slow_inexact = _ns_from_us(list(values))
+    assert fast.tolist() == slow.tolist() and fast_inexact == slow_inexact

@@ -133,10 +133,10 @@ class ColumnBuilder:
                 self._read_metadata(events[i])
         cols["name"] = _codes([e.name for e in events], self._name_codes, self._add_name, np.int32)
         cat = cols["cat"] = _codes([e.cat for e in events], self._cat_codes, self._add_cat, np.int32)
-        cols["pid"] = self._ids([e.pid for e in events])
-        cols["tid"] = self._ids([e.tid for e in events])
+        cols["pid"] = self._ids([e.pid for e in events], strict=strict)
+        cols["tid"] = self._ids([e.tid for e in events], strict=strict)
         cols["ts"] = self._timestamps(chunk)
-        cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events])[0], 0)
+        cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events], strict=strict)[0], 0)
         flows = np.flatnonzero((ph == ord("s")) | (ph == ord("f")))
         sparse["flow_id"] = flows, _int_column([events[i].id for i in flows.tolist()], strict=strict)
         args: list[Any] = [e.args for e in events]
@@ -179,15 +179,15 @@ class ColumnBuilder:
         timestamps = [e.ts for e in chunk.events]
         if chunk.text_ts:
             return us_texts_to_ns(timestamps)  # NotANumber: the caller names the event
-        ts, inexact = _ns_from_us(timestamps)
+        ts, inexact = _ns_from_us(timestamps, strict=chunk.strict)
         if inexact:
             self.inexact_ts = True
             return chunk.exact_ts()
         return ts
 
-    def _ids(self, values: list[Any]) -> np.ndarray:
+    def _ids(self, values: list[Any], *, strict: bool) -> np.ndarray:
         """pid / tid: ints as they are, other values (the strings of 2021 traces) converted once each."""
-        if set(map(type, values)) == {int}:
+        if _strict_all_ints(values) if strict else set(map(type, values)) == {int}:
             with contextlib.suppress(OverflowError):
                 return np.fromiter(values, dtype=np.int64, count=len(values))
         return _codes(values, self._id_values, _id_as_int, np.int64)
@@ -241,13 +241,12 @@ class ColumnBuilder:
 # --- column helpers --------------------------------------------------------------------------------
 def _ph_column(phs: list[str]) -> np.ndarray:
     """ord() of one-letter ASCII phases; 0 for what the table leaves out ('M' metadata, anything else)."""
-    distinct = set(phs)
-    if all(len(p) == 1 and p.isascii() for p in distinct):
-        codes = np.frombuffer("".join(phs).encode("ascii"), dtype=np.uint8).copy()
-        if "M" in distinct:
-            codes[codes == ord("M")] = 0
+    joined = "".join(phs)
+    if len(joined) == len(phs) and joined.isascii():  # (then every phase is one letter)
+        codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).copy()
+        codes[codes == ord("M")] = 0
         return codes
-    lookup = {p: ord(p) if len(p) == 1 and p != "M" and p.isascii() else 0 for p in distinct}
+    lookup = {p: ord(p) if len(p) == 1 and p != "M" and p.isascii() else 0 for p in set(phs)}
     return np.fromiter(map(lookup.__getitem__, phs), dtype=np.uint8, count=len(phs))
 
 
@@ -294,13 +293,24 @@ def _int_column(values: Sequence[Any], *, strict: bool) -> np.ndarray:
         return np.array([_as_int(v) for v in fast], dtype=np.int64)
 
 
-def _ns_from_us(values: Sequence[Any]) -> tuple[np.ndarray, bool]:
-    """int64 ns from microseconds (ints, floats or None); absent or out of int64 -> 0.
+def _strict_all_ints(values: list[Any]) -> bool:
+    """For values of a strict Struct field (ints, and floats or strings; never None or bools): True when all
+    are ints. sum() stays an int over ints only (a float makes it a float, a string raises) in one C loop,
+    several times cheaper than collecting the types."""
+    try:
+        return type(sum(values)) is int
+    except TypeError:
+        return False
+
+
+def _ns_from_us(values: list[Any], *, strict: bool = False) -> tuple[np.ndarray, bool]:
+    """int64 ns from microseconds (ints, floats or None); absent or out of int64 -> 0. `strict`: the values
+    come from a strict Struct field (ints and floats only).
 
     The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
     """
     n = len(values)
-    types = set(map(type, values))
+    types = {int} if strict and _strict_all_ints(values) else set(map(type, values))
     if float not in types:
         ints = values if type(None) not in types else [0 if v is None else v for v in values]
         try:
