@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 # mkstemp creates files 0600; published files get the usual 0666 & ~umask (read once, at import).
@@ -15,6 +14,8 @@ _FILE_MODE = 0o666 & ~_UMASK
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write `data` to `path` atomically (same-folder temp file + os.replace)."""
+    import tempfile  # (here: tempfile and what it imports cost ~5 ms, which readers of run folders need not pay)
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -36,6 +37,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def temp_path_beside(path: str | Path) -> Path:
     """A fresh temp file name in the same folder as `path`, for writers that need a path (os.replace it after)."""
+    import tempfile
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
