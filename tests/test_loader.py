@@ -367,6 +367,7 @@ def test_fast_loader_matches_reference_on_random_traces(tmp_path: Path, events: 
         [2**62, 1.5],  # an int beyond int64 ns next to a float
         [1623212388482442, 7, 2**70],  # epoch ints and one beyond int64
         [0.001, 1e-3, 12.345],
+        [1.5, 2**1100, 7],  # an int beyond float range among floats
         [],
     ],
 )

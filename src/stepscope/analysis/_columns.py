@@ -295,11 +295,11 @@ def _int_column(values: Sequence[Any], *, strict: bool) -> np.ndarray:
 
 def _strict_all_ints(values: list[Any]) -> bool:
     """For values of a strict Struct field (ints, and floats or strings; never None or bools): True when all
-    are ints. sum() stays an int over ints only (a float makes it a float, a string raises) in one C loop,
-    several times cheaper than collecting the types."""
+    are ints. sum() stays an int over ints only (a float makes it a float, a string raises; so does an int
+    beyond float range next to a float) in one C loop, several times cheaper than collecting the types."""
     try:
         return type(sum(values)) is int
-    except TypeError:
+    except (TypeError, OverflowError):
         return False
 
 
@@ -310,7 +310,12 @@ def _ns_from_us(values: list[Any], *, strict: bool = False) -> tuple[np.ndarray,
     The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
     """
     n = len(values)
-    types = {int} if strict and _strict_all_ints(values) else set(map(type, values))
+    types = {int} if strict and _strict_all_ints(values) else None
+    if strict and types is None:  # floats, maybe with ints: all read as floats
+        with contextlib.suppress(OverflowError):  # (an int beyond float range: the general path)
+            return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
+    if types is None:
+        types = set(map(type, values))
     if float not in types:
         ints = values if type(None) not in types else [0 if v is None else v for v in values]
         try:
