@@ -310,7 +310,7 @@ def _ns_from_us(values: list[Any], *, strict: bool = False) -> tuple[np.ndarray,
     The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
     """
     n = len(values)
-    types = {int} if strict and _strict_all_ints(values) else None
+    types: set[type] | None = {int} if strict and _strict_all_ints(values) else None
     if strict and types is None:  # floats, maybe with ints: all read as floats
         with contextlib.suppress(OverflowError):  # (an int beyond float range: the general path)
             return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
