@@ -46,7 +46,16 @@ def us_texts_to_ns(texts: Sequence[msgspec.Raw]) -> np.ndarray:
     buf = np.frombuffer(msgspec.json.encode(list(texts)), dtype=np.uint8)
     width = len(texts[0])
     if width and len(buf) == n * (width + 1) + 1 and (buf[width + 1 : -1 : width + 1] == _COMMA).all():
-        starts = np.arange(1, len(buf) - 1, width + 1)  # all of one width (commas where they would be)
+        # all of one width (commas where they would be): one text per row of a matrix (a view)
+        rows = buf[1 : 1 + n * (width + 1)].reshape(n, width + 1)[:, :width]
+        for lo in range(0, n, _CHUNK):
+            values = _parse_rows(rows[lo : lo + _CHUNK])
+            if values is None:
+                break
+            out[lo : lo + _CHUNK] = values
+        else:
+            return out
+        starts = np.arange(1, len(buf) - 1, width + 1)
         lens = np.full(n, width)
     elif len(commas := np.flatnonzero(buf == _COMMA)) == n - 1:
         starts = np.concatenate(([1], commas + 1))
@@ -121,27 +130,40 @@ def _parse_block(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple
 
 
 def _parse_uniform(buf: np.ndarray, starts: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """_parse_block when every text has the same width and the shape of the first, a plain non-negative
-    decimal (the common case: epoch timestamps with three decimals): one gather and one dot product.
-    None when some text has another shape (the general path groups them)."""
-    first = buf[starts[0] : starts[0] + width].tobytes()
+    """_parse_block when every text has the same width (see _parse_rows); None when some text has another
+    shape (the general path groups them)."""
+    values = _parse_rows(np.lib.stride_tricks.sliding_window_view(buf, width)[starts])
+    return None if values is None else (values, np.zeros(len(starts), dtype=bool))
+
+
+def _parse_rows(rows: np.ndarray) -> np.ndarray | None:
+    """Values of texts of one width, one per row of a uint8 matrix, when every text has the shape of the
+    first: a plain non-negative decimal (the common case: epoch timestamps with three decimals); None when
+    some text does not. One dot product with the place values; digit columns that are the same in every row
+    (the leading digits of epoch timestamps) are summed once."""
+    width = rows.shape[1]
+    first = rows[0].tobytes()
     dot = first.find(b".")
     n_int, n_frac = (dot, width - dot - 1) if dot >= 0 else (width, 0)
     if not (1 <= n_int <= 16 and n_frac <= 3 and first.replace(b".", b"", 1).isdigit()):
         return None
-    places = _INT_PLACES[:n_int][::-1] + ([0, *_FRAC_PLACES[:n_frac]] if dot >= 0 else [])
-    rows = np.lib.stride_tricks.sliding_window_view(buf, width)[starts]
+    places = np.array(
+        _INT_PLACES[:n_int][::-1] + ([0, *_FRAC_PLACES[:n_frac]] if dot >= 0 else []), dtype=np.uint64
+    )
+    if dot >= 0 and not (rows[:, dot] == _DOT).all():
+        return None
     digits = rows - np.uint8(_ZERO)  # non-digits wrap around to > 9
     if dot >= 0:
-        if not (rows[:, dot] == _DOT).all():
-            return None
         digits[:, dot] = 0
     if digits.max() > 9:
         return None
-    total = digits.astype(np.uint64) @ np.array(places, dtype=np.uint64)
+    same = (digits == digits[0]).all(axis=0)
+    total = np.full(len(rows), digits[0, same].astype(np.uint64) @ places[same], dtype=np.uint64)
+    if not same.all():
+        total += digits[:, ~same].astype(np.uint64) @ places[~same]
     if not (total <= _INT64_MAX).all():
         return None
-    return total.view(np.int64), np.zeros(len(starts), dtype=bool)
+    return total.view(np.int64)
 
 
 def _slow(index: int, text: bytes) -> int:
