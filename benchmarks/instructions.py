@@ -1,0 +1,77 @@
+"""Instructions executed to load a trace (and analyze it), counted by valgrind's cachegrind: a measure that does
+not move with the load of a shared machine, for comparing two versions of the loader where wall time cannot
+tell a 2% change from noise. Needs `valgrind` on PATH; each count takes 5-15 s.
+
+    .venv/bin/python benchmarks/instructions.py [--analyze] [SET ...]
+
+Prints, per trace, the instructions of `load_trace` (and of `analyze` + JSON encoding with --analyze): the
+whole process's count minus that of a process that only imports. OpenBLAS threads (which spin at numpy import)
+are limited to one and hash randomisation is off, so two runs of one version agree to within a few thousand
+instructions. Instructions are not time (cache misses, page faults and the memory traffic of a change do not
+show): confirm a change found here with bench_analyze.py or bench_load.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / ".." / "shared" / "traces"
+DEFAULT_SETS = (
+    "kineto_resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
+    "hta_ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+)
+_CHILD = """
+import sys
+import msgspec
+from stepscope.analysis.analyze import analyze
+from stepscope.analysis.loader import load_trace
+mode, path = sys.argv[1], sys.argv[2]
+if mode != "imports":
+    table = load_trace(path, progress=False)
+    if mode == "analyze":
+        msgspec.json.encode(analyze(table, drop_last_step=True))
+"""
+
+
+def count(mode: str, path: Path) -> int:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+    proc = subprocess.run(
+        [*argv, sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True, env=env
+    )
+    match = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+    if proc.returncode != 0 or match is None:
+        raise SystemExit(f"{path}: valgrind run failed (exit {proc.returncode}): {proc.stderr[-300:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sets", nargs="*", default=list(DEFAULT_SETS), help="paths under ../shared/traces")
+    parser.add_argument("--analyze", action="store_true", help="also count analyze + JSON encoding")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed", file=sys.stderr)
+        return 2
+    first = (TRACES / args.sets[0]).resolve()
+    base = count("imports", first)
+    print(f"imports only: {base / 1e6:,.1f} M instructions")
+    for name in args.sets:
+        path = (TRACES / name).resolve()
+        load = count("load", path) - base
+        line = f"{name.split('/')[0]}: load_trace {load / 1e6:,.1f} M"
+        if args.analyze:
+            line += f", analyze + encode {(count('analyze', path) - base - load) / 1e6:,.1f} M"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
