@@ -51,6 +51,7 @@ _DTYPES: dict[str, str] = {
 _SPARSE = frozenset({"flow_id", "stream", "device", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
 _MAX_US = (2**63 - 1) // 1000
 _UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
+_BYTE_UNSEEN = 255  # the same, where codes are read as bytes
 
 
 @dataclass
@@ -253,7 +254,14 @@ def _ph_column(phs: list[str]) -> np.ndarray:
 def _codes(values: list[Any], lookup: dict[Any, int], add: Callable[[Any], int], dtype: type) -> np.ndarray:
     """`lookup[v]` of every value; values not in `lookup` yet get `add(v)` (first-seen order)."""
     n = len(values)
-    codes: np.ndarray = np.fromiter(map(lookup.get, values, repeat(_UNSEEN)), dtype=dtype, count=n)
+    codes: np.ndarray | None = None
+    if len(lookup) < _BYTE_UNSEEN:  # codes of a small lookup fit a byte: bytes() takes them 3x cheaper
+        with contextlib.suppress(ValueError):  # (a code beyond a byte, or -1)
+            as_bytes = bytes(map(lookup.get, values, repeat(_BYTE_UNSEEN)))
+            codes = np.frombuffer(as_bytes, dtype=np.uint8).astype(dtype)
+            codes[codes == _BYTE_UNSEEN] = _UNSEEN  # (a real code 255 is looked up again below: harmless)
+    if codes is None:
+        codes = np.fromiter(map(lookup.get, values, repeat(_UNSEEN)), dtype=dtype, count=n)
     unseen = np.flatnonzero(codes == _UNSEEN)
     if len(unseen):
         new = values if len(unseen) == n else [values[i] for i in unseen.tolist()]
