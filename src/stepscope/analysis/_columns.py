@@ -48,7 +48,9 @@ _DTYPES: dict[str, str] = {
     **{f"args_{k}": "int64" for k in INT_ARGS},
 }
 # Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
-_SPARSE = frozenset({"flow_id", "stream", "device", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
+_SPARSE = frozenset(
+    {"flow_id", "stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))}
+)
 _MAX_US = (2**63 - 1) // 1000
 _UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
 _BYTE_UNSEEN = 255  # the same, where codes are read as bytes
@@ -150,8 +152,8 @@ class ColumnBuilder:
         sparse["stream"] = gpu, _int_column([a.stream for a in gpu_args], strict=strict)
         device = _int_column([a.device for a in gpu_args], strict=strict)
         sparse["device"] = gpu, np.where(np.abs(device) < 2**31, device, MISSING)
+        sparse["bytes"] = gpu, _int_column([a.bytes for a in gpu_args], strict=False)
         cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
-        cols["bytes"] = _int_column([a.bytes for a in args], strict=strict)
         external = [a.external_id for a in args]
         old = [a.external_id_old for a in args]
         if old.count(None) != n:  # the 2021 schema writes "external id" on runtime calls and GPU activities

@@ -50,7 +50,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "correlation": ("int64", "args.correlation (runtime call <-> GPU activity), else -1"),
     "external_id": ("int64", "args['External id'] ('external id' in 2021 traces): op <-> runtime, else -1"),
     "flow_id": ("int64", "id of flow events (ph s/f), else -1"),
-    "bytes": ("int64", "args.bytes of memcpy/memset, or message bytes of collectives when known, else -1"),
+    "bytes": (
+        "int64",
+        "args.bytes of GPU activities (memcpy/memset; collective kernels when given), else -1",
+    ),
 }
 
 # String-valued args kept per row as an index into `names` (-1 when absent): "args_<key>" columns.
@@ -222,7 +225,7 @@ class TraceTable:
                 external = args.get("External id")
                 rows["external_id"].append(_as_int(args.get("external id") if external is None else external))
                 rows["flow_id"].append(_as_int(ev.get("id")) if ph in ("s", "f") else MISSING)
-                rows["bytes"].append(_as_int(args.get("bytes")))
+                rows["bytes"].append(_as_int(args.get("bytes")) if is_gpu else MISSING)
                 for key, arg in STRING_ARGS.items():
                     value = args.get(arg)
                     rows["args_" + key].append(intern(names, str(value)) if value is not None else MISSING)
