@@ -2,7 +2,8 @@
 
 Each measurement runs in a fresh child process (peak RSS is that process's own); times are taken inside the child
 around the work (imports excluded) and, from the parent, for the whole process. Sides alternate per trace so a
-busy machine slows them alike; compare ratios within one run.
+busy machine slows them alike; compare ratios within one run. Besides the ratio of the bests, the "paired"
+column gives HTA / stepscope of each round's two runs, made one right after the other: median and range.
 
     python3 -m venv /work/hta-venv && /work/hta-venv/bin/pip install holistictraceanalysis 'pandas<3'
     .venv/bin/python benchmarks/bench_analyze.py [--repeat 3] [--hta-python /work/hta-venv/bin/python] [SET ...]
@@ -20,6 +21,7 @@ import gzip
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -149,6 +151,16 @@ def measure(kind: str, path: Path, hta_python: str) -> dict[str, Any]:
     return run_child([sys.executable, __file__, "--child", kind, str(path)])
 
 
+def paired(runs: dict[str, list[dict[str, Any]]]) -> list[float]:
+    """HTA / stepscope of the runs made one right after the other (same round): on a machine whose speed
+    drifts, a pair shares the drift that separate bests do not."""
+    return sorted(
+        h["total_s"] / o["total_s"]
+        for o, h in zip(runs["ours"], runs["hta"], strict=False)
+        if "error" not in o and "error" not in h
+    )
+
+
 def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in runs if "error" not in r]
     if not ok:
@@ -185,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             for kind in ("floor", "ours", "hta"):
                 if i < (args.hta_repeat if kind == "hta" else args.repeat):
                     runs[kind].append(measure(kind, path, args.hta_python))
-        row = {"set": name, "json_mb": mb, **{k: best(v) for k, v in runs.items()}}
+        row = {"set": name, "json_mb": mb, **{k: best(v) for k, v in runs.items()}, "paired": paired(runs)}
+        row["runs"] = runs
         rows.append(row)
         _print_row(row)
     _print_table(rows)
@@ -208,6 +221,12 @@ def _time(r: dict[str, Any], mb: float) -> str:
     return "fails" if "error" in r else f"{r['total_s']:.3f} ({mb / r['total_s']:.0f})"
 
 
+def _paired(ratios: list[float]) -> str:
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.1f}x ({ratios[0]:.1f}-{ratios[-1]:.1f})"
+
+
 def _print_table(rows: list[dict[str, Any]]) -> None:
     header = (
         "trace set",
@@ -216,6 +235,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         "stepscope s (MB/s)",
         "HTA s (MB/s)",
         "HTA/stepscope",
+        "paired: median (min-max)",
         "RSS floor/stepscope/HTA MB",
         "stepscope/HTA RSS",
         "stepscope load / analyses s",
@@ -235,6 +255,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
                 _time(o, mb),
                 _time(h, mb),
                 f"{h['total_s'] / o['total_s']:.1f}x" if ok else "-",
+                _paired(row["paired"]),
                 f"{f['peak_rss_mb']:.0f} / {o['peak_rss_mb']:.0f} / {h['peak_rss_mb']:.0f}",
                 f"{100 * o['peak_rss_mb'] / h['peak_rss_mb']:.0f}%" if ok else "-",
                 f"{o['load_s']:.3f} / {o['analyses_s']:.3f}" if "error" not in o else "-",
