@@ -190,7 +190,8 @@ class ColumnBuilder:
 
     def _ids(self, values: list[Any], *, strict: bool) -> np.ndarray:
         """pid / tid: ints as they are, other values (the strings of 2021 traces) converted once each."""
-        if _strict_all_ints(values) if strict else set(map(type, values)) == {int}:
+        all_ints = _strict_all_ints(values) if strict else set(map(type, values)) == {int}
+        if all_ints:
             with contextlib.suppress(OverflowError):
                 return np.fromiter(values, dtype=np.int64, count=len(values))
         return _codes(values, self._id_values, _id_as_int, np.int64)
@@ -320,11 +321,13 @@ def _ns_from_us(values: list[Any], *, strict: bool = False) -> tuple[np.ndarray,
     The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
     """
     n = len(values)
-    types: set[type] | None = {int} if strict and _strict_all_ints(values) else None
-    if strict and types is None:  # floats, maybe with ints: all read as floats
-        with contextlib.suppress(OverflowError):  # (an int beyond float range: the general path)
-            return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
-    if types is None:
+    types: set[type]
+    if strict and _strict_all_ints(values):
+        types = {int}
+    else:
+        if strict:  # floats, maybe with ints: all read as floats (an int beyond float range: below)
+            with contextlib.suppress(OverflowError):
+                return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
         types = set(map(type, values))
     if float not in types:
         ints = values if type(None) not in types else [0 if v is None else v for v in values]
