@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,17 @@ def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_stream, "load_whole", refuse)
 
 
+@pytest.fixture(params=["isal", "zlib"])
+def inflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run with ISA-L's inflate (the default where installed) and with zlib's (the fallback)."""
+    if request.param == "zlib":
+        monkeypatch.setattr(_stream, "INFLATE", zlib)
+    else:
+        pytest.importorskip("isal")
+        assert _stream.INFLATE is not zlib
+    return str(request.param)
+
+
 def load(path: Path, chunk_bytes: int) -> TraceTable:
     return _merge([_stream.load_file(path, chunk_bytes=chunk_bytes)])
 
@@ -145,6 +157,32 @@ def test_odd_documents_read_like_the_whole_file(tmp_path: Path, text: str) -> No
         assert load(path, chunk_bytes).ranks[0].schema_version == whole(path).ranks[0].schema_version
 
 
+@pytest.mark.parametrize("layout", ["compact", "pretty"])
+@pytest.mark.usefixtures("no_fallback", "inflate")
+def test_gzip_tables_are_the_same_with_either_inflate(tmp_path: Path, layout: str) -> None:
+    path = write(tmp_path / "t.json.gz", layouts(trace(EVENTS, rank=3))[layout])
+    expected = reference(path, 3)
+    for chunk_bytes in (1, 97, 1000, 10**6):
+        assert_same_table(load(path, chunk_bytes), expected)
+
+
+@pytest.mark.usefixtures("inflate")
+def test_a_changed_byte_that_only_the_crc_sees_is_an_error(tmp_path: Path) -> None:
+    # GIVEN a gzip file of stored (uncompressed) blocks in which one letter of a name was changed: the
+    # deflate stream and the JSON are still valid, only the CRC-32 of the gzip trailer tells
+    text = json.dumps(BIG).encode()
+    data = bytearray(gzip.compress(text, compresslevel=0))
+    at = data.index(b'"op150"')
+    data[at + 1 : at + 3] = b"OP"
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(bytes(data))
+    # THEN loading it is an error naming the file, not a table with a name nobody wrote
+    with pytest.raises(InputError, match=r"corrupt gzip data \(CRC check failed\)") as info:
+        load(path, 4096)
+    assert info.value.path == str(path)
+
+
+@pytest.mark.usefixtures("inflate")
 def test_gzip_with_several_members_or_trailing_bytes(tmp_path: Path) -> None:
     text = json.dumps(trace([op(f"o{i}", i, 1) for i in range(50)]))
     half = len(text) // 2
@@ -188,6 +226,7 @@ def test_errors_late_in_the_file_read_as_before(tmp_path: Path, mutate: Any, pro
     assert info.value.problem == whole_info.value.problem
 
 
+@pytest.mark.usefixtures("inflate")
 def test_truncated_gzip_is_reported_as_such(tmp_path: Path) -> None:
     path = tmp_path / "t.json.gz"
     path.write_bytes(gzip.compress(json.dumps(BIG).encode())[:-100])
