@@ -28,6 +28,8 @@ from typing import Any
 
 import msgspec
 
+from bench_analyze import gunzip  # (the same gunzip as the other floor; run from benchmarks/)
+
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / ".." / "shared" / "traces"
 FILES = [
@@ -41,15 +43,6 @@ FOLDER = [
     "kineto_resnet50_num_workers_4/worker0.1623213129365.pt.trace.json.gz",
     "tracelens_qwen1.5_h100_mi300/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
 ]
-
-
-def gunzip(data: bytes) -> bytes:
-    """The fastest gunzip stepscope's loader has: ISA-L's where installed (as the loader uses), else zlib's."""
-    try:
-        from isal import igzip
-    except ImportError:
-        return gzip.decompress(data)
-    return igzip.decompress(data)
 
 
 def best_of(repeat: int, fn: Callable[[], Any]) -> float:
