@@ -6,7 +6,7 @@ STAMP := $(VENV)/.stepscope-installed
 # torch is pinned for development; pip finds the CPU wheel on this machine's disk.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean gpu-check
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,5 +24,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 
+# Every CUDA path of capture on a real GPU (docs/gpu.md); without CUDA, its dry mode. Where python3 already has
+# a CUDA build of torch and stepscope's needs (a machine without a package index), use it instead of .venv:
+#   make gpu-check GPU_PYTHON=python3
+GPU_PYTHON ?=
+GPU_CHECK_OUT ?= gpu_check_out
+gpu-check: $(if $(GPU_PYTHON),,$(STAMP))
+	$(or $(GPU_PYTHON),$(PY)) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT)
+
 clean:
-	rm -rf $(VENV) stepscope_runs
+	rm -rf $(VENV) stepscope_runs gpu_check_out

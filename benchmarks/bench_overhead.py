@@ -33,12 +33,35 @@ def timed(fn: Callable[[], Any], after: Callable[[], Any] | None = None) -> floa
     return (time.perf_counter_ns() - t0) / 1e6
 
 
-def measure_round(round_index: int, steps: int, out_dir: str, results: dict[str, list[float]]) -> None:
-    """One round. Variants without a running profiler alternate step by step; the two active-window variants
-    (which record everything in the process) alternate block by block."""
+VARIANTS = (
+    "bare",
+    "enabled=False",
+    "monitor, wait phase",
+    "monitor, active window",
+    "raw torch.profiler, active",
+)
+
+
+def demo_round(round_index: int, steps: int, out_dir: str, results: dict[str, list[float]]) -> None:
+    """One round on a fresh demo model."""
     model, optimizer, make_batch = build_demo()
-    plain = make_train_step(model, optimizer)
-    batch = make_batch()
+    measure_round(
+        round_index, steps, out_dir, results, model, make_train_step(model, optimizer), make_batch()
+    )
+
+
+def measure_round(
+    round_index: int,
+    steps: int,
+    out_dir: str,
+    results: dict[str, list[float]],
+    model: Any,
+    plain: Callable[[Any], Any],
+    batch: Any,
+) -> None:
+    """One round of every variant on `plain(batch)` (also used by gpu_check.py). Variants without a running
+    profiler alternate step by step; the two active-window variants (which record everything in the process)
+    alternate block by block."""
 
     def bare() -> Any:
         return plain(batch)
@@ -89,8 +112,11 @@ def _raw_active(
 
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    activities = [ProfilerActivity.CPU]  # as the monitor's trace collector chooses them
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
     prof = profile(
-        activities=[ProfilerActivity.CPU],
+        activities=activities,
         schedule=schedule(wait=0, warmup=1, active=steps + 1, repeat=1),
         on_trace_ready=lambda p: p.export_chrome_trace(f"{out_dir}/raw.json.gz"),
     )
@@ -125,21 +151,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    results: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "bare",
-            "enabled=False",
-            "monitor, wait phase",
-            "monitor, active window",
-            "raw torch.profiler, active",
-        )
-    }
+    results: dict[str, list[float]] = {k: [] for k in VARIANTS}
     with tempfile.TemporaryDirectory() as out_dir:
         # A first round warms up torch, the allocator and the profiler's own caches; it is not counted.
-        measure_round(0, args.steps, out_dir, {k: [] for k in results})
+        demo_round(0, args.steps, out_dir, {k: [] for k in results})
         for i in range(args.rounds):
-            measure_round(i, args.steps, out_dir, results)
+            demo_round(i, args.steps, out_dir, results)
     med = {k: statistics.median(v) for k, v in results.items()}
     print(
         f"demo step (MLP 512x4, batch 64, 1 thread), {args.rounds} rounds x {args.steps} steps per variant\n"
