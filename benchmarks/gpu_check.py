@@ -56,8 +56,10 @@ TRAIN_SCHEDULE = {"wait": 3, "warmup": 1, "active": 3, "repeat": 2}
 TRAIN_STEPS = 16  # windows [4, 6] and [11, 13]; steps 7-9, 14, 15 are timed for TFLOP/s
 GEMM_STEPS = 12
 GEMM_TOLERANCE = {True: 0.05, False: 0.20}  # CUDA: the issue's 5%; CPU timers on a shared machine: 20%
-# (wait phase / bare, active window / raw torch.profiler) allowed; CPU steps of the dry mode are tiny and noisy
-OVERHEAD_LIMITS = {True: (1.03, 1.05), False: (1.30, 1.50)}
+# Allowed (wait phase / bare, active window / raw torch.profiler), medians of per-round paired ratios. On CUDA,
+# docs/benchmarks.md's targets with a point of noise on the wait phase; the dry mode's CPU steps are tiny and
+# its rounds few: there the check proves that the code path runs, not a figure.
+OVERHEAD_LIMITS = {True: (1.03, 1.05), False: (1.5, 2.0)}
 GEMM_KERNEL = re.compile(r"gemm|cutlass|nvjet|xmma|sm\d+_", re.IGNORECASE)
 
 
@@ -263,18 +265,34 @@ def oom_phase(out: Path, device: torch.device) -> OomRun:
     return OomRun(monitor.run_dir, raised)
 
 
-def overhead_phase(out: Path, s: Sizes, device: torch.device, rounds: int, steps: int) -> dict[str, float]:
-    """bench_overhead's variants on the transformer step; median ms per step."""
+@dataclass
+class Overhead:
+    """Median ms per step of each variant in each round (rounds alternate which active variant goes first)."""
+
+    rounds: list[dict[str, float]]
+
+    def ratios(self, variant: str, base: str) -> list[float]:
+        """`variant` over `base`, paired round by round."""
+        return [r[variant] / r[base] for r in self.rounds]
+
+    def medians(self) -> dict[str, float]:
+        return {k: statistics.median(r[k] for r in self.rounds) for k in VARIANTS}
+
+
+def overhead_phase(out: Path, s: Sizes, device: torch.device, rounds: int, steps: int) -> Overhead:
+    """bench_overhead's variants on the transformer step (a fixed batch, no DataLoader)."""
     t = build_training(s, device, steps=1)
     tokens = torch.randint(0, s.vocab, (s.batch, s.seq + 1))
     plain = make_train_step(t)
-    results: dict[str, list[float]] = {k: [] for k in VARIANTS}
+    per_round = []
     with warnings.catch_warnings(), tempfile.TemporaryDirectory(dir=out) as tmp:
         warnings.simplefilter("ignore")
         measure_round(0, steps, tmp, {k: [] for k in VARIANTS}, t.model, plain, (tokens,))  # warm-up round
         for i in range(rounds):
+            results: dict[str, list[float]] = {k: [] for k in VARIANTS}
             measure_round(i, steps, tmp, results, t.model, plain, (tokens,))
-    return {k: statistics.median(v) for k, v in results.items()}
+            per_round.append({k: statistics.median(v) for k, v in results.items()})
+    return Overhead(per_round)
 
 
 def nsys_workload(out: Path) -> None:
@@ -322,14 +340,16 @@ def train_checks(c: Checks, run: TrainRun, device: torch.device) -> None:
     def spans() -> tuple[bool, str]:
         found = []
         for step, path in traces:
+            # CPU-side spans only: on CUDA each step also has a gpu_user_annotation of the same name
             steps = sorted(
                 int(m.group(1))
                 for e in trace_events(path)
-                if (m := re.fullmatch(r"ProfilerStep#(\d+)", e.get("name", "")))
+                if e.get("cat") != "gpu_user_annotation"
+                and (m := re.fullmatch(r"ProfilerStep#(\d+)", e.get("name", "")))
             )
             found.append((step, steps))
         expected = [(last, list(range(first, last + 1))) for first, last in windows]
-        return found == expected, f"windows {[(s, f'#{p[0]}-#{p[-1]}' if p else '-') for s, p in found]}"
+        return found == expected, f"steps per window: {found} (expected {expected})"
 
     def kernels() -> tuple[bool, str]:
         counts, elsewhere = [], 0
@@ -357,7 +377,7 @@ def train_checks(c: Checks, run: TrainRun, device: torch.device) -> None:
         names = [k["name"] for k in rank["top_kernels"]]
         wanted = {
             "matmul": any(GEMM_KERNEL.search(n) for n in names),
-            "attention": any(re.search(r"flash|fmha|attention|softmax", n, re.I) for n in names),
+            "attention": any(re.search(r"flash|fmha|sdpa|attention|softmax", n, re.I) for n in names),
             "layer norm": any("layer_norm" in n.lower() or "layernorm" in n.lower() for n in names),
         }
         top = names[0][:60] if names else "-"
@@ -488,7 +508,7 @@ def system_checks(c: Checks, rd: Path, run: TrainRun) -> None:
     c.run("run folder: every collector's artifacts indexed", other_collectors)
 
 
-def nsight_checks(c: Checks, run: TrainRun, out: Path) -> None:
+def nsight_checks(c: Checks, run: TrainRun, out: Path, nsys: bool) -> None:
     def profiler_api() -> tuple[bool, str]:
         names = [e.get("name", "") for _, p in artifacts(run.run_dir, "trace") for e in trace_events(p)]
         starts = sum(n == "cudaProfilerStart" for n in names)
@@ -500,20 +520,22 @@ def nsight_checks(c: Checks, run: TrainRun, out: Path) -> None:
         )
 
     def under_nsys() -> tuple[bool, str]:
-        nsys = find_nsys()
-        if nsys is None:
+        if not nsys:
+            raise Skip("--no-nsys")
+        exe = find_nsys()
+        if exe is None:
             raise Skip("nsys not found")
         rep = out / "nsys" / "train"
         rep.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [nsys, "profile", "--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+        cmd = [exe, "profile", "--trace=cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
                "--force-overwrite=true", "-o", str(rep), sys.executable, __file__, "--nsys-workload",
                "--out", str(out / "nsys")]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=_env())
         report = rep.with_suffix(".nsys-rep")
         if not report.exists():
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise Skip(f"{nsys} wrote no report (exit {done.returncode}: {tail[0][:120]})")
-        stats = subprocess.run([nsys, "stats", "--report", "nvtx_sum", "--format", "csv", str(report)],
+            raise Skip(f"{exe} wrote no report (exit {done.returncode}: {tail[0][:120]})")
+        stats = subprocess.run([exe, "stats", "--report", "nvtx_sum", "--format", "csv", str(report)],
                                capture_output=True, text=True, timeout=300)  # fmt: skip
         ranges = sorted(set(re.findall(r"stepscope step (\d+)", stats.stdout)), key=int)
         return ranges == ["3", "4", "5"], f"NVTX ranges in the capture: {ranges}"
@@ -568,22 +590,26 @@ def oom_checks(c: Checks, run: OomRun | None) -> None:
     c.run("memory snapshot: OOM dumps a snapshot and re-raises", oom, gpu=True)
 
 
-def overhead_checks(c: Checks, med: dict[str, float], cuda: bool) -> None:
+def overhead_checks(c: Checks, o: Overhead, cuda: bool) -> None:
     wait_limit, active_limit = OVERHEAD_LIMITS[cuda]
-    bare, raw = med["bare"], med["raw torch.profiler, active"]
+    med = o.medians()
+
+    def spread(ratios: list[float]) -> str:
+        return f"{statistics.median(ratios):.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f})"
 
     def wait() -> tuple[bool, str]:
-        ratio = med["monitor, wait phase"] / bare
-        off = med["enabled=False"] / bare
-        return ratio <= wait_limit, (
-            f"bare {bare:.3f} ms, enabled=False {off:.3f}x, wait phase {ratio:.3f}x (limit {wait_limit}x)"
+        ratios = o.ratios("monitor, wait phase", "bare")
+        return statistics.median(ratios) <= wait_limit, (
+            f"bare {med['bare']:.3f} ms; enabled=False {spread(o.ratios('enabled=False', 'bare'))}; "
+            f"wait phase {spread(ratios)}; limit {wait_limit}x, {len(ratios)} paired rounds"
         )
 
     def active() -> tuple[bool, str]:
-        ratio = med["monitor, active window"] / raw
-        return ratio <= active_limit, (
-            f"raw torch.profiler {raw:.3f} ms ({raw / bare:.3f}x bare), monitor active {ratio:.3f}x raw "
-            f"(limit {active_limit}x)"
+        ratios = o.ratios("monitor, active window", "raw torch.profiler, active")
+        return statistics.median(ratios) <= active_limit, (
+            f"raw torch.profiler {med['raw torch.profiler, active']:.3f} ms "
+            f"({spread(o.ratios('raw torch.profiler, active', 'bare'))} bare); monitor active {spread(ratios)} "
+            f"raw; limit {active_limit}x"
         )
 
     c.run("overhead: wait phase vs bare step", wait)
@@ -660,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
         "--json", type=Path, default=None, help="Where the JSON goes (default OUT/gpu_check.json)."
     )
     parser.add_argument("--dry-run", action="store_true", help="The CPU path even where CUDA is available.")
-    parser.add_argument("--rounds", type=int, default=None, help="Overhead rounds (default 5 GPU, 2 dry).")
+    parser.add_argument("--rounds", type=int, default=None, help="Overhead rounds (default 6 GPU, 2 dry).")
+    parser.add_argument("--no-nsys", action="store_true", help="Skip the run under nsys.")
     parser.add_argument("--nsys-workload", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -679,27 +706,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     c = Checks(cuda)
     t0 = time.perf_counter()
+    phases: dict[str, float] = {}
 
-    print("- training the transformer with every collector on", flush=True)
-    train = train_phase(args.out, s, device)
-    train_checks(c, train, device)
-    nsight_checks(c, train, args.out)
-    report_check(c, train)
-    print("- GEMM: FLOPs and TFLOP/s against an independent timing", flush=True)
-    gemm_checks(c, gemm_phase(args.out, s, device), cuda, s)
-    print("- deliberate OOM", flush=True)
-    oom_checks(c, oom_phase(args.out, device) if cuda else None)
-    print("- overhead: monitor off, waiting, active vs raw torch.profiler", flush=True)
-    rounds = args.rounds or (5 if cuda else 2)
-    overhead = overhead_phase(args.out, s, device, rounds, steps=20 if cuda else 8)
-    overhead_checks(c, overhead, cuda)
+    @contextlib.contextmanager
+    def phase(name: str) -> Any:
+        print(f"- {name}", flush=True)
+        start = time.perf_counter()
+        yield
+        phases[name] = round(time.perf_counter() - start, 1)
+
+    with phase("training the transformer with every collector on"):
+        train = train_phase(args.out, s, device)
+        train_checks(c, train, device)
+    with phase("nsight: NVTX and cudaProfilerStart/Stop, nsys"):
+        nsight_checks(c, train, args.out, nsys=not args.no_nsys)
+        report_check(c, train)
+    with phase("GEMM: FLOPs and TFLOP/s against an independent timing"):
+        gemm_checks(c, gemm_phase(args.out, s, device), cuda, s)
+    with phase("deliberate OOM"):
+        oom_checks(c, oom_phase(args.out, device) if cuda else None)
+    with phase("overhead: monitor off, waiting, active vs raw torch.profiler"):
+        overhead = overhead_phase(args.out, s, device, args.rounds or (6 if cuda else 2), 20 if cuda else 8)
+        overhead_checks(c, overhead, cuda)
 
     doc = {
         "schema": SCHEMA,
         "environment": env,
         "seconds": round(time.perf_counter() - t0, 1),
         "checks": [asdict(r) for r in c.rows],
-        "overhead_ms_per_step": overhead,
+        "overhead_ms_per_step": overhead.rounds,
+        "phase_seconds": phases,
         "train_run": str(train.run_dir),
         "warnings": train.warnings,
     }
