@@ -26,11 +26,11 @@ lint: $(STAMP)
 
 # Every CUDA path of capture on a real GPU (docs/gpu.md); without CUDA, its dry mode. Where python3 already has
 # a CUDA build of torch and stepscope's needs (a machine without a package index), use it instead of .venv:
-#   make gpu-check GPU_PYTHON=python3
+#   make gpu-check GPU_PYTHON=python3 [GPU_CHECK_ARGS="--no-nsys --only overhead ..."]
 GPU_PYTHON ?=
 GPU_CHECK_OUT ?= gpu_check_out
 gpu-check: $(if $(GPU_PYTHON),,$(STAMP))
-	$(or $(GPU_PYTHON),$(PY)) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT)
+	$(or $(GPU_PYTHON),$(PY)) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) stepscope_runs gpu_check_out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import glob
 import gzip
 import importlib.util
@@ -51,6 +52,7 @@ from stepscope.peaks import device_key, lookup_peak
 from stepscope.runfolder import read_manifest
 
 SCHEMA = "stepscope.gpu_check/1"
+PHASES = ("train", "gemm", "oom", "overhead")
 NO_CUDA = "skipped: no CUDA"
 TRAIN_SCHEDULE = {"wait": 3, "warmup": 1, "active": 3, "repeat": 2}
 TRAIN_STEPS = 16  # windows [4, 6] and [11, 13]; steps 7-9, 14, 15 are timed for TFLOP/s
@@ -687,7 +689,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dry-run", action="store_true", help="The CPU path even where CUDA is available.")
     parser.add_argument("--rounds", type=int, default=None, help="Overhead rounds (default 6 GPU, 2 dry).")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="Steps per overhead block (default 20 GPU, 8 dry)."
+    )
+    parser.add_argument(
+        "--batch", type=int, default=None, help="Batch size of the transformer (default 16 GPU)."
+    )
     parser.add_argument("--no-nsys", action="store_true", help="Skip the run under nsys.")
+    parser.add_argument(
+        "--only", action="append", choices=PHASES, help="Run only these phases (repeatable; default all)."
+    )
     parser.add_argument("--nsys-workload", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -698,6 +709,9 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available() and not args.dry_run
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     s = GPU_SIZES if cuda else CPU_SIZES
+    if args.batch:
+        s = dataclasses.replace(s, batch=args.batch)
+    only = set(args.only or PHASES)
     if not cuda:
         torch.set_num_threads(1)
     env = environment(cuda)
@@ -715,29 +729,36 @@ def main(argv: list[str] | None = None) -> int:
         yield
         phases[name] = round(time.perf_counter() - start, 1)
 
-    with phase("training the transformer with every collector on"):
-        train = train_phase(args.out, s, device)
-        train_checks(c, train, device)
-    with phase("nsight: NVTX and cudaProfilerStart/Stop, nsys"):
-        nsight_checks(c, train, args.out, nsys=not args.no_nsys)
-        report_check(c, train)
-    with phase("GEMM: FLOPs and TFLOP/s against an independent timing"):
-        gemm_checks(c, gemm_phase(args.out, s, device), cuda, s)
-    with phase("deliberate OOM"):
-        oom_checks(c, oom_phase(args.out, device) if cuda else None)
-    with phase("overhead: monitor off, waiting, active vs raw torch.profiler"):
-        overhead = overhead_phase(args.out, s, device, args.rounds or (6 if cuda else 2), 20 if cuda else 8)
-        overhead_checks(c, overhead, cuda)
+    overhead = None
+    if "train" in only:
+        with phase("training the transformer with every collector on"):
+            train = train_phase(args.out, s, device)
+            train_checks(c, train, device)
+        with phase("nsight: NVTX and cudaProfilerStart/Stop, nsys"):
+            nsight_checks(c, train, args.out, nsys=not args.no_nsys)
+            report_check(c, train)
+    if "gemm" in only:
+        with phase("GEMM: FLOPs and TFLOP/s against an independent timing"):
+            gemm_checks(c, gemm_phase(args.out, s, device), cuda, s)
+    if "oom" in only:
+        with phase("deliberate OOM"):
+            oom_checks(c, oom_phase(args.out, device) if cuda else None)
+    if "overhead" in only:
+        with phase("overhead: monitor off, waiting, active vs raw torch.profiler"):
+            rounds, steps = args.rounds or (6 if cuda else 2), args.steps or (20 if cuda else 8)
+            overhead = overhead_phase(args.out, s, device, rounds, steps)
+            overhead_checks(c, overhead, cuda)
 
     doc = {
         "schema": SCHEMA,
         "environment": env,
         "seconds": round(time.perf_counter() - t0, 1),
         "checks": [asdict(r) for r in c.rows],
-        "overhead_ms_per_step": overhead.rounds,
+        "sizes": asdict(s),
+        "overhead_ms_per_step": overhead.rounds if overhead else None,
         "phase_seconds": phases,
-        "train_run": str(train.run_dir),
-        "warnings": train.warnings,
+        "train_run": str(train.run_dir) if "train" in only else None,
+        "warnings": train.warnings if "train" in only else [],
     }
     json_path = args.json or args.out / "gpu_check.json"
     atomic_write_text(json_path, json.dumps(doc, indent=2) + "\n")
