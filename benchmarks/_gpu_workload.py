@@ -26,12 +26,25 @@ class Sizes:
     workers: int  # DataLoader worker processes
     gemm: int  # M = N = K of the GEMM
     gemm_reps: int  # GEMMs per timed step
+    overhead_batch: int  # batch of the overhead phase (GPU: large enough that the step is GPU-bound)
 
 
 GPU_SIZES = Sizes(
-    vocab=8192, d_model=1024, heads=16, layers=4, seq=512, batch=16, workers=2, gemm=8192, gemm_reps=8
+    vocab=8192, d_model=1024, heads=16, layers=4, seq=512, batch=16, workers=2, gemm=8192, gemm_reps=8,
+    overhead_batch=64,
+)  # fmt: skip
+CPU_SIZES = Sizes(
+    vocab=512,
+    d_model=64,
+    heads=4,
+    layers=2,
+    seq=32,
+    batch=4,
+    workers=0,
+    gemm=512,
+    gemm_reps=4,
+    overhead_batch=4,
 )
-CPU_SIZES = Sizes(vocab=512, d_model=64, heads=4, layers=2, seq=32, batch=4, workers=0, gemm=512, gemm_reps=4)
 
 
 class TinyLM(nn.Module):

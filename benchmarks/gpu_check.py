@@ -272,6 +272,7 @@ class Overhead:
     """Median ms per step of each variant in each round (rounds alternate which active variant goes first)."""
 
     rounds: list[dict[str, float]]
+    batch: int
 
     def ratios(self, variant: str, base: str) -> list[float]:
         """`variant` over `base`, paired round by round."""
@@ -281,10 +282,16 @@ class Overhead:
         return {k: statistics.median(r[k] for r in self.rounds) for k in VARIANTS}
 
 
-def overhead_phase(out: Path, s: Sizes, device: torch.device, rounds: int, steps: int) -> Overhead:
-    """bench_overhead's variants on the transformer step (a fixed batch, no DataLoader)."""
+def overhead_phase(
+    out: Path, s: Sizes, device: torch.device, rounds: int, steps: int, batch: int
+) -> Overhead:
+    """bench_overhead's variants on the transformer step (a fixed batch of `batch` sequences, no DataLoader).
+
+    On the GPU the default batch makes the step GPU-bound: at batch 16 the step is bound by kernel launches and
+    its time moves by about 20% from block to block on the machines measured (docs/gpu.md), more than the
+    limits; at 64 the same comparison repeats within 2%."""
     t = build_training(s, device, steps=1)
-    tokens = torch.randint(0, s.vocab, (s.batch, s.seq + 1))
+    tokens = torch.randint(0, s.vocab, (batch, s.seq + 1))
     plain = make_train_step(t)
     per_round = []
     with warnings.catch_warnings(), tempfile.TemporaryDirectory(dir=out) as tmp:
@@ -294,7 +301,7 @@ def overhead_phase(out: Path, s: Sizes, device: torch.device, rounds: int, steps
             results: dict[str, list[float]] = {k: [] for k in VARIANTS}
             measure_round(i, steps, tmp, results, t.model, plain, (tokens,))
             per_round.append({k: statistics.median(v) for k, v in results.items()})
-    return Overhead(per_round)
+    return Overhead(per_round, batch)
 
 
 def nsys_workload(out: Path) -> None:
@@ -602,14 +609,14 @@ def overhead_checks(c: Checks, o: Overhead, cuda: bool) -> None:
     def wait() -> tuple[bool, str]:
         ratios = o.ratios("monitor, wait phase", "bare")
         return statistics.median(ratios) <= wait_limit, (
-            f"bare {med['bare']:.3f} ms; enabled=False {spread(o.ratios('enabled=False', 'bare'))}; "
+            f"batch {o.batch}: bare {med['bare']:.3f} ms; enabled=False {spread(o.ratios('enabled=False', 'bare'))}; "
             f"wait phase {spread(ratios)}; limit {wait_limit}x, {len(ratios)} paired rounds"
         )
 
     def active() -> tuple[bool, str]:
         ratios = o.ratios("monitor, active window", "raw torch.profiler, active")
         return statistics.median(ratios) <= active_limit, (
-            f"raw torch.profiler {med['raw torch.profiler, active']:.3f} ms "
+            f"batch {o.batch}: raw torch.profiler {med['raw torch.profiler, active']:.3f} ms "
             f"({spread(o.ratios('raw torch.profiler, active', 'bare'))} bare); monitor active {spread(ratios)} "
             f"raw; limit {active_limit}x"
         )
@@ -710,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     s = GPU_SIZES if cuda else CPU_SIZES
     if args.batch:
-        s = dataclasses.replace(s, batch=args.batch)
+        s = dataclasses.replace(s, batch=args.batch, overhead_batch=args.batch)
     only = set(args.only or PHASES)
     if not cuda:
         torch.set_num_threads(1)
@@ -745,8 +752,8 @@ def main(argv: list[str] | None = None) -> int:
             oom_checks(c, oom_phase(args.out, device) if cuda else None)
     if "overhead" in only:
         with phase("overhead: monitor off, waiting, active vs raw torch.profiler"):
-            rounds, steps = args.rounds or (6 if cuda else 2), args.steps or (20 if cuda else 8)
-            overhead = overhead_phase(args.out, s, device, rounds, steps)
+            rounds, steps = args.rounds or (6 if cuda else 2), args.steps or (10 if cuda else 8)
+            overhead = overhead_phase(args.out, s, device, rounds, steps, s.overhead_batch)
             overhead_checks(c, overhead, cuda)
 
     doc = {
