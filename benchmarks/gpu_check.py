@@ -261,7 +261,8 @@ def oom_phase(out: Path, device: torch.device) -> OomRun:
         try:
             step(1)
         except torch.cuda.OutOfMemoryError as exc:
-            raised = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            first = str(exc).splitlines()[0]
+            raised = f"{type(exc).__name__}: {'. '.join(first.split('. ')[:2])[:160]}"
         monitor.close()
     assert monitor.run_dir is not None
     return OomRun(monitor.run_dir, raised)
