@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 
 # What the CPU can check; every other check must say "skipped: no CUDA" (none may vanish unnoticed).
 CPU_CHECKS = {
-    "collectors: none switched off",
+    "collectors: no unexpected warning",
     "trace: one per window, ProfilerStep spans match the schedule",
     "analyze: runs on the run folder",
     "flops: bf16 autocast step counted as bf16",
@@ -38,7 +39,7 @@ GPU_CHECKS = {
     "memory snapshot: written, parsed, peak within 1% of torch's",
     "memory snapshot: OOM dumps a snapshot and re-raises",
     "system sampler: NVML util, memory, power",
-    "nsight: cudaProfilerStart/Stop + NVTX around windows",
+    "nsight: one cudaProfilerStart/Stop per window, NVTX calls ran",
     "nsight: nsys capture holds the window's NVTX ranges",
     "report: renders the GPU sections",
 }
@@ -76,13 +77,18 @@ def test_dry_mode_runs_every_cpu_fallback(tmp_path: Path) -> None:
     )
 
 
-def test_a_failing_check_fails_the_run(tmp_path: Path) -> None:
-    # GIVEN the check runner of the script
+def _gpu_check() -> Any:
     sys.path.insert(0, str(SCRIPT.parent))
     try:
         import gpu_check
     finally:
         sys.path.remove(str(SCRIPT.parent))
+    return gpu_check
+
+
+def test_a_failing_check_fails_the_run(tmp_path: Path) -> None:
+    # GIVEN the check runner of the script
+    gpu_check = _gpu_check()
     checks = gpu_check.Checks(cuda=False)
 
     def broken() -> tuple[bool, str]:
@@ -104,3 +110,35 @@ def test_a_failing_check_fails_the_run(tmp_path: Path) -> None:
         ("skipped: no CUDA", ""),
     ]
     assert len(checks.failed) == 2
+
+
+def test_a_workload_that_raises_is_a_failed_row_and_the_rest_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a GEMM workload that raises, and a JSON left by an earlier run
+    gpu_check = _gpu_check()
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("cuBLAS said no")
+
+    monkeypatch.setattr(gpu_check, "gemm_phase", broken)
+    (tmp_path / "gpu_check.json").write_text('{"stale": true}')
+    # WHEN the gemm and oom phases run
+    status = gpu_check.main(["--dry-run", "--only", "gemm", "--only", "oom", "--out", str(tmp_path)])
+    # THEN the run fails, with the workload's error as one row, the OOM phase still checked, and a fresh JSON
+    assert status == 1
+    doc = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [(c["check"], c["result"]) for c in doc["checks"]] == [
+        ("gemm: FLOPs and TFLOP/s against an independent timing: the workload ran", "FAIL"),
+        ("memory snapshot: OOM dumps a snapshot and re-raises", "skipped: no CUDA"),
+    ]
+    assert doc["checks"][0]["figure"] == "RuntimeError: cuBLAS said no"
+    assert "| FAIL | RuntimeError: cuBLAS said no |" in capsys.readouterr().out
+
+
+def test_require_cuda_without_cuda_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gpu_check = _gpu_check()
+    if gpu_check.torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert gpu_check.main(["--require-cuda", "--out", str(tmp_path)]) == 2
+    assert "--require-cuda" in capsys.readouterr().err
