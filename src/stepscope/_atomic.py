@@ -9,7 +9,7 @@ from pathlib import Path
 # mkstemp creates files 0600; published files get the usual 0666 & ~umask (read once, at import).
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
-_FILE_MODE = 0o666 & ~_UMASK
+FILE_MODE = 0o666 & ~_UMASK  # what a published file gets
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -20,7 +20,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, _FILE_MODE)
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)

@@ -49,7 +49,12 @@ def _find_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None
 
     if is_run_folder(p):
         return _run_folder_window(p, step)
-    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+    # Hidden files are skipped: writers' temp files (a killed export leaves `.rank0_step6.json.gz.*`) are hidden.
+    files = sorted(
+        f
+        for f in p.iterdir()
+        if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+    )
     if not files:
         raise InputError(p, "directory has no trace files (*.json, *.json.gz)")
     return [(f, None) for f in files], []

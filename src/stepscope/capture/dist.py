@@ -29,7 +29,38 @@ def rank_and_world() -> tuple[int, int]:
     dist = _dist()
     if dist is not None:
         return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world = _env_int("RANK", 0, 0), _env_int("WORLD_SIZE", 1, 1)
+    if rank >= world:
+        _warn_env(f"RANK={rank} is not below WORLD_SIZE={world}")
+        return 0, 1
+    return rank, world
+
+
+def _env_int(name: str, default: int, lowest: int) -> int:
+    """An integer from the environment; a value that is not one (or below `lowest`) warns and gives `default`."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = lowest - 1
+    if value < lowest:
+        _warn_env(f"{name}={text!r} is not an integer >= {lowest}")
+        return default
+    return value
+
+
+def _warn_env(problem: str) -> None:
+    import warnings
+
+    from stepscope.capture.collector import StepscopeWarning
+
+    warnings.warn(
+        f"stepscope: {problem}; this process profiles as rank 0 of 1 (its own run folder)",
+        StepscopeWarning,
+        stacklevel=4,
+    )
 
 
 def new_run_name(now: float | None = None) -> str:

@@ -29,6 +29,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _NULL_CONTEXT = contextlib.nullcontext()
 _monitor_index = itertools.count()
+# The monitor of this process that is recording: torch runs one profiler at a time ("Profiler is already
+# enabled on this thread"), so a second monitor is refused with a warning and records nothing.
+_recording: PerformanceMonitor | None = None
 METRICS_FLUSH_LINES = 64
 
 
@@ -128,7 +131,7 @@ class PerformanceMonitor:
             if self._state != "running":
                 if self._state == "closed":
                     return fn(*args, **kwargs)
-                self._start()
+                self._start_safely()
             if not self.recording:
                 self.steps_done += 1
                 return fn(*args, **kwargs)
@@ -150,7 +153,7 @@ class PerformanceMonitor:
     def start(self) -> PerformanceMonitor:
         """Begin profiling; step 0 starts now. Entering `with monitor:` does this."""
         if self.enabled and self._state == "new":
-            self._start()
+            self._start_safely()
             if self.recording:
                 self._begin_step()
         return self
@@ -197,6 +200,12 @@ class PerformanceMonitor:
             atexit.unregister(self.close)
         if not self.recording or self._ctx is None:
             return
+        try:
+            self._finish()
+        finally:
+            _release(self)
+
+    def _finish(self) -> None:
         for collector in sorted(self._collectors, key=lambda c: c.close_order):
             if collector.name in self._guard.failed:
                 continue
@@ -212,8 +221,15 @@ class PerformanceMonitor:
             notes.append(note)
             warnings.warn(f"stepscope: {note}", StepscopeWarning, stacklevel=2)
         self._flush_metrics()
-        with contextlib.suppress(OSError):
+        try:
             update_manifest(self._ctx.run_dir, notes=notes)
+        except Exception as exc:  # a manifest damaged during the run: say so, never raise into the job
+            warnings.warn(
+                f"stepscope: cannot finish {self._ctx.run_dir / 'manifest.json'} ({type(exc).__name__}: {exc}); "
+                "the files of the run are in the folder",
+                StepscopeWarning,
+                stacklevel=3,
+            )
 
     # --- lifecycle --------------------------------------------------------------------------------
     def _resolve_identity(self) -> None:
@@ -242,13 +258,37 @@ class PerformanceMonitor:
             else sorted(r for r in ranks if r < self.world_size)
         )
 
+    def _start_safely(self) -> None:
+        """`_start`, where any error of stepscope's own switches profiling off with a warning."""
+        try:
+            self._start()
+        except Exception as exc:
+            self.recording = False
+            _release(self)
+            warnings.warn(
+                f"stepscope: profiling could not start ({type(exc).__name__}: {exc}); it is switched off for "
+                "this run, training goes on",
+                StepscopeWarning,
+                stacklevel=4,
+            )
+
     def _start(self) -> None:
+        global _recording
         self._state = "running"
         if self._run_dir is None:
             self._resolve_identity()
         profiled = self._profiled_ranks()
         if self.rank not in profiled:
             return  # this rank pays nothing more
+        if _recording is not None and _recording is not self:
+            warnings.warn(
+                "stepscope: another monitor is already recording in this process "
+                f"({_recording.run_dir}); torch runs one profiler at a time, so this monitor records nothing "
+                "(training goes on)",
+                StepscopeWarning,
+                stacklevel=4,
+            )
+            return
         assert self._run_dir is not None
         try:
             self._ctx = self._create_run_folder(profiled)
@@ -267,6 +307,7 @@ class PerformanceMonitor:
 
         self._record_function = record_function
         self.recording = True
+        _recording = self
         self._collectors = []
         for cls in collector_classes(self.config):
             try:
@@ -380,7 +421,7 @@ class PerformanceMonitor:
             return
         try:
             self._ctx.flush_metrics()
-        except OSError as exc:
+        except Exception as exc:
             self._metrics_failed(exc)
 
     def _metrics_failed(self, exc: Exception) -> None:
@@ -391,6 +432,12 @@ class PerformanceMonitor:
             StepscopeWarning,
             stacklevel=4,
         )
+
+
+def _release(monitor: PerformanceMonitor) -> None:
+    global _recording
+    if _recording is monitor:
+        _recording = None
 
 
 def performance_monitor(model: Any = None, **options: Any) -> PerformanceMonitor:

@@ -6,17 +6,22 @@ text file (top ops + memory overview) and, on the first profiled rank, a top-ops
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import os
 import resource
+import shutil
 import warnings
+from pathlib import Path
 from typing import Any
 
-from stepscope._atomic import atomic_write_text, temp_path_beside
-from stepscope.capture.collector import Collector
+from stepscope._atomic import FILE_MODE, atomic_write_text, temp_path_beside
+from stepscope.capture.collector import Collector, StepscopeWarning
 from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table, shorten
 from stepscope.runfolder import SUMMARY_TEMPLATE, TRACE_TEMPLATE
 
 SUMMARY_ROWS = 40
+GZIP_LEVEL = 6  # about torch's size (it uses 9) in much less time
 
 
 class TraceCollector(Collector):
@@ -31,6 +36,7 @@ class TraceCollector(Collector):
         self.windows_written = 0
         self._last_step = -1
         self._error: BaseException | None = None
+        self._summary_failed = False
 
     def start(self) -> None:
         import torch
@@ -56,7 +62,21 @@ class TraceCollector(Collector):
 
     def after_step(self, step: int, record: dict[str, Any]) -> None:
         self._last_step = step
-        self.prof.step()
+        schedule = self.ctx.schedule
+        if not schedule.is_traced(step) and schedule.is_traced(step + 1) and _another_profiler_records():
+            self.prof = None  # never started: dropped without stop(), the other profiler is left alone
+            raise RuntimeError(
+                "another torch.profiler is recording in this process (torch runs one at a time); this run's "
+                "traces are off"
+            )
+        try:
+            self.prof.step()
+        except BaseException:
+            # torch raised inside its own state change ("Profiler is already enabled on this thread": another
+            # profiler runs), or a Ctrl-C landed in it: its state is unknown, and stop() on such a profiler
+            # crashes the interpreter in export. Drop it untouched; the error goes on to the guard or the user.
+            self.prof = None
+            raise
         self._raise_pending()
 
     def close(self) -> None:
@@ -83,19 +103,28 @@ class TraceCollector(Collector):
     def _export(self, prof: Any, step: int) -> None:
         ctx = self.ctx
         trace_path = ctx.path(TRACE_TEMPLATE.format(rank=ctx.rank, step=step))
-        tmp = temp_path_beside(trace_path)  # ends in .json.gz: torch gzips by suffix
-        try:
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, trace_path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        write_gzipped_trace(prof, trace_path)
         ctx.add_artifact("trace", trace_path, step)
         self.windows_written += 1
         # Other collectors' window work (memory timeline, snapshot): each is guarded on its own.
         for listener in list(ctx.window_listeners):
             listener(prof, step)
 
+        if self._summary_failed:
+            return
+        try:
+            self._summarise(prof, step, trace_path)
+        except Exception as exc:  # torch's key_averages can fail (seen: UnicodeDecodeError with stacks)
+            self._summary_failed = True
+            warnings.warn(
+                f"stepscope: the summary of the window ending at step {step} failed ({type(exc).__name__}: "
+                f"{exc}); summaries and the console table are off for this run, traces go on",
+                StepscopeWarning,
+                stacklevel=2,
+            )
+
+    def _summarise(self, prof: Any, step: int, trace_path: Any) -> None:
+        ctx = self.ctx
         averages = prof.key_averages()
         by_device = any(getattr(e, "self_device_time_total", 0) > 0 for e in averages)
         sort_key = "self_device_time_total" if by_device else "self_cpu_time_total"
@@ -116,6 +145,32 @@ class TraceCollector(Collector):
                 ctx.config.top_n,
                 title=f"stepscope: top ops, rank {ctx.rank}, window ending at step {step}",
             )
+
+
+def _another_profiler_records() -> bool:
+    import torch
+
+    return bool(torch._C._autograd._profiler_enabled())
+
+
+def write_gzipped_trace(prof: Any, path: Path) -> None:
+    """Export the window's chrome trace to `path` (.json.gz) through temp files beside it.
+
+    torch would gzip by suffix through an uncompressed copy in the system temp folder, which a killed job leaves
+    there; here both temp files are hidden files in the traces folder (loaders skip names starting with '.'),
+    removed on every way out but a kill."""
+    plain = temp_path_beside(path.with_name(path.name.removesuffix(".gz")))  # .json: torch writes plain JSON
+    packed = temp_path_beside(path.with_name(path.name + ".part"))
+    try:
+        prof.export_chrome_trace(str(plain))
+        with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=GZIP_LEVEL) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.chmod(packed, FILE_MODE)
+        os.replace(packed, path)
+    finally:
+        for tmp in (plain, packed):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
 
 def print_top_ops(averages: Any, sort_key: str, top_n: int, title: str) -> None:

@@ -7,6 +7,7 @@ from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def make_console(file: IO[str] | None = None, width: int | None = None) -> Console:
@@ -25,7 +26,8 @@ def make_table(
         else:
             table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
-        table.add_row(*(str(cell) for cell in row))
+        # Cells are text, never markup: a name like "loss[/]" or "[bold]x" prints as written.
+        table.add_row(*(Text(str(cell)) for cell in row))
     return table
 
 
