@@ -291,3 +291,30 @@ def test_stacks_with_memory_logging_write_every_window(tmp_path: Path) -> None:
     monitor.close()
     # THEN 30 traces
     assert len(traces(tmp_path)) == 30
+
+
+HOSTILE_NAMES = ("evil\x1b[2J\x1b]0;pwned\x07op", "[/bold]", "[link=http://evil.example]click[/link]")
+
+
+@pytest.mark.parametrize("command", ["summary", "analyze", "diff"])
+def test_names_from_a_trace_never_drive_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # GIVEN a trace whose op and kernel names carry escape sequences and rich markup, in a folder named with markup
+    from ._traces import cpu, launched, step, write_trace
+
+    def events(names: tuple[str, ...]) -> list[dict[str, Any]]:
+        out = [step(0, 0, 1000)]
+        for i, name in enumerate(names):
+            out += [cpu(name, 10 + 300 * i, 100)]
+            out += launched(name, 20 + 300 * i, 200 + 300 * i, 50, corr=i + 1)
+        return out
+
+    path = write_trace(tmp_path / "[bold]runs[/bold]" / "rank0.json", events(HOSTILE_NAMES), rank=0)
+    other = write_trace(tmp_path / "other" / "rank0.json", events(HOSTILE_NAMES[1:2]), rank=0)
+    # WHEN a report is printed (diff: the names are only in the base)
+    assert cli_main([command, str(path)] + ([str(other)] if command == "diff" else [])) == 0
+    out = capsys.readouterr().out
+    # THEN no control character reaches the terminal; escapes and brackets are shown as written
+    assert not any(c in out for c in "\x1b\x07\x9b")
+    assert "[bold]runs[/bold]" in out and "[link=" in out and "evil\\x1b[2" in out

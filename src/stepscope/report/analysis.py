@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
-from stepscope.report.terminal import fmt_pct, fmt_us, make_table, shorten
+from stepscope.report.terminal import fmt_pct, fmt_us, make_table, markup_safe, shorten
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -13,7 +13,7 @@ SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info":
 def render_analysis(result: AnalysisResult, console: Console) -> None:
     """Per-rank breakdowns, then the cross-rank view, then the findings."""
     for notice in result.notices:
-        console.print(f"[dim]note: {notice}[/dim]")
+        console.print(f"[dim]note: {markup_safe(notice)}[/dim]")
     for rank in result.ranks:
         _render_rank(rank, console)
     if result.stragglers is not None:
@@ -30,9 +30,9 @@ def render_analysis(result: AnalysisResult, console: Console) -> None:
     for f in result.findings:
         where = "" if f.rank is None else f" rank {f.rank}"
         style = SEVERITY_STYLE.get(f.severity, "")
-        console.print(f"[{style}]{f.severity.upper():6}[/{style}]{where} {f.id}: {f.message}")
+        console.print(f"[{style}]{f.severity.upper():6}[/{style}]{where} {f.id}: {markup_safe(f.message)}")
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
-        console.print(f"        [dim]{evidence}[/dim]")
+        console.print(f"        [dim]{markup_safe(evidence)}[/dim]")
 
 
 def _render_rank(r: RankAnalysis, console: Console) -> None:
@@ -41,7 +41,9 @@ def _render_rank(r: RankAnalysis, console: Console) -> None:
     steps = (
         f"{w.steps} of {w.total_steps} steps{dropped}" if w.total_steps else "whole trace (no ProfilerStep)"
     )
-    console.print(f"[bold]Rank {r.rank}[/bold]  {r.source}  [dim]{steps}, {fmt_us(w.dur_us)}[/dim]")
+    console.print(
+        f"[bold]Rank {r.rank}[/bold]  {markup_safe(r.source)}  [dim]{steps}, {fmt_us(w.dur_us)}[/dim]"
+    )
     t = r.temporal
     if t is not None:
         console.print(
@@ -74,7 +76,7 @@ def _render_rank(r: RankAnalysis, console: Console) -> None:
         ]
         console.print(make_table("Kernel types", ("type", "count", "total", "wall", "% of span"), rows))
         combos = ", ".join(f"{' + '.join(c.types)} {fmt_pct(c.pct)}" for c in r.kernel_types.combos)
-        console.print(f"[dim]GPU busy time by what runs together: {combos}[/dim]")
+        console.print(f"[dim]GPU busy time by what runs together: {markup_safe(combos)}[/dim]")
     if r.communication is not None:
         c = r.communication
         console.print(
@@ -123,5 +125,5 @@ def _render_rank(r: RankAnalysis, console: Console) -> None:
         columns = ("step", "time", "GPU busy", "data loader", "forward", "backward", "optimizer", "comm")
         console.print(make_table("Steps", columns, rows))
     for note in r.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]note: {markup_safe(note)}[/dim]")
     console.print()

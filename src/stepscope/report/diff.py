@@ -11,7 +11,7 @@ from rich.text import Text
 
 from stepscope.analysis.diff import Delta, Diff
 from stepscope.report.summary import kernel_label
-from stepscope.report.terminal import fmt_pct, fmt_us, make_table, shorten
+from stepscope.report.terminal import fmt_pct, fmt_us, make_table, plain, shorten
 
 NUMBERS_WIDTH = 62
 MIN_NAME_WIDTH = 18
@@ -27,7 +27,7 @@ class DiffReport:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         d = self.diff
         width = max(MIN_NAME_WIDTH, options.max_width - NUMBERS_WIDTH)
-        yield Text(f"base  {d.base.path}\ntest  {d.test.path}", style="bold")
+        yield Text(f"base  {plain(d.base.path)}\ntest  {plain(d.test.path)}", style="bold")
         yield _totals(d)
         flagged = [k for k in d.kernels if k.flagged] + [o for o in d.ops if o.flagged]
         if flagged:
@@ -35,7 +35,7 @@ class DiffReport:
             yield Text(f"Mean duration changed {d.factor:g}x or more:", style="bold red")
             for x in flagged[: self.top]:
                 yield Text(
-                    f"  {x.name}: {fmt_us(x.base_mean_us)} -> "
+                    f"  {plain(x.name)}: {fmt_us(x.base_mean_us)} -> "
                     f"{fmt_us(x.test_mean_us)} ({x.mean_ratio:g}x, {x.test_count} calls)"
                 )
         for title, rows in (
@@ -47,13 +47,13 @@ class DiffReport:
                 yield Text(title, style="bold")
                 for x in rows[: self.top]:
                     where = "only in test" if x.status == "added" else "only in base"
-                    yield Text(f"  {where} ({x.base_count or x.test_count}x): {x.name}")
+                    yield Text(f"  {where} ({x.base_count or x.test_count}x): {plain(x.name)}")
         recounted = [x for x in d.kernels if x.status == "changed" and x.delta_count]
         if recounted:
             yield Text("")
             yield Text("Kernels launched a different number of times", style="bold")
             for x in recounted[: self.top]:
-                yield Text(f"  {x.base_count} -> {x.test_count} ({x.delta_count:+d}): {x.name}")
+                yield Text(f"  {x.base_count} -> {x.test_count} ({x.delta_count:+d}): {plain(x.name)}")
         yield from _changes("Kernels", d.kernels, self.top, width, kernel=True)
         yield from _changes("CPU ops (self time)", d.ops, self.top, width, kernel=False)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from stepscope._atomic import atomic_write_text
-from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, shorten
+from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain, shorten
 
 if TYPE_CHECKING:
     from stepscope.analysis.memory_model import DeviceMemory, MemoryReport
@@ -81,7 +81,7 @@ def device_rows(report: MemoryReport) -> tuple[list[str], list[list[str]]]:
 def render_memory(report: MemoryReport, console: Console, *, width: int = 80) -> None:
     """Print the report as tables."""
     what = "CUDA memory snapshot" if report.kind == "snapshot" else "Memory timeline"
-    console.print(f"[bold]{what}[/bold]: {report.source}")
+    console.print(f"[bold]{what}[/bold]: {markup_safe(report.source)}")
     if report.kind == "snapshot":
         console.print(make_table("Devices", *device_rows(report)))
     for d in report.devices:
@@ -136,7 +136,7 @@ def render_memory(report: MemoryReport, console: Console, *, width: int = 80) ->
             )
         )
     for note in report.notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(f"note: {plain(note)}", markup=False)
 
 
 # ---------------------------------------------------------------------------------------------- HTML

@@ -8,7 +8,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.summary import RankSummary, Summary
-from stepscope.report.terminal import fmt_pct, fmt_us, make_table, shorten
+from stepscope.report.terminal import fmt_pct, fmt_us, make_table, plain, shorten
 
 # Room the number columns of each table take; the name column gets the rest of the console width.
 OPS_NUMBERS_WIDTH = 60
@@ -32,7 +32,7 @@ class SummaryReport:
 def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
     op_width = max(MIN_NAME_WIDTH, width - OPS_NUMBERS_WIDTH)
     kernel_width = max(MIN_NAME_WIDTH, width - KERNELS_NUMBERS_WIDTH)
-    yield Text(f"rank {r.rank}  {r.source}", style="bold")
+    yield Text(f"rank {r.rank}  {plain(r.source)}", style="bold")
     yield Text(
         f"CPU ops self time {fmt_us(r.cpu_self_us)} · kernels {fmt_us(r.kernel_us)} · "
         f"memcpy {fmt_us(r.memcpy_us)} · memset {fmt_us(r.memset_us)}"

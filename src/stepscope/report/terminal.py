@@ -6,8 +6,22 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+# C0 and C1 control characters and DEL, shown as visible escapes: a name from a trace never drives the terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def plain(value: object) -> str:
+    """`value` as printable text: control characters (ESC, BEL, ...) become visible escapes like \\x1b."""
+    return str(value).translate(_CONTROLS)
+
+
+def markup_safe(value: object) -> str:
+    """`value` to embed in a string printed with markup: printable, and its brackets not read as markup."""
+    return escape(plain(value))
 
 
 def make_console(file: IO[str] | None = None, width: int | None = None) -> Console:
@@ -27,7 +41,7 @@ def make_table(
             table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
         # Cells are text, never markup: a name like "loss[/]" or "[bold]x" prints as written.
-        table.add_row(*(Text(str(cell)) for cell in row))
+        table.add_row(*(Text(plain(cell)) for cell in row))
     return table
 
 
