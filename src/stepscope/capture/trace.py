@@ -63,7 +63,7 @@ class TraceCollector(Collector):
     def after_step(self, step: int, record: dict[str, Any]) -> None:
         self._last_step = step
         schedule = self.ctx.schedule
-        if not schedule.is_traced(step) and schedule.is_traced(step + 1) and _another_profiler_records():
+        if schedule.is_traced(step + 1) and not schedule.is_traced(step) and _another_profiler_records():
             self.prof = None  # never started: dropped without stop(), the other profiler is left alone
             raise RuntimeError(
                 "another torch.profiler is recording in this process (torch runs one at a time); this run's "
