@@ -318,3 +318,86 @@ def test_names_from_a_trace_never_drive_the_terminal(
     # THEN no control character reaches the terminal; escapes and brackets are shown as written
     assert not any(c in out for c in "\x1b\x07\x9b")
     assert "[bold]runs[/bold]" in out and "[link=" in out and "evil\\x1b[2" in out
+
+
+def _memo_bomb() -> bytes:
+    import pickle
+
+    frames = [{"filename": "a.py", "line": 1, "name": "f"}] * 2000
+    entry = {"action": "alloc", "addr": 1, "size": 8, "frames": frames}
+    return pickle.dumps({"segments": [], "device_traces": [[entry] * 2000] * 2000}, protocol=4)
+
+
+def _pickled(obj: Any) -> bytes:
+    import pickle
+
+    return pickle.dumps(obj)
+
+
+def _cycle() -> bytes:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    return _pickled({"segments": [], "device_traces": [loop]})
+
+
+MEMORY_CASES = {
+    "bomb.pickle": (_memo_bomb, "holds more than"),
+    "cycle.pickle": (_cycle, "holds itself"),
+    "deep.json": (lambda: b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    "huge.pickle": (
+        lambda: _pickled({"segments": [{"total_size": 2**63, "blocks": []}], "device_traces": []}),
+        "segments[0].total_size",
+    ),
+    "nan.pickle": (
+        lambda: _pickled({"device_traces": [[{"action": "alloc", "size": 8, "time_us": float("nan")}]]}),
+        "time_us",
+    ),
+    "inf.pickle": (
+        lambda: _pickled({"device_traces": [[{"action": "alloc", "size": 8, "time_us": float("inf")}]]}),
+        "time_us",
+    ),
+    "wrap.json": (lambda: json_bytes([[i, 1, 2**61, 1] for i in range(3)]), "add up past 2**62"),
+    "latin1.json": (lambda: b'[{"a": "\xff\xfe"}]', "not UTF-8"),
+    "zeros.gz": (lambda: gzip_bytes(b"\0" * (3 << 20)), "inflates to more than"),
+}
+
+
+def json_bytes(obj: Any) -> bytes:
+    import json
+
+    return json.dumps(obj).encode()
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data)
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_CASES))
+def test_hostile_memory_files_end_with_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # GIVEN a hostile or broken memory file (the input limit lowered to 2 MiB for the gzip case)
+    monkeypatch.setenv("STEPSCOPE_MAX_INPUT_BYTES", str(2 << 20))
+    make, problem = MEMORY_CASES[name]
+    path = tmp_path / name
+    path.write_bytes(make())
+    # WHEN `stepscope memory` reads it
+    status = cli_main(["memory", str(path)])
+    # THEN exit 2 and one line naming the file and the problem
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert str(path) in err and problem in err, err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_memory_refuses_what_is_not_a_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    path = {"device": Path("/dev/zero"), "folder": tmp_path}.get(kind, tmp_path / "fifo")
+    if kind == "fifo":
+        os.mkfifo(path)
+    assert cli_main(["memory", str(path)]) == 2  # a FIFO would wait for a writer, /dev/zero never end
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("not a regular file" in err or "a folder" in err), err

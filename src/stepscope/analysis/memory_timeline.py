@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from stepscope.analysis._untrusted import Int62, check_total
 from stepscope.analysis.memory_model import DeviceMemory, MemoryReport
 from stepscope.errors import InputError
 
@@ -62,9 +63,13 @@ def analyze_timeline(obj: Sequence[Any], *, source: str = "", max_points: int = 
     )
     try:
         if coalesced:
-            times, levels, cats = _coalesced(msgspec.convert(obj, tuple[list[int], list[list[int]]]))
+            data = msgspec.convert(obj, tuple[list[Int62], list[list[Int62]]])
+            check_total(source, "sizes", *data[1])
+            times, levels, cats = _coalesced(data)
         else:
-            times, levels, cats = _raw(msgspec.convert(obj, list[tuple[int, int, int, int]]))
+            events = msgspec.convert(obj, list[tuple[Int62, Int62, Int62, Int62]])
+            check_total(source, "sizes", [e[2] for e in events])
+            times, levels, cats = _raw(events)
     except msgspec.ValidationError as exc:
         raise InputError(source, f"not a memory timeline: {exc}") from None
     except ValueError as exc:

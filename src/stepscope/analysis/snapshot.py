@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from stepscope.analysis._untrusted import read_untrusted
+from stepscope.analysis._untrusted import Bytes62, FiniteTime, check_total, read_untrusted
 from stepscope.analysis.memory_model import (
     CallSite,
     DeviceMemory,
@@ -51,13 +51,13 @@ class _Frame(msgspec.Struct):
 
 
 class _History(msgspec.Struct):
-    real_size: int = 0
+    real_size: Bytes62 = 0
     frames: list[_Frame] = []
 
 
 class _Block(msgspec.Struct):
-    size: int = 0
-    requested_size: int | None = None
+    size: Bytes62 = 0
+    requested_size: Bytes62 | None = None
     address: int = 0
     state: str = "active_allocated"
     frames: list[_Frame] | None = None
@@ -67,7 +67,7 @@ class _Block(msgspec.Struct):
 class _Segment(msgspec.Struct):
     device: int = 0
     address: int = 0
-    total_size: int = 0
+    total_size: Bytes62 = 0
     segment_type: str = ""
     blocks: list[_Block] = []
 
@@ -75,9 +75,9 @@ class _Segment(msgspec.Struct):
 class _TraceEntry(msgspec.Struct):
     action: str
     addr: int = 0
-    size: int = 0
-    time_us: float | None = None
-    device_free: int = 0
+    size: Bytes62 = 0
+    time_us: FiniteTime | None = None
+    device_free: Bytes62 = 0
     frames: list[_Frame] = []
 
 
@@ -132,7 +132,7 @@ def analyze_snapshot(
     for device in devices:
         segments = [s for s in snap.segments if s.device == device]
         trace = snap.device_traces[device] if device < len(snap.device_traces) else []
-        results.append(_device_memory(device, segments, trace, max_points, notes))
+        results.append(_device_memory(device, segments, trace, max_points, notes, source))
     live.sort(key=lambda b: (-b.size, b.device, b.address))
     return MemoryReport(
         source=source,
@@ -198,7 +198,12 @@ def _segment_stats(segments: list[_Segment]) -> SegmentStats | None:
 
 
 def _device_memory(
-    device: int, segments: list[_Segment], trace: list[_TraceEntry], max_points: int, notes: list[str]
+    device: int,
+    segments: list[_Segment],
+    trace: list[_TraceEntry],
+    max_points: int,
+    notes: list[str],
+    source: str,
 ) -> DeviceMemory:
     blocks = [b for s in segments for b in s.blocks]
     reserved = sum(s.total_size for s in segments)
@@ -239,6 +244,7 @@ def _device_memory(
 
     # History is bounded (max_entries): what was allocated before the first entry is the baseline, the
     # end state minus the net change of the trace, and at least what the trace later frees.
+    check_total(source, "sizes in the snapshot", d_alloc, d_res, active, reserved)
     alloc_level, alloc_base = _levels(d_alloc, active if segments else None)
     res_level, res_base = _levels(d_res, reserved if segments else None)
     if trace and alloc_base > 0:
