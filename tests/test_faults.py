@@ -401,3 +401,51 @@ def test_memory_refuses_what_is_not_a_regular_file(
     assert cli_main(["memory", str(path)]) == 2  # a FIFO would wait for a writer, /dev/zero never end
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ("not a regular file" in err or "a folder" in err), err
+
+
+def _trace_text(events: str) -> bytes:
+    return ('{"traceEvents":[' + events + "]}").encode()
+
+
+TRACE_CASES = {
+    "deep_args.json": (
+        _trace_text('{"name":"a","ph":"X","ts":1,"dur":1,"args":{"x":' + "[" * 5000 + "]" * 5000 + "}}"),
+        "JSON nested too deeply",
+    ),
+    "far_future.json": (
+        _trace_text('{"name":"aten::mm","ph":"X","cat":"cpu_op","ts":9e15,"dur":9e15,"pid":1,"tid":1}'),
+        "a ts beyond 2**62 ns",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRACE_CASES))
+def test_hostile_traces_end_with_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    data, problem = TRACE_CASES[name]
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert cli_main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and problem in err, err
+
+
+def test_a_step_number_beyond_int64_is_not_a_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ._traces import cpu, step, write_trace
+
+    events = [step(1, 0, 100), cpu("ProfilerStep#9223372036854775808", 200, 50, cat="user_annotation")]
+    events += [cpu("aten::mm", 10, 20)]
+    path = write_trace(tmp_path / "t.json", events, rank=0)
+    assert cli_main(["analyze", str(path), "--json"]) == 0
+    import json as _json
+
+    (rank,) = _json.loads(capsys.readouterr().out)["ranks"]
+    assert rank["window"]["total_steps"] == 1
+
+
+def test_a_manifest_that_is_not_utf8_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "manifest.json").write_bytes(b'{"schema": "stepscope.manifest/1", "run_name": "\xff"}')
+    assert cli_main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not UTF-8" in err, err

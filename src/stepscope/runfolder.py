@@ -94,6 +94,8 @@ def read_manifest(run_dir: str | Path) -> Manifest:
         return _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise InputError(path, f"invalid manifest: {exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "invalid manifest: not UTF-8 text") from None
 
 
 def artifacts_of_kind(run_dir: str | Path, kind: str) -> list[Path]:

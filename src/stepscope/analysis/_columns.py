@@ -35,6 +35,7 @@ from stepscope.analysis.table import (
     INT_ARGS,
     MISSING,
     OLD_CATEGORIES,
+    OUT_OF_RANGE_NS,
     STRING_ARGS,
     RankInfo,
     _as_int,
@@ -369,6 +370,8 @@ def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
     out[small] = nearest.astype(np.int64)
     big = (magnitude >= 2.0**43) & (magnitude < 9e15)  # nearest ns of the float: up to ~0.25 us off
     out[big] = np.rint(us[big] * 1000.0).astype(np.int64)
+    huge = magnitude >= 9e15  # beyond int64 ns (or near it): marked, and the loader refuses the file
+    out[huge] = np.where(us[huge] > 0, OUT_OF_RANGE_NS, -OUT_OF_RANGE_NS)
     return out, bool(big.any())
 
 

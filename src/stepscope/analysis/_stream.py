@@ -46,6 +46,7 @@ from stepscope.analysis._decode import (
     read_header,
 )
 from stepscope.analysis._numparse import NotANumber
+from stepscope.errors import InputError
 
 __all__ = ["CHUNK_BYTES", "FileTable", "load_file"]
 
@@ -53,6 +54,7 @@ CHUNK_BYTES = 1 << 20  # JSON text decoded at a time: its Structs take about as 
 _READ_BYTES = 1 << 13  # compressed bytes read from the file at a time (zlib copies what is left over)
 _OUT_BYTES = 1 << 15  # text inflated at a time (small blocks come from the heap, not fresh pages)
 _LOOKAHEAD = 1 << 16  # text kept beyond a chunk's target size, where its cut is looked for
+_MAX_NS = 1 << 62
 _MAX_TRIES = 4  # cut spots tried for one chunk before the rest of the file is decoded in one piece
 _CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
 _KEY = b'"traceEvents"'
@@ -106,13 +108,26 @@ def load_file(
     p = Path(path)
     report(0.0)
     table: FileTable | None = None
-    with gc_paused():
-        with contextlib.suppress(_Fallback):
-            table = _load_chunked(p, rank_hint, report, chunk_bytes or CHUNK_BYTES)
-        if table is None:  # outside the except block: the failed attempt's buffers are already freed
-            table = load_whole(p, rank_hint)
+    try:
+        with gc_paused():
+            with contextlib.suppress(_Fallback):
+                table = _load_chunked(p, rank_hint, report, chunk_bytes or CHUNK_BYTES)
+            if table is None:  # outside the except block: the failed attempt's buffers are already freed
+                table = load_whole(p, rank_hint)
+    except RecursionError:
+        raise InputError(p, "JSON nested too deeply") from None
+    _check_times(table, p)
     report(1.0)
     return table
+
+
+def _check_times(table: FileTable, path: Path) -> None:
+    """Times of at most 2**62 ns (the year 2116 since the epoch), so that a start plus a duration never wraps
+    int64: larger ones are refused, not turned into wrong windows."""
+    for key in ("ts", "dur"):
+        column = table.columns.get(key)
+        if column is not None and len(column) and max(int(column.max()), -int(column.min())) > _MAX_NS:
+            raise InputError(path, f"a {key} beyond 2**62 ns (year 2116 since the epoch): not a real trace")
 
 
 class _Text:

@@ -59,9 +59,15 @@ class StepRow(msgspec.Struct):
     optimizer_us: float | None
 
 
+def _is_step_name(name: str) -> bool:
+    """ProfilerStep#N with N an int64 (a larger N is not a step number torch writes: the span is left alone)."""
+    m = STEP_RE.match(name)
+    return m is not None and int(m.group(1)) < 1 << 62
+
+
 def find_steps(table: TraceTable) -> StepSpans:
     """ProfilerStep#N spans on the CPU side (GPU-side copies are ignored); one span per step number."""
-    step_names = table.names_matching(lambda n: STEP_RE.match(n) is not None, key="profiler_step")
+    step_names = table.names_matching(_is_step_name, key="profiler_step")
     if not step_names.any():
         return StepSpans(*(np.zeros(0, dtype=np.int64) for _ in range(3)))
     cpu_cats = [table.cat_id(c) for c in ("gpu_user_annotation", "kernel", "gpu_memcpy", "gpu_memset")]

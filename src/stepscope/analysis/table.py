@@ -271,29 +271,36 @@ def _id_as_int(value: Any) -> int:
 
 
 _INT64_MAX = 2**63 - 1
+OUT_OF_RANGE_NS = _INT64_MAX  # a time too large for int64 ns: the loader refuses the file
 
 
 def _us_to_ns(value: Any) -> int:
     """Kineto microseconds (int, float or Decimal with a ns fraction) -> integer ns; 0 when absent or invalid.
 
-    Exact for ints and Decimals (a fraction beyond ns is rounded half to even), and 0 when the result does
-    not fit int64.
+    Exact for ints and Decimals (a fraction beyond ns is rounded half to even). A finite value whose ns do
+    not fit int64 gives +-int64 max (OUT_OF_RANGE_NS), which the loader refuses rather than read as 0.
     """
     if isinstance(value, bool) or value is None:
         return 0
     if isinstance(value, int):
         ns = value * 1000
-        return ns if -_INT64_MAX <= ns <= _INT64_MAX else 0
-    if isinstance(value, float) and value == value and abs(value) < 9e15:
-        return round(value * 1000)
+        return ns if -_INT64_MAX <= ns <= _INT64_MAX else _clipped(ns)
+    if isinstance(value, float) and value == value:
+        return round(value * 1000) if abs(value) < 9e15 else _clipped(value)
     if isinstance(value, Decimal):
         return decimal_us_to_ns(value)
     return 0
 
 
 def decimal_us_to_ns(value: Decimal) -> int:
-    """Exact microseconds -> ns, rounded half to even; 0 for non-finite or out-of-int64 values."""
-    if not value.is_finite() or abs(value) >= 10**16:
+    """Exact microseconds -> ns, rounded half to even; 0 for non-finite values, +-int64 max out of range."""
+    if not value.is_finite():
         return 0
+    if abs(value) >= 10**16:
+        return _clipped(value)
     ns = int((value.scaleb(3)).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
-    return ns if -_INT64_MAX <= ns <= _INT64_MAX else 0
+    return ns if -_INT64_MAX <= ns <= _INT64_MAX else _clipped(ns)
+
+
+def _clipped(value: Any) -> int:
+    return OUT_OF_RANGE_NS if value > 0 else -OUT_OF_RANGE_NS
