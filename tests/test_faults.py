@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 import stepscope
+from stepscope.analysis.loader import load_trace
 from stepscope.capture.collector import StepscopeWarning
 from stepscope.cli import main as cli_main
+from stepscope.errors import InputError
 from stepscope.runfolder import read_manifest
 
 from ._train import make_training
@@ -449,3 +451,72 @@ def test_a_manifest_that_is_not_utf8_is_one_line(tmp_path: Path, capsys: pytest.
     assert cli_main(["analyze", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not UTF-8" in err, err
+
+
+def _timed_cli(
+    args: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], float, int]:
+    """`stepscope ARGS` in a child process: (result, wall seconds, peak RSS of the child in KiB)."""
+    import resource
+    import time
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "stepscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return done, time.perf_counter() - t0, peak if peak > before else 0
+
+
+@pytest.mark.slow
+def test_a_long_stretch_without_an_event_boundary_loads_in_linear_time(tmp_path: Path) -> None:
+    import gzip
+
+    # GIVEN one event whose string arg is 64 MB long (no cut spot in it: once 21 s, quadratic)
+    text = b'{"traceEvents":[{"name":"a","ph":"X","ts":1,"dur":1,"args":{"s":"' + b"x" * (64 << 20) + b'"}}]}'
+    path = tmp_path / "long.json.gz"
+    path.write_bytes(gzip.compress(text, 1))
+    # WHEN summarised
+    done, seconds, _ = _timed_cli(["summary", str(path), "--json"])
+    # THEN it loads, in well under the old time (generous for a loaded CI machine)
+    assert done.returncode == 0, done.stderr
+    assert seconds < 8, seconds
+
+
+@pytest.mark.slow
+def test_a_gzip_of_zeros_is_refused_at_once_in_bounded_memory(tmp_path: Path) -> None:
+    import zlib
+
+    # GIVEN 4 MB of gzip that inflates to 4 GiB of zeros (written in pieces, never held inflated)
+    path = tmp_path / "zeros.json.gz"
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = b"\0" * (64 << 20)
+    with open(path, "wb") as fh:
+        for _ in range(64):
+            fh.write(packer.compress(block))
+        fh.write(packer.flush())
+    # WHEN analysed
+    done, seconds, peak_kib = _timed_cli(["analyze", str(path)])
+    # THEN one line and exit 2, quickly, without inflating it
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "not valid JSON" in done.stderr and seconds < 10
+    assert peak_kib < 1 << 20  # under 1 GiB
+
+
+def test_a_trace_over_the_input_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gzip
+
+    from ._traces import cpu, write_trace
+
+    path = write_trace(tmp_path / "t.json", [cpu(f"op{i}", i * 10, 5) for i in range(2000)], rank=0)
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    monkeypatch.setenv("STEPSCOPE_MAX_INPUT_BYTES", "50000")
+    for target, problem in ((path, "larger than the input limit"), (packed, "inflates to more than 50000")):
+        with pytest.raises(InputError, match=problem):
+            load_trace(target)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -211,18 +212,30 @@ def gc_paused() -> Iterator[None]:
 
 # --- the whole file at once: the reference path, and every error message ---------------------------------
 def read_json_bytes(path: Path) -> bytes:
+    from stepscope.analysis._limits import DEFAULT_MAX_TRACE_BYTES, LIMIT_ENV, max_input_bytes
+
+    limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
     try:
+        if path.stat().st_size > limit:
+            raise InputError(path, f"larger than the input limit of {limit} bytes ({LIMIT_ENV} raises it)")
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if data[:2] != b"\x1f\x8b":
         return data
     try:
-        return gzip.decompress(data)
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            text = fh.read(limit + 1)
     except EOFError:
         raise InputError(path, "truncated gzip file") from None
     except (OSError, zlib.error) as exc:
-        raise InputError(path, f"corrupt gzip data ({exc})") from None
+        problem = "CRC check failed" if str(exc).startswith("CRC check failed") else str(exc)
+        raise InputError(path, f"corrupt gzip data ({problem})") from None
+    if len(text) > limit:
+        raise InputError(
+            path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
+        )
+    return text
 
 
 def decode_whole(path: Path, data: bytes) -> _Trace:

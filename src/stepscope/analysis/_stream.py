@@ -45,6 +45,7 @@ from stepscope.analysis._decode import (
     load_whole,
     read_header,
 )
+from stepscope.analysis._limits import DEFAULT_MAX_TRACE_BYTES, LIMIT_ENV, max_input_bytes
 from stepscope.analysis._numparse import NotANumber
 from stepscope.errors import InputError
 
@@ -55,6 +56,7 @@ _READ_BYTES = 1 << 13  # compressed bytes read from the file at a time (zlib cop
 _OUT_BYTES = 1 << 15  # text inflated at a time (small blocks come from the heap, not fresh pages)
 _LOOKAHEAD = 1 << 16  # text kept beyond a chunk's target size, where its cut is looked for
 _MAX_NS = 1 << 62
+_CUT_OVERLAP = 4096  # text searched again for a cut spot after more is read
 _MAX_TRIES = 4  # cut spots tried for one chunk before the rest of the file is decoded in one piece
 _CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
 _KEY = b'"traceEvents"'
@@ -91,6 +93,10 @@ _TAIL_PREFIX = b'{"traceEvents":['
 
 class _Fallback(Exception):
     """The chunked reader cannot vouch for this file: decode it whole."""
+
+
+class _OverLimit(Exception):
+    """The text is longer than the input limit."""
 
 
 def load_file(
@@ -135,9 +141,11 @@ class _Text:
     by its magic bytes. Damaged or unusual gzip data (truncated, corrupt, several members, trailing bytes)
     raises _Fallback: gzip.decompress, in the whole-file path, says which."""
 
-    def __init__(self, fh: io.BufferedReader, size: int) -> None:
+    def __init__(self, fh: io.BufferedReader, size: int, limit: int) -> None:
         self._fh = fh
         self._size = max(size, 1)
+        self._limit = limit
+        self._total = 0  # text handed out so far
         self._pending = fh.read(2)  # input not yet consumed
         self._inflate = INFLATE.decompressobj(wbits=31) if self._pending == b"\x1f\x8b" else None
         self._error = INFLATE.error
@@ -170,6 +178,9 @@ class _Text:
             except self._error:
                 raise _Fallback from None
             self._pending = self._inflate.unconsumed_tail
+            self._total += len(out)
+            if self._total > self._limit:
+                raise _OverLimit
             if out:
                 with memoryview(buf) as view:  # (a bytearray's own slice assignment copies `out` twice)
                     view[at : at + len(out)] = out
@@ -192,8 +203,17 @@ def _load_chunked(
     except OSError:
         raise _Fallback from None
     with fh:
-        reader = _ChunkReader(path, _Text(fh, path.stat().st_size), chunk_bytes)
-        reader.run(report)
+        size = path.stat().st_size
+        limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
+        if size > limit:
+            raise InputError(path, f"larger than the input limit of {limit} bytes ({LIMIT_ENV} raises it)")
+        reader = _ChunkReader(path, _Text(fh, size, limit), chunk_bytes)
+        try:
+            reader.run(report)
+        except _OverLimit:
+            raise InputError(
+                path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
+            ) from None
         return reader.builder.finish(rank_hint)
 
 
@@ -244,6 +264,8 @@ class _ChunkReader:
 
     def _find_array(self) -> int:
         """Offset just after the `[` of the top-level traceEvents array."""
+        self._fill(_READ_BYTES)
+        self._check_start()
         searched = 0
         while True:
             k = self.buf.find(_KEY, searched, self.end)
@@ -257,6 +279,17 @@ class _ChunkReader:
             searched = max(self.end - len(_KEY), 0)
             if not self._fill(self.end + _READ_BYTES):
                 raise _Fallback  # no traceEvents array: the whole-file path says what the file is
+
+    def _check_start(self) -> None:
+        """A chrome trace is a JSON object: anything else is refused before more of it is read (a gzip of
+        gigabytes of zeros would otherwise be inflated whole)."""
+        start = self.buf[: min(self.end, 4096)].lstrip(b" \t\n\r")
+        start = start.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\n\r")  # a UTF-8 byte order mark
+        if not start or start[:1] == b"{":
+            return
+        if start[:1] == b"[":
+            raise InputError(self.builder.path, "not a chrome trace: the top level is not a JSON object")
+        raise InputError(self.builder.path, f"not valid JSON (it begins with {bytes(start[:8])!r})")
 
     def _decode_head(self, pos: int) -> Any:
         """The header keys before the array (the text up to the `[`, closed by `]}`)."""
@@ -274,8 +307,14 @@ class _ChunkReader:
         at = pos + self.chunk_bytes
         for _ in range(_MAX_TRIES):
             m = _CUT.search(self.buf, at, self.end)
-            while m is None and self._fill(self.end + _READ_BYTES):
-                m = _CUT.search(self.buf, at, self.end)
+            while m is None:
+                searched = self.end
+                if not self._fill(self.end + _READ_BYTES):
+                    break
+                # Only the new text, and a little before it for a cut that straddles the old end: searching
+                # from `at` again made a long stretch without a cut quadratic. (A cut whose whitespace is
+                # longer than the overlap may be missed; missing one is safe, the rest is decoded in one piece.)
+                m = _CUT.search(self.buf, max(at, searched - _CUT_OVERLAP), self.end)
             if m is None:
                 return None
             close = m.start() + 1  # the byte after the piece's last `}`

@@ -21,11 +21,10 @@ from typing import Annotated, Any
 
 import msgspec
 
+from stepscope.analysis._limits import LIMIT_ENV, max_input_bytes
 from stepscope.errors import InputError
 
 _GZIP_MAGIC = b"\x1f\x8b"
-LIMIT_ENV = "STEPSCOPE_MAX_INPUT_BYTES"
-DEFAULT_MAX_INPUT_BYTES = 1 << 30  # seen: 3,699 entries with Python stacks took 0.4 MiB
 MAX_OBJECTS = 20_000_000  # containers and scalars, counted as a tree
 MAX_DEPTH = 200  # snapshots and timelines nest a handful of levels
 _READ_BLOCK = 1 << 20
@@ -45,12 +44,6 @@ def check_total(source: str | Path, what: str, *parts: Any) -> None:
     total = sum(float(np.abs(np.asarray(part, dtype=np.float64)).sum()) for part in parts)
     if total >= BIG:
         raise InputError(source, f"{what} add up past 2**62 bytes: not a real memory record")
-
-
-def max_input_bytes() -> int:
-    """The most bytes a memory file may hold, compressed or not: `STEPSCOPE_MAX_INPUT_BYTES` or 1 GiB."""
-    text = os.environ.get(LIMIT_ENV, "")
-    return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_MAX_INPUT_BYTES
 
 
 class RefusedGlobal(pickle.UnpicklingError):
@@ -78,7 +71,7 @@ def read_untrusted(path: str | Path) -> Any:
     limit = max_input_bytes()
     raw = _read_regular(path, limit)
     if raw.startswith(_GZIP_MAGIC):
-        raw = _gunzip(path, raw, limit)
+        raw = gunzip_bounded(path, raw, limit)
     if not raw.strip():
         raise InputError(path, "empty file")
     if raw.lstrip()[:1] in (b"[", b"{"):
@@ -120,7 +113,7 @@ def _read_regular(path: Path, limit: int) -> bytes:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _gunzip(path: Path, raw: bytes, limit: int) -> bytes:
+def gunzip_bounded(path: Path, raw: bytes, limit: int) -> bytes:
     """Inflate every gzip member of `raw`, stopping with InputError past `limit` bytes of output."""
     out = bytearray()
     data = raw

@@ -71,11 +71,17 @@ class TraceCollector(Collector):
             )
         try:
             self.prof.step()
-        except BaseException:
+        except Exception:
             # torch raised inside its own state change ("Profiler is already enabled on this thread": another
-            # profiler runs), or a Ctrl-C landed in it: its state is unknown, and stop() on such a profiler
-            # crashes the interpreter in export. Drop it untouched; the error goes on to the guard or the user.
+            # profiler runs): stop() on such a profiler crashes the interpreter in export. Drop it untouched
+            # (the profiler that is enabled is the other one); the guard switches this collector off.
             self.prof = None
+            raise
+        except BaseException:
+            # A Ctrl-C landed inside torch's state change: the state is unknown, so nothing is exported, but
+            # a profiler left enabled crashes the interpreter at exit. Disable it, then let the signal go on.
+            self.prof = None
+            _disable_profiler_quietly()
             raise
         self._raise_pending()
 
@@ -145,6 +151,15 @@ class TraceCollector(Collector):
                 ctx.config.top_n,
                 title=f"stepscope: top ops, rank {ctx.rank}, window ending at step {step}",
             )
+
+
+def _disable_profiler_quietly() -> None:
+    """Switch torch's profiler off, discarding what it recorded (no export)."""
+    import torch
+
+    with contextlib.suppress(Exception):
+        if torch._C._autograd._profiler_enabled():
+            torch.autograd._disable_profiler()
 
 
 def _another_profiler_records() -> bool:

@@ -1,0 +1,16 @@
+"""Limits on what an input may hold (one environment variable raises them all)."""
+
+from __future__ import annotations
+
+import os
+
+LIMIT_ENV = "STEPSCOPE_MAX_INPUT_BYTES"
+DEFAULT_MAX_INPUT_BYTES = 1 << 30  # seen: 3,699 entries with Python stacks took 0.4 MiB
+DEFAULT_MAX_TRACE_BYTES = 16 << 30  # a trace's JSON text; traces are read in pieces, not held whole
+
+
+def max_input_bytes(default: int = DEFAULT_MAX_INPUT_BYTES) -> int:
+    """The most bytes an input may hold, compressed or not: `STEPSCOPE_MAX_INPUT_BYTES`, else `default`
+    (1 GiB for memory files, which are decoded whole; DEFAULT_MAX_TRACE_BYTES for traces)."""
+    text = os.environ.get(LIMIT_ENV, "")
+    return int(text) if text.isdigit() and int(text) > 0 else default
