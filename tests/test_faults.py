@@ -520,3 +520,27 @@ def test_a_trace_over_the_input_limit_is_refused(tmp_path: Path, monkeypatch: py
     for target, problem in ((path, "larger than the input limit"), (packed, "inflates to more than 50000")):
         with pytest.raises(InputError, match=problem):
             load_trace(target)
+
+
+def test_an_error_while_profiling_starts_switches_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stepscope.capture import monitor as monitor_module
+
+    def broken(config: Any) -> Any:
+        raise RuntimeError("no collectors today")
+
+    monkeypatch.setattr(monitor_module, "collector_classes", broken)
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(model, out_dir=str(tmp_path), wait=0, warmup=1, active=1)
+    step = monitor(train_step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        losses = [step() for _ in range(3)]
+        monitor.close()
+    assert len(losses) == 3 and not monitor.recording
+    messages = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
+    assert messages == [
+        "stepscope: profiling could not start (RuntimeError: no collectors today); it is switched off for this "
+        "run, training goes on"
+    ]

@@ -265,6 +265,9 @@ class PerformanceMonitor:
         except Exception as exc:
             self.recording = False
             _release(self)
+            for collector in self._collectors:  # release what did start (a running profiler, a thread)
+                with contextlib.suppress(Exception):
+                    collector.close()
             warnings.warn(
                 f"stepscope: profiling could not start ({type(exc).__name__}: {exc}); it is switched off for "
                 "this run, training goes on",
