@@ -544,3 +544,63 @@ def test_an_error_while_profiling_starts_switches_it_off(
         "stepscope: profiling could not start (RuntimeError: no collectors today); it is switched off for this "
         "run, training goes on"
     ]
+
+
+def test_a_folder_that_cannot_be_listed_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (root reads every folder, so the permission error is simulated)
+    def denied(self: Path) -> Any:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", denied)
+    assert cli_main(["summary", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"stepscope: error: {tmp_path}: cannot read: Permission denied\n"
+
+
+def test_event_count_and_name_length_have_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ._traces import cpu, write_trace
+
+    many = write_trace(tmp_path / "many.json", [cpu(f"op{i}", i * 10, 5) for i in range(2000)], rank=0)
+    monkeypatch.setenv("STEPSCOPE_MAX_EVENTS", "100")
+    with pytest.raises(InputError, match="more than 100 events"):
+        load_trace(many)
+    monkeypatch.delenv("STEPSCOPE_MAX_EVENTS")
+    load_trace(many)  # within the default limit
+    long_name = write_trace(tmp_path / "long.json", [cpu("x" * ((1 << 20) + 1), 0, 5)], rank=0)
+    with pytest.raises(InputError, match="an event name of 1048577 characters"):
+        load_trace(long_name)
+
+
+def test_memory_report_prints_hostile_names_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pickle
+
+    frames = [{"filename": "evil\x1b[2J[/bold].py", "line": 1, "name": "[link=http://evil.example]f[/link]"}]
+    block = {"size": 512, "address": 1, "state": "active_allocated", "frames": frames}
+    snap = {"segments": [{"device": 0, "total_size": 4096, "blocks": [block]}], "device_traces": []}
+    folder = tmp_path / "[bold]snaps[/bold]"  # (a folder inside a folder: the name holds a slash)
+    folder.mkdir(parents=True)
+    (folder / "s.pickle").write_bytes(pickle.dumps(snap))
+    assert cli_main(["memory", str(folder / "s.pickle")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "\x1b" not in out
+        and "[bold]snaps[/bold]" in out
+        and "evil\\x1b[2J[/bold].py" in out.replace("\n", "")
+    )
+
+
+def test_the_cli_reads_files_itself_instead_of_asking_click(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # click's own readability check printed a three-line usage error; stepscope reports unreadable files in one
+    # line through its own path. Here: click would say "not readable" (os.access is faked), stepscope reads.
+    from ._traces import cpu, write_trace
+
+    path = write_trace(tmp_path / "t.json", [cpu("aten::mm", 0, 5)], rank=0)
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
+    for command in (["summary", str(path)], ["analyze", str(path)], ["diff", str(path), str(path)]):
+        assert cli_main(command) == 0, capsys.readouterr().err

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.analysis._limits import MAX_EVENTS_ENV, MAX_NAME_CHARS, max_events
 from stepscope.analysis._numparse import us_texts_to_ns
 from stepscope.analysis.table import (
     COLUMNS,
@@ -41,6 +42,7 @@ from stepscope.analysis.table import (
     _as_int,
     _id_as_int,
 )
+from stepscope.errors import InputError
 
 # Columns of a FileTable and their dtypes (the TraceTable's, less `rank`, which the merge adds).
 _DTYPES: dict[str, str] = {
@@ -95,6 +97,7 @@ class ColumnBuilder:
         self.names: dict[str, int] = {}
         self.cats: dict[str, int] = {}
         self.n_events = 0  # events added so far, kept or not (error messages count them)
+        self._max_events = max_events()
         self.inexact_ts = False  # some chunk needed the exact (text) pass for its timestamps
         self.n_rows = 0  # rows kept so far
         self._parts: dict[str, list[np.ndarray]] = {key: [] for key in _DTYPES if key not in _SPARSE}
@@ -111,6 +114,10 @@ class ColumnBuilder:
             value = ""
         elif type(value) is not str:
             raise TypeError(value)
+        if len(value) > MAX_NAME_CHARS:
+            raise InputError(
+                self.path, f"an event name of {len(value)} characters (the limit is {MAX_NAME_CHARS})"
+            )
         return self.names.setdefault(value, len(self.names))
 
     def _add_cat(self, value: str | None) -> int:
@@ -118,6 +125,10 @@ class ColumnBuilder:
             return MISSING
         if type(value) is not str:
             raise TypeError(value)
+        if len(value) > MAX_NAME_CHARS:
+            raise InputError(
+                self.path, f"a category of {len(value)} characters (the limit is {MAX_NAME_CHARS})"
+            )
         # Old (2021) categories map onto the current ones; two raw names may become one.
         return self.cats.setdefault(OLD_CATEGORIES.get(value, value), len(self.cats))
 
@@ -178,6 +189,10 @@ class ColumnBuilder:
                 self._sparse[key].append((rows + self.n_rows, values))
         self.n_rows += n - len(dropped)
         self.n_events += n
+        if self.n_events > self._max_events:
+            raise InputError(
+                self.path, f"more than {self._max_events} events (the limit; {MAX_EVENTS_ENV} raises it)"
+            )
 
     def _timestamps(self, chunk: Chunk) -> np.ndarray:
         timestamps = [e.ts for e in chunk.events]

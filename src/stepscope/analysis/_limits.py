@@ -14,3 +14,14 @@ def max_input_bytes(default: int = DEFAULT_MAX_INPUT_BYTES) -> int:
     (1 GiB for memory files, which are decoded whole; DEFAULT_MAX_TRACE_BYTES for traces)."""
     text = os.environ.get(LIMIT_ENV, "")
     return int(text) if text.isdigit() and int(text) > 0 else default
+
+
+MAX_EVENTS_ENV = "STEPSCOPE_MAX_EVENTS"
+DEFAULT_MAX_EVENTS = 1 << 28  # events of one file: about 16 GB of columns
+MAX_NAME_CHARS = 1 << 20  # one event or category name (kernel names run to a few thousand characters)
+
+
+def max_events() -> int:
+    """The most events one trace file may hold: `STEPSCOPE_MAX_EVENTS`, else DEFAULT_MAX_EVENTS."""
+    text = os.environ.get(MAX_EVENTS_ENV, "")
+    return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_MAX_EVENTS

@@ -39,6 +39,13 @@ def trace_files(path: str | Path, *, step: int | None = None) -> list[tuple[Path
 
 
 def _find_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
+    try:
+        return _list_traces(p, step)
+    except PermissionError as exc:  # a folder without search or read permission, on the way or at the end
+        raise InputError(exc.filename or p, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
     if not p.exists():
         raise InputError(p, "no such file or directory")
     if p.is_file():

@@ -11,7 +11,7 @@ from stepscope.cli._common import step_option
 
 @click.command(name="analyze")
 @step_option
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path, readable=False))
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.analysis/1").'
 )

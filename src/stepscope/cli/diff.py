@@ -8,8 +8,8 @@ from stepscope.cli._common import print_json
 
 
 @click.command(name="diff")
-@click.argument("base", type=click.Path(path_type=str))
-@click.argument("test", type=click.Path(path_type=str))
+@click.argument("base", type=click.Path(path_type=str, readable=False))
+@click.argument("test", type=click.Path(path_type=str, readable=False))
 @click.option("--top", type=int, default=10, show_default=True, help="Rows per table.")
 @click.option(
     "--factor",

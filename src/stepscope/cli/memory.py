@@ -11,7 +11,7 @@ from stepscope.cli._common import console, print_json
 
 
 @click.command(name="memory")
-@click.argument("snapshot", type=click.Path(path_type=Path))
+@click.argument("snapshot", type=click.Path(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema stepscope.memory/1).")
 @click.option(
     "--html",

@@ -9,7 +9,7 @@ from stepscope.cli._common import print_json, step_option
 
 @click.command(name="summary")
 @step_option
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("path", type=click.Path(path_type=str, readable=False))
 @click.option("--top", "top", type=int, default=10, show_default=True, help="Rows per table (0: all).")
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.summary/1").'

@@ -1,0 +1,115 @@
+"""Fuzzing the two readers of untrusted files and what analyses their results: the trace loader with `analyze`,
+and the memory-file reader with its analysis. Whatever bytes they get, they return a result or raise InputError
+(one line, exit 2 in the CLI), never anything else.
+
+`make test` runs a few hundred cases; a long run on demand (the command and its findings: docs/reliability.md):
+
+    STEPSCOPE_FUZZ_EXAMPLES=20000 .venv/bin/python -m pytest tests/test_fuzz.py -q
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stepscope.analysis.analyze import analyze
+from stepscope.analysis.loader import load_trace
+from stepscope.analysis.snapshot import analyze_memory_file
+from stepscope.errors import InputError
+
+from ._traces import cpu, launched, step
+
+EXAMPLES = int(os.environ.get("STEPSCOPE_FUZZ_EXAMPLES", "150"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+SEED_TRACE = json.dumps(
+    {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "traceEvents": [
+            step(1, 0, 1000),
+            cpu("aten::mm", 10, 100, **{"Input Dims": [[2, 2]]}),
+            *launched("gemm_kernel", 20, 200, 50, corr=1),
+            cpu("ProfilerStep#2", 1000, 500, cat="user_annotation"),
+        ],
+    }
+).encode()
+SEED_SNAPSHOT = pickle.dumps(
+    {
+        "segments": [
+            {
+                "device": 0,
+                "address": 1,
+                "total_size": 4096,
+                "segment_type": "small",
+                "blocks": [
+                    {
+                        "size": 512,
+                        "requested_size": 500,
+                        "address": 1,
+                        "state": "active_allocated",
+                        "frames": [{"filename": "train.py", "line": 3, "name": "f"}],
+                    }
+                ],
+            }
+        ],
+        "device_traces": [[{"action": "alloc", "addr": 1, "size": 512, "time_us": 5.0, "frames": []}]],
+    },
+    protocol=4,
+)
+
+
+@st.composite
+def mutated(draw: Any, seed: bytes) -> bytes:
+    """`seed` with a few random edits: bytes replaced, inserted or deleted, a cut, maybe gzip'd."""
+    data = bytearray(seed)
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["replace", "insert", "delete", "truncate", "duplicate"]))
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        if kind == "replace" and data:
+            data[at] = draw(st.integers(0, 255))
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        elif kind == "delete" and data:
+            del data[at : at + draw(st.integers(1, 8))]
+        elif kind == "truncate":
+            del data[at:]
+        elif kind == "duplicate":
+            end = min(len(data), at + draw(st.integers(1, 64)))
+            data[at:at] = data[at:end]
+    raw = bytes(data)
+    return gzip.compress(raw) if draw(st.booleans()) else raw
+
+
+def _only_input_errors(call: Any) -> None:
+    try:
+        call()
+    except InputError as exc:
+        assert "\n" not in str(exc), str(exc)
+
+
+@FUZZ
+@given(data=mutated(SEED_TRACE))
+def test_fuzzed_traces_load_or_raise_input_error(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / ("t.json.gz" if data[:2] == b"\x1f\x8b" else "t.json")
+    path.write_bytes(data)
+    _only_input_errors(lambda: analyze(load_trace(path, workers=1, progress=False)))
+
+
+@FUZZ
+@given(data=mutated(SEED_SNAPSHOT))
+def test_fuzzed_snapshots_analyze_or_raise_input_error(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "s.pickle"
+    path.write_bytes(data)
+    _only_input_errors(lambda: analyze_memory_file(path))
