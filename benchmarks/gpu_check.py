@@ -1,15 +1,16 @@
-"""Run every CUDA path of capture on a real GPU and check what it wrote; without CUDA, a dry run of each
-check's CPU fallback (GPU checks say "skipped: no CUDA").
+"""Run every CUDA path of capture on a real GPU and check what it wrote; without
+CUDA, a dry run of each check's CPU fallback (GPU checks: "skipped: no CUDA").
 
-    make gpu-check                                  # .venv with the pinned torch
-    make gpu-check GPU_PYTHON=python3               # a python3 that already has a CUDA torch
+    make gpu-check                       # .venv with the pinned torch
+    make gpu-check GPU_PYTHON=python3    # a python3 that has a CUDA torch
     python benchmarks/gpu_check.py [--out DIR] [--json FILE] [--dry-run]
 
-The workload is a small causal transformer trained in bf16 autocast with AdamW and a DataLoader (every
-collector on), a square bf16 GEMM of known size (FLOPs / MFU against CUDA events), a deliberate OOM (the OOM
-snapshot) and the overhead of the monitor beside raw torch.profiler. It prints one table (check | result |
-figure, Markdown, so it pastes into docs/gpu.md) and writes the same as JSON. Exit status 1 when a check
-failed.
+The workload: a small causal transformer trained in bf16 autocast with AdamW
+and a DataLoader (every collector on), a square bf16 GEMM of known size (FLOPs
+and MFU against CUDA events), a deliberate OOM (the OOM snapshot) and the
+overhead of the monitor beside raw torch.profiler. It prints one Markdown table
+(check | result | figure, to paste into docs/gpu.md) and writes the same as
+JSON. Exit status 1 when a check failed.
 """
 
 from __future__ import annotations

@@ -58,6 +58,21 @@ m.close()
 """
 
 
+def train_and_close(
+    out: Path, steps: int, **options: Any
+) -> tuple[stepscope.PerformanceMonitor, list[float], list[str]]:
+    """`steps` steps of the test training under a decorating monitor, then close: (monitor, losses, the
+    StepscopeWarnings said meanwhile)."""
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(model, out_dir=str(out), **options)
+    step = monitor(train_step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        losses = [step() for _ in range(steps)]
+        monitor.close()
+    return monitor, losses, [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
+
+
 def traces(out: Path) -> list[str]:
     return sorted(a.path for run in out.iterdir() for a in read_manifest(run).artifacts if a.kind == "trace")
 
@@ -178,21 +193,10 @@ def test_failing_summary_costs_no_trace(tmp_path: Path, monkeypatch: pytest.Monk
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
 
     monkeypatch.setattr(torch.profiler.profile, "key_averages", broken)
-    train_step, model = make_training()
-    monitor = stepscope.performance_monitor(
-        model, out_dir=str(tmp_path), wait=0, warmup=1, active=1, repeat=4, console=True
-    )
-    step = monitor(train_step)
     # WHEN four windows are recorded
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(8):
-            step()
-        monitor.close()
+    _, _, messages = train_and_close(tmp_path, 8, wait=0, warmup=1, active=1, repeat=4, console=True)
     # THEN all four traces are written, and one warning says the summaries are off
-    assert monitor.run_dir is not None
     assert len(traces(tmp_path)) == 4
-    messages = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
     assert len(messages) == 1 and "summaries and the console table are off" in messages[0], messages
 
 
@@ -256,17 +260,8 @@ def test_metrics_that_fail_to_flush_switch_metrics_off(
         raise ValueError("disk says no")
 
     monkeypatch.setattr(RunContext, "flush_metrics", broken)
-    train_step, model = make_training()
-    monitor = stepscope.performance_monitor(
-        model, out_dir=str(tmp_path), wait=0, warmup=1, active=1, repeat=2, console=False
-    )
-    step = monitor(train_step)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        losses = [step() for _ in range(5)]
-        monitor.close()
+    _, losses, messages = train_and_close(tmp_path, 5, wait=0, warmup=1, active=1, repeat=2, console=False)
     assert len(losses) == 5 and len(traces(tmp_path)) == 2
-    messages = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
     assert messages == [
         "stepscope: cannot write metrics.jsonl (ValueError: disk says no); step metrics are switched off, "
         "training goes on"
@@ -531,15 +526,8 @@ def test_an_error_while_profiling_starts_switches_it_off(
         raise RuntimeError("no collectors today")
 
     monkeypatch.setattr(monitor_module, "collector_classes", broken)
-    train_step, model = make_training()
-    monitor = stepscope.performance_monitor(model, out_dir=str(tmp_path), wait=0, warmup=1, active=1)
-    step = monitor(train_step)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        losses = [step() for _ in range(3)]
-        monitor.close()
+    monitor, losses, messages = train_and_close(tmp_path, 3, wait=0, warmup=1, active=1)
     assert len(losses) == 3 and not monitor.recording
-    messages = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
     assert messages == [
         "stepscope: profiling could not start (RuntimeError: no collectors today); it is switched off for this "
         "run, training goes on"

@@ -19,10 +19,7 @@ gives every error its message (and the one taken for files the chunked reader ca
 from __future__ import annotations
 
 import gc
-import gzip
-import io
 import re
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -212,7 +209,7 @@ def gc_paused() -> Iterator[None]:
 
 # --- the whole file at once: the reference path, and every error message ---------------------------------
 def read_json_bytes(path: Path) -> bytes:
-    from stepscope.analysis._limits import DEFAULT_MAX_TRACE_BYTES, LIMIT_ENV, max_input_bytes
+    from stepscope.analysis._limits import DEFAULT_MAX_TRACE_BYTES, LIMIT_ENV, gunzip_bounded, max_input_bytes
 
     limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
     try:
@@ -223,19 +220,7 @@ def read_json_bytes(path: Path) -> bytes:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if data[:2] != b"\x1f\x8b":
         return data
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
-            text = fh.read(limit + 1)
-    except EOFError:
-        raise InputError(path, "truncated gzip file") from None
-    except (OSError, zlib.error) as exc:
-        problem = "CRC check failed" if str(exc).startswith("CRC check failed") else str(exc)
-        raise InputError(path, f"corrupt gzip data ({problem})") from None
-    if len(text) > limit:
-        raise InputError(
-            path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
-        )
-    return text
+    return gunzip_bounded(path, data, limit)
 
 
 def decode_whole(path: Path, data: bytes) -> _Trace:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
+import zlib
+from pathlib import Path
+
+from stepscope.errors import InputError
 
 LIMIT_ENV = "STEPSCOPE_MAX_INPUT_BYTES"
 DEFAULT_MAX_INPUT_BYTES = 1 << 30  # seen: 3,699 entries with Python stacks took 0.4 MiB
@@ -25,3 +31,21 @@ def max_events() -> int:
     """The most events one trace file may hold: `STEPSCOPE_MAX_EVENTS`, else DEFAULT_MAX_EVENTS."""
     text = os.environ.get(MAX_EVENTS_ENV, "")
     return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_MAX_EVENTS
+
+
+def gunzip_bounded(path: str | Path, data: bytes, limit: int) -> bytes:
+    """Inflate gzip `data` (every member; zero padding after the last is allowed), or raise InputError naming
+    `path`: truncated, corrupt (CRC included), or inflating past `limit` bytes."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            text = fh.read(limit + 1)
+    except EOFError:
+        raise InputError(path, "truncated gzip file") from None
+    except (OSError, zlib.error) as exc:
+        problem = "CRC check failed" if str(exc).startswith("CRC check failed") else str(exc)
+        raise InputError(path, f"corrupt gzip data ({problem})") from None
+    if len(text) > limit:
+        raise InputError(
+            path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
+        )
+    return text

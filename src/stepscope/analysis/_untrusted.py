@@ -15,19 +15,17 @@ import io
 import os
 import pickle
 import stat
-import zlib
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 
-from stepscope.analysis._limits import LIMIT_ENV, max_input_bytes
+from stepscope.analysis._limits import LIMIT_ENV, gunzip_bounded, max_input_bytes
 from stepscope.errors import InputError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 MAX_OBJECTS = 20_000_000  # containers and scalars, counted as a tree
 MAX_DEPTH = 200  # snapshots and timelines nest a handful of levels
-_READ_BLOCK = 1 << 20
 # Integers of memory files: byte counts and times fit int64 with room for their sums; past that, a file is
 # refused rather than read into wrong (wrapped) numbers.
 BIG = 1 << 62
@@ -104,37 +102,16 @@ def _read_regular(path: Path, limit: int) -> bytes:
                 raise InputError(
                     path, f"{info.st_size} bytes, over the limit of {limit} ({LIMIT_ENV} raises it)"
                 )
-            return fh.read(limit + 1)[: limit + 1]
+            data = fh.read(limit + 1)
+            if len(data) > limit:  # it grew since fstat
+                raise InputError(path, f"over the limit of {limit} bytes ({LIMIT_ENV} raises it)")
+            return data
     except IsADirectoryError:
         raise InputError(path, "a folder, expected a memory snapshot file") from None
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-
-
-def gunzip_bounded(path: Path, raw: bytes, limit: int) -> bytes:
-    """Inflate every gzip member of `raw`, stopping with InputError past `limit` bytes of output."""
-    out = bytearray()
-    data = raw
-    try:
-        while data:
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            pending = data
-            while pending:
-                out += inflater.decompress(pending, _READ_BLOCK)
-                if len(out) > limit:
-                    raise InputError(
-                        path,
-                        f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)",
-                    )
-                pending = inflater.unconsumed_tail
-            if not inflater.eof:
-                raise InputError(path, "corrupt gzip data: truncated")
-            data = inflater.unused_data.lstrip(b"\x00")  # members may follow, and padding
-    except zlib.error as exc:
-        raise InputError(path, f"corrupt gzip data: {exc}") from None
-    return bytes(out)
 
 
 def _unpickle(path: Path, raw: bytes) -> Any:
