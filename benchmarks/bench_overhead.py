@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 import stepscope
-from stepscope.demo import build_demo, make_train_step
+from stepscope.capture.demo import build_demo, make_train_step
 
 
 def timed(fn: Callable[[], Any], after: Callable[[], Any] | None = None) -> float:

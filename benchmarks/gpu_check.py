@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import dataclasses
 import glob
 import gzip
@@ -46,10 +45,10 @@ if importlib.util.find_spec("stepscope") is None:  # run from a checkout without
 import stepscope
 from _gpu_workload import CPU_SIZES, GPU_SIZES, Gemm, Sizes, batches, build_training, make_train_step
 from bench_overhead import VARIANTS, measure_round
-from stepscope._atomic import atomic_write_text
+from stepscope.runfolder.atomic import atomic_write_text
 from stepscope.capture.collector import StepscopeWarning
 from stepscope.capture.schedule import Schedule
-from stepscope.peaks import device_key, lookup_peak
+from stepscope.capture.peaks import device_key, lookup_peak
 from stepscope.runfolder import read_manifest
 
 SCHEMA = "stepscope.gpu_check/1"
@@ -466,15 +465,15 @@ def memory_checks(c: Checks, run: TrainRun, device: torch.device) -> None:
     rd = run.run_dir
 
     def log_rows() -> tuple[bool, str]:
-        rows = _csv(artifacts(rd, "memory_log")[0][1])
+        rows = _jsonl(artifacts(rd, "memory_log")[0][1])
         steps = [int(r["step"]) for r in rows]
         ok = steps == list(range(1, TRAIN_STEPS, 2)) and all(int(r["rss_bytes"]) > 0 for r in rows)
         return ok, f"rows after steps {steps}"
 
     def log_cuda() -> tuple[bool, str]:
-        rows = _csv(artifacts(rd, "memory_log")[0][1])
-        alloc = [int(r["cuda_allocated_bytes"] or 0) for r in rows]
-        peak = [int(r["cuda_peak_allocated_bytes"] or 0) for r in rows]
+        rows = _jsonl(artifacts(rd, "memory_log")[0][1])
+        alloc = [int(r.get("cuda_allocated_bytes") or 0) for r in rows]
+        peak = [int(r.get("cuda_peak_allocated_bytes") or 0) for r in rows]
         ok = all(alloc) and all(p >= a for p, a in zip(peak, alloc, strict=True))
         return ok, f"allocated {gib(min(alloc))}..{gib(max(alloc))}, interval peaks up to {gib(max(peak))}"
 
@@ -495,9 +494,8 @@ def memory_checks(c: Checks, run: TrainRun, device: torch.device) -> None:
 
     def timeline() -> tuple[bool, str]:
         _, last = run.schedule.windows()[0]
-        files = artifacts(rd, "memory_timeline")
-        raws = {s: p for s, p in files if p.name.endswith(".raw.json.gz")}
-        htmls = [p for _, p in files if p.suffix == ".html"]
+        raws = dict(artifacts(rd, "memory_timeline"))
+        htmls = [p for _, p in artifacts(rd, "memory_timeline_html")]
         doc = cli_json("memory", str(raws[last]))
         peak = max(d["peak_allocated"] for d in doc["devices"])
         ok = len(raws) == len(htmls) == TRAIN_SCHEDULE["repeat"] and peak > 0
@@ -517,8 +515,8 @@ def memory_checks(c: Checks, run: TrainRun, device: torch.device) -> None:
 
 
 def system_checks(c: Checks, rd: Path, run: TrainRun) -> None:
-    def rows() -> list[dict[str, str]]:
-        return _csv(artifacts(rd, "system")[0][1])
+    def rows() -> list[dict[str, Any]]:
+        return _jsonl(artifacts(rd, "system")[0][1])
 
     def base() -> tuple[bool, str]:
         r = rows()
@@ -527,19 +525,21 @@ def system_checks(c: Checks, rd: Path, run: TrainRun) -> None:
 
     def nvml() -> tuple[bool, str]:
         r = rows()
-        cols = ("gpu0_util_percent", "gpu0_mem_used_bytes", "gpu0_power_w")
-        if cols[0] not in r[0]:
-            return False, f"no GPU columns ({', '.join(r[0])[:80]})"
-        filled = {k: [float(x[k]) for x in r if x[k] != ""] for k in cols}
-        ok = all(filled.values()) and max(filled["gpu0_util_percent"]) > 0
+        gpu0 = [x["gpus"][0] for x in r if x.get("gpus")]
+        if not gpu0:
+            return False, f"no GPU in the samples ({', '.join(r[0])[:80]})"
+        cols = ("util_percent", "mem_used_bytes", "power_w")
+        filled = {k: [float(g[k]) for g in gpu0 if g.get(k) is not None] for k in cols}
+        ok = all(filled.values()) and max(filled["util_percent"]) > 0
         return ok, (
-            f"util max {max(filled['gpu0_util_percent']):.0f}%, mem max {gib(max(filled['gpu0_mem_used_bytes']))}, "
-            f"power max {max(filled['gpu0_power_w']):.0f} W"
+            f"util max {max(filled['util_percent']):.0f}%, mem max {gib(max(filled['mem_used_bytes']))}, "
+            f"power max {max(filled['power_w']):.0f} W"
         )
 
     def other_collectors() -> tuple[bool, str]:
         kinds = {a.kind for a in read_manifest(rd).artifacts}
         wanted = {
+            "comm_counts",
             "comm_debug",
             "comm_json",
             "flops",
@@ -684,9 +684,8 @@ def report_check(c: Checks, run: TrainRun) -> None:
     c.run("report: renders the GPU sections", report, gpu=True)
 
 
-def _csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 # --- the run ----------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stepscope._atomic import atomic_write_text
+from stepscope.runfolder.atomic import atomic_write_text
 
 
 def test_atomic_write_replaces_whole_file_with_usual_permissions(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
     target = tmp_path / "out.txt"
     atomic_write_text(target, "kept")
 
-    from stepscope._atomic import atomic_write_bytes
+    from stepscope.runfolder.atomic import atomic_write_bytes
 
     with pytest.raises(TypeError):  # the write fails midway: a str is not bytes
         atomic_write_bytes(target, "not bytes")  # type: ignore[arg-type]

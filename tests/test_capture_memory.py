@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import pickle
 import warnings
@@ -45,17 +44,16 @@ def test_memory_log_rows_exactly_every_n_steps(tmp_path: Path, capsys: pytest.Ca
     # GIVEN memory logging every 2 steps over 7 steps, console on
     monitor, losses = run(tmp_path, 7, memory_log_every=2, console=True, wait=0, warmup=0, active=1)
     run_dir = monitor.run_dir
-    # THEN rows after steps 1, 3 and 5 (every 2nd step), with a non-zero RSS, in metrics.jsonl and the CSV
+    # THEN rows after steps 1, 3 and 5 (every 2nd step), with a non-zero RSS, in metrics.jsonl and the log
     logged = [m for m in metrics(run_dir) if "mem_rss_bytes" in m]
     assert [m["step"] for m in logged] == [1, 3, 5]
     assert all(m["mem_rss_bytes"] > 0 and 0 < m["mem_sys_percent"] <= 100 for m in logged)
     assert not any(k.startswith("mem_cuda") for m in logged for k in m)  # CPU: no CUDA fields
     ((step, path),) = artifacts(run_dir, "memory_log")
-    assert step is None and path == "memory/rank0_memory_log.csv"
-    with open(run_dir / path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert [int(r["step"]) for r in rows] == [1, 3, 5]
-    assert all(int(r["rss_bytes"]) > 0 and r["cuda_allocated_bytes"] == "" for r in rows)
+    assert step is None and path == "memory/rank0.jsonl"
+    rows = [json.loads(line) for line in (run_dir / path).read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 3, 5]
+    assert all(r["rss_bytes"] > 0 and "cuda_allocated_bytes" not in r for r in rows)
     out = capsys.readouterr().out
     assert out.count("stepscope memory step") == 3 and "stepscope memory step 3: rss " in out
     assert losses == bare_losses(7)
@@ -68,12 +66,14 @@ def test_memory_timeline_per_window(tmp_path: Path) -> None:
     run_dir = monitor.run_dir
     # THEN each window has a non-empty HTML and raw timeline, indexed in the manifest
     assert sorted(artifacts(run_dir, "memory_timeline")) == [
-        (3, "memory_timeline/rank0_step3.html"),
         (3, "memory_timeline/rank0_step3.raw.json.gz"),
-        (7, "memory_timeline/rank0_step7.html"),
         (7, "memory_timeline/rank0_step7.raw.json.gz"),
     ]
-    for _, path in artifacts(run_dir, "memory_timeline"):
+    assert sorted(artifacts(run_dir, "memory_timeline_html")) == [
+        (3, "memory_timeline/rank0_step3.html"),
+        (7, "memory_timeline/rank0_step7.html"),
+    ]
+    for _, path in artifacts(run_dir, "memory_timeline") + artifacts(run_dir, "memory_timeline_html"):
         assert (run_dir / path).stat().st_size > 0
     # AND the raw timeline is one our own analysis reads: the model's parameters are in it
     report = analyze_memory_file(run_dir / "memory_timeline/rank0_step7.raw.json.gz")
@@ -180,7 +180,7 @@ def test_failing_timeline_export_is_isolated(tmp_path: Path, monkeypatch: pytest
         raise RuntimeError("export broke")
 
     monkeypatch.setattr(capture_memory, "_export_timeline", broken)
-    with pytest.warns(StepscopeWarning, match="'memory_timeline' collector failed in window_ready"):
+    with pytest.warns(StepscopeWarning, match="'memory_timeline' collector failed in on_window"):
         monitor, losses = run(tmp_path, 8, memory_timeline=True, record_shapes=True, profile_memory=True,
                               with_stack=True, **TWO_WINDOWS)  # fmt: skip
     assert len(artifacts(monitor.run_dir, "trace")) == 2  # the trace collector is unaffected

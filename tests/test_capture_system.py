@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import csv
 import itertools
+import json
 import statistics
 import sys
 import threading
@@ -15,15 +15,19 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.system import BASE_COLUMNS, THREAD_NAME, SystemSampler
+from stepscope.capture.system import THREAD_NAME, SystemSampler
 from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+BASE_FIELDS = [
+    "t_s", "unix_time", "process_cpu_percent", "system_cpu_percent", "rss_bytes", "sys_used_bytes", "sys_percent"
+]  # fmt: skip
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def sampler_threads() -> list[threading.Thread]:
@@ -32,29 +36,29 @@ def sampler_threads() -> list[threading.Thread]:
 
 def test_samples_at_the_interval_and_stops_cleanly(tmp_path: Path) -> None:
     # GIVEN a sampler every 50 ms for about 0.6 s
-    sampler = SystemSampler(tmp_path / "system.csv", 0.05, use_nvml=False)
+    sampler = SystemSampler(tmp_path / "system.jsonl", 0.05, use_nvml=False)
     sampler.start()
     time.sleep(0.6)
     sampler.stop()
     # THEN the thread is gone and the rows are ~50 ms apart (the machine is shared: a loose tolerance)
     assert sampler_threads() == []
-    rows = read_rows(tmp_path / "system.csv")
-    assert list(rows[0]) == list(BASE_COLUMNS)
+    rows = read_rows(tmp_path / "system.jsonl")
+    assert list(rows[0]) == BASE_FIELDS  # no "gpus" without NVML
     assert 8 <= len(rows) <= 14 and len(rows) == sampler.samples
     times = [float(r["t_s"]) for r in rows]
     assert times[0] < 0.05
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert statistics.median(gaps) == pytest.approx(0.05, abs=0.02)
-    assert all(int(r["rss_bytes"]) > 0 and 0 < float(r["sys_percent"]) <= 100 for r in rows)
+    assert all(r["rss_bytes"] > 0 and 0 < r["sys_percent"] <= 100 for r in rows)
 
 
 def test_interval_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="interval"):
-        SystemSampler(tmp_path / "s.csv", 0)
+        SystemSampler(tmp_path / "s.jsonl", 0)
 
 
 def fake_pynvml() -> types.ModuleType:
-    """Two GPUs; the second cannot report power (left blank)."""
+    """Two GPUs; the second cannot report power (left out)."""
     nv = types.ModuleType("pynvml")
     nv.NVML_TEMPERATURE_GPU = 0  # type: ignore[attr-defined]
 
@@ -83,33 +87,25 @@ def fake_pynvml() -> types.ModuleType:
 
 def test_nvml_columns_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
-    sampler = SystemSampler(tmp_path / "system.csv", 0.02)
+    sampler = SystemSampler(tmp_path / "system.jsonl", 0.02)
     sampler.start()
     time.sleep(0.1)
     sampler.stop()
-    row = read_rows(tmp_path / "system.csv")[0]
-    gpu = {k: v for k, v in row.items() if k.startswith("gpu")}
-    assert gpu == {
-        "gpu0_util_percent": "90",
-        "gpu0_mem_used_bytes": "1000",
-        "gpu0_mem_total_bytes": "80000",
-        "gpu0_power_w": "250.5",
-        "gpu0_temp_c": "60",
-        "gpu1_util_percent": "91",
-        "gpu1_mem_used_bytes": "2000",
-        "gpu1_mem_total_bytes": "80000",
-        "gpu1_power_w": "",
-        "gpu1_temp_c": "61",
-    }
+    row = read_rows(tmp_path / "system.jsonl")[0]
+    assert row["gpus"] == [
+        {"index": 0, "util_percent": 90, "mem_used_bytes": 1000, "mem_total_bytes": 80000, "power_w": 250.5,
+         "temp_c": 60},
+        {"index": 1, "util_percent": 91, "mem_used_bytes": 2000, "mem_total_bytes": 80000, "temp_c": 61},
+    ]  # fmt: skip
 
 
 def test_without_nvml_there_are_no_gpu_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails as when nvidia-ml-py is not installed
-    sampler = SystemSampler(tmp_path / "system.csv", 0.05)
+    sampler = SystemSampler(tmp_path / "system.jsonl", 0.05)
     sampler.start()
     sampler.stop()
     assert sampler.nvml is not None and "not installed" in sampler.nvml.problem
-    assert list(read_rows(tmp_path / "system.csv")[0]) == list(BASE_COLUMNS)
+    assert list(read_rows(tmp_path / "system.jsonl")[0]) == BASE_FIELDS
 
 
 def test_monitor_runs_the_sampler_for_the_run(tmp_path: Path) -> None:
@@ -126,6 +122,7 @@ def test_monitor_runs_the_sampler_for_the_run(tmp_path: Path) -> None:
     monitor.close()
     assert sampler_threads() == []
     (artifact,) = [a for a in read_manifest(monitor.run_dir).artifacts if a.kind == "system"]
-    assert artifact.path == "system/rank0_system.csv" and artifact.rank == 0
+    assert artifact.path == "system/rank0.jsonl" and artifact.rank == 0
+    assert artifact.schema == "stepscope.system/1"
     assert len(read_rows(monitor.run_dir / artifact.path)) >= 3
     assert losses == bare_losses(4)

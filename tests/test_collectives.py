@@ -9,11 +9,18 @@ from typing import Any
 
 import pytest
 
-from stepscope.collectives import collective_kind, collectives_from_trace, summarize_collectives
+from stepscope.analysis.collectives import CollectiveStats, collective_kind, rank_collectives
+from stepscope.analysis.loader import load_trace
+
+from ._traces import table_of
 
 
 def ev(name: str, cat: str, dur: float, **args: Any) -> dict[str, Any]:
-    return {"ph": "X", "name": name, "cat": cat, "ts": 0, "dur": dur, "args": args}
+    return {"ph": "X", "name": name, "cat": cat, "pid": 1, "tid": 1, "ts": 10, "dur": dur, "args": args}
+
+
+def summarize(events: list[dict[str, Any]]) -> list[CollectiveStats]:
+    return rank_collectives(table_of({0: events}), 0, 0, 10**12)
 
 
 def nccl_all_reduce(nelems: int, kernel_us: float) -> list[dict[str, Any]]:
@@ -42,31 +49,38 @@ def test_each_collective_counts_once_with_bytes_and_device_time() -> None:
     events = nccl_all_reduce(1000, 50.0) + nccl_all_reduce(3000, 150.0)
     events += [ev("record_param_comms", "cpu_op", 5.0, **{"Collective name": "wait", "In msg nelems": 0})]
     events += [ev("aten::mm", "cpu_op", 99.0), ev("void gemm_kernel", "kernel", 99.0)]
-    (stats,) = summarize_collectives(events)
+    (stats,) = summarize(events)
     assert stats.kind == "all_reduce" and stats.count == 2 and stats.count_source == "record_param_comms"
     assert stats.bytes == (1000 + 3000) * 2  # bf16
-    assert stats.time_us == 200.0 and stats.time_source == "device"
+    assert stats.time_ms == pytest.approx(0.2) and stats.time_source == "device"
     assert stats.dtypes == ["BFloat16"] and stats.group_sizes == [8]
 
 
-def test_gloo_ranges_give_count_bytes_from_shapes_and_cpu_time() -> None:
+def test_gloo_ranges_give_count_and_cpu_time() -> None:
     shaped = {"Input Dims": [[1056]], "Input type": ["float"]}
     events = [ev("gloo:all_reduce", "user_annotation", 7.0, **shaped) for _ in range(3)]
     events += [ev("c10d::allreduce_", "cpu_op", 1.0) for _ in range(3)]
     events += [ev("gloo:broadcast", "user_annotation", 2.0), ev("c10d::broadcast_", "cpu_op", 1.0)]
-    stats = {s.kind: s for s in summarize_collectives(events)}
+    stats = {s.kind: s for s in summarize(events)}
     assert stats["all_reduce"].count == 3 and stats["all_reduce"].count_source == "backend_range"
-    assert stats["all_reduce"].bytes == 3 * 1056 * 4
-    assert stats["all_reduce"].time_us == 21.0 and stats["all_reduce"].time_source == "cpu"
-    # without recorded shapes the size is unknown, not zero
+    assert stats["all_reduce"].time_ms == pytest.approx(0.021) and stats["all_reduce"].time_source == "cpu"
+    # without record_param_comms the size is unknown, not zero
     assert stats["broadcast"].count == 1 and stats["broadcast"].bytes is None
     # a c10d op alone still counts; an NCCL range without kernels only times the enqueue
-    only_ops = summarize_collectives([ev("c10d::_allgather_base_", "cpu_op", 4.0)])
-    assert [(s.kind, s.count, s.count_source, s.time_us) for s in only_ops] == [
+    only_ops = summarize([ev("c10d::_allgather_base_", "cpu_op", 4.0)])
+    assert [(s.kind, s.count, s.count_source, s.time_ms) for s in only_ops] == [
         ("all_gather", 1, "c10d_op", None)
     ]
-    (enqueue,) = summarize_collectives([ev("nccl:reduce_scatter_tensor_coalesced", "user_annotation", 3.0)])
+    (enqueue,) = summarize([ev("nccl:reduce_scatter_tensor_coalesced", "user_annotation", 3.0)])
     assert (enqueue.kind, enqueue.time_source) == ("reduce_scatter", "cpu enqueue")
+
+
+def test_only_the_window_counts() -> None:
+    events = nccl_all_reduce(1000, 50.0)
+    late = [dict(e, ts=5000) for e in nccl_all_reduce(1000, 50.0)]
+    table = table_of({0: events + late})
+    (stats,) = rank_collectives(table, 0, 0, 1_000_000)  # ns: the first collective only
+    assert stats.count == 1
 
 
 @pytest.mark.parametrize(
@@ -92,28 +106,12 @@ def test_collective_kinds(raw: str, kind: str | None) -> None:
     assert collective_kind(raw) == kind
 
 
-def test_reads_a_gzipped_chrome_trace(tmp_path: Path) -> None:
-    trace = {
-        "distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 8},
-        "traceEvents": [
-            *nccl_all_reduce(512, 40.0),
-            {"ph": "M", "name": "process_name", "args": {"name": "x"}},
-        ],
-    }
-    path = tmp_path / "rank3.json.gz"
-    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
-    summary = collectives_from_trace(path)
-    assert (summary.rank, summary.backend, summary.world_size) == (3, "nccl", 8)
-    assert [(s.kind, s.count, s.bytes, s.time_us) for s in summary.collectives] == [
-        ("all_reduce", 1, 1024, 40.0)
-    ]
-
-
 @pytest.mark.shared
 def test_real_nccl_trace(shared_traces: Path) -> None:
-    summary = collectives_from_trace(shared_traces / "hta_nccl_parser_config/nccl_data.json.gz")
-    stats = {s.kind: s for s in summary.collectives}
-    assert set(stats) == {"all_reduce", "broadcast"} and summary.backend == "nccl"
+    table = load_trace(shared_traces / "hta_nccl_parser_config/nccl_data.json.gz")
+    (rank,) = table.rank_ids()
+    stats = {s.kind: s for s in rank_collectives(table, rank, -(2**62), 2**62)}
+    assert set(stats) == {"all_reduce", "broadcast"} and table.ranks[rank].backend == "nccl"
     # 27 record_param_comms: 15 all-reduces (5 sizes x 3 steps), 6 broadcasts, 6 waits (not collectives)
     assert stats["all_reduce"].count == 15
     assert stats["all_reduce"].bytes == 3 * (2049000 + 7875584 + 6563840 + 6637568 + 2431040) * 4
@@ -124,12 +122,11 @@ def test_real_nccl_trace(shared_traces: Path) -> None:
 @pytest.mark.shared
 def test_real_gloo_trace(shared_traces: Path) -> None:
     path = shared_traces / "hta_cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-    summary = collectives_from_trace(path)
-    (stats,) = summary.collectives
-    assert (summary.rank, summary.backend) == (34, "gloo")
+    table = load_trace(path)
+    assert table.rank_ids() == [34] and table.ranks[34].backend == "gloo"
+    (stats,) = rank_collectives(table, 34, -(2**62), 2**62)
     assert (stats.kind, stats.count, stats.time_source) == ("all_reduce", 10, "cpu")
-    # the same figures computed directly from the file's gloo ranges (float32 input tensors)
+    # the same time computed directly from the file's gloo ranges
     with gzip.open(path, "rt") as fh:
         ranges = [e for e in json.load(fh)["traceEvents"] if e.get("name") == "gloo:all_reduce"]
-    assert stats.bytes == sum(4 * e["args"]["Input Dims"][0][0] for e in ranges)
-    assert stats.time_us == pytest.approx(sum(e["dur"] for e in ranges))
+    assert stats.time_ms == pytest.approx(sum(e["dur"] for e in ranges) / 1e3, rel=1e-6)

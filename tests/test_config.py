@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import stepscope
-from stepscope.config import ProfileConfig
+from stepscope.capture.config import ProfileConfig
 from stepscope.errors import ConfigError, InputError
 
 

@@ -254,12 +254,12 @@ def test_a_kill_during_export_leaves_no_system_temp_file_and_the_traces_folder_l
 def test_metrics_that_fail_to_flush_switch_metrics_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stepscope.capture.collector import RunContext
+    from stepscope.capture.writer import RunWriter
 
-    def broken(self: RunContext) -> None:
+    def broken(self: RunWriter) -> None:
         raise ValueError("disk says no")
 
-    monkeypatch.setattr(RunContext, "flush_metrics", broken)
+    monkeypatch.setattr(RunWriter, "flush_metrics", broken)
     _, losses, messages = train_and_close(tmp_path, 5, wait=0, warmup=1, active=1, repeat=2, console=False)
     assert len(losses) == 5 and len(traces(tmp_path)) == 2
     assert messages == [

@@ -1,5 +1,6 @@
-"""The import rules of DESIGN.md, checked on the source: analysis never imports torch or capture; capture never
-imports analysis; nothing heavy at `import stepscope`."""
+"""The import rules of DESIGN.md, checked on the source: runfolder imports no other layer; analysis never imports
+torch, rich or capture; capture never imports analysis; report never imports capture; nothing heavy at
+`import stepscope`; the top level holds only the package's entry points."""
 
 from __future__ import annotations
 
@@ -27,12 +28,37 @@ def modules_of(layer: str) -> list[Path]:
     return sorted((PACKAGE / layer).rglob("*.py"))
 
 
+def bad_imports(path: Path, *forbidden: str) -> set[str]:
+    return {m for m in imported_modules(path) if any(m == f or m.startswith(f + ".") for f in forbidden)}
+
+
 @pytest.mark.parametrize("path", modules_of("analysis"), ids=lambda p: p.name)
-def test_analysis_imports_neither_torch_nor_capture(path: Path) -> None:
-    bad = {
-        m for m in imported_modules(path) if m.split(".")[0] == "torch" or m.startswith("stepscope.capture")
-    }
+def test_analysis_imports_neither_torch_nor_rich_nor_capture(path: Path) -> None:
+    bad = bad_imports(path, "torch", "rich", "stepscope.capture", "stepscope.report", "stepscope.cli")
     assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", modules_of("runfolder"), ids=lambda p: p.name)
+def test_runfolder_imports_no_other_layer(path: Path) -> None:
+    bad = bad_imports(
+        path, "torch", "rich", "stepscope.capture", "stepscope.analysis", "stepscope.report", "stepscope.cli"
+    )
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", modules_of("report"), ids=lambda p: p.name)
+def test_report_never_imports_capture_and_reporters_never_import_each_other(path: Path) -> None:
+    bad = bad_imports(path, "stepscope.capture", "stepscope.cli", "torch")
+    shared = {"stepscope.report.terminal", "stepscope.report"}
+    others = {m for m in imported_modules(path) if m.startswith("stepscope.report.") and m not in shared}
+    assert not bad and not others, f"{path.name} imports {sorted(bad | others)}"
+
+
+def test_top_level_holds_only_entry_points() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "errors.py"]
+    layers = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert layers == ["analysis", "capture", "cli", "integrations", "report", "runfolder"]
 
 
 @pytest.mark.parametrize("path", modules_of("capture"), ids=lambda p: p.name)
@@ -47,7 +73,7 @@ def test_analysis_and_cli_import_without_torch() -> None:
         "import sys\n"
         + "".join(f"import {m}\n" for m in modules)
         + (
-            "import stepscope.cli, stepscope.collectives, stepscope.peaks\n"
+            "import stepscope.cli, stepscope.collectives, stepscope.capture.peaks\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n"
         )
     )

@@ -10,7 +10,7 @@ from stepscope.capture import mfu
 from stepscope.capture._instrument import planned_steps, untraced_step_from
 from stepscope.capture.flops import peak_format
 from stepscope.capture.schedule import Schedule
-from stepscope.peaks import DTYPES, PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_peak, no_peak_reason
+from stepscope.capture.peaks import DTYPES, PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_peak, no_peak_reason
 
 
 @pytest.mark.parametrize(

@@ -20,13 +20,14 @@ __all__ = [
 _LAZY = {
     "performance_monitor": ("stepscope.capture.monitor", "performance_monitor"),
     "PerformanceMonitor": ("stepscope.capture.monitor", "PerformanceMonitor"),
-    "ProfileConfig": ("stepscope.config", "ProfileConfig"),
-    "add_profiling_args": ("stepscope.config", "add_profiling_args"),
+    "ProfileConfig": ("stepscope.capture.config", "ProfileConfig"),
+    "add_profiling_args": ("stepscope.integrations.args", "add_profiling_args"),
 }
 
 if TYPE_CHECKING:
+    from stepscope.capture.config import ProfileConfig
     from stepscope.capture.monitor import PerformanceMonitor, performance_monitor
-    from stepscope.config import ProfileConfig, add_profiling_args
+    from stepscope.integrations.args import add_profiling_args
 
 
 def __getattr__(name: str) -> Any:

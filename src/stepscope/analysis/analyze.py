@@ -18,6 +18,7 @@ from stepscope.analysis.breakdown import (
     temporal_breakdown,
     top_kernels,
 )
+from stepscope.analysis.collectives import CollectiveStats, rank_collectives
 from stepscope.analysis.findings import Finding, rank_findings, straggler_finding
 from stepscope.analysis.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.kernels import COMMUNICATION
@@ -61,6 +62,7 @@ class AnalysisResult(msgspec.Struct):
 
     schema: str
     ranks: list[RankAnalysis]
+    collectives: list[CollectiveStats]  # per rank and kind, over each rank's window
     stragglers: Stragglers | None
     findings: list[Finding]
     notices: list[str]
@@ -69,11 +71,13 @@ class AnalysisResult(msgspec.Struct):
 def analyze(table: TraceTable, *, drop_last_step: bool = False, top: int = 10) -> AnalysisResult:
     """Analyse every rank of `table` over its profiler-step window (the last step dropped on request)."""
     ranks: list[RankAnalysis] = []
+    collectives: list[CollectiveStats] = []
     findings: list[Finding] = []
     for rank in table.rank_ids():
         data = prepare_rank(table, rank, drop_last_step=drop_last_step)
         result = analyze_rank(data, top=top)
         ranks.append(result)
+        collectives += rank_collectives(data.table, rank, data.lo, data.hi)
         findings.extend(rank_findings(data, result.temporal, result.idle_by_stream, result.communication))
     stragglers = cross_rank({r.rank: r.steps for r in ranks})
     slow = straggler_finding(stragglers)
@@ -82,7 +86,7 @@ def analyze(table: TraceTable, *, drop_last_step: bool = False, top: int = 10) -
     findings.sort(
         key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.rank if f.rank is not None else -1, f.id)
     )
-    return AnalysisResult(SCHEMA, ranks, stragglers, findings, list(table.notices))
+    return AnalysisResult(SCHEMA, ranks, collectives, stragglers, findings, list(table.notices))
 
 
 def analyze_rank(data: RankData, *, top: int = 10) -> RankAnalysis:

@@ -8,6 +8,7 @@ Module names: torch's module trackers name modules after the class of the outerm
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from collections.abc import Iterable
@@ -16,7 +17,6 @@ from typing import Any
 
 from stepscope.capture.collector import RunContext, StepscopeWarning
 from stepscope.capture.schedule import Schedule
-from stepscope.runfolder import update_manifest
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 GLOBAL = "Global"  # the trackers' name for everything that ran, inside a module or not
@@ -89,11 +89,8 @@ def announce_placement(
             f"step {placed} instead"
         )
     warnings.warn(f"stepscope: {note}", StepscopeWarning, stacklevel=3)
-    try:
-        with ctx._lock:
-            update_manifest(ctx.run_dir, notes=[f"rank {ctx.rank}: {note}"])
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        ctx.writer.update(notes=[f"rank {ctx.rank}: {note}"])
 
 
 @dataclass(frozen=True)

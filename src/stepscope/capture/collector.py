@@ -1,26 +1,32 @@
-"""Collectors: the pieces of capture (trace, metrics, FLOPs, memory, ...) and the context they share.
+"""Collectors: the pieces of capture (trace, metrics, FLOPs, memory, ...) and what they share.
 
-A collector overrides only the hooks it needs; the monitor calls just those, each through a guard that
-turns an exception into one warning and switches that collector off. Profiling never takes a job down.
+A collector overrides only the hooks it needs and says at which steps it needs them (`next_busy`); the monitor
+calls just those, each through a guard that turns an exception into one warning and switches that collector
+off. A step no collector needs costs a counter and a comparison. Profiling never takes a job down.
+
+Hooks, in the order the monitor calls them within a step:
+    before_step(step)                 before the step runs (the trace collector's first)
+    after_step(step, wall_ms)         after it; returns fields for the step's metrics line, or None
+    on_record(line)                   the step's assembled StepMetrics line (sinks)
+    on_window(window)                 once per exported window, after the trace collector's after_step
+    step_failed(step, exc)            the step raised (before the exception propagates), on every step
 """
 
 from __future__ import annotations
 
-import os
-import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from stepscope.runfolder import METRICS_NAME, Artifact, relpath, update_manifest
+from stepscope.capture.schedule import NEVER_STEP as NEVER
 
 if TYPE_CHECKING:
+    from stepscope.capture.config import ProfileConfig
     from stepscope.capture.schedule import Schedule
-    from stepscope.config import ProfileConfig
+    from stepscope.capture.writer import RunWriter
+    from stepscope.runfolder.payloads import StepMetrics
 
 
 class StepscopeWarning(UserWarning):
@@ -29,82 +35,41 @@ class StepscopeWarning(UserWarning):
 
 @dataclass
 class RunContext:
-    """What every collector of one recording rank shares: options, identity, the run folder, outputs."""
+    """What every collector of one recording rank shares: options, identity, the run writer."""
 
     config: ProfileConfig
     schedule: Schedule
     rank: int
     world_size: int
-    run_dir: Path
+    writer: RunWriter
     model: Any = None
     is_first_profiled_rank: bool = False
-    step: int = 0  # index of the step that is running (0-based); equals steps completed so far
-    # Called by the trace collector with (profiler, step) after it exported a window (see Collector.window_ready).
-    window_listeners: list[Callable[[Any, int], Any]] = field(default_factory=list)
-    _metrics: list[bytes] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _listeners: list[Callable[[str, dict[str, Any]], None]] = field(default_factory=list)
+    step: int = 0  # steps completed so far (= index of the step that runs next)
 
-    def add_artifact(
-        self, kind: str, path: str | Path, step: int | None = None, rank: int | None = -1
-    ) -> None:
-        """Index a written file in the manifest (rank defaults to this rank; pass None for job-wide files)."""
-        artifact = Artifact(
-            kind=kind, path=relpath(self.run_dir, path), rank=self.rank if rank == -1 else rank, step=step
-        )
-        with self._lock:
-            update_manifest(self.run_dir, artifacts=[artifact])
+    @property
+    def run_dir(self) -> Path:
+        return self.writer.run_dir
 
-    def path(self, relative: str) -> Path:
-        """Absolute path in the run folder; parent folders are created."""
-        target = self.run_dir / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return target
 
-    def log_metrics(self, record: dict[str, Any]) -> None:
-        """Queue one JSON line for metrics.jsonl (flushed at window ends and at close)."""
-        self._metrics.append(msgspec.json.encode(record) + b"\n")
+@dataclass(frozen=True)
+class Window:
+    """One exported profiling window of one rank: what collectors that work per window receive."""
 
-    def subscribe(self, listener: Callable[[str, dict[str, Any]], None]) -> None:
-        """Call `listener(event, data)` for every `notify` (collectors that consume others' results)."""
-        self._listeners.append(listener)
-
-    def notify(self, event: str, **data: Any) -> None:
-        """Tell the listeners about an event; one that raises is dropped with a warning, never the caller.
-
-        Events carry results for other collectors: "window_end" (step, averages, sort_key, trace_path) from
-        the trace collector once a window's key averages exist (work that needs the profiler itself belongs in
-        `window_ready`); "throughput" (step, throughput) from the FLOP collector when it has a figure.
-        """
-        for listener in list(self._listeners):
-            try:
-                listener(event, data)
-            except Exception as exc:
-                self._listeners.remove(listener)
-                warnings.warn(
-                    f"stepscope: a listener of {event!r} failed ({type(exc).__name__}: {exc}); it is dropped",
-                    StepscopeWarning,
-                    stacklevel=2,
-                )
-
-    def flush_metrics(self) -> None:
-        if not self._metrics:
-            return
-        data = b"".join(self._metrics)
-        self._metrics.clear()
-        # One O_APPEND write per flush: lines of different ranks never interleave mid-line.
-        fd = os.open(self.run_dir / METRICS_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+    rank: int
+    first_step: int  # first active step
+    last_step: int  # last active step (the window's trace is named after it)
+    trace_path: Path
+    profiler: Any  # the stopped torch profiler (export_memory_timeline etc. still work on it)
+    averages: Any = None  # its key averages (None when torch could not compute them)
+    sort_key: str = "self_cpu_time_total"  # self_device_time_total when the window has device time
+    partial: bool = False  # the job stopped inside the window
+    notes: list[str] = field(default_factory=list)
 
 
 class Collector:
     """Base of all collectors. Hooks left as defined here are never called (zero cost on the hot path)."""
 
     name = "collector"
-    close_order = 0  # lower closes first: the trace collector (-1) exports its last window to the others
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -112,18 +77,29 @@ class Collector:
     def start(self) -> None:
         """Called once before the first step."""
 
-    def before_step(self, step: int) -> None:
-        """Called before step `step` runs."""
+    def next_busy(self, step: int) -> int:
+        """The first step >= `step` at which before_step / after_step must run (NEVER: no more).
 
-    def after_step(self, step: int, record: dict[str, Any]) -> None:
-        """Called after step `step`; may add fields to `record` (its metrics.jsonl line)."""
+        The default is every step when either hook is overridden; collectors that work at a few steps say
+        which, so that the steps in between cost nothing."""
+        return step if overrides(self, "before_step") or overrides(self, "after_step") else NEVER
+
+    def before_step(self, step: int) -> None:
+        """Called before step `step` runs (at busy steps)."""
+
+    def after_step(self, step: int, wall_ms: float) -> Mapping[str, Any] | None:
+        """Called after step `step` (at busy steps); returns fields for its metrics line."""
+        return None
+
+    def on_record(self, line: StepMetrics) -> None:
+        """Called with every metrics line of a busy step, once assembled."""
+
+    def on_window(self, window: Window) -> None:
+        """Called once per exported window (the profiler is not recording then: work done here is not in
+        any step's trace)."""
 
     def step_failed(self, step: int, exc: BaseException) -> None:
         """Called when step `step` raised `exc` (before it propagates), e.g. to dump a snapshot on OOM."""
-
-    def window_ready(self, prof: Any, step: int) -> None:
-        """Called after the trace collector exported the window ending at `step`, with its torch profiler
-        (the profiler is not recording then: work done here is not in any step's trace)."""
 
     def close(self) -> None:
         """Called once when the monitor stops (also after a failure elsewhere)."""

@@ -1,21 +1,18 @@
-"""The collective logger: CommDebugMode at `comm_logger_step`, and collective sizes/times from the traces.
+"""The collective logger: CommDebugMode at `comm_logger_step`.
 
-At the logged step (moved out of traced windows like the FLOP counter's) each recording rank writes
-`comm/rank{R}/comm_debug_{S}.txt` (a per-module forward/backward summary, then CommDebugMode's table without
-colour codes) and `comm/rank{R}/comm_mode_log.json` (CommDebugMode's own JSON dump). CommDebugMode only counts;
-so at the end of every traced window this collector also reads that window's trace and writes, per collective
-kind, the count, bytes and time the trace holds: `comm/rank{R}/collectives_step{S}.json`.
+At the logged step (moved out of traced windows like the FLOP counter's) each recording rank writes the
+collectives per module, forward and backward (kind `comm_counts`, a CommCounts payload), a text file with that
+summary and CommDebugMode's table without colour codes (kind `comm_debug`), and CommDebugMode's own JSON dump
+(kind `comm_json`). CommDebugMode only counts; sizes and times of the collectives come from the traces, which
+analysis reads (`stepscope analyze`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import os
 from typing import Any
 
-import msgspec
-
-from stepscope._atomic import atomic_write_bytes, atomic_write_text, temp_path_beside
 from stepscope.capture._instrument import (
     GLOBAL,
     ModuleNames,
@@ -24,19 +21,18 @@ from stepscope.capture._instrument import (
     quiet_module_tracker,
     strip_ansi,
 )
-from stepscope.capture.collector import Collector, RunContext
-from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table
-from stepscope.runfolder import TRACE_TEMPLATE, relpath
+from stepscope.capture.collector import NEVER, Collector, RunContext
+from stepscope.report.terminal import make_console, make_table
+from stepscope.runfolder import ArtifactKind
+from stepscope.runfolder.atomic import temp_path_beside
+from stepscope.runfolder.payloads import CommCounts
 
-DEBUG_TEMPLATE = "comm/rank{rank}/comm_debug_{step}.txt"
-JSON_TEMPLATE = "comm/rank{rank}/comm_mode_log.json"
-COLLECTIVES_TEMPLATE = "comm/rank{rank}/collectives_step{step}.json"
 PHASES = ("forward", "backward")
 ALL = "(all)"  # the row of every collective of the step, inside a module or not
 
 
 class CommCollector(Collector):
-    """Logs the collectives of one step per module (CommDebugMode) and of each window (from its trace)."""
+    """Logs the collectives of one step per module (CommDebugMode)."""
 
     name = "comm"
 
@@ -68,13 +64,16 @@ class CommCollector(Collector):
         mode.__enter__()
         self.mode = mode
 
-    def after_step(self, step: int, record: dict[str, Any]) -> None:
+    def next_busy(self, step: int) -> int:
+        return self.step if self.step is not None and step <= self.step else NEVER
+
+    def after_step(self, step: int, wall_ms: float) -> dict[str, Any] | None:
         if self.mode is None or step != self.step:
-            return
+            return None
         mode, self.mode = self.mode, None
         mode.__exit__(None, None, None)
         self._write_step_log(step, mode)
-        record["collectives"] = sum(self.totals.values())
+        return {"collectives": sum(self.totals.values())}
 
     def step_failed(self, step: int, exc: BaseException) -> None:
         if self.mode is not None:
@@ -88,49 +87,40 @@ class CommCollector(Collector):
 
     # --- CommDebugMode ----------------------------------------------------------------------------
     def _write_step_log(self, step: int, mode: Any) -> None:
-        ctx, cfg = self.ctx, self.ctx.config
+        ctx, cfg, writer = self.ctx, self.ctx.config, self.ctx.writer
         module_counts = mode.comm_module_counts
         names = ModuleNames.build(module_counts, ctx.model)
         self.summary = module_summary(module_counts, names)
         self.totals = {_op_name(op): int(n) for op, n in mode.get_comm_counts().items()}
+        distributed = _dist_ready()
+        writer.write_json(
+            ArtifactKind.COMM_COUNTS,
+            CommCounts(
+                rank=ctx.rank, step=step, totals=self.totals, modules=self.summary, distributed=distributed
+            ),
+            step,
+        )
         table = summary_table(self.summary, self.totals, step, ctx.rank)
         header = _render(table)
-        if not _dist_ready():
+        if not distributed:
             header += "\ntorch.distributed is not initialized on this rank: no collective was expected.\n"
         body = strip_ansi(mode.generate_comm_debug_tracing_table(noise_level=cfg.comm_noise_level))
-        debug_path = ctx.path(DEBUG_TEMPLATE.format(rank=ctx.rank, step=step))
-        atomic_write_text(
-            debug_path, f"{header}\nCommDebugMode table (noise level {cfg.comm_noise_level}):\n\n{body}"
+        writer.write_text(
+            ArtifactKind.COMM_DEBUG,
+            f"{header}\nCommDebugMode table (noise level {cfg.comm_noise_level}):\n\n{body}",
+            step,
         )
-        ctx.add_artifact("comm_debug", debug_path, step)
-        json_path = ctx.path(JSON_TEMPLATE.format(rank=ctx.rank))
+        json_path = writer.path(ArtifactKind.COMM_JSON, step)
         tmp = temp_path_beside(json_path)
         try:
             mode.generate_json_dump(file_name=str(tmp), noise_level=cfg.comm_noise_level)
             os.replace(tmp, json_path)
         finally:
-            if tmp.exists():
+            with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        ctx.add_artifact("comm_json", json_path, step)
+        writer.add(ArtifactKind.COMM_JSON, json_path, step)
         if ctx.is_first_profiled_rank and cfg.console:
             make_console().print(table)
-
-    # --- traces -----------------------------------------------------------------------------------
-    def window_ready(self, prof: Any, step: int) -> None:
-        """Read the window's trace (just exported) and write its collectives per kind."""
-        ctx = self.ctx
-        trace_path = ctx.run_dir / TRACE_TEMPLATE.format(rank=ctx.rank, step=step)
-        if not trace_path.is_file():
-            return
-        from stepscope.collectives import collectives_from_trace
-
-        summary = collectives_from_trace(trace_path)
-        out = ctx.path(COLLECTIVES_TEMPLATE.format(rank=ctx.rank, step=step))
-        payload = dataclasses.asdict(summary) | {"step": step, "trace": relpath(ctx.run_dir, trace_path)}
-        atomic_write_bytes(out, msgspec.json.format(msgspec.json.encode(payload), indent=2) + b"\n")
-        ctx.add_artifact("comm_json", out, step)
-        if ctx.is_first_profiled_rank and ctx.config.console and summary.collectives:
-            make_console().print(trace_table(summary.collectives, step, ctx.rank))
 
 
 def _dist_ready() -> bool:
@@ -173,21 +163,6 @@ def summary_table(
     total = sum(totals.values())
     title = f"stepscope: collectives of step {step}, rank {rank} (CommDebugMode): {total} in all"
     return make_table(title, ["module", "forward", "backward"], rows)
-
-
-def trace_table(stats: list[Any], step: int, rank: int) -> Any:
-    rows = [
-        [
-            s.kind,
-            s.count,
-            fmt_bytes(s.bytes) if s.bytes is not None else "-",
-            f"{fmt_us(s.time_us)} ({s.time_source})" if s.time_us is not None else "-",
-            ", ".join(s.dtypes) or "-",
-        ]
-        for s in stats
-    ]
-    title = f"stepscope: collectives in the trace of the window ending at step {step}, rank {rank}"
-    return make_table(title, ["collective", "count", "bytes in", "time", "dtypes"], rows)
 
 
 def _render(table: Any) -> str:

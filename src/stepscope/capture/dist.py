@@ -97,7 +97,7 @@ def agree_run_name(out_dir: Path, rank: int, world_size: int, index: int) -> str
         return new_run_name()
     marker = out_dir / f".job-{hashlib.sha1(job.encode()).hexdigest()[:12]}-{index}"
     if rank == 0:
-        from stepscope._atomic import atomic_write_text
+        from stepscope.runfolder.atomic import atomic_write_text
 
         name = new_run_name()
         atomic_write_text(marker, name)

@@ -1,7 +1,7 @@
 """The FLOP collector: counts one step's FLOPs with FlopCounterMode, then reports TFLOP/s and MFU.
 
 The counted step (`flop_counter_step`) lies outside every warmup/active window (see `_instrument.place_step`).
-Its FLOPs (forward + backward, per module) go to `flops/rank{R}_step{S}.txt` and `.json`. Throughput divides
+Its FLOPs (forward + backward, per module) go to a FlopsReport (kind `flops`) and a table (kind `flops_table`). Throughput divides
 them by the median wall time of the uninstrumented steps: neither traced, nor counted, nor comm-logged, nor
 the first step (one-off start-up work).
 """
@@ -13,9 +13,6 @@ import warnings
 from collections import Counter
 from typing import Any
 
-import msgspec
-
-from stepscope._atomic import atomic_write_bytes, atomic_write_text
 from stepscope.capture import mfu
 from stepscope.capture._instrument import (
     GLOBAL,
@@ -25,11 +22,11 @@ from stepscope.capture._instrument import (
     quiet_module_tracker,
 )
 from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
-from stepscope.peaks import Peak, lookup_peak, no_peak_reason
+from stepscope.capture.peaks import Peak, lookup_peak, no_peak_reason
 from stepscope.report.terminal import make_console, make_table
+from stepscope.runfolder import ArtifactKind
+from stepscope.runfolder.payloads import FlopsReport, ModuleFlops, PeakInfo, ThroughputInfo
 
-FLOPS_TEMPLATE = "flops/rank{rank}_step{step}"
-SCHEMA = "stepscope.flops/1"
 ZERO_FLOPS = (
     "FlopCounterMode counted 0 FLOPs at step {step}: no matmul, convolution or attention op ran through the "
     "dispatcher (a transformer layer in eval()/no_grad takes a fused fast path that it cannot see); count a "
@@ -67,7 +64,7 @@ class FlopCollector(Collector):
         self.result: mfu.Throughput | None = None
         self._modes: list[Any] = []
         self._excluded: set[int] = set()
-        self._report: dict[str, Any] = {}
+        self._report: FlopsReport | None = None
         self._text = ""
         self._printed_steps = 0
 
@@ -91,21 +88,27 @@ class FlopCollector(Collector):
         tally.__enter__()
         self._modes.append(tally)
 
-    def after_step(self, step: int, record: dict[str, Any]) -> None:
+    def after_step(self, step: int, wall_ms: float) -> dict[str, Any] | None:
+        fields: dict[str, Any] = {}
         if self._modes and step == self.step:
             counter, tally = self._exit_modes()
             self._counted(step, counter, tally)
-            record["flops"] = self.flops
+            fields["flops"] = self.flops
         elif step not in self._excluded and not self.ctx.schedule.is_traced(step):
-            seconds = record["wall_ms"] / 1e3
+            seconds = wall_ms / 1e3
             self.times.append(seconds)
             if self.flops and seconds > 0:
                 tflops = mfu.achieved_tflops(self.flops, seconds)
-                record["tflops"] = tflops
+                fields["tflops"] = tflops
                 if self.peak is not None:
-                    record["mfu"] = mfu.mfu(tflops, self.peak.tflops)
+                    fields["mfu"] = mfu.mfu(tflops, self.peak.tflops)
         if self.flops and self.result is None and len(self.times) >= mfu.MIN_TIMED_STEPS:
-            self._report_throughput(step)
+            result = self._report_throughput(step)
+            if result is not None:
+                fields["tflops_median"] = result.tflops
+                if result.mfu is not None:
+                    fields["mfu_median"] = result.mfu
+        return fields
 
     def step_failed(self, step: int, exc: BaseException) -> None:
         if self._modes:
@@ -157,40 +160,36 @@ class FlopCollector(Collector):
             self.peak = lookup_peak(device, self.format)
         if self.peak is None:
             self.no_mfu_reason = no_peak_reason(device, self.format)
-        modules = module_rows(counts, names)
-        self._report = {
-            "schema": SCHEMA,
-            "rank": ctx.rank,
-            "step": step,
-            "requested_step": cfg.flop_counter_step,
-            "total_flops": self.flops,
-            "ops": counts.get(GLOBAL, {}),
-            "modules": modules,
-            "device": device or "cpu",
-            "matmul_dtype": dtype,
-            "peak_format": self.format,
-            "note": ZERO_FLOPS.format(step=step) if self.flops == 0 else None,
-            "throughput": None,
-        }
+        self._report = FlopsReport(
+            rank=ctx.rank,
+            step=step,
+            requested_step=cfg.flop_counter_step,
+            total_flops=self.flops,
+            ops=counts.get(GLOBAL, {}),
+            modules=module_rows(counts, names),
+            device=device or "cpu",
+            matmul_dtype=dtype,
+            peak_format=self.format,
+            note=ZERO_FLOPS.format(step=step) if self.flops == 0 else None,
+        )
         self._text = flop_table_text(self._report, cfg.flop_table_depth, names.root is not None)
         self._write()
         if ctx.is_first_profiled_rank and cfg.console:
             console = make_console()
             console.print(flop_table(self._report, cfg.flop_table_depth, names.root is not None))
             if self.flops == 0:
-                console.print(self._report["note"])
+                console.print(self._report.note, markup=False, highlight=False)
         if self.flops == 0:
-            warnings.warn(f"stepscope: {self._report['note']}", StepscopeWarning, stacklevel=3)
+            warnings.warn(f"stepscope: {self._report.note}", StepscopeWarning, stacklevel=3)
 
-    def _report_throughput(self, step: int, final: bool = False) -> None:
-        assert self.flops is not None
+    def _report_throughput(self, step: int, final: bool = False) -> mfu.Throughput | None:
+        assert self.flops is not None and self._report is not None
         result = mfu.throughput(self.flops, self.times, self.peak, self.no_mfu_reason)
         if result is None:
-            return
+            return None
         self.result = result
-        self._report["throughput"] = result.as_dict()
+        self._report.throughput = throughput_info(result)
         self._write()
-        self.ctx.notify("throughput", step=step, throughput=result)
         if (
             self.ctx.is_first_profiled_rank
             and self.ctx.config.console
@@ -202,21 +201,33 @@ class FlopCollector(Collector):
                 lines = lines[:1]  # the reason for no MFU was printed with the first figure
             self._printed_steps = result.steps_timed
             for line in lines:
-                make_console().print(prefix + line)
+                make_console().print(prefix + line, markup=False, highlight=False)
+        return result
 
     def _write(self) -> None:
-        ctx = self.ctx
-        base = FLOPS_TEMPLATE.format(rank=ctx.rank, step=self._report["step"])
+        report, writer = self._report, self.ctx.writer
+        assert report is not None
         text = self._text
-        if self._report["note"]:
-            text += "\n" + self._report["note"] + "\n"
+        if report.note:
+            text += "\n" + report.note + "\n"
         if self.result is not None:
             text += "\n" + "\n".join(self.result.lines()) + "\n"
-        txt, js = ctx.path(base + ".txt"), ctx.path(base + ".json")
-        atomic_write_text(txt, text)
-        atomic_write_bytes(js, msgspec.json.format(msgspec.json.encode(self._report), indent=2) + b"\n")
-        for path in (txt, js):
-            ctx.add_artifact("flops", path, self._report["step"])
+        writer.write_text(ArtifactKind.FLOPS_TABLE, text, report.step)
+        writer.write_json(ArtifactKind.FLOPS, report, report.step)
+
+
+def throughput_info(result: mfu.Throughput) -> ThroughputInfo:
+    peak = result.peak
+    return ThroughputInfo(
+        flops=result.flops,
+        median_step_s=result.median_step_s,
+        steps_timed=result.steps_timed,
+        tflops=result.tflops,
+        mfu=result.mfu,
+        peak=PeakInfo(peak.tflops, peak.device, peak.dtype, peak.source) if peak is not None else None,
+        no_mfu_reason=result.no_mfu_reason,
+        formula=mfu.FORMULA,
+    )
 
 
 def device_name(model: Any) -> str | None:
@@ -235,7 +246,7 @@ def device_name(model: Any) -> str | None:
     return str(torch.cuda.get_device_name(index if index is not None else torch.cuda.current_device()))
 
 
-def module_rows(counts: dict[str, dict[str, int]], names: ModuleNames) -> list[dict[str, Any]]:
+def module_rows(counts: dict[str, dict[str, int]], names: ModuleNames) -> list[ModuleFlops]:
     """One row per module that did FLOPs, in the model's order, with model-relative names."""
     rows = []
     for tracker_name, ops in counts.items():
@@ -245,53 +256,46 @@ def module_rows(counts: dict[str, dict[str, int]], names: ModuleNames) -> list[d
         if relative is None:
             continue
         rows.append(
-            {
-                "name": relative,
-                "label": names.label(relative),
-                "type": names.types.get(relative),
-                "depth": names.depth(relative),
-                "flops": sum(ops.values()),
-                "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
-            }
+            ModuleFlops(
+                name=relative,
+                label=names.label(relative),
+                type=names.types.get(relative),
+                depth=names.depth(relative),
+                flops=sum(ops.values()),
+                ops=dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+            )
         )
-    rows.sort(key=lambda r: names.sort_key(r["name"]))
+    rows.sort(key=lambda r: names.sort_key(r.name))
     return rows
 
 
-def flop_table(report: dict[str, Any], depth: int, has_model: bool) -> Any:
+def flop_table(report: FlopsReport, depth: int, has_model: bool) -> Any:
     """The per-module FLOP table (rich) down to `depth`."""
-    total = report["total_flops"] or 1
+    total = report.total_flops or 1
     rows = []
-    for row in report["modules"]:
-        if row["depth"] > depth:
+    for row in report.modules:
+        if row.depth > depth:
             continue
-        indent = "  " * (row["depth"] - 1)
+        indent = "  " * (row.depth - 1)
         ops = ", ".join(
-            f"{op.removeprefix('aten.')} {100 * n / max(row['flops'], 1):.0f}%"
-            for op, n in row["ops"].items()
+            f"{op.removeprefix('aten.')} {100 * n / max(row.flops, 1):.0f}%" for op, n in row.ops.items()
         )
         rows.append(
-            [
-                indent + row["label"],
-                row["type"] or "",
-                f"{row['flops']:,}",
-                f"{100 * row['flops'] / total:.1f}%",
-                ops,
-            ]
+            [indent + row.label, row.type or "", f"{row.flops:,}", f"{100 * row.flops / total:.1f}%", ops]
         )
     if has_model:
-        model_flops = next((r["flops"] for r in report["modules"] if r["name"] == ""), 0)
-        outside = report["total_flops"] - model_flops
+        model_flops = next((r.flops for r in report.modules if r.name == ""), 0)
+        outside = report.total_flops - model_flops
         if outside > 0:
             rows.append(["(outside the model)", "", f"{outside:,}", f"{100 * outside / total:.1f}%", ""])
     title = (
-        f"stepscope: FLOPs of step {report['step']}, rank {report['rank']} (forward + backward): "
-        f"{report['total_flops']:,} ({report['total_flops'] / 1e9:.4g} GFLOP)"
+        f"stepscope: FLOPs of step {report.step}, rank {report.rank} (forward + backward): "
+        f"{report.total_flops:,} ({report.total_flops / 1e9:.4g} GFLOP)"
     )
     return make_table(title, ["module", "type", "FLOPs", "% total", "ops"], rows, numeric_from=2)
 
 
-def flop_table_text(report: dict[str, Any], depth: int, has_model: bool) -> str:
+def flop_table_text(report: FlopsReport, depth: int, has_model: bool) -> str:
     buffer = io.StringIO()
     make_console(file=buffer, width=160).print(flop_table(report, depth, has_model))
     return buffer.getvalue()

@@ -14,34 +14,18 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from stepscope._atomic import atomic_write_text, temp_path_beside
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
-from stepscope.runfolder import CONFIG_NAME
-
-MEMORY_LOG_TEMPLATE = "memory/rank{rank}_memory_log.csv"
-TIMELINE_HTML_TEMPLATE = "memory_timeline/rank{rank}_step{step}.html"
-TIMELINE_RAW_TEMPLATE = "memory_timeline/rank{rank}_step{step}.raw.json.gz"
-SNAPSHOT_TEMPLATE = "memory_snapshot/rank{rank}_step{step}.pickle"
-OOM_SNAPSHOT_TEMPLATE = "memory_snapshot/rank{rank}_step{step}_oom.pickle"
+from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window
+from stepscope.capture.writer import JsonLines
+from stepscope.runfolder import CONFIG_NAME, OOM_SNAPSHOT_TEMPLATE, ArtifactKind
+from stepscope.runfolder.atomic import atomic_write_text, temp_path_beside
+from stepscope.runfolder.payloads import MemoryRow
 
 # Bounded history: each entry is several KB with stacks; the default (sys.maxsize) grows without limit.
 SNAPSHOT_MAX_ENTRIES = 100_000
 # "python" stacks only: the "all" variant (C++ too) has been reported to take minutes to dump.
 SNAPSHOT_STACKS = "python"
-
-LOG_COLUMNS = (
-    "step",
-    "unix_time",
-    "rss_bytes",
-    "sys_used_bytes",
-    "sys_percent",
-    "cuda_allocated_bytes",
-    "cuda_reserved_bytes",
-    "cuda_peak_allocated_bytes",
-    "cuda_peak_reserved_bytes",
-)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -60,14 +44,15 @@ def cuda_available() -> bool:
 class MemoryLogCollector(Collector):
     """Every `memory_log_every` steps (after steps N-1, 2N-1, ...): process RSS and system memory (psutil)
     and, with CUDA, allocated / reserved / peak since the previous row (the peak is reset after each row).
-    Written to the step's metrics.jsonl line, a CSV per rank and a short console line."""
+    Written to the step's metrics.jsonl line, a MemoryRow per line of the rank's memory log (JSONL) and a short
+    console line."""
 
     name = "memory_log"
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.every = int(ctx.config.memory_log_every or 0)
-        self._file: IO[str] | None = None
+        self._file: JsonLines | None = None
         self._cuda = False
         self._process: Any = None
         self._console: Any = None
@@ -77,27 +62,25 @@ class MemoryLogCollector(Collector):
 
         self._process = psutil.Process()
         self._cuda = cuda_available()
-        path = self.ctx.path(MEMORY_LOG_TEMPLATE.format(rank=self.ctx.rank))
-        self._file = open(path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 (kept open for the run)
-        self._file.write(",".join(LOG_COLUMNS) + "\n")
-        self.ctx.add_artifact("memory_log", path)
+        self._file = self.ctx.writer.open_lines(ArtifactKind.MEMORY_LOG)
         if self.ctx.config.console and self.ctx.is_first_profiled_rank:
             from stepscope.report.terminal import make_console
 
             self._console = make_console()
 
-    def after_step(self, step: int, record: dict[str, Any]) -> None:
+    def next_busy(self, step: int) -> int:
+        """Steps N-1, 2N-1, ...: the first of them >= `step`."""
+        return step + (-(step + 1)) % self.every
+
+    def after_step(self, step: int, wall_ms: float) -> dict[str, Any] | None:
         if (step + 1) % self.every:
-            return
+            return None
         row = self.sample()
-        record.update({f"mem_{k}": v for k, v in row.items() if v is not None})
         assert self._file is not None
-        self._file.write(
-            ",".join(str(v) if v is not None else "" for v in (step, round(time.time(), 3), *row.values()))
-            + "\n"
-        )
+        self._file.write(MemoryRow(step=step, unix_time=round(time.time(), 3), **row))  # type: ignore[arg-type]
         if self._console is not None:
             self._console.print(self.console_line(step, row), markup=False, highlight=False)
+        return {f"mem_{k}": v for k, v in row.items() if v is not None}
 
     def sample(self) -> dict[str, int | float | None]:
         """One reading; CUDA fields are None without CUDA."""
@@ -166,15 +149,15 @@ class MemoryTimelineCollector(Collector):
             )
         self._warned_html = False
 
-    def window_ready(self, prof: Any, step: int) -> None:
+    def on_window(self, window: Window) -> None:
         import torch
 
         # "cpu:0" silently writes an empty timeline; "cpu" is right on CPU.
         device = f"cuda:{torch.cuda.current_device()}" if cuda_available() else "cpu"
-        ctx = self.ctx
-        raw = ctx.path(TIMELINE_RAW_TEMPLATE.format(rank=ctx.rank, step=step))
+        writer, prof, step = self.ctx.writer, window.profiler, window.last_step
+        raw = writer.path(ArtifactKind.MEMORY_TIMELINE, step)
         _export_timeline(prof, raw, device)
-        ctx.add_artifact("memory_timeline", raw, step)
+        writer.add(ArtifactKind.MEMORY_TIMELINE, raw, step)
         if not has_matplotlib():
             if not self._warned_html:
                 self._warned_html = True
@@ -185,9 +168,9 @@ class MemoryTimelineCollector(Collector):
                     stacklevel=2,
                 )
             return
-        html = ctx.path(TIMELINE_HTML_TEMPLATE.format(rank=ctx.rank, step=step))
+        html = writer.path(ArtifactKind.MEMORY_TIMELINE_HTML, step)
         _export_timeline(prof, html, device)
-        ctx.add_artifact("memory_timeline", html, step)
+        writer.add(ArtifactKind.MEMORY_TIMELINE_HTML, html, step)
 
 
 def has_matplotlib() -> bool:
@@ -234,21 +217,21 @@ class MemorySnapshotCollector(Collector):
         if self.ctx.schedule.is_active(0):
             self._record(True)
 
-    def after_step(self, step: int, record: dict[str, Any]) -> None:
-        # Runs before the trace collector's prof.step(): recording starts inside the step before the window
+    def after_step(self, step: int, wall_ms: float) -> None:
+        # Runs before the trace collector's after_step: recording starts inside the step before the window
         # (a wait or warmup step, whose trace is discarded), so the window's own steps are not disturbed.
         if self._cuda and not self._recording and self.ctx.schedule.is_active(step + 1):
             self._record(True)
 
     def before_step(self, step: int) -> None:
-        # Fallback when no window_ready came (trace collector off): close the window that just ended.
+        # Fallback when no window came (trace collector off): close the window that just ended.
         if self._recording and not self.ctx.schedule.is_active(step):
-            self._dump(SNAPSHOT_TEMPLATE, step - 1)
+            self._dump(None, step - 1)
             self._record(False)
 
-    def window_ready(self, prof: Any, step: int) -> None:
+    def on_window(self, window: Window) -> None:
         if self._recording:
-            self._dump(SNAPSHOT_TEMPLATE, step)
+            self._dump(None, window.last_step)
             self._record(False)
 
     def step_failed(self, step: int, exc: BaseException) -> None:
@@ -259,7 +242,7 @@ class MemorySnapshotCollector(Collector):
 
     def close(self) -> None:
         if self._recording:
-            self._dump(SNAPSHOT_TEMPLATE, max(self.ctx.step - 1, 0))
+            self._dump(None, max(self.ctx.step - 1, 0))
             self._record(False)
 
     def _record(self, on: bool) -> None:
@@ -273,11 +256,12 @@ class MemorySnapshotCollector(Collector):
             torch.cuda.memory._record_memory_history(enabled=None)
         self._recording = on
 
-    def _dump(self, template: str, step: int) -> None:
+    def _dump(self, template: str | None, step: int) -> None:
+        """A snapshot pickle: at a window end (template None), or after an OOM (OOM_SNAPSHOT_TEMPLATE)."""
         import torch
 
-        ctx = self.ctx
-        path = ctx.path(template.format(rank=ctx.rank, step=step))
+        writer = self.ctx.writer
+        path = writer.path(ArtifactKind.MEMORY_SNAPSHOT, step, template=template)
         tmp = temp_path_beside(path)
         try:
             torch.cuda.memory._dump_snapshot(str(tmp))
@@ -285,4 +269,4 @@ class MemorySnapshotCollector(Collector):
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        ctx.add_artifact("memory_snapshot", path, step)
+        writer.add(ArtifactKind.MEMORY_SNAPSHOT, path, step)

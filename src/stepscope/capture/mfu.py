@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from stepscope.peaks import Peak
+from stepscope.capture.peaks import Peak
 
 FORMULA = "MFU = achieved TFLOP/s / peak TFLOP/s; achieved = counted FLOPs per step / median step time"
 MIN_TIMED_STEPS = 3  # untimed figures from fewer steps than this wait for more

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from stepscope import __version__
-from stepscope._atomic import atomic_write_text
-from stepscope.capture.collector import Collector, Guard, RunContext, StepscopeWarning, overrides
+from stepscope.capture.collector import NEVER, Collector, Guard, RunContext, StepscopeWarning, overrides
+from stepscope.capture.config import ProfileConfig
 from stepscope.capture.schedule import Phase, Schedule
-from stepscope.config import ProfileConfig
-from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, Artifact, update_manifest
+from stepscope.capture.writer import METRICS_FLUSH_LINES, RunWriter
+from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind
+from stepscope.runfolder.atomic import atomic_write_text
+from stepscope.runfolder.payloads import StepMetrics
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,14 +34,13 @@ _monitor_index = itertools.count()
 # The monitor of this process that is recording: torch runs one profiler at a time ("Profiler is already
 # enabled on this thread"), so a second monitor is refused with a warning and records nothing.
 _recording: PerformanceMonitor | None = None
-METRICS_FLUSH_LINES = 64
+_perf_ns = time.perf_counter_ns
 
 
 def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
-    """The collectors a recording rank runs for `config`, in hook order (the trace collector last, so that
-    what others do after a step still falls inside that step's ProfilerStep span)."""
-    from stepscope.capture.trace import TraceCollector
-
+    """The collectors a recording rank runs for `config` besides the trace collector (which the monitor drives
+    itself: first before a step, last after it, so that what the others do falls inside the step's span).
+    Their order does not matter: each returns its own fields of the step's metrics line."""
     classes: list[type[Collector]] = []
     if config.memory_log_every:
         from stepscope.capture.memory import MemoryLogCollector
@@ -64,7 +65,7 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
     if config.flop_counter_step is not None:
         from stepscope.capture.flops import FlopCollector
 
-        classes.append(FlopCollector)  # before the sinks: it adds tflops / mfu to the step's record
+        classes.append(FlopCollector)
     if config.comm_logger_step is not None:
         from stepscope.capture.comm import CommCollector
 
@@ -72,8 +73,7 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
     if config.tensorboard or config.wandb:
         from stepscope.capture.sinks import SinkCollector
 
-        classes.append(SinkCollector)  # after every collector that adds fields to the record
-    classes.append(TraceCollector)
+        classes.append(SinkCollector)
     return classes
 
 
@@ -97,15 +97,22 @@ class PerformanceMonitor:
         self._index = next(_monitor_index)
         self._run_dir: Path | None = None
         self._ctx: RunContext | None = None
-        self._collectors: list[Collector] = []
+        self._writer: RunWriter | None = None
+        self._trace: Any = None  # the TraceCollector
+        self._collectors: list[Collector] = []  # all of them, the trace collector included
         self._before: list[Callable[[int], Any]] = []
-        self._after: list[Callable[[int, dict[str, Any]], Any]] = []
+        self._after: list[Callable[[int, float], Any]] = []
+        self._on_record: list[Callable[[StepMetrics], Any]] = []
+        self._on_window: list[Callable[[Any], Any]] = []
         self._failed_hooks: list[Callable[[int, BaseException], Any]] = []
         self._guard = Guard()
         self._guard.on_disable = self._on_disable
         self._step_start = 0
         self._record_function: Any = None
         self._metrics_off = False
+        # Steps below this index need no collector: they cost a clock read and an append (the hot path).
+        self._quiet_until = 0
+        self._quiet: list[tuple[int, int]] = []  # (step, wall ns) of quiet steps, the writer's buffer
 
     # --- public surface ---------------------------------------------------------------------------
     @property
@@ -128,27 +135,42 @@ class PerformanceMonitor:
 
         @functools.wraps(fn)
         def stepped(*args: Any, **kwargs: Any) -> Any:
-            if self._state != "running":
-                if self._state == "closed":
-                    return fn(*args, **kwargs)
-                self._start_safely()
-            if not self.recording:
-                self.steps_done += 1
-                return fn(*args, **kwargs)
-            self._step_start = time.perf_counter_ns()
             step = self.steps_done
-            for hook in self._before:
-                hook(step)
-            try:
+            if step < self._quiet_until:  # no collector works at this step
+                t0 = _perf_ns()
                 result = fn(*args, **kwargs)
-            except BaseException as exc:
-                for failed in self._failed_hooks:
-                    failed(step, exc)
-                raise
-            self._end_step()
-            return result
+                self._quiet.append((step, _perf_ns() - t0))
+                self.steps_done = step + 1
+                if len(self._quiet) >= METRICS_FLUSH_LINES:
+                    self._flush_metrics()
+                return result
+            return self._busy_call(fn, args, kwargs)
 
         return stepped  # type: ignore[return-value]
+
+    def _busy_call(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        if self._state != "running":
+            if self._state == "closed":
+                return fn(*args, **kwargs)
+            self._start_safely()
+        if not self.recording:
+            self.steps_done += 1
+            return fn(*args, **kwargs)
+        step = self.steps_done
+        if step < self._quiet_until:
+            t0 = _perf_ns()
+            result = fn(*args, **kwargs)
+            self._quiet.append((step, _perf_ns() - t0))
+            self.steps_done = step + 1
+            return result
+        self._begin_step()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            self._step_failed(step, exc)
+            raise
+        self._end_busy_step()
+        return result
 
     def start(self) -> PerformanceMonitor:
         """Begin profiling; step 0 starts now. Entering `with monitor:` does this."""
@@ -163,12 +185,23 @@ class PerformanceMonitor:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and self.recording and self._state == "running":
-            for failed in self._failed_hooks:
-                failed(self.steps_done, exc)
+            self._step_failed(self.steps_done, exc)
         self.close()
 
     def step(self) -> None:
         """Mark the end of one step (context-manager form)."""
+        step = self.steps_done
+        if step < self._quiet_until:  # the step that ends, and so far the next one, need no collector
+            now = _perf_ns()
+            self._quiet.append((step, now - self._step_start))
+            self.steps_done = step + 1
+            if len(self._quiet) >= METRICS_FLUSH_LINES:
+                self._flush_metrics()
+            if step + 1 < self._quiet_until:
+                self._step_start = now
+            else:
+                self._begin_step()
+            return
         if not self.enabled or self._state == "closed":
             return
         if self._state == "new":
@@ -178,7 +211,7 @@ class PerformanceMonitor:
         if not self.recording:
             self.steps_done += 1
             return
-        self._end_step()
+        self._end_busy_step()
         self._begin_step()
 
     def region(self, name: str) -> Any:
@@ -192,6 +225,7 @@ class PerformanceMonitor:
 
     def close(self) -> None:
         """Stop profiling, export what exists and finish the manifest; safe to call more than once."""
+        self._quiet_until = 0
         if self._state != "running":
             self._state = "closed"
             return
@@ -206,8 +240,17 @@ class PerformanceMonitor:
             _release(self)
 
     def _finish(self) -> None:
-        for collector in sorted(self._collectors, key=lambda c: c.close_order):
-            if collector.name in self._guard.failed:
+        assert self._ctx is not None and self._writer is not None
+        self._ctx.step = self.steps_done
+        trace = self._trace
+        if trace is not None and trace.name not in self._guard.failed:
+            self._guard.call(trace, "close")  # a partial last window still reaches the others
+            window = trace.take_window()
+            if window is not None:
+                for hook in self._on_window:
+                    hook(window)
+        for collector in self._collectors:
+            if collector is trace or collector.name in self._guard.failed:
                 continue
             self._guard.call(collector, "close")
         notes = []
@@ -222,7 +265,7 @@ class PerformanceMonitor:
             warnings.warn(f"stepscope: {note}", StepscopeWarning, stacklevel=2)
         self._flush_metrics()
         try:
-            update_manifest(self._ctx.run_dir, notes=notes)
+            self._writer.update(notes=notes)
         except Exception as exc:  # a manifest damaged during the run: say so, never raise into the job
             warnings.warn(
                 f"stepscope: cannot finish {self._ctx.run_dir / 'manifest.json'} ({type(exc).__name__}: {exc}); "
@@ -264,6 +307,7 @@ class PerformanceMonitor:
             self._start()
         except Exception as exc:
             self.recording = False
+            self._quiet_until = 0
             _release(self)
             for collector in self._collectors:  # release what did start (a running profiler, a thread)
                 with contextlib.suppress(Exception):
@@ -308,11 +352,15 @@ class PerformanceMonitor:
             return
         from torch.profiler import record_function
 
+        from stepscope.capture.trace import TraceCollector
+
+        self._writer = self._ctx.writer
+        self._quiet = self._writer.quiet_buffer
         self._record_function = record_function
         self.recording = True
         _recording = self
         self._collectors = []
-        for cls in collector_classes(self.config):
+        for cls in [*collector_classes(self.config), TraceCollector]:
             try:
                 self._collectors.append(cls(self._ctx))
             except Exception as exc:
@@ -322,9 +370,11 @@ class PerformanceMonitor:
                     StepscopeWarning,
                     stacklevel=3,
                 )
+        self._trace = next((c for c in self._collectors if isinstance(c, TraceCollector)), None)
         for collector in self._collectors:
             self._guard.call(collector, "start")
         self._rebuild_hooks()
+        self._quiet_until = self._next_busy(0)
         atexit.register(self.close)
 
     def _create_run_folder(self, profiled: list[int]) -> RunContext:
@@ -333,19 +383,19 @@ class PerformanceMonitor:
         assert self._run_dir is not None
         run_dir = self._run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
+        writer = RunWriter(run_dir, self.rank, self.schedule)
         ctx = RunContext(
             config=self.config,
             schedule=self.schedule,
             rank=self.rank,
             world_size=self.world_size,
-            run_dir=run_dir,
+            writer=writer,
             model=self.model,
             is_first_profiled_rank=self.rank == profiled[0],
         )
         atomic_write_text(run_dir / CONFIG_NAME, self.config.to_yaml())
         (run_dir / METRICS_NAME).touch()
-        update_manifest(
-            run_dir,
+        writer.update(
             run_name=run_dir.name,
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             versions={
@@ -357,78 +407,113 @@ class PerformanceMonitor:
             profiled_ranks=profiled,
             schedule=self.schedule.as_dict(),
             hosts=[socket.gethostname()],
-            artifacts=[
-                Artifact(kind="config", path=CONFIG_NAME),
-                Artifact(kind="metrics", path=METRICS_NAME),
-            ],
         )
+        writer.add(ArtifactKind.CONFIG, run_dir / CONFIG_NAME, rank=None)
+        writer.add(ArtifactKind.METRICS, run_dir / METRICS_NAME, rank=None)
         return ctx
 
+    def _live(self) -> list[Collector]:
+        return [c for c in self._collectors if c.name not in self._guard.failed]
+
     def _rebuild_hooks(self) -> None:
-        live = [c for c in self._collectors if c.name not in self._guard.failed]
+        live = self._live()
+        trace = self._trace if self._trace in live else None
+        others = [c for c in live if c is not trace]
         call = self._guard.call
-        self._before = [
-            functools.partial(call, c, "before_step") for c in live if overrides(c, "before_step")
-        ]
-        self._after = [functools.partial(call, c, "after_step") for c in live if overrides(c, "after_step")]
-        self._failed_hooks = [
-            functools.partial(call, c, "step_failed") for c in live if overrides(c, "step_failed")
-        ]
-        if self._ctx is not None:
-            self._ctx.window_listeners[:] = [
-                functools.partial(call, c, "window_ready") for c in live if overrides(c, "window_ready")
-            ]
+
+        def hooks(hook: str, collectors: list[Collector]) -> list[Any]:
+            return [functools.partial(call, c, hook) for c in collectors if overrides(c, hook)]
+
+        # The trace collector opens a step first and closes it last: the others' work lies inside its span.
+        self._before = hooks("before_step", ([trace] if trace else []) + others)
+        self._after = hooks("after_step", others + ([trace] if trace else []))
+        self._on_record = hooks("on_record", others)
+        self._on_window = hooks("on_window", others)
+        self._failed_hooks = hooks("step_failed", live)
+
+    def _next_busy(self, step: int) -> int:
+        """The first step >= `step` at which some live collector works."""
+        busy = NEVER
+        for collector in self._live():
+            try:
+                busy = min(busy, collector.next_busy(step))
+            except Exception as exc:
+                self._guard.disable(collector, "next_busy", exc)
+                return step
+        return busy
 
     def _on_disable(self, collector: Collector) -> None:
         # Release what the failed collector holds (a running profiler, a thread), silently.
         with contextlib.suppress(Exception):
-            collector.close()
+            release = getattr(collector, "abandon", None) or collector.close
+            release()
         self._rebuild_hooks()
 
-    # --- the hot path -----------------------------------------------------------------------------
+    # --- busy steps -------------------------------------------------------------------------------
     def _begin_step(self) -> None:
-        self._step_start = time.perf_counter_ns()
+        self._step_start = _perf_ns()
         step = self.steps_done
+        if step < self._quiet_until:
+            return
         for hook in self._before:
             hook(step)
 
-    def _end_step(self) -> None:
-        wall_ns = time.perf_counter_ns() - self._step_start
+    def _step_failed(self, step: int, exc: BaseException) -> None:
+        for failed in self._failed_hooks:
+            failed(step, exc)
+
+    def _end_busy_step(self) -> None:
+        wall_ns = _perf_ns() - self._step_start
         step = self.steps_done
+        if step < self._quiet_until:  # (start() of a context-manager monitor whose step 0 is quiet)
+            self._quiet.append((step, wall_ns))
+            self.steps_done = step + 1
+            return
+        wall_ms = wall_ns / 1e6
         phase = self.schedule.phase(step)
-        record: dict[str, Any] = {
-            "step": step,
-            "rank": self.rank,
-            "wall_ms": wall_ns / 1e6,
-            "phase": phase.value,
-        }
+        fields: dict[str, Any] = {}
         for hook in self._after:
-            hook(step, record)
+            out = hook(step, wall_ms)
+            if out:
+                fields.update(out)
         self.steps_done = step + 1
-        ctx = self._ctx
-        if ctx is None:
-            return
+        ctx, writer = self._ctx, self._writer
+        assert ctx is not None and writer is not None
         ctx.step = self.steps_done
-        if self._metrics_off:
-            return
+        window = self._trace.take_window() if self._trace is not None else None
+        line: StepMetrics | None = None
         try:
-            ctx.log_metrics(record)
-        except Exception as exc:  # a value a collector added that JSON cannot hold
+            line = StepMetrics(step=step, rank=self.rank, wall_ms=wall_ms, phase=phase.value, **fields)
+        except Exception as exc:  # a field a collector returned that the metrics line does not have
             self._metrics_failed(exc)
-            return
-        if len(ctx._metrics) >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
+        if line is not None:
+            for hook in self._on_record:
+                hook(line)
+            if not self._metrics_off:
+                writer.step_line(line)
+        if window is not None:
+            for hook in self._on_window:
+                hook(window)
+        if writer.pending >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
             self._flush_metrics()
+        self._quiet_until = self._next_busy(step + 1)
 
     def _flush_metrics(self) -> None:
-        if self._ctx is None or self._metrics_off:
+        if self._writer is None:
+            return
+        if self._metrics_off:
+            self._quiet.clear()
             return
         try:
-            self._ctx.flush_metrics()
+            self._writer.flush_metrics()
         except Exception as exc:
             self._metrics_failed(exc)
 
     def _metrics_failed(self, exc: Exception) -> None:
+        if self._metrics_off:
+            return
         self._metrics_off = True
+        self._quiet.clear()
         cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
         warnings.warn(
             f"stepscope: cannot write {METRICS_NAME} ({cause}); step metrics are switched off, training goes on",

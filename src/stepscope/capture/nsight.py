@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from stepscope.capture.collector import Collector, StepscopeWarning
+from stepscope.capture.collector import NEVER, Collector, StepscopeWarning
 
 
 class NsightCollector(Collector):
@@ -40,7 +40,12 @@ class NsightCollector(Collector):
         torch.cuda.nvtx.range_push(f"stepscope step {step}")
         self._range_open = True
 
-    def after_step(self, step: int, record: dict[str, Any]) -> None:
+    def next_busy(self, step: int) -> int:
+        if not self.cuda:
+            return NEVER
+        return step if self._in_window else self.ctx.schedule.next_traced_step(step)
+
+    def after_step(self, step: int, wall_ms: float) -> None:
         if not self._range_open:
             return
         import torch

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 
 from stepscope.errors import ConfigError
 
+NEVER_STEP = 1 << 62  # a step index no job reaches
+
 
 class Phase(enum.Enum):
     NONE = "none"  # wait, skip_first, or after the last cycle
@@ -88,6 +90,16 @@ class Schedule:
         while self.is_traced(step):
             step += 1
         return step
+
+    def next_traced_step(self, step: int) -> int:
+        """The first step >= `step` that is warmup or active; NEVER_STEP when none is left."""
+        if step < self.skip_first:
+            step = self.skip_first
+        k = step - self.skip_first
+        if self.repeat > 0 and k >= self.repeat * self.cycle:
+            return NEVER_STEP
+        mod = k % self.cycle
+        return step if mod >= self.wait else step + (self.wait - mod)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -1,9 +1,10 @@
 """Sinks beyond metrics.jsonl (which the monitor always writes): TensorBoard scalars and Weights & Biases.
 
-TensorBoard (`tensorboard=True`): every numeric field of each step's metrics line (wall time, TFLOP/s, MFU,
-memory fields, ...) as a scalar, in `tensorboard/rank{R}/` of the run folder (kind `tensorboard`).
-W&B (`wandb=True`): `tflops_rank_{R}` (and `mfu_rank_{R}`) when the FLOP collector has a throughput figure,
-and `prof/<op>/cuda_time_total` / `prof/<op>/cpu_time_total` (microseconds) for the top 10 ops of each window.
+TensorBoard (`tensorboard=True`): every numeric field of the metrics line of each step a collector worked at
+(wall time, TFLOP/s, MFU, memory fields, ...) as a scalar, in `tensorboard/rank{R}/` of the run folder (kind
+`tensorboard`). W&B (`wandb=True`): `tflops_rank_{R}` (and `mfu_rank_{R}`) when the FLOP collector has a new
+median throughput figure, and `prof/<op>/cuda_time_total` / `prof/<op>/cpu_time_total` (microseconds) for the
+top 10 ops of each window.
 It logs into the run the script already has open (attached to its next step), else into its own run.
 Both packages are optional extras, imported here only when asked for; without them the run goes on.
 """
@@ -15,9 +16,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
+import msgspec
 
-TB_TEMPLATE = "tensorboard/rank{rank}"
+from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window
+from stepscope.runfolder import ArtifactKind
+from stepscope.runfolder.payloads import StepMetrics
+
 TOP_OPS = 10
 _SKIP_FIELDS = {"step", "rank"}
 _TAG_GROUPS = (
@@ -66,7 +70,6 @@ class SinkCollector(Collector):
     """Forwards step metrics to TensorBoard, and throughput and top ops to W&B."""
 
     name = "sinks"
-    close_order = 1  # after every collector that may still report something at close
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -82,8 +85,6 @@ class SinkCollector(Collector):
             self._start_tensorboard()
         if cfg.wandb:
             self._start_wandb()
-        if self.writer is not None or self.wandb_run is not None:
-            self.ctx.subscribe(self._on_event)
 
     def _start_tensorboard(self) -> None:
         try:
@@ -91,7 +92,8 @@ class SinkCollector(Collector):
         except ImportError:
             _missing("tensorboard", "tensorboard")
             return
-        self.tb_dir = self.ctx.path(TB_TEMPLATE.format(rank=self.ctx.rank) + "/x").parent
+        self.tb_dir = self.ctx.writer.path(ArtifactKind.TENSORBOARD)
+        self.tb_dir.mkdir(parents=True, exist_ok=True)
         self.writer = SummaryWriter(log_dir=str(self.tb_dir))
 
     def _start_wandb(self) -> None:
@@ -123,31 +125,28 @@ class SinkCollector(Collector):
         self._own_run = True
 
     # --- hooks ------------------------------------------------------------------------------------
-    def after_step(self, step: int, record: dict[str, Any]) -> None:
-        if self.writer is None:
-            return
-        for field, value in record.items():
-            if field in _SKIP_FIELDS or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            self.writer.add_scalar(scalar_tag(field), value, step)
+    def next_busy(self, step: int) -> int:
+        # TensorBoard charts every step's line; W&B needs only the lines other collectors make (throughput).
+        return step if self.writer is not None else NEVER
 
-    def _on_event(self, event: str, data: dict[str, Any]) -> None:
+    def on_record(self, line: StepMetrics) -> None:
         if self._closed:
             return
-        step = data["step"]
-        if event == "throughput":
-            result = data["throughput"]
-            rank = self.ctx.rank
-            values = {f"tflops_rank_{rank}": result.tflops}
-            if result.mfu is not None:
-                values[f"mfu_rank_{rank}"] = result.mfu
+        step = line.step
+        if self.writer is not None:
+            for field, value in msgspec.structs.asdict(line).items():
+                if field in _SKIP_FIELDS or value is None or isinstance(value, (bool, str)):
+                    continue
+                self.writer.add_scalar(scalar_tag(field), value, step)
+        if line.tflops_median is not None:
+            values = {f"tflops_rank_{self.ctx.rank}": line.tflops_median}
+            if line.mfu_median is not None:
+                values[f"mfu_rank_{self.ctx.rank}"] = line.mfu_median
             self._log_wandb(values, step)
-            if self.writer is not None:
-                self.writer.add_scalar("throughput/tflops_median", result.tflops, step)
-                if result.mfu is not None:
-                    self.writer.add_scalar("throughput/mfu_median", result.mfu, step)
-        elif event == "window_end" and self.wandb_run is not None:
-            self._log_wandb(top_op_scalars(data["averages"], data["sort_key"]), step)
+
+    def on_window(self, window: Window) -> None:
+        if not self._closed and self.wandb_run is not None and window.averages is not None:
+            self._log_wandb(top_op_scalars(window.averages, window.sort_key), window.last_step)
 
     def _log_wandb(self, values: dict[str, float], step: int) -> None:
         if self.wandb_run is None or not values:
@@ -165,6 +164,6 @@ class SinkCollector(Collector):
             self.writer.close()
             assert self.tb_dir is not None
             for event_file in sorted(self.tb_dir.glob("events.out.tfevents.*")):
-                self.ctx.add_artifact("tensorboard", event_file)
+                self.ctx.writer.add(ArtifactKind.TENSORBOARD, event_file)
         if self.wandb_run is not None and self._own_run:
             self.wandb_run.finish()

@@ -1,6 +1,6 @@
 """The system sampler: a background thread that writes CPU %, RSS, system memory and, where NVML is
 available (`nvidia-ml-py`, optional, imported lazily), GPU utilisation, memory, power and temperature per
-device to a CSV in the run folder.
+device to a JSON-lines file in the run folder (one SystemRow per sample, kind `system`).
 
 It never touches the training thread: the step only pays for the GIL the sampler briefly holds, and each
 sample does a fixed amount of work (a few psutil and NVML calls, one line written).
@@ -13,22 +13,14 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
+from stepscope.capture.writer import JsonLines
+from stepscope.runfolder import ArtifactKind
+from stepscope.runfolder.payloads import GpuSample, SystemRow
 
-SYSTEM_TEMPLATE = "system/rank{rank}_system.csv"
 THREAD_NAME = "stepscope-system-sampler"
-BASE_COLUMNS = (
-    "t_s",
-    "unix_time",
-    "process_cpu_percent",
-    "system_cpu_percent",
-    "rss_bytes",
-    "sys_used_bytes",
-    "sys_percent",
-)
-GPU_FIELDS = ("util_percent", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c")
 
 
 class _Nvml:
@@ -49,17 +41,23 @@ class _Nvml:
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
             self.problem = f"NVML unavailable ({type(exc).__name__}: {exc})"
 
-    def read(self) -> list[object]:
-        out: list[object] = []
+    def read(self) -> list[GpuSample]:
+        out: list[GpuSample] = []
         nv = self.lib
-        for handle in self.handles:
-            out += [
-                _or_blank(lambda h=handle: nv.nvmlDeviceGetUtilizationRates(h).gpu),
-                _or_blank(lambda h=handle: nv.nvmlDeviceGetMemoryInfo(h).used),
-                _or_blank(lambda h=handle: nv.nvmlDeviceGetMemoryInfo(h).total),
-                _or_blank(lambda h=handle: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
-                _or_blank(lambda h=handle: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
-            ]
+        for index, handle in enumerate(self.handles):
+            memory = _or_none(lambda h=handle: nv.nvmlDeviceGetMemoryInfo(h))
+            out.append(
+                GpuSample(
+                    index=index,
+                    util_percent=_or_none(lambda h=handle: float(nv.nvmlDeviceGetUtilizationRates(h).gpu)),
+                    mem_used_bytes=int(memory.used) if memory is not None else None,
+                    mem_total_bytes=int(memory.total) if memory is not None else None,
+                    power_w=_or_none(lambda h=handle: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                    temp_c=_or_none(
+                        lambda h=handle: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+                    ),
+                )
+            )
         return out
 
     def shutdown(self) -> None:
@@ -69,16 +67,17 @@ class _Nvml:
             self.lib = None
 
 
-def _or_blank(read: Any) -> object:
-    # A field a device does not support (power on some boards) is left blank, the rest still sampled.
+def _or_none(read: Any) -> Any:
+    # A field a device does not support (power on some boards) is left out, the rest still sampled.
     try:
         return read()
     except Exception:
-        return ""
+        return None
 
 
 class SystemSampler:
-    """Samples every `interval` seconds into `path` (CSV) until `stop()`; usable without a monitor."""
+    """Samples every `interval` seconds into `path` (JSON lines of SystemRow) until `stop()`; usable without a
+    monitor."""
 
     def __init__(self, path: str | Path, interval: float, *, use_nvml: bool = True) -> None:
         if interval <= 0:
@@ -89,14 +88,9 @@ class SystemSampler:
         self.nvml = _Nvml() if use_nvml else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._file: IO[str] | None = None
+        self._file: JsonLines | None = None
         self._process: Any = None
         self.error: BaseException | None = None
-
-    @property
-    def columns(self) -> list[str]:
-        gpus = len(self.nvml.handles) if self.nvml is not None else 0
-        return [*BASE_COLUMNS, *(f"gpu{i}_{f}" for i in range(gpus) for f in GPU_FIELDS)]
 
     def start(self) -> None:
         import psutil
@@ -105,9 +99,7 @@ class SystemSampler:
         self._process.cpu_percent(None)  # the first call only sets the reference point
         psutil.cpu_percent(None)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
-        self._file.write(",".join(self.columns) + "\n")
-        self._file.flush()
+        self._file = JsonLines(self.path)
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
@@ -141,20 +133,18 @@ class SystemSampler:
         import psutil
 
         vm = psutil.virtual_memory()
-        values: list[object] = [
-            f"{time.monotonic() - self._t0:.4f}",
-            f"{time.time():.3f}",
-            self._process.cpu_percent(None),
-            psutil.cpu_percent(None),
-            self._process.memory_info().rss,
-            vm.used,
-            vm.percent,
-        ]
-        if self.nvml is not None:
-            values += self.nvml.read()
+        row = SystemRow(
+            t_s=round(time.monotonic() - self._t0, 4),
+            unix_time=round(time.time(), 3),
+            process_cpu_percent=float(self._process.cpu_percent(None)),
+            system_cpu_percent=float(psutil.cpu_percent(None)),
+            rss_bytes=int(self._process.memory_info().rss),
+            sys_used_bytes=int(vm.used),
+            sys_percent=float(vm.percent),
+            gpus=self.nvml.read() if self.nvml is not None else [],
+        )
         assert self._file is not None
-        self._file.write(",".join(str(v) for v in values) + "\n")
-        self._file.flush()
+        self._file.write(row)
         self.samples += 1
 
 
@@ -169,10 +159,10 @@ class SystemCollector(Collector):
 
     def start(self) -> None:
         ctx = self.ctx
-        path = ctx.path(SYSTEM_TEMPLATE.format(rank=ctx.rank))
+        path = ctx.writer.path(ArtifactKind.SYSTEM)
         self.sampler = SystemSampler(path, float(ctx.config.system_sample_interval or 1.0))
         self.sampler.start()
-        ctx.add_artifact("system", path)
+        ctx.writer.add(ArtifactKind.SYSTEM, path)
         nvml = self.sampler.nvml
         if nvml is not None and nvml.problem and _has_cuda():
             warnings.warn(

@@ -1,7 +1,8 @@
 """The trace collector: torch.profiler over the schedule, one export pass per active window.
 
 At the end of each window it writes the chrome trace (gzipped, named by rank and step), a per-rank summary
-text file (top ops + memory overview) and, on the first profiled rank, a top-ops table on the console.
+text file (top ops + memory overview) and, on the first profiled rank, a top-ops table on the console; then
+the monitor hands the window (its profiler and key averages) to the collectors that work per window.
 """
 
 from __future__ import annotations
@@ -11,139 +12,195 @@ import gzip
 import os
 import resource
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope._atomic import FILE_MODE, atomic_write_text, temp_path_beside
-from stepscope.capture.collector import Collector, StepscopeWarning
+from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window
+from stepscope.capture.schedule import Phase
 from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table, shorten
-from stepscope.runfolder import SUMMARY_TEMPLATE, TRACE_TEMPLATE
+from stepscope.runfolder import ArtifactKind
+from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
 
 SUMMARY_ROWS = 40
 GZIP_LEVEL = 6  # about torch's size (it uses 9) in much less time
+COMM_SETTLE_S = 0.005  # see TraceCollector._finish_window
 
 
 class TraceCollector(Collector):
-    """Owns the torch.profiler.profile of this rank; the schedule decides when it records."""
+    """Drives torch.profiler through the schedule: a profiler exists only from the first warmup step of a cycle
+    to the export of its window, so a waiting step never touches torch."""
 
     name = "trace"
-    close_order = -1  # stop first, so that a partial last window still reaches the listeners
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.prof: Any = None
         self.windows_written = 0
-        self._last_step = -1
-        self._error: BaseException | None = None
+        self._recording = False  # the profiler records (active steps), not just prepared (warmup)
+        self._step_range: Any = None  # the ProfilerStep#N record_function of the running step
+        self._first_active: int | None = None
         self._summary_failed = False
+        self._distributed = False
+        self._activities: list[Any] = []
+        self.window: Window | None = None  # exported by the last after_step / close, until taken
 
     def start(self) -> None:
         import torch
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity
+
+        self._activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            self._activities.append(ProfilerActivity.CUDA)
+        self._distributed = bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+        # torch warns at every window that events are cleared between cycles: that is what we want.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+
+    def next_busy(self, step: int) -> int:
+        schedule = self.ctx.schedule
+        if self.prof is not None or schedule.is_traced(step):
+            return step
+        return schedule.next_traced_step(step)
+
+    def before_step(self, step: int) -> None:
+        phase = self.ctx.schedule.phase(step)
+        if phase is Phase.NONE:
+            return
+        if self.prof is None:
+            if _another_profiler_records():
+                raise RuntimeError(
+                    "another torch.profiler is recording in this process (torch runs one at a time); this "
+                    "run's traces are off"
+                )
+            self._open()
+        if phase is not Phase.WARMUP and not self._recording:
+            self.prof.start_trace()
+            self._recording = True
+            self._first_active = step
+        from torch.profiler import record_function
+
+        self._step_range = record_function(f"ProfilerStep#{step}")
+        self._step_range.__enter__()
+
+    def after_step(self, step: int, wall_ms: float) -> None:
+        self._end_step_range()
+        if self.ctx.schedule.phase(step) is Phase.RECORD_AND_SAVE:
+            self._finish_window(step, partial=False)
+
+    def step_failed(self, step: int, exc: BaseException) -> None:
+        with contextlib.suppress(Exception):
+            self._end_step_range()
+
+    def close(self) -> None:
+        """Stopping inside an active window exports what was recorded so far (a partial window)."""
+        self._end_step_range()
+        if self.prof is not None:
+            self._finish_window(max(self.ctx.step - 1, 0), partial=True)
+
+    def abandon(self) -> None:
+        """After a failure: drop the profiler untouched. torch raised inside its own state change (e.g. another
+        profiler is enabled on this thread), and stop() on such a profiler has crashed the interpreter."""
+        self.prof = None
+        self._recording = False
+        step_range, self._step_range = self._step_range, None
+        if step_range is not None:
+            with contextlib.suppress(Exception):
+                step_range.__exit__(None, None, None)
+
+    # --- the profiler -----------------------------------------------------------------------------
+    def _open(self) -> None:
+        from torch.profiler import profile
 
         cfg = self.ctx.config
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
-        self.prof = profile(
-            activities=activities,
-            schedule=self.ctx.schedule.to_torch(),
-            on_trace_ready=self._on_trace_ready,
+        prof = profile(
+            activities=self._activities,
             record_shapes=cfg.record_shapes,
             profile_memory=cfg.profile_memory,
             with_stack=cfg.with_stack,
             with_flops=cfg.with_flops,
             with_modules=cfg.with_modules,
         )
-        # torch warns at every window that events are cleared between cycles: that is what we want.
-        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-        self.prof.start()
+        prof.prepare_trace()
+        self.prof = prof
+        self._recording = False
+        self._first_active = None
 
-    def after_step(self, step: int, record: dict[str, Any]) -> None:
-        self._last_step = step
-        schedule = self.ctx.schedule
-        if schedule.is_traced(step + 1) and not schedule.is_traced(step) and _another_profiler_records():
-            self.prof = None  # never started: dropped without stop(), the other profiler is left alone
-            raise RuntimeError(
-                "another torch.profiler is recording in this process (torch runs one at a time); this run's "
-                "traces are off"
-            )
+    def _end_step_range(self) -> None:
+        step_range, self._step_range = self._step_range, None
+        if step_range is not None:
+            step_range.__exit__(None, None, None)
+
+    def _finish_window(self, step: int, partial: bool) -> None:
+        prof, recording, first = self.prof, self._recording, self._first_active
+        self.prof, self._recording, self._first_active = None, False, None
+        if not recording:
+            # Only prepared (the job stopped in warmup): start and stop without export, as torch does.
+            with contextlib.suppress(Exception):
+                prof.start_trace()
+            prof.stop_trace()
+            return
+        if self._distributed:
+            # A collective's range ends on the backend's thread *after* the step saw it complete (gloo runs
+            # the future's callbacks after waking the waiter); stopping the profiler while that thread still
+            # records has corrupted the heap (tests/test_multirank.py, 1 run in ~40). Let it finish first.
+            time.sleep(COMM_SETTLE_S)
         try:
-            self.prof.step()
-        except Exception:
-            # torch raised inside its own state change ("Profiler is already enabled on this thread": another
-            # profiler runs): stop() on such a profiler crashes the interpreter in export. Drop it untouched
-            # (the profiler that is enabled is the other one); the guard switches this collector off.
-            self.prof = None
-            raise
+            prof.stop_trace()
         except BaseException:
-            # A Ctrl-C landed inside torch's state change: the state is unknown, so nothing is exported, but
-            # a profiler left enabled crashes the interpreter at exit. Disable it, then let the signal go on.
-            self.prof = None
+            # A Ctrl-C or an error inside torch's stop: the state is unknown, nothing is exported, but a
+            # profiler left enabled crashes the interpreter at exit. Disable it, then let the error go on.
             _disable_profiler_quietly()
             raise
-        self._raise_pending()
+        self._export(prof, first if first is not None else step, step, partial)
 
-    def close(self) -> None:
-        prof, self.prof = self.prof, None
-        if prof is not None:
-            # Stopping inside an active window exports what was recorded so far (a partial window).
-            prof.stop()
-        self._raise_pending()
-
-    # --- export -----------------------------------------------------------------------------------
-    def _raise_pending(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-
-    def _on_trace_ready(self, prof: Any) -> None:
-        # Called by torch inside prof.step()/stop(); errors are kept and re-raised after torch returns, so
-        # torch's own state stays consistent and the monitor's guard switches this collector off.
-        try:
-            self._export(prof, self._last_step)
-        except Exception as exc:
-            self._error = exc
-
-    def _export(self, prof: Any, step: int) -> None:
+    def _export(self, prof: Any, first: int, step: int, partial: bool) -> None:
         ctx = self.ctx
-        trace_path = ctx.path(TRACE_TEMPLATE.format(rank=ctx.rank, step=step))
+        writer = ctx.writer
+        trace_path = writer.path(ArtifactKind.TRACE, step)
         write_gzipped_trace(prof, trace_path)
-        ctx.add_artifact("trace", trace_path, step)
+        writer.add(ArtifactKind.TRACE, trace_path, step)
         self.windows_written += 1
-        # Other collectors' window work (memory timeline, snapshot): each is guarded on its own.
-        for listener in list(ctx.window_listeners):
-            listener(prof, step)
+        averages, sort_key = None, "self_cpu_time_total"
+        if not self._summary_failed:
+            try:
+                averages, sort_key = self._summarise(prof, step)
+            except Exception as exc:  # torch's key_averages can fail (seen: UnicodeDecodeError with stacks)
+                self._summary_failed = True
+                averages = None
+                warnings.warn(
+                    f"stepscope: the summary of the window ending at step {step} failed ({type(exc).__name__}: "
+                    f"{exc}); summaries and the console table are off for this run, traces go on",
+                    StepscopeWarning,
+                    stacklevel=2,
+                )
+        self.window = Window(
+            rank=ctx.rank,
+            first_step=first,
+            last_step=step,
+            trace_path=trace_path,
+            profiler=prof,
+            averages=averages,
+            sort_key=sort_key,
+            partial=partial,
+        )
 
-        if self._summary_failed:
-            return
-        try:
-            self._summarise(prof, step, trace_path)
-        except Exception as exc:  # torch's key_averages can fail (seen: UnicodeDecodeError with stacks)
-            self._summary_failed = True
-            warnings.warn(
-                f"stepscope: the summary of the window ending at step {step} failed ({type(exc).__name__}: "
-                f"{exc}); summaries and the console table are off for this run, traces go on",
-                StepscopeWarning,
-                stacklevel=2,
-            )
+    def take_window(self) -> Window | None:
+        """The window exported by the last after_step / close, once."""
+        window, self.window = self.window, None
+        return window
 
-    def _summarise(self, prof: Any, step: int, trace_path: Any) -> None:
+    def _summarise(self, prof: Any, step: int) -> tuple[Any, str]:
         ctx = self.ctx
         averages = prof.key_averages()
         by_device = any(getattr(e, "self_device_time_total", 0) > 0 for e in averages)
         sort_key = "self_device_time_total" if by_device else "self_cpu_time_total"
-        summary_path = ctx.path(SUMMARY_TEMPLATE.format(rank=ctx.rank, step=step))
         header = (
             f"stepscope summary: rank {ctx.rank}, window ending at step {step}, "
             f"sorted by {sort_key.replace('_total', '')}\n\n"
         )
         table = averages.table(sort_by=sort_key, row_limit=SUMMARY_ROWS)
-        atomic_write_text(summary_path, header + table + "\n\n" + memory_overview() + "\n")
-        ctx.add_artifact("summary", summary_path, step)
-
-        ctx.notify("window_end", step=step, averages=averages, sort_key=sort_key, trace_path=trace_path)
+        ctx.writer.write_text(ArtifactKind.SUMMARY, header + table + "\n\n" + memory_overview() + "\n", step)
         if ctx.is_first_profiled_rank and ctx.config.console:
             print_top_ops(
                 averages,
@@ -151,6 +208,7 @@ class TraceCollector(Collector):
                 ctx.config.top_n,
                 title=f"stepscope: top ops, rank {ctx.rank}, window ending at step {step}",
             )
+        return averages, sort_key
 
 
 def _disable_profiler_quietly() -> None:

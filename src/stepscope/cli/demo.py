@@ -16,7 +16,7 @@ def command(out_dir: str, steps: int) -> None:
         from stepscope.errors import StepscopeError
 
         raise StepscopeError("the demo needs torch: pip install 'stepscope[capture]' (or torch)") from None
-    from stepscope.demo import run_demo
+    from stepscope.capture.demo import run_demo
 
     monitor = run_demo(out_dir=out_dir, steps=steps)
     click.echo(f"\nRun folder: {monitor.run_dir}")

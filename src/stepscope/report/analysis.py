@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
-from stepscope.report.terminal import fmt_pct, fmt_us, make_table, markup_safe, shorten
+from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, shorten
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -16,6 +16,21 @@ def render_analysis(result: AnalysisResult, console: Console) -> None:
         console.print(f"[dim]note: {markup_safe(notice)}[/dim]")
     for rank in result.ranks:
         _render_rank(rank, console)
+    if result.collectives:
+        rows = [
+            (
+                str(c.rank),
+                c.kind,
+                str(c.count),
+                fmt_bytes(c.bytes) if c.bytes is not None else "-",
+                f"{fmt_us(c.time_ms * 1e3)} ({c.time_source})" if c.time_ms is not None else "-",
+                ", ".join(c.dtypes) or "-",
+            )
+            for c in result.collectives
+        ]
+        columns = ("rank", "collective", "count", "bytes in", "time", "dtypes")
+        console.print(make_table("Collectives in the window", columns, rows))
+        console.print()
     if result.stragglers is not None:
         s = result.stragglers
         rows = [(str(r.rank), str(r.steps), fmt_us(r.step_us), fmt_us(r.comm_wait_us)) for r in s.ranks]

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from stepscope._atomic import atomic_write_text
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain, shorten
+from stepscope.runfolder.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from stepscope.analysis.memory_model import DeviceMemory, MemoryReport

@@ -1,61 +1,38 @@
-"""The run folder and its manifest: the contract between capture and analysis (no torch here).
+"""The manifest: the index of a run folder, merged by every rank under a lock that works on every OS.
 
-Layout (paths in the manifest are relative to the run folder):
-
-    <out_dir>/<YYYY-MM-DD__HH-MM-SS>_<hash>/
-        config.yaml  manifest.json  metrics.jsonl  traces/  summaries/  ...
+The lock is `filelock`'s: fcntl on POSIX, msvcrt on Windows, and where neither exists a lock file that is created
+exclusively (SoftFileLock: a lock left behind by a killed process makes later updates time out with a warning
+rather than wait forever).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from stepscope._atomic import atomic_write_bytes
 from stepscope.errors import InputError
+from stepscope.runfolder.atomic import atomic_write_bytes
+from stepscope.runfolder.layout import LOCK_NAME, MANIFEST_NAME, ArtifactKind
 
-MANIFEST_NAME = "manifest.json"
-CONFIG_NAME = "config.yaml"
-METRICS_NAME = "metrics.jsonl"
-MANIFEST_SCHEMA = "stepscope.manifest/1"
-
-# Artifact kinds (DESIGN.md). Tools find artifacts by kind through the manifest, never by guessing names.
-ARTIFACT_KINDS = frozenset(
-    {
-        "config",
-        "metrics",
-        "trace",
-        "summary",
-        "flops",
-        "comm_debug",
-        "comm_json",
-        "memory_log",
-        "memory_timeline",
-        "memory_snapshot",
-        "system",
-        "tensorboard",
-        "report",
-    }
-)
-
-# Sub-folders by kind; path templates live here so that every writer agrees.
-TRACE_TEMPLATE = "traces/rank{rank}_step{step}.json.gz"
-SUMMARY_TEMPLATE = "summaries/rank{rank}_step{step}.txt"
+MANIFEST_SCHEMA = "stepscope.manifest/2"
+# Manifests a reader understands (version 1 had no `schema` per artifact and other kind names).
+READABLE_SCHEMAS = ("stepscope.manifest/1", MANIFEST_SCHEMA)
+LOCK_TIMEOUT_S = 60.0
 
 
 class Artifact(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One file of the run: what it is, who wrote it, for which step, where it lies (relative path)."""
+    """One file of the run: what it is, who wrote it, for which step, where it lies (relative path), and the
+    schema of its payload when stepscope reads it back."""
 
     kind: str
     path: str
     rank: int | None = None
     step: int | None = None
+    schema: str | None = None
 
 
 class Manifest(msgspec.Struct):
@@ -71,6 +48,10 @@ class Manifest(msgspec.Struct):
     schedule: dict[str, int] = {}
     artifacts: list[Artifact] = []
     notes: list[str] = []
+
+    def of_kind(self, kind: ArtifactKind | str) -> list[Artifact]:
+        kind = str(kind)
+        return [a for a in self.artifacts if a.kind == kind]
 
 
 _encoder = msgspec.json.Encoder()
@@ -91,32 +72,25 @@ def read_manifest(run_dir: str | Path) -> Manifest:
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     try:
-        return _decoder.decode(data)
+        manifest = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise InputError(path, f"invalid manifest: {exc}") from None
     except UnicodeDecodeError:
         raise InputError(path, "invalid manifest: not UTF-8 text") from None
-
-
-def artifacts_of_kind(run_dir: str | Path, kind: str) -> list[Path]:
-    """Absolute paths of the artifacts of one kind, in manifest order."""
-    run_dir = Path(run_dir)
-    return [run_dir / a.path for a in read_manifest(run_dir).artifacts if a.kind == kind]
+    if manifest.schema not in READABLE_SCHEMAS:
+        raise InputError(path, f"manifest schema {manifest.schema!r} is not one this stepscope reads")
+    return manifest
 
 
 def is_run_folder(path: str | Path) -> bool:
     return (Path(path) / MANIFEST_NAME).is_file()
 
 
-@contextlib.contextmanager
-def _locked(run_dir: Path) -> Iterator[None]:
-    lock_path = run_dir / ".manifest.lock"
-    with open(lock_path, "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+def manifest_lock(run_dir: Path) -> Any:
+    """The run folder's manifest lock (a context manager)."""
+    import filelock
+
+    return filelock.FileLock(run_dir / LOCK_NAME, timeout=LOCK_TIMEOUT_S)
 
 
 def update_manifest(
@@ -133,15 +107,14 @@ def update_manifest(
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(run_dir):
+    with manifest_lock(run_dir):
         path = run_dir / MANIFEST_NAME
         manifest = _decoder.decode(path.read_bytes()) if path.is_file() else Manifest()
         for key, value in fields.items():
             setattr(manifest, key, value)
         known = {a.path for a in manifest.artifacts}
         for artifact in artifacts:
-            if artifact.kind not in ARTIFACT_KINDS:
-                raise ValueError(f"unknown artifact kind {artifact.kind!r}")
+            ArtifactKind(artifact.kind)  # ValueError on a kind the contract does not know
             if artifact.path not in known:
                 manifest.artifacts.append(artifact)
                 known.add(artifact.path)

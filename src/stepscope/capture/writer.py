@@ -1,0 +1,135 @@
+"""The run writer: the one object of a recording rank that writes into the run folder.
+
+It owns the manifest updates (a thread lock inside the process, the manifest's file lock across ranks), the
+metrics buffer, and the encoding of every typed payload; collectors ask it for paths by artifact kind and hand
+it what they wrote. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from stepscope.capture.schedule import Schedule
+from stepscope.runfolder import Artifact, ArtifactKind, artifact_path, relpath, update_manifest
+from stepscope.runfolder.atomic import atomic_write_bytes, atomic_write_text
+from stepscope.runfolder.payloads import KIND_SCHEMAS, StepMetrics
+
+METRICS_FLUSH_LINES = 64
+_encoder = msgspec.json.Encoder()
+
+
+class RunWriter:
+    """Writes the artifacts of one rank into `run_dir` and indexes them in the manifest."""
+
+    def __init__(self, run_dir: Path, rank: int, schedule: Schedule) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.schedule = schedule
+        self._lock = threading.Lock()
+        # metrics: full lines of busy steps, and (step, wall ns) of quiet ones, formatted at flush (the
+        # monitor appends to quiet_buffer directly: it is the same list for the whole run)
+        self._lines: list[StepMetrics] = []
+        self.quiet_buffer: list[tuple[int, int]] = []
+
+    # --- files and the manifest -------------------------------------------------------------------
+    def path(self, kind: ArtifactKind | str, step: int | None = None, template: str | None = None) -> Path:
+        """Absolute path of an artifact of this rank (parent folders created)."""
+        relative = (
+            template.format(rank=self.rank, step=step) if template else artifact_path(kind, self.rank, step)
+        )
+        target = self.run_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def add(
+        self, kind: ArtifactKind | str, path: str | Path, step: int | None = None, rank: int | None = -1
+    ) -> None:
+        """Index a written file in the manifest (rank defaults to this rank; None for job-wide files)."""
+        kind = str(ArtifactKind(kind))
+        artifact = Artifact(
+            kind=kind,
+            path=relpath(self.run_dir, path),
+            rank=self.rank if rank == -1 else rank,
+            step=step,
+            schema=KIND_SCHEMAS.get(kind),
+        )
+        with self._lock:
+            update_manifest(self.run_dir, artifacts=[artifact])
+
+    def update(self, **fields: Any) -> None:
+        """Merge top-level fields, notes or hosts into the manifest."""
+        with self._lock:
+            update_manifest(self.run_dir, **fields)
+
+    def write_json(self, kind: ArtifactKind | str, payload: Any, step: int | None = None) -> Path:
+        """Write a typed payload (msgspec Struct) as indented JSON, atomically, and index it."""
+        path = self.path(kind, step)
+        atomic_write_bytes(path, msgspec.json.format(_encoder.encode(payload), indent=2) + b"\n")
+        self.add(kind, path, step)
+        return path
+
+    def write_text(self, kind: ArtifactKind | str, text: str, step: int | None = None) -> Path:
+        path = self.path(kind, step)
+        atomic_write_text(path, text)
+        self.add(kind, path, step)
+        return path
+
+    def open_lines(self, kind: ArtifactKind | str) -> JsonLines:
+        """A JSON-lines file of this rank (memory log, system samples), created empty and indexed."""
+        path = self.path(kind)
+        lines = JsonLines(path)
+        self.add(kind, path)
+        return lines
+
+    # --- metrics.jsonl ----------------------------------------------------------------------------
+    def step_line(self, line: StepMetrics) -> None:
+        self._lines.append(line)
+
+    @property
+    def pending(self) -> int:
+        return len(self._lines) + len(self.quiet_buffer)
+
+    def flush_metrics(self) -> None:
+        if not self._lines and not self.quiet_buffer:
+            return
+        rank, phase = self.rank, self.schedule.phase
+        lines = self._lines + [
+            StepMetrics(step=step, rank=rank, wall_ms=wall_ns / 1e6, phase=phase(step).value)
+            for step, wall_ns in self.quiet_buffer
+        ]
+        self._lines = []
+        self.quiet_buffer.clear()
+        lines.sort(key=lambda line: line.step)
+        # One O_APPEND write per flush: lines of different ranks never interleave mid-line.
+        data = _encoder.encode_lines(lines)
+        fd = os.open(
+            self.run_dir / artifact_path(ArtifactKind.METRICS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+        )
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+class JsonLines:
+    """An append-only JSON-lines file of typed rows, one line written (and flushed) per row."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[bytes] | None = open(path, "wb")  # noqa: SIM115 (kept open for the run)
+
+    def write(self, row: Any) -> None:
+        if self._file is None:
+            return
+        self._file.write(_encoder.encode(row) + b"\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()

@@ -1,0 +1,45 @@
+"""The run folder: the contract between capture and analysis (no torch, no rich).
+
+`layout` names every path and artifact kind, `manifest` indexes the folder under a cross-platform lock,
+`payloads` types every file stepscope reads back, `atomic` writes files that are never seen half-written.
+"""
+
+from __future__ import annotations
+
+from stepscope.runfolder.layout import (
+    CONFIG_NAME,
+    MANIFEST_NAME,
+    METRICS_NAME,
+    OOM_SNAPSHOT_TEMPLATE,
+    TEMPLATES,
+    ArtifactKind,
+    artifact_path,
+)
+from stepscope.runfolder.manifest import (
+    MANIFEST_SCHEMA,
+    Artifact,
+    Manifest,
+    encode_manifest,
+    is_run_folder,
+    read_manifest,
+    relpath,
+    update_manifest,
+)
+
+__all__ = [
+    "CONFIG_NAME",
+    "MANIFEST_NAME",
+    "MANIFEST_SCHEMA",
+    "METRICS_NAME",
+    "OOM_SNAPSHOT_TEMPLATE",
+    "TEMPLATES",
+    "Artifact",
+    "ArtifactKind",
+    "Manifest",
+    "artifact_path",
+    "encode_manifest",
+    "is_run_folder",
+    "read_manifest",
+    "relpath",
+    "update_manifest",
+]

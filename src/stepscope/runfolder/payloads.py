@@ -1,0 +1,144 @@
+"""The typed payloads of the artifacts stepscope reads back: one msgspec Struct per format, named by a schema.
+
+Capture encodes these; analysis decodes them (`load_run`). A field added later gets a default, so older files
+still decode; a reader ignores fields it does not know. The schema name of each file is in its manifest entry
+(and, for JSON documents, in the document).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+METRICS_SCHEMA = "stepscope.metrics/1"
+MEMORY_LOG_SCHEMA = "stepscope.memory_log/1"
+SYSTEM_SCHEMA = "stepscope.system/1"
+FLOPS_SCHEMA = "stepscope.flops/2"
+COMM_COUNTS_SCHEMA = "stepscope.comm_counts/1"
+
+
+class StepMetrics(msgspec.Struct, omit_defaults=True):
+    """One line of metrics.jsonl: one step of one recording rank."""
+
+    step: int
+    rank: int
+    wall_ms: float
+    phase: str  # none | warmup | record | record_and_save (the profiler's schedule at this step)
+    flops: int | None = None  # FLOPs of the counted step (on that step only)
+    tflops: float | None = None  # this step's FLOPs / its wall time (timed steps, once FLOPs are counted)
+    mfu: float | None = None
+    tflops_median: float | None = None  # a new median figure, on the step it was computed
+    mfu_median: float | None = None
+    collectives: int | None = None  # collectives of the comm-logged step (CommDebugMode)
+    mem_rss_bytes: int | None = None  # memory fields on the steps the memory log samples
+    mem_sys_used_bytes: int | None = None
+    mem_sys_percent: float | None = None
+    mem_cuda_allocated_bytes: int | None = None
+    mem_cuda_reserved_bytes: int | None = None
+    mem_cuda_peak_allocated_bytes: int | None = None
+    mem_cuda_peak_reserved_bytes: int | None = None
+
+
+class MemoryRow(msgspec.Struct, omit_defaults=True):
+    """One line of a memory log: after step `step`; CUDA fields only where CUDA was in use.
+    cuda_peak_* is the peak since the previous row (the allocator's peak is reset after each row)."""
+
+    step: int
+    unix_time: float
+    rss_bytes: int
+    sys_used_bytes: int
+    sys_percent: float
+    cuda_allocated_bytes: int | None = None
+    cuda_reserved_bytes: int | None = None
+    cuda_peak_allocated_bytes: int | None = None
+    cuda_peak_reserved_bytes: int | None = None
+
+
+class GpuSample(msgspec.Struct, omit_defaults=True):
+    """One GPU in one system sample (NVML); a field the board does not report is absent."""
+
+    index: int
+    util_percent: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+
+
+class SystemRow(msgspec.Struct, omit_defaults=True):
+    """One line of a system log: a sample of the background sampler."""
+
+    t_s: float  # seconds since the sampler started
+    unix_time: float
+    process_cpu_percent: float  # of one core (can exceed 100)
+    system_cpu_percent: float  # of all cores
+    rss_bytes: int
+    sys_used_bytes: int
+    sys_percent: float
+    gpus: list[GpuSample] = []
+
+
+class ModuleFlops(msgspec.Struct):
+    name: str  # model-relative name ("" for the model itself)
+    label: str
+    type: str | None
+    depth: int
+    flops: int
+    ops: dict[str, int]
+
+
+class PeakInfo(msgspec.Struct):
+    tflops: float
+    device: str
+    dtype: str | None
+    source: str
+
+
+class ThroughputInfo(msgspec.Struct):
+    flops: int
+    median_step_s: float
+    steps_timed: int
+    tflops: float
+    mfu: float | None
+    peak: PeakInfo | None
+    no_mfu_reason: str | None
+    formula: str
+
+
+class FlopsReport(msgspec.Struct):
+    """FLOPs of the counted step of one rank (forward + backward), per module, and the throughput so far."""
+
+    rank: int
+    step: int
+    requested_step: int | None
+    total_flops: int
+    ops: dict[str, int]
+    modules: list[ModuleFlops]
+    device: str
+    matmul_dtype: str | None
+    peak_format: str | None
+    note: str | None = None
+    throughput: ThroughputInfo | None = None
+    schema: str = FLOPS_SCHEMA
+
+
+class CommCounts(msgspec.Struct):
+    """Collectives of the comm-logged step of one rank, as CommDebugMode counted them.
+
+    `modules`: module label -> "forward" / "backward" -> collective -> count ("(all)": the whole step)."""
+
+    rank: int
+    step: int
+    totals: dict[str, int]
+    modules: dict[str, dict[str, dict[str, int]]]
+    distributed: bool
+    schema: str = COMM_COUNTS_SCHEMA
+
+
+# Schema of each kind's payload, as the manifest records it.
+KIND_SCHEMAS = {
+    "metrics": METRICS_SCHEMA,
+    "memory_log": MEMORY_LOG_SCHEMA,
+    "system": SYSTEM_SCHEMA,
+    "flops": FLOPS_SCHEMA,
+    "comm_counts": COMM_COUNTS_SCHEMA,
+}
