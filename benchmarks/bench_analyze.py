@@ -105,7 +105,7 @@ def child_ours(path: Path) -> dict[str, Any]:
     from stepscope.analysis.loader import load_trace
 
     t0 = time.perf_counter()
-    table = load_trace(path, progress=False)
+    table = load_trace(path)
     t1 = time.perf_counter()
     result = analyze(table, drop_last_step=True)
     msgspec.json.encode(result)

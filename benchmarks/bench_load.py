@@ -97,8 +97,8 @@ def main() -> int:
         mb = len(data) / 1e6
         t_gunzip = best_of(args.repeat, lambda raw=raw: gunzip(raw))
         t_floor = best_of(args.repeat, lambda raw=raw: floor_decode(gunzip(raw)))
-        t_load = best_of(args.repeat, lambda path=path: load_trace(path, progress=False))
-        events = len(load_trace(path, progress=False))
+        t_load = best_of(args.repeat, lambda path=path: load_trace(path))
+        events = len(load_trace(path))
         t_json = (
             None
             if args.no_json
@@ -116,8 +116,8 @@ def main() -> int:
         for i, name in enumerate(FOLDER):
             os.symlink(TRACES / name, Path(tmp) / f"r{i}.json.gz")
         total = sum(len(gzip.decompress((TRACES / n).read_bytes())) for n in FOLDER) / 1e6
-        serial = best_of(args.repeat, lambda: load_trace(tmp, workers=1, progress=False))
-        pooled = best_of(args.repeat, lambda: load_trace(tmp, workers=2, progress=False))
+        serial = best_of(args.repeat, lambda: load_trace(tmp, workers=1))
+        pooled = best_of(args.repeat, lambda: load_trace(tmp, workers=2))
     lines += [
         "",
         f"A folder of {len(FOLDER)} of these traces ({total:.0f} MB of JSON): serial {serial * 1000:.0f} ms "

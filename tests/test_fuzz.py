@@ -104,7 +104,7 @@ def _only_input_errors(call: Any) -> None:
 def test_fuzzed_traces_load_or_raise_input_error(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / ("t.json.gz" if data[:2] == b"\x1f\x8b" else "t.json")
     path.write_bytes(data)
-    _only_input_errors(lambda: analyze(load_trace(path, workers=1, progress=False)))
+    _only_input_errors(lambda: analyze(load_trace(path, workers=1)))
 
 
 @FUZZ

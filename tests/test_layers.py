@@ -73,7 +73,7 @@ def test_analysis_and_cli_import_without_torch() -> None:
         "import sys\n"
         + "".join(f"import {m}\n" for m in modules)
         + (
-            "import stepscope.cli, stepscope.collectives, stepscope.capture.peaks\n"
+            "import stepscope.cli, stepscope.runfolder, stepscope.runfolder.payloads\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n"
         )
     )

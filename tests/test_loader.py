@@ -268,12 +268,24 @@ def test_pool_reports_input_errors(tmp_path: Path) -> None:
         load_trace(tmp_path, workers=2)
 
 
-def test_progress_bar_can_be_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepscope.analysis import loader
+def test_progress_is_reported_to_the_callback_up_to_the_total(tmp_path: Path) -> None:
+    write(tmp_path / "a.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "b.json", trace([op("b", 1, 1)], rank=1))
+    seen: list[tuple[int, int, str]] = []
+    table = load_trace(tmp_path, workers=1, progress=lambda done, total, label: seen.append((done, total, label)))
+    assert len(table) == 2 and seen
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)  # never backwards
+    assert seen[-1][0] == seen[-1][1]  # ends at the total
 
-    monkeypatch.setattr(loader._Progress, "DELAY_S", -1.0)
-    table = load_trace(write(tmp_path / "t.json", trace([op("a", 1, 1)])), progress=True)
-    assert len(table) == 1
+
+def test_progress_bar_can_be_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepscope.cli._progress import ProgressBar
+
+    monkeypatch.setattr(ProgressBar, "DELAY_S", -1.0)
+    with ProgressBar(enabled=True) as bar:
+        table = load_trace(write(tmp_path / "t.json", trace([op("a", 1, 1)])), progress=bar)
+        assert bar._bar is not None  # shown, although stderr is not a terminal
+    assert len(table) == 1 and bar._bar is None
 
 
 def test_analysis_never_imports_torch() -> None:

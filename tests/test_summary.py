@@ -12,7 +12,7 @@ from stepscope.analysis.loader import load_trace
 from stepscope.analysis.summary import SUMMARY_SCHEMA, self_times, summarize
 from stepscope.analysis.table import TraceTable
 from stepscope.cli import main
-from stepscope.report.summary import kernel_label
+from stepscope.report.terminal import kernel_label
 
 from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
 

@@ -100,8 +100,15 @@ def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int 
 
 
 # --- several files: ranks, pool, merge ----------------------------------------------------------------
+ProgressCallback = Callable[[int, int, str], None]  # (bytes done, bytes in all, file at work)
+
+
 def load_trace(
-    path: str | Path, *, step: int | None = None, workers: int | None = None, progress: bool | None = None
+    path: str | Path,
+    *,
+    step: int | None = None,
+    workers: int | None = None,
+    progress: ProgressCallback | None = None,
 ) -> TraceTable:
     """Load a trace file, a folder of per-rank traces or a run folder into one TraceTable.
 
@@ -109,7 +116,8 @@ def load_trace(
     Ranks come from each file's `distributedInfo.rank` (or the run folder's manifest); files without one,
     or repeating a rank already taken, get the lowest free ranks in path order and a notice in `notices`.
     `workers`: processes for multi-file loads (None: decide from the amount of data; 1: no pool).
-    `progress`: show a progress bar on stderr (None: only on a terminal, once loading takes over a second).
+    `progress`: called as loading proceeds with (bytes done, bytes in all, name of the file at work); the CLI
+    draws its progress bar from it.
     Raises InputError naming the file and the problem.
     """
     files, window_notices = _find_traces(Path(path), step)
@@ -120,15 +128,16 @@ def load_trace(
     tables = _load_in_pool(files, sizes, n_workers, progress, skipped) if n_workers > 1 else None
     if tables is None:
         skipped.notices.clear()
-        with _Progress(sum(sizes), enabled=progress) as bar:
-            tables = []
-            done = 0
-            for (file, hint), size in zip(files, sizes, strict=True):
-                try:
-                    tables.append(load_file(file, hint, bar.reporter(file.name, done, size)))
-                except InputError as exc:
-                    skipped.skip_or_raise(exc)
-                done += size
+        bar = _Progress(sum(sizes), progress)
+        tables = []
+        done = 0
+        for (file, hint), size in zip(files, sizes, strict=True):
+            try:
+                tables.append(load_file(file, hint, bar.reporter(file.name, done, size)))
+            except InputError as exc:
+                skipped.skip_or_raise(exc)
+            done += size
+        bar.update(done, "")
     if not tables:
         raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
     table = _merge(tables)
@@ -195,7 +204,7 @@ def _load_in_pool(
     files: list[tuple[Path, int | None]],
     sizes: list[int],
     n_workers: int,
-    progress: bool | None,
+    progress: ProgressCallback | None,
     skipped: _Skipped,
 ) -> list[FileTable] | None:
     """Decode the files in worker processes; None when no pool can run (the caller loads serially)."""
@@ -212,7 +221,8 @@ def _load_in_pool(
         futures = {pool.submit(_load_or_error, f, hint): i for i, (f, hint) in enumerate(files)}
     except (OSError, RuntimeError):
         return None
-    with pool, _Progress(sum(sizes), enabled=progress) as bar:
+    bar = _Progress(sum(sizes), progress)
+    with pool:
         try:
             for future in as_completed(futures):
                 i = futures[future]
@@ -293,57 +303,19 @@ def _join(parts: list[np.ndarray], dtype: str) -> np.ndarray:
 
 
 class _Progress:
-    """A rich progress bar on stderr, shown only when loading turns out to take more than a second."""
+    """Turns per-file progress into (done, total, label) calls of the caller's callback (if any)."""
 
-    DELAY_S = 1.0
-    EXPECTED_BYTES_PER_S = 150e6
-
-    def __init__(self, total_bytes: int, *, enabled: bool | None) -> None:
+    def __init__(self, total_bytes: int, callback: ProgressCallback | None) -> None:
         self.total = max(total_bytes, 1)
-        self.enabled = enabled
-        self.done = 0
-        self._bar: Any = None
-        self._task: Any = None
-        self._started = 0.0
-
-    def __enter__(self) -> _Progress:
-        self._started = time.perf_counter()
-        if self.enabled is not False and self.total / self.EXPECTED_BYTES_PER_S > self.DELAY_S:
-            self._show()
-        return self
+        self.callback = callback
 
     def update(self, completed: int, label: str) -> None:
         """`completed` bytes of the total are loaded; `label` names the file at work."""
-        self.done = completed
-        late = time.perf_counter() - self._started > self.DELAY_S
-        if self._bar is None and self.enabled is not False and late:
-            self._show()
-        if self._bar is not None:
-            self._bar.update(self._task, completed=self.done, description=f"loading {label}")
+        if self.callback is not None:
+            self.callback(min(completed, self.total), self.total, label)
 
-    def reporter(self, label: str, before: int, size: int) -> Callable[[float], None]:
+    def reporter(self, label: str, before: int, size: int) -> Callable[[float], None] | None:
         """A callback for one file's phases: fraction of that file done."""
+        if self.callback is None:
+            return None
         return lambda fraction: self.update(before + int(fraction * size), label)
-
-    def _show(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-
-        console = Console(stderr=True)
-        if self.enabled is None and not console.is_terminal:
-            self.enabled = False
-            return
-        self._bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
-        self._bar.start()
-        self._task = self._bar.add_task("loading traces", total=self.total, completed=self.done)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()

@@ -30,3 +30,12 @@ def step_option(fn):  # type: ignore[no-untyped-def]
         default=None,
         help="Run folders: the profiled window ending at this step (default: each rank's latest).",
     )(fn)
+
+
+def load_traces(path: Any, *, step: int | None = None) -> Any:
+    """`load_trace` with a progress bar on the terminal when loading takes more than a second."""
+    from stepscope.analysis.loader import load_trace
+    from stepscope.cli._progress import ProgressBar
+
+    with ProgressBar() as bar:
+        return load_trace(path, step=step, progress=bar)

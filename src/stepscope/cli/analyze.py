@@ -24,15 +24,15 @@ from stepscope.cli._common import step_option
 def command(path: Path, step: int | None, as_json: bool, drop_last_step: bool, top: int) -> None:
     """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder)."""
     from stepscope.analysis.analyze import analyze
-    from stepscope.analysis.loader import load_trace
+    from stepscope.cli._common import load_traces
 
-    result = analyze(load_trace(path, step=step), drop_last_step=drop_last_step, top=top)
+    result = analyze(load_traces(path, step=step), drop_last_step=drop_last_step, top=top)
     if as_json:
         from stepscope.cli._common import print_json
 
         print_json(result)
         return
     from stepscope.cli._common import console
-    from stepscope.report.analysis import render_analysis
+    from stepscope.report.analysis import AnalysisReport
 
-    render_analysis(result, console())
+    console().print(AnalysisReport(result))

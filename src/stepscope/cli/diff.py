@@ -22,11 +22,11 @@ from stepscope.cli._common import print_json
 def command(base: str, test: str, top: int, factor: float, as_json: bool) -> None:
     """Compare BASE and TEST (each a trace, a folder of traces or a run folder)."""
     from stepscope.analysis.diff import diff_tables
-    from stepscope.analysis.loader import load_trace
+    from stepscope.cli._common import load_traces
 
     if factor <= 1:
         raise click.BadParameter("must be greater than 1", param_hint="--factor")
-    result = diff_tables(load_trace(base), load_trace(test), base_path=base, test_path=test, factor=factor)
+    result = diff_tables(load_traces(base), load_traces(test), base_path=base, test_path=test, factor=factor)
     if as_json:
         print_json(result)
         return

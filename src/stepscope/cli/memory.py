@@ -31,7 +31,7 @@ def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> N
     export_memory_timeline. Only plain containers and scalars are unpickled."""
     from stepscope.analysis.memory_model import to_document
     from stepscope.analysis.snapshot import analyze_memory_file
-    from stepscope.report.memory import render_memory, write_memory_html
+    from stepscope.report.memory import MemoryView, write_memory_html
 
     report = analyze_memory_file(snapshot, top=top)
     if html_out is not None:
@@ -39,6 +39,6 @@ def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> N
     if as_json:
         print_json(to_document(report))
     else:
-        render_memory(report, console())
+        console().print(MemoryView(report))
     if html_out is not None:
         click.echo(f"HTML report: {html_out}", err=as_json)

@@ -16,10 +16,10 @@ from stepscope.cli._common import print_json, step_option
 )
 def command(path: str, step: int | None, top: int, as_json: bool) -> None:
     """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
-    from stepscope.analysis.loader import load_trace
+    from stepscope.cli._common import load_traces
     from stepscope.analysis.summary import summarize
 
-    summary = summarize(load_trace(path, step=step), top=top)
+    summary = summarize(load_traces(path, step=step), top=top)
     if as_json:
         print_json(summary)
         return

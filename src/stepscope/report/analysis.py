@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from collections.abc import Iterator
+
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, shorten
@@ -10,12 +13,22 @@ from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, ma
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
 
-def render_analysis(result: AnalysisResult, console: Console) -> None:
-    """Per-rank breakdowns, then the cross-rank view, then the findings."""
+class AnalysisReport:
+    """Per-rank breakdowns, then the collectives and the cross-rank view, then the findings (a rich
+    renderable)."""
+
+    def __init__(self, result: AnalysisResult) -> None:
+        self.result = result
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from _analysis_parts(self.result)
+
+
+def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
     for notice in result.notices:
-        console.print(f"[dim]note: {markup_safe(notice)}[/dim]")
+        yield f"[dim]note: {markup_safe(notice)}[/dim]"
     for rank in result.ranks:
-        _render_rank(rank, console)
+        yield from _rank_parts(rank)
     if result.collectives:
         rows = [
             (
@@ -29,39 +42,37 @@ def render_analysis(result: AnalysisResult, console: Console) -> None:
             for c in result.collectives
         ]
         columns = ("rank", "collective", "count", "bytes in", "time", "dtypes")
-        console.print(make_table("Collectives in the window", columns, rows))
-        console.print()
+        yield make_table("Collectives in the window", columns, rows)
+        yield Text("")
     if result.stragglers is not None:
         s = result.stragglers
         rows = [(str(r.rank), str(r.steps), fmt_us(r.step_us), fmt_us(r.comm_wait_us)) for r in s.ranks]
-        console.print(make_table("Ranks", ("rank", "steps", "mean step", "comm wait / step"), rows))
+        yield make_table("Ranks", ("rank", "steps", "mean step", "comm wait / step"), rows)
         if s.slowest_rank is not None:
-            console.print(
+            yield (
                 f"slowest rank {s.slowest_rank}: {fmt_us(s.slowest_step_us)} per step, "
                 f"{fmt_us(s.spread_us)} ({fmt_pct(s.spread_pct)}) more than rank {s.fastest_rank}"
             )
-        console.print()
-    console.print("[bold]Findings[/bold]" if result.findings else "[bold]Findings[/bold]: none")
+        yield Text("")
+    yield "[bold]Findings[/bold]" if result.findings else "[bold]Findings[/bold]: none"
     for f in result.findings:
         where = "" if f.rank is None else f" rank {f.rank}"
         style = SEVERITY_STYLE.get(f.severity, "")
-        console.print(f"[{style}]{f.severity.upper():6}[/{style}]{where} {f.id}: {markup_safe(f.message)}")
+        yield f"[{style}]{f.severity.upper():6}[/{style}]{where} {f.id}: {markup_safe(f.message)}"
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
-        console.print(f"        [dim]{markup_safe(evidence)}[/dim]")
+        yield f"        [dim]{markup_safe(evidence)}[/dim]"
 
 
-def _render_rank(r: RankAnalysis, console: Console) -> None:
+def _rank_parts(r: RankAnalysis) -> Iterator[RenderableType]:
     w = r.window
     dropped = ", last step dropped" if w.dropped_last_step else ""
     steps = (
         f"{w.steps} of {w.total_steps} steps{dropped}" if w.total_steps else "whole trace (no ProfilerStep)"
     )
-    console.print(
-        f"[bold]Rank {r.rank}[/bold]  {markup_safe(r.source)}  [dim]{steps}, {fmt_us(w.dur_us)}[/dim]"
-    )
+    yield f"[bold]Rank {r.rank}[/bold]  {markup_safe(r.source)}  [dim]{steps}, {fmt_us(w.dur_us)}[/dim]"
     t = r.temporal
     if t is not None:
-        console.print(
+        yield (
             make_table(
                 "GPU time (HTA definitions)",
                 ("", "span", "idle", "compute", "non-compute"),
@@ -89,12 +100,12 @@ def _render_rank(r: RankAnalysis, console: Console) -> None:
             for k in r.kernel_types.by_type
             if k.count
         ]
-        console.print(make_table("Kernel types", ("type", "count", "total", "wall", "% of span"), rows))
+        yield make_table("Kernel types", ("type", "count", "total", "wall", "% of span"), rows)
         combos = ", ".join(f"{' + '.join(c.types)} {fmt_pct(c.pct)}" for c in r.kernel_types.combos)
-        console.print(f"[dim]GPU busy time by what runs together: {markup_safe(combos)}[/dim]")
+        yield f"[dim]GPU busy time by what runs together: {markup_safe(combos)}[/dim]"
     if r.communication is not None:
         c = r.communication
-        console.print(
+        yield (
             f"communication {fmt_us(c.comm_us)}, overlapped with computation {fmt_pct(r.overlap_pct)}, "
             f"exposed {fmt_us(c.exposed_us)}"
         )
@@ -111,7 +122,7 @@ def _render_rank(r: RankAnalysis, console: Console) -> None:
             )
             for s in r.idle_by_stream
         ]
-        console.print(
+        yield (
             make_table(
                 "Idle time per stream",
                 ("device:stream", "events", "busy", "idle", "host wait", "kernel wait", "other"),
@@ -122,7 +133,7 @@ def _render_rank(r: RankAnalysis, console: Console) -> None:
         rows = [
             (shorten(k.name, 70), str(k.count), fmt_us(k.total_us), fmt_pct(k.pct)) for k in r.top_kernels
         ]
-        console.print(make_table("Top GPU kernels", ("name", "count", "total", "%"), rows))
+        yield make_table("Top GPU kernels", ("name", "count", "total", "%"), rows)
     if r.steps:
         rows = [
             (
@@ -138,7 +149,7 @@ def _render_rank(r: RankAnalysis, console: Console) -> None:
             for s in r.steps
         ]
         columns = ("step", "time", "GPU busy", "data loader", "forward", "backward", "optimizer", "comm")
-        console.print(make_table("Steps", columns, rows))
+        yield make_table("Steps", columns, rows)
     for note in r.notes:
-        console.print(f"[dim]note: {markup_safe(note)}[/dim]")
-    console.print()
+        yield f"[dim]note: {markup_safe(note)}[/dim]"
+    yield Text("")

@@ -10,8 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stepscope.analysis.diff import Delta, Diff
-from stepscope.report.summary import kernel_label
-from stepscope.report.terminal import fmt_pct, fmt_us, make_table, plain, shorten
+from stepscope.report.terminal import fmt_pct, fmt_us, kernel_label, make_table, plain, shorten
 
 NUMBERS_WIDTH = 62
 MIN_NAME_WIDTH = 18

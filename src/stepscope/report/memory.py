@@ -4,11 +4,12 @@ no script, no external URL, so it opens offline). Renderers format; they never c
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.text import Text
 
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain, shorten
 from stepscope.runfolder.atomic import atomic_write_text
@@ -78,32 +79,39 @@ def device_rows(report: MemoryReport) -> tuple[list[str], list[list[str]]]:
     return columns, [[label, *(value(d) for d in report.devices)] for label, value in _DEVICE_FIGURES]
 
 
-def render_memory(report: MemoryReport, console: Console, *, width: int = 80) -> None:
-    """Print the report as tables."""
+class MemoryView:
+    """A memory report as tables (a rich renderable)."""
+
+    def __init__(self, report: MemoryReport) -> None:
+        self.report = report
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from _memory_parts(self.report, options.max_width)
+
+
+def _memory_parts(report: MemoryReport, width: int) -> Iterator[RenderableType]:
     what = "CUDA memory snapshot" if report.kind == "snapshot" else "Memory timeline"
-    console.print(f"[bold]{what}[/bold]: {markup_safe(report.source)}")
+    yield f"[bold]{what}[/bold]: {markup_safe(report.source)}"
     if report.kind == "snapshot":
-        console.print(make_table("Devices", *device_rows(report)))
+        yield make_table("Devices", *device_rows(report))
     for d in report.devices:
         if report.kind != "snapshot":
-            console.print(
+            yield (
                 f"peak allocated {fmt_bytes(d.peak_allocated)} at {_time(d, d.peak_t_us)} "
                 f"({d.trace_entries} events)"
             )
         if d.timeline_allocated:
             prefix = "" if d.device < 0 else f"{_device_name(d.device)} "
-            console.print(
-                f"{prefix}allocated over time |{sparkline(d.timeline_allocated, 48)}|", markup=False
-            )
+            yield Text(f"{prefix}allocated over time |{sparkline(d.timeline_allocated, 48)}|")
         if d.categories_at_peak:
             rows = [
                 (name, fmt_bytes(n), fmt_pct(100.0 * n / d.peak_allocated))
                 for name, n in d.categories_at_peak.items()
             ]
-            console.print(make_table("By category at the peak", ("category", "bytes", "share"), rows))
+            yield make_table("By category at the peak", ("category", "bytes", "share"), rows)
     if report.top_sites:
         rows = [(shorten(s.site, width - 24), fmt_bytes(s.bytes), s.blocks) for s in report.top_sites]
-        console.print(make_table("Call sites holding the most live memory", ("site", "live", "blocks"), rows))
+        yield make_table("Call sites holding the most live memory", ("site", "live", "blocks"), rows)
     if report.top_blocks:
         rows = [
             (
@@ -114,9 +122,7 @@ def render_memory(report: MemoryReport, console: Console, *, width: int = 80) ->
             )
             for b in report.top_blocks
         ]
-        console.print(
-            make_table("Largest live blocks", ("allocated at", "size", "requested", "device"), rows)
-        )
+        yield make_table("Largest live blocks", ("allocated at", "size", "requested", "device"), rows)
     ooms = [o for d in report.devices for o in d.ooms]
     if ooms:
         dev_by_id = {d.device: d for d in report.devices}
@@ -130,13 +136,13 @@ def render_memory(report: MemoryReport, console: Console, *, width: int = 80) ->
             )
             for o in ooms
         ]
-        console.print(
+        yield (
             make_table(
                 "Out-of-memory events", ("site", "device", "when", "requested", "free on device"), rows
             )
         )
     for note in report.notes:
-        console.print(f"note: {plain(note)}", markup=False)
+        yield Text(f"note: {plain(note)}")
 
 
 # ---------------------------------------------------------------------------------------------- HTML

@@ -8,7 +8,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.summary import RankSummary, Summary
-from stepscope.report.terminal import fmt_pct, fmt_us, make_table, plain, shorten
+from stepscope.report.terminal import fmt_pct, fmt_us, kernel_label, make_table, plain, shorten
 
 # Room the number columns of each table take; the name column gets the rest of the console width.
 OPS_NUMBERS_WIDTH = 60
@@ -72,22 +72,3 @@ def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
         )
     else:
         yield Text("no GPU kernels in this trace")
-
-
-def kernel_label(name: str, width: int) -> str:
-    """A kernel name that fits `width`: when too long, drop the leading `void ` and the parameter list
-    (the template arguments say more), then cut after the first two thirds."""
-    if len(name) <= width:
-        return name
-    short = name.removeprefix("void ")
-    if short.endswith(")"):
-        depth = 0
-        for i in range(len(short) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(short[i], 0)
-            if depth == 0:
-                short = short[:i] if i > 0 else short
-                break
-    if len(short) <= width:
-        return short
-    head = (width - 3) * 2 // 3  # the start (namespace, kernel, first template argument) says the most
-    return short[:head] + "..." + short[len(short) - (width - 3 - head) :]

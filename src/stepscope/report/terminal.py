@@ -82,3 +82,22 @@ def shorten(name: str, width: int = 80) -> str:
         return name
     keep = (width - 3) // 2
     return name[:keep] + "..." + name[-(width - 3 - keep) :]
+
+
+def kernel_label(name: str, width: int) -> str:
+    """A kernel name that fits `width`: when too long, drop the leading `void ` and the parameter list
+    (the template arguments say more), then cut after the first two thirds."""
+    if len(name) <= width:
+        return name
+    short = name.removeprefix("void ")
+    if short.endswith(")"):
+        depth = 0
+        for i in range(len(short) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(short[i], 0)
+            if depth == 0:
+                short = short[:i] if i > 0 else short
+                break
+    if len(short) <= width:
+        return short
+    head = (width - 3) * 2 // 3  # the start (namespace, kernel, first template argument) says the most
+    return short[:head] + "..." + short[len(short) - (width - 3 - head) :]
