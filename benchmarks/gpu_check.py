@@ -45,11 +45,11 @@ if importlib.util.find_spec("stepscope") is None:  # run from a checkout without
 import stepscope
 from _gpu_workload import CPU_SIZES, GPU_SIZES, Gemm, Sizes, batches, build_training, make_train_step
 from bench_overhead import VARIANTS, measure_round
-from stepscope.runfolder.atomic import atomic_write_text
 from stepscope.capture.collector import StepscopeWarning
-from stepscope.capture.schedule import Schedule
 from stepscope.capture.peaks import device_key, lookup_peak
+from stepscope.capture.schedule import Schedule
 from stepscope.runfolder import read_manifest
+from stepscope.runfolder.atomic import atomic_write_text
 
 SCHEMA = "stepscope.gpu_check/1"
 PHASES = ("train", "gemm", "oom", "overhead")

@@ -20,7 +20,6 @@ from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training
 
-
 BASE_FIELDS = [
     "t_s", "unix_time", "process_cpu_percent", "system_cpu_percent", "rss_bytes", "sys_used_bytes", "sys_percent"
 ]  # fmt: skip

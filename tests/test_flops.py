@@ -78,7 +78,10 @@ def test_mlp_flops_match_the_layer_sizes(tmp_path: Path, input_requires_grad: bo
     assert any("runs at step 3 instead" in note for note in manifest.notes)
     assert 3 not in profiler_steps(run_dir / "traces/rank0_step2.json.gz")
     flops_files = sorted((a.kind, a.path, a.rank, a.step) for a in manifest.artifacts if "flops" in a.kind)
-    assert flops_files == [("flops", "flops/rank0_step3.json", 0, 3), ("flops_table", "flops/rank0_step3.txt", 0, 3)]
+    assert flops_files == [
+        ("flops", "flops/rank0_step3.json", 0, 3),
+        ("flops_table", "flops/rank0_step3.txt", 0, 3),
+    ]
 
     # AND forward = 2*B*in*out per Linear (addmm); backward = the same for the weight gradient, and again
     # for the input gradient, except for the first layer when the batch needs no gradient (mm)

@@ -272,7 +272,9 @@ def test_progress_is_reported_to_the_callback_up_to_the_total(tmp_path: Path) ->
     write(tmp_path / "a.json", trace([op("a", 1, 1)], rank=0))
     write(tmp_path / "b.json", trace([op("b", 1, 1)], rank=1))
     seen: list[tuple[int, int, str]] = []
-    table = load_trace(tmp_path, workers=1, progress=lambda done, total, label: seen.append((done, total, label)))
+    table = load_trace(
+        tmp_path, workers=1, progress=lambda done, total, label: seen.append((done, total, label))
+    )
     assert len(table) == 2 and seen
     assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)  # never backwards
     assert seen[-1][0] == seen[-1][1]  # ends at the total

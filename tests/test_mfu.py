@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from stepscope.capture import mfu
 from stepscope.capture._instrument import planned_steps, untraced_step_from
 from stepscope.capture.flops import peak_format
-from stepscope.capture.schedule import Schedule
 from stepscope.capture.peaks import DTYPES, PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_peak, no_peak_reason
+from stepscope.capture.schedule import Schedule
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ tables are merged and every file gets a distinct rank.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
