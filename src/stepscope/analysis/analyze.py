@@ -1,6 +1,6 @@
 """`analyze`: every per-rank analysis, the cross-rank view and the findings, as one plain result (no printing).
 
-Schema "stepscope.analysis/1" is what `stepscope analyze --json` prints; its fields are documented in
+Schema "stepscope.analysis/2" is what `stepscope analyze --json` prints; its fields are documented in
 docs/analysis.md.
 """
 
@@ -23,11 +23,12 @@ from stepscope.analysis.findings import Finding, rank_findings, straggler_findin
 from stepscope.analysis.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.kernels import COMMUNICATION
 from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
+from stepscope.analysis.run import RunFacts
 from stepscope.analysis.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.stragglers import Stragglers, cross_rank
 from stepscope.analysis.table import TraceTable
 
-SCHEMA = "stepscope.analysis/1"
+SCHEMA = "stepscope.analysis/2"
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
@@ -66,6 +67,7 @@ class AnalysisResult(msgspec.Struct):
     stragglers: Stragglers | None
     findings: list[Finding]
     notices: list[str]
+    run: RunFacts | None = None  # run folders: what the run measured outside its traces
 
 
 def analyze(table: TraceTable, *, drop_last_step: bool = False, top: int = 10) -> AnalysisResult:

@@ -13,7 +13,7 @@ from stepscope.cli._common import step_option
 @step_option
 @click.argument("path", type=click.Path(path_type=Path, readable=False))
 @click.option(
-    "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.analysis/1").'
+    "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.analysis/2").'
 )
 @click.option(
     "--drop-last-step", is_flag=True, help="Leave the last ProfilerStep out of the window (HTA's default)."
@@ -22,11 +22,27 @@ from stepscope.cli._common import step_option
     "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
 )
 def command(path: Path, step: int | None, as_json: bool, drop_last_step: bool, top: int) -> None:
-    """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder)."""
+    """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder).
+
+    A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
+    memory and system samples."""
     from stepscope.analysis.analyze import analyze
     from stepscope.cli._common import load_traces
+    from stepscope.runfolder import is_run_folder
 
-    result = analyze(load_traces(path, step=step), drop_last_step=drop_last_step, top=top)
+    if is_run_folder(path):
+        from stepscope.analysis.analyze import SCHEMA, AnalysisResult
+        from stepscope.analysis.run import load_run, run_facts
+
+        run = load_run(path)
+        if run.has_traces:
+            result = analyze(load_traces(path, step=step), drop_last_step=drop_last_step, top=top)
+        else:
+            note = f"{path}: the run has no traces (the job ended before its first window was exported)"
+            result = AnalysisResult(SCHEMA, [], [], None, [], [note])
+        result.run = run_facts(run)
+    else:
+        result = analyze(load_traces(path, step=step), drop_last_step=drop_last_step, top=top)
     if as_json:
         from stepscope.cli._common import print_json
 

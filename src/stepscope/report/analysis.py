@@ -8,7 +8,8 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
-from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, shorten
+from stepscope.analysis.run import RunFacts
+from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain, shorten
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -25,6 +26,8 @@ class AnalysisReport:
 
 
 def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
+    if result.run is not None:
+        yield from _run_parts(result.run)
     for notice in result.notices:
         yield f"[dim]note: {markup_safe(notice)}[/dim]"
     for rank in result.ranks:
@@ -152,4 +155,76 @@ def _rank_parts(r: RankAnalysis) -> Iterator[RenderableType]:
         yield make_table("Steps", columns, rows)
     for note in r.notes:
         yield f"[dim]note: {markup_safe(note)}[/dim]"
+    yield Text("")
+
+
+def _ms(value: float | None) -> str:
+    return fmt_us(value * 1e3) if value is not None else "-"
+
+
+def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
+    """The run as a whole: step times, FLOPs / MFU, memory and system samples (from outside the traces)."""
+    ranks = ", ".join(str(r) for r in run.profiled_ranks) or "-"
+    yield f"[bold]Run[/bold] {markup_safe(run.run_name)}  [dim]world size {run.world_size}, profiled ranks {ranks}[/dim]"
+    if run.step_times:
+        rows = [
+            (
+                str(t.rank),
+                str(t.steps),
+                _ms(t.median_ms),
+                _ms(t.p90_ms),
+                _ms(t.traced_median_ms),
+                f"{t.trend_pct:+.1f}%" if t.trend_pct is not None else "-",
+            )
+            for t in run.step_times
+        ]
+        columns = ("rank", "steps", "median", "p90", "in windows", "trend")
+        yield make_table("Step time over the whole run (steps outside the windows)", columns, rows)
+        for t in run.step_times:
+            slowest = ", ".join(f"{s.step} ({_ms(s.wall_ms)}, {s.phase})" for s in t.slowest[:3])
+            yield f"[dim]rank {t.rank} slowest steps: {slowest}[/dim]"
+        windows = run.step_times[0].windows
+        if windows:
+            marked = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in windows)
+            yield f"[dim]profiled windows (active steps): {marked}[/dim]"
+    if run.flops:
+        for f in run.flops:
+            line = f"rank {f.rank}: {f.total_flops:,} FLOPs per step (counted at step {f.step})"
+            if f.tflops is not None:
+                line += f", {f.tflops:.4g} TFLOP/s over {f.steps_timed} steps"
+            if f.mfu is not None:
+                line += f", MFU {100 * f.mfu:.2f}% of {f.peak}"
+            yield Text(line)
+            if f.reason:
+                yield Text(f"  {plain(f.reason)}", style="dim")
+    elif run.flops_note:
+        yield Text(run.flops_note, style="dim")
+    for m in run.memory:
+        growth = (
+            f", RSS {fmt_bytes(m.rss_growth_bytes_per_step)}/step"
+            if m.rss_growth_bytes_per_step is not None
+            else ""
+        )
+        cuda = ""
+        if m.peak_cuda_allocated_bytes is not None:
+            cuda = f", CUDA peak allocated {fmt_bytes(m.peak_cuda_allocated_bytes)}"
+            if m.cuda_growth_bytes_per_step is not None:
+                cuda += f" ({fmt_bytes(m.cuda_growth_bytes_per_step)}/step)"
+        yield Text(
+            f"memory rank {m.rank}: peak RSS {fmt_bytes(m.peak_rss_bytes)} over steps {m.first_step}-{m.last_step}"
+            f"{growth}{cuda}"
+        )
+    for sy in run.system:
+        gpus = "".join(
+            f", gpu{g.index} util {g.util_mean_percent:.0f}% mean / {g.util_max_percent:.0f}% max"
+            for g in sy.gpus
+            if g.util_mean_percent is not None and g.util_max_percent is not None
+        )
+        yield Text(
+            f"system rank {sy.rank}: {sy.samples} samples over {sy.seconds:.1f} s, process CPU "
+            f"{sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max, peak RSS "
+            f"{fmt_bytes(sy.peak_rss_bytes)}{gpus}"
+        )
+    for note in run.notes:
+        yield Text(f"note: {plain(note)}", style="dim")
     yield Text("")

@@ -1,0 +1,401 @@
+"""A whole run folder, read back: `load_run(path) -> Run`, and what the run measured outside its traces.
+
+`Run` holds the manifest, the config, every step's metrics line, the FLOP reports, the collective counts, the
+memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
+into plain figures: step wall time over the whole run, FLOPs / TFLOP/s / MFU (or why there is none), memory
+(peak, growth per step) and system samples (CPU %, RSS, GPU utilisation where present). No torch, no rich.
+
+A damaged artifact never stops the reading: it is left out with a note naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from stepscope.analysis._limits import max_input_bytes
+from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest, read_manifest
+from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
+
+T = TypeVar("T")
+SLOWEST_STEPS = 5
+MIN_TREND_STEPS = 8  # a trend needs two quarters of at least two steps
+
+
+@dataclass
+class Run:
+    """Everything a run folder holds, decoded (traces on demand)."""
+
+    path: Path
+    manifest: Manifest
+    config: dict[str, Any]
+    metrics: list[StepMetrics]
+    flops: list[FlopsReport]
+    comm_counts: list[CommCounts]
+    memory: dict[int, list[MemoryRow]]  # rank -> rows
+    system: dict[int, list[SystemRow]]  # rank -> samples
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_traces(self) -> bool:
+        return bool(self.manifest.of_kind(ArtifactKind.TRACE))
+
+    def traces(self, step: int | None = None, progress: Any = None) -> Any:
+        """The run's traces as one TraceTable (each rank's latest window, or the window ending at `step`)."""
+        from stepscope.analysis.loader import load_trace
+
+        return load_trace(self.path, step=step, progress=progress)
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder whole. Raises InputError when `path` is not a readable run folder."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    notes: list[str] = []
+    config = _read_config(path / CONFIG_NAME, notes)
+    metrics = list(_read_lines(path / METRICS_NAME, StepMetrics, notes))
+    flops = [
+        r
+        for a in manifest.of_kind(ArtifactKind.FLOPS)
+        if (r := _read_json(path / a.path, FlopsReport, notes))
+    ]
+    comm = [
+        r
+        for a in manifest.of_kind(ArtifactKind.COMM_COUNTS)
+        if (r := _read_json(path / a.path, CommCounts, notes))
+    ]
+    memory = {
+        a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, MemoryRow, notes))
+        for a in manifest.of_kind(ArtifactKind.MEMORY_LOG)
+    }
+    system = {
+        a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, SystemRow, notes))
+        for a in manifest.of_kind(ArtifactKind.SYSTEM)
+    }
+    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes)
+
+
+def _read_bytes(path: Path, notes: list[str]) -> bytes | None:
+    limit = max_input_bytes()
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        notes.append(f"{path}: cannot read ({exc.strerror or exc}); left out")
+        return None
+    if len(data) > limit:
+        notes.append(f"{path}: larger than {limit} bytes (STEPSCOPE_MAX_INPUT_BYTES); left out")
+        return None
+    return data
+
+
+def _read_config(path: Path, notes: list[str]) -> dict[str, Any]:
+    import yaml
+
+    data = _read_bytes(path, notes)
+    if data is None:
+        return {}
+    try:
+        config = yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        notes.append(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); left out")
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _read_json(path: Path, kind: type[T], notes: list[str]) -> T | None:
+    data = _read_bytes(path, notes)
+    if data is None:
+        return None
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        notes.append(f"{path}: not a valid {kind.__name__} ({exc}); left out")
+        return None
+
+
+def _read_lines(path: Path, kind: type[T], notes: list[str]) -> Iterator[T]:
+    """Typed JSON lines; a line that does not decode (a torn last line of a killed job) is skipped and counted."""
+    data = _read_bytes(path, notes)
+    if data is None:
+        return
+    decoder = msgspec.json.Decoder(kind)
+    bad = 0
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            yield decoder.decode(line)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            bad += 1
+    if bad:
+        notes.append(f"{path}: {bad} line(s) could not be read; left out")
+
+
+# --- the figures ------------------------------------------------------------------------------------
+class SlowStep(msgspec.Struct):
+    step: int
+    wall_ms: float
+    phase: str
+
+
+class StepTimes(msgspec.Struct):
+    """Step wall time of one rank over the whole run (metrics.jsonl).
+
+    Plain steps are those outside the profiler's windows, neither the first step (start-up) nor a step that
+    counted FLOPs or logged collectives: their statistics are what the job costs without stepscope."""
+
+    rank: int
+    steps: int  # lines in metrics.jsonl
+    plain_steps: int
+    median_ms: float | None  # of plain steps
+    p90_ms: float | None
+    mean_ms: float | None
+    traced_median_ms: float | None  # steps inside warmup/active windows (profiler overhead included)
+    first_step_ms: float | None
+    trend_pct: float | None  # median of the last quarter of plain steps vs the first quarter, in %
+    slowest: list[SlowStep]
+    windows: list[list[int]]  # [first, last] active step of each profiled window of this rank
+
+
+class FlopsFacts(msgspec.Struct):
+    rank: int
+    step: int  # the counted step
+    total_flops: int
+    tflops: float | None  # FLOPs / median plain step time
+    mfu: float | None
+    peak: str | None  # the peak used, and its source
+    steps_timed: int
+    reason: str | None  # why there is no TFLOP/s or MFU figure
+
+
+class MemoryFacts(msgspec.Struct):
+    rank: int
+    rows: int
+    first_step: int
+    last_step: int
+    peak_rss_bytes: int
+    rss_growth_bytes_per_step: float | None  # least-squares slope over the logged steps
+    peak_cuda_allocated_bytes: int | None  # the highest interval peak
+    cuda_growth_bytes_per_step: float | None  # slope of allocated memory
+
+
+class GpuFacts(msgspec.Struct):
+    index: int
+    util_mean_percent: float | None
+    util_max_percent: float | None
+    mem_max_bytes: int | None
+    power_max_w: float | None
+
+
+class SystemFacts(msgspec.Struct):
+    rank: int
+    samples: int
+    seconds: float
+    process_cpu_mean_percent: float
+    process_cpu_max_percent: float
+    system_cpu_mean_percent: float
+    peak_rss_bytes: int
+    gpus: list[GpuFacts]
+
+
+class RunFacts(msgspec.Struct):
+    """What `stepscope analyze RUN` adds from outside the traces (null sections: the run did not measure it)."""
+
+    path: str
+    run_name: str
+    world_size: int
+    profiled_ranks: list[int]
+    schedule: dict[str, int]
+    versions: dict[str, str]
+    step_times: list[StepTimes]
+    flops: list[FlopsFacts]
+    flops_note: str | None  # why there are no FLOP figures
+    memory: list[MemoryFacts]
+    system: list[SystemFacts]
+    notes: list[str]
+
+
+def run_facts(run: Run) -> RunFacts:
+    manifest = run.manifest
+    by_rank: dict[int, list[StepMetrics]] = {}
+    for line in run.metrics:
+        by_rank.setdefault(line.rank, []).append(line)
+    windows = _windows(manifest.schedule, max((m.step for m in run.metrics), default=-1))
+    flops_note = None
+    if not run.flops:
+        flops_note = (
+            "no FLOP count in this run: set flop_counter_step (or --flop-counter-step) to get FLOPs, TFLOP/s "
+            "and MFU"
+        )
+    return RunFacts(
+        path=str(run.path),
+        run_name=manifest.run_name,
+        world_size=manifest.world_size,
+        profiled_ranks=list(manifest.profiled_ranks),
+        schedule=dict(manifest.schedule),
+        versions=dict(manifest.versions),
+        step_times=[_step_times(rank, lines, windows) for rank, lines in sorted(by_rank.items())],
+        flops=[_flops_facts(r) for r in sorted(run.flops, key=lambda r: r.rank)],
+        flops_note=flops_note,
+        memory=[m for rank, rows in sorted(run.memory.items()) if (m := _memory_facts(rank, rows))],
+        system=[s for rank, rows in sorted(run.system.items()) if (s := _system_facts(rank, rows))],
+        notes=list(run.notes),
+    )
+
+
+def _windows(schedule: dict[str, int], last_step: int) -> list[list[int]]:
+    """[first, last] active step of each window that lies within the run's steps (the manifest's schedule)."""
+    try:
+        wait, warmup, active = schedule["wait"], schedule["warmup"], schedule["active"]
+        repeat, skip = schedule.get("repeat", 1), schedule.get("skip_first", 0)
+    except (KeyError, TypeError):
+        return []
+    cycle = wait + warmup + active
+    if cycle <= 0 or active <= 0:
+        return []
+    out = []
+    i = 0
+    while repeat == 0 or i < repeat:
+        first = skip + i * cycle + wait + warmup
+        if first > last_step:
+            break
+        out.append([first, min(first + active - 1, last_step)])
+        i += 1
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -> StepTimes:
+    lines = sorted(lines, key=lambda m: m.step)
+    plain = [
+        m.wall_ms
+        for m in lines
+        if m.phase == "none" and m.step > 0 and m.flops is None and m.collectives is None
+    ]
+    traced = [m.wall_ms for m in lines if m.phase != "none"]
+    first = next((m.wall_ms for m in lines if m.step == 0), None)
+    trend = None
+    if len(plain) >= MIN_TREND_STEPS:
+        quarter = len(plain) // 4
+        head, tail = statistics.median(plain[:quarter]), statistics.median(plain[-quarter:])
+        trend = 100.0 * (tail - head) / head if head > 0 else None
+    slowest = sorted(lines, key=lambda m: -m.wall_ms)[:SLOWEST_STEPS]
+    return StepTimes(
+        rank=rank,
+        steps=len(lines),
+        plain_steps=len(plain),
+        median_ms=statistics.median(plain) if plain else None,
+        p90_ms=_percentile(plain, 0.9) if plain else None,
+        mean_ms=statistics.fmean(plain) if plain else None,
+        traced_median_ms=statistics.median(traced) if traced else None,
+        first_step_ms=first,
+        trend_pct=trend,
+        slowest=[SlowStep(m.step, m.wall_ms, m.phase) for m in slowest],
+        windows=windows,
+    )
+
+
+def _flops_facts(report: FlopsReport) -> FlopsFacts:
+    t = report.throughput
+    reason = report.note
+    if t is None and reason is None:
+        reason = "too few untimed steps after the counted one for a TFLOP/s figure"
+    elif t is not None and t.mfu is None:
+        reason = t.no_mfu_reason
+    peak = None
+    if t is not None and t.peak is not None:
+        fmt = f" {t.peak.dtype}" if t.peak.dtype else ""
+        peak = f"{t.peak.tflops:g} TFLOP/s ({t.peak.device}{fmt}; {t.peak.source})"
+    return FlopsFacts(
+        rank=report.rank,
+        step=report.step,
+        total_flops=report.total_flops,
+        tflops=t.tflops if t is not None else None,
+        mfu=t.mfu if t is not None else None,
+        peak=peak,
+        steps_timed=t.steps_timed if t is not None else 0,
+        reason=reason,
+    )
+
+
+def _slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of ys over xs; None with fewer than two distinct xs."""
+    if len(xs) < 2:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    if var == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+
+
+def _memory_facts(rank: int, rows: list[MemoryRow]) -> MemoryFacts | None:
+    if not rows:
+        return None
+    steps = [float(r.step) for r in rows]
+    cuda = [r for r in rows if r.cuda_allocated_bytes is not None]
+    peaks = [r.cuda_peak_allocated_bytes for r in cuda if r.cuda_peak_allocated_bytes is not None]
+    return MemoryFacts(
+        rank=rank,
+        rows=len(rows),
+        first_step=rows[0].step,
+        last_step=rows[-1].step,
+        peak_rss_bytes=max(r.rss_bytes for r in rows),
+        rss_growth_bytes_per_step=_slope(steps, [float(r.rss_bytes) for r in rows]),
+        peak_cuda_allocated_bytes=max(peaks) if peaks else None,
+        cuda_growth_bytes_per_step=(
+            _slope([float(r.step) for r in cuda], [float(r.cuda_allocated_bytes or 0) for r in cuda])
+            if cuda
+            else None
+        ),
+    )
+
+
+def _stat(values: list[float], fn: Callable[[list[float]], float]) -> float | None:
+    return fn(values) if values else None
+
+
+def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
+    if not rows:
+        return None
+    gpus: dict[int, list[Any]] = {}
+    for row in rows:
+        for gpu in row.gpus:
+            gpus.setdefault(gpu.index, []).append(gpu)
+    gpu_facts = []
+    for index, samples in sorted(gpus.items()):
+        util = [float(g.util_percent) for g in samples if g.util_percent is not None]
+        mem = [float(g.mem_used_bytes) for g in samples if g.mem_used_bytes is not None]
+        power = [float(g.power_w) for g in samples if g.power_w is not None]
+        gpu_facts.append(
+            GpuFacts(
+                index=index,
+                util_mean_percent=_stat(util, statistics.fmean),
+                util_max_percent=_stat(util, max),
+                mem_max_bytes=int(max(mem)) if mem else None,
+                power_max_w=_stat(power, max),
+            )
+        )
+    return SystemFacts(
+        rank=rank,
+        samples=len(rows),
+        seconds=rows[-1].t_s - rows[0].t_s,
+        process_cpu_mean_percent=statistics.fmean(r.process_cpu_percent for r in rows),
+        process_cpu_max_percent=max(r.process_cpu_percent for r in rows),
+        system_cpu_mean_percent=statistics.fmean(r.system_cpu_percent for r in rows),
+        peak_rss_bytes=max(r.rss_bytes for r in rows),
+        gpus=gpu_facts,
+    )
