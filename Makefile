@@ -23,6 +23,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy
 
 # Every CUDA path of capture on a real GPU (docs/gpu.md); without CUDA, its dry mode. Where python3 already has
 # a CUDA build of torch and stepscope's needs (a machine without a package index), use it instead of .venv:

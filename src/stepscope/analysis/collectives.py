@@ -123,8 +123,11 @@ def rank_collectives(table: TraceTable, rank: int, lo: int, hi: int) -> list[Col
     cols = table.columns
     names = cols["name"]
     classes = table.name_values(_event_class, object, key="collective_class", among=names)
+    named = table.name_values(
+        lambda n: _event_class(n) is not None, bool, key="collective_named", among=names
+    )
     candidate = np.flatnonzero(
-        (cols["ph"] == ord("X")) & (cols["ts"] >= lo) & (cols["ts"] < hi) & np.not_equal(classes[names], None)
+        (cols["ph"] == ord("X")) & (cols["ts"] >= lo) & (cols["ts"] < hi) & named[names]
     )
     if not len(candidate):
         return []

@@ -65,9 +65,9 @@ def load_run(path: str | Path) -> Run:
         if (r := _read_json(path / a.path, FlopsReport, notes))
     ]
     comm = [
-        r
+        c
         for a in manifest.of_kind(ArtifactKind.COMM_COUNTS)
-        if (r := _read_json(path / a.path, CommCounts, notes))
+        if (c := _read_json(path / a.path, CommCounts, notes))
     ]
     memory = {
         a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, MemoryRow, notes))

@@ -81,7 +81,7 @@ class FlopCollector(Collector):
         from torch.utils.flop_counter import FlopCounterMode
 
         quiet_module_tracker()
-        counter = FlopCounterMode(display=False, depth=None)
+        counter = FlopCounterMode(display=False, depth=None)  # type: ignore[arg-type]
         tally = dtype_tally()
         counter.__enter__()
         self._modes = [counter]

@@ -360,7 +360,8 @@ class PerformanceMonitor:
         self.recording = True
         _recording = self
         self._collectors = []
-        for cls in [*collector_classes(self.config), TraceCollector]:
+        classes: list[type[Collector]] = [*collector_classes(self.config), TraceCollector]
+        for cls in classes:
             try:
                 self._collectors.append(cls(self._ctx))
             except Exception as exc:
@@ -487,13 +488,13 @@ class PerformanceMonitor:
         except Exception as exc:  # a field a collector returned that the metrics line does not have
             self._metrics_failed(exc)
         if line is not None:
-            for hook in self._on_record:
-                hook(line)
+            for record_hook in self._on_record:
+                record_hook(line)
             if not self._metrics_off:
                 writer.step_line(line)
         if window is not None:
-            for hook in self._on_window:
-                hook(window)
+            for window_hook in self._on_window:
+                window_hook(window)
         if writer.pending >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
             self._flush_metrics()
         self._quiet_until = self._next_busy(step + 1)

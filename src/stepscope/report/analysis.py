@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
@@ -33,7 +34,7 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
     for rank in result.ranks:
         yield from _rank_parts(rank)
     if result.collectives:
-        rows = [
+        rows: list[tuple[Any, ...]] = [
             (
                 str(c.rank),
                 c.kind,
@@ -49,7 +50,9 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
         yield Text("")
     if result.stragglers is not None:
         s = result.stragglers
-        rows = [(str(r.rank), str(r.steps), fmt_us(r.step_us), fmt_us(r.comm_wait_us)) for r in s.ranks]
+        rows = [
+            (str(r.rank), str(r.steps), fmt_us(r.step_us), fmt_us(r.comm_wait_us)) for r in s.ranks
+        ]
         yield make_table("Ranks", ("rank", "steps", "mean step", "comm wait / step"), rows)
         if s.slowest_rank is not None:
             yield (
@@ -98,7 +101,7 @@ def _rank_parts(r: RankAnalysis) -> Iterator[RenderableType]:
             )
         )
     if r.kernel_types is not None:
-        rows = [
+        rows: list[tuple[Any, ...]] = [
             (k.type, str(k.count), fmt_us(k.total_us), fmt_us(k.busy_us), fmt_pct(k.busy_pct))
             for k in r.kernel_types.by_type
             if k.count
@@ -167,7 +170,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
     ranks = ", ".join(str(r) for r in run.profiled_ranks) or "-"
     yield f"[bold]Run[/bold] {markup_safe(run.run_name)}  [dim]world size {run.world_size}, profiled ranks {ranks}[/dim]"
     if run.step_times:
-        rows = [
+        rows: list[tuple[Any, ...]] = [
             (
                 str(t.rank),
                 str(t.steps),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
@@ -104,13 +104,15 @@ def _memory_parts(report: MemoryReport, width: int) -> Iterator[RenderableType]:
             prefix = "" if d.device < 0 else f"{_device_name(d.device)} "
             yield Text(f"{prefix}allocated over time |{sparkline(d.timeline_allocated, 48)}|")
         if d.categories_at_peak:
-            rows = [
+            rows: list[tuple[Any, ...]] = [
                 (name, fmt_bytes(n), fmt_pct(100.0 * n / d.peak_allocated))
                 for name, n in d.categories_at_peak.items()
             ]
             yield make_table("By category at the peak", ("category", "bytes", "share"), rows)
     if report.top_sites:
-        rows = [(shorten(s.site, width - 24), fmt_bytes(s.bytes), s.blocks) for s in report.top_sites]
+        rows = [
+            (shorten(s.site, width - 24), fmt_bytes(s.bytes), s.blocks) for s in report.top_sites
+        ]
         yield make_table("Call sites holding the most live memory", ("site", "live", "blocks"), rows)
     if report.top_blocks:
         rows = [
@@ -253,7 +255,7 @@ def memory_html(report: MemoryReport) -> str:
         out.append(f"<p>peak allocated {_e(fmt_bytes(d.peak_allocated))} at {_e(_time(d, d.peak_t_us))}</p>")
         out.append(timeline_svg(d))
         if d.categories_at_peak:
-            rows = [(k, fmt_bytes(v), v) for k, v in d.categories_at_peak.items()]
+            rows: list[tuple[Any, ...]] = [(k, fmt_bytes(v), v) for k, v in d.categories_at_peak.items()]
             out.append(_table("By category at the peak", ("category", "size", "bytes"), rows, left=(0,)))
     if report.top_sites:
         rows = [
