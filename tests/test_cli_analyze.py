@@ -21,7 +21,7 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["analyze", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     # THEN the documented schema and per-rank sections are there
-    assert doc["schema"] == "stepscope.analysis/1"
+    assert doc["schema"] == "stepscope.analysis/2"
     (rank,) = doc["ranks"]
     assert rank["rank"] == 0
     assert rank["temporal"] == {
