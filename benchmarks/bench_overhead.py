@@ -1,6 +1,6 @@
 """Overhead of the monitor on the demo training step, measured side by side in one process.
 
-    .venv/bin/python benchmarks/bench_overhead.py [--rounds 5] [--steps 30]
+    .venv/bin/python benchmarks/bench_overhead.py [--rounds 5] [--steps 30] [--small]
 
 A first, uncounted round warms everything up. Variants, interleaved round by round so machine noise hits them alike: the bare step; the step decorated by a
 monitor with enabled=False; a monitor in its wait phase; a monitor in an active window; raw torch.profiler
@@ -42,9 +42,26 @@ VARIANTS = (
 )
 
 
-def demo_round(round_index: int, steps: int, out_dir: str, results: dict[str, list[float]]) -> None:
-    """One round on a fresh demo model."""
-    model, optimizer, make_batch = build_demo()
+def small_model() -> tuple[Any, Any, Any]:
+    """A ~1 ms training step on one thread: MLP 256x2, batch 32 (the demo's structure, smaller)."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(0)
+
+    def make_batch() -> tuple[Any, Any]:
+        return torch.randn(32, 256, generator=generator), torch.randint(0, 10, (32,), generator=generator)
+
+    return model, optimizer, make_batch
+
+
+def demo_round(
+    round_index: int, steps: int, out_dir: str, results: dict[str, list[float]], small: bool = False
+) -> None:
+    """One round on a fresh demo model (or the ~1 ms one)."""
+    model, optimizer, make_batch = small_model() if small else build_demo()
     measure_round(
         round_index, steps, out_dir, results, model, make_train_step(model, optimizer), make_batch()
     )
@@ -129,17 +146,46 @@ def _raw_active(
     prof.stop()
 
 
-def call_cost_ns() -> dict[str, float]:
-    """ns per call of a no-op function: bare, and decorated by a disabled monitor."""
+def call_cost_ns(out_dir: str, repeat: int = 7) -> dict[str, float]:
+    """ns per call of a no-op function: bare, decorated by a disabled monitor, decorated by a monitor in its wait
+    phase, and a no-op plus `monitor.step()` of a `with monitor:` in its wait phase. Each monitor variant runs
+    interleaved with the bare call, repeat by repeat, best of `repeat` (one recording monitor at a time: torch runs
+    one profiler per process)."""
 
     def noop() -> None:
         return None
 
-    decorated = stepscope.performance_monitor(enabled=False)(noop)
-    number = 2_000_000
-    bare = min(timeit.repeat(noop, number=number, repeat=5)) / number * 1e9
-    dis = min(timeit.repeat(decorated, number=number, repeat=5)) / number * 1e9
-    return {"bare no-op call": bare, "disabled-monitor decorated call": dis}
+    number = 1_000_000
+
+    def best_of(fns: dict[str, Callable[[], Any]]) -> dict[str, float]:
+        best = {name: float("inf") for name in fns}
+        for _ in range(repeat):
+            for name, fn in fns.items():
+                best[name] = min(best[name], timeit.timeit(fn, number=number) / number * 1e9)
+        return best
+
+    out = best_of({"bare no-op call": noop, "disabled-monitor decorated call": stepscope.performance_monitor(
+        enabled=False)(noop)})  # fmt: skip
+    waiting = stepscope.performance_monitor(out_dir=out_dir, wait=10**9, warmup=1, active=1, console=False)
+    wait_call = waiting(noop)
+    wait_call()  # starts the monitor (creates the run folder): not a steady-state call
+    both = best_of({"bare": noop, "wait-phase monitor decorated call": wait_call})
+    waiting.close()
+    out["wait-phase monitor decorated call"] = both["wait-phase monitor decorated call"] - both["bare"] + out[
+        "bare no-op call"]  # fmt: skip
+    stepping = stepscope.performance_monitor(out_dir=out_dir, wait=10**9, warmup=1, active=1, console=False)
+    stepping.start()
+    step = stepping.step
+
+    def step_loop() -> None:
+        noop()
+        step()
+
+    both = best_of({"bare": noop, "wait-phase monitor, call + step()": step_loop})
+    stepping.close()
+    out["wait-phase monitor, call + step()"] = both["wait-phase monitor, call + step()"] - both["bare"] + out[
+        "bare no-op call"]  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -148,19 +194,21 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument(
+        "--small", action="store_true", help="a ~1 ms step (MLP 256x2, batch 32) instead of the demo"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     results: dict[str, list[float]] = {k: [] for k in VARIANTS}
     with tempfile.TemporaryDirectory() as out_dir:
         # A first round warms up torch, the allocator and the profiler's own caches; it is not counted.
-        demo_round(0, args.steps, out_dir, {k: [] for k in results})
+        demo_round(0, args.steps, out_dir, {k: [] for k in results}, args.small)
         for i in range(args.rounds):
-            demo_round(i, args.steps, out_dir, results)
+            demo_round(i, args.steps, out_dir, results, args.small)
     med = {k: statistics.median(v) for k, v in results.items()}
-    print(
-        f"demo step (MLP 512x4, batch 64, 1 thread), {args.rounds} rounds x {args.steps} steps per variant\n"
-    )
+    what = "small step (MLP 256x2, batch 32" if args.small else "demo step (MLP 512x4, batch 64"
+    print(f"{what}, 1 thread), {args.rounds} rounds x {args.steps} steps per variant\n")
     print("| variant | median ms/step | ratio | vs |")
     print("|---|---:|---:|---|")
     for key in ("bare", "enabled=False", "monitor, wait phase"):
@@ -174,8 +222,11 @@ def main() -> None:
         f"{med['monitor, active window'] / med['raw torch.profiler, active']:.3f}x | raw torch.profiler |"
     )
     print()
-    for name, ns in call_cost_ns().items():
-        print(f"- {name}: {ns:.0f} ns")
+    with tempfile.TemporaryDirectory() as out_dir:
+        costs = call_cost_ns(out_dir)
+    for name, ns in costs.items():
+        extra = f" ({ns - costs['bare no-op call']:+.0f} ns over bare)" if name != "bare no-op call" else ""
+        print(f"- {name}: {ns:.0f} ns{extra}")
 
 
 if __name__ == "__main__":

@@ -420,6 +420,8 @@ class PerformanceMonitor:
         live = self._live()
         trace = self._trace if self._trace in live else None
         others = [c for c in live if c is not trace]
+        if self._writer is not None:
+            self._writer.quiet_outside_windows = trace is not None
         call = self._guard.call
 
         def hooks(hook: str, collectors: list[Collector]) -> list[Any]:

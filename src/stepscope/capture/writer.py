@@ -19,7 +19,7 @@ from stepscope.runfolder import Artifact, ArtifactKind, artifact_path, relpath, 
 from stepscope.runfolder.atomic import atomic_write_bytes, atomic_write_text
 from stepscope.runfolder.payloads import KIND_SCHEMAS, StepMetrics
 
-METRICS_FLUSH_LINES = 64
+METRICS_FLUSH_LINES = 256
 _encoder = msgspec.json.Encoder()
 
 
@@ -35,6 +35,9 @@ class RunWriter:
         # monitor appends to quiet_buffer directly: it is the same list for the whole run)
         self._lines: list[StepMetrics] = []
         self.quiet_buffer: list[tuple[int, int]] = []
+        # Quiet steps lie outside every window while the trace collector runs (it works at every traced step);
+        # the monitor clears this when that collector is switched off, and phases are then computed.
+        self.quiet_outside_windows = True
 
     # --- files and the manifest -------------------------------------------------------------------
     def path(self, kind: ArtifactKind | str, step: int | None = None, template: str | None = None) -> Path:
@@ -98,10 +101,16 @@ class RunWriter:
         if not self._lines and not self.quiet_buffer:
             return
         rank, phase = self.rank, self.schedule.phase
-        lines = self._lines + [
-            StepMetrics(step=step, rank=rank, wall_ms=wall_ns / 1e6, phase=phase(step).value)
-            for step, wall_ns in self.quiet_buffer
-        ]
+        if self.quiet_outside_windows:
+            quiet = [
+                StepMetrics(step=s, rank=rank, wall_ms=ns / 1e6, phase="none") for s, ns in self.quiet_buffer
+            ]
+        else:
+            quiet = [
+                StepMetrics(step=s, rank=rank, wall_ms=ns / 1e6, phase=phase(s).value)
+                for s, ns in self.quiet_buffer
+            ]
+        lines = self._lines + quiet
         self._lines = []
         self.quiet_buffer.clear()
         lines.sort(key=lambda line: line.step)

@@ -50,9 +50,7 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
         yield Text("")
     if result.stragglers is not None:
         s = result.stragglers
-        rows = [
-            (str(r.rank), str(r.steps), fmt_us(r.step_us), fmt_us(r.comm_wait_us)) for r in s.ranks
-        ]
+        rows = [(str(r.rank), str(r.steps), fmt_us(r.step_us), fmt_us(r.comm_wait_us)) for r in s.ranks]
         yield make_table("Ranks", ("rank", "steps", "mean step", "comm wait / step"), rows)
         if s.slowest_rank is not None:
             yield (

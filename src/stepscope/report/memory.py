@@ -110,9 +110,7 @@ def _memory_parts(report: MemoryReport, width: int) -> Iterator[RenderableType]:
             ]
             yield make_table("By category at the peak", ("category", "bytes", "share"), rows)
     if report.top_sites:
-        rows = [
-            (shorten(s.site, width - 24), fmt_bytes(s.bytes), s.blocks) for s in report.top_sites
-        ]
+        rows = [(shorten(s.site, width - 24), fmt_bytes(s.bytes), s.blocks) for s in report.top_sites]
         yield make_table("Call sites holding the most live memory", ("site", "live", "blocks"), rows)
     if report.top_blocks:
         rows = [
