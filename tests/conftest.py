@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-SHARED_TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
+from ._traces import SHARED_TRACES
 
 
 def load_chrome_trace(path: Path) -> dict[str, Any]:

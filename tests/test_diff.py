@@ -11,13 +11,13 @@ from stepscope.analysis.diff import DIFF_SCHEMA, diff_tables
 from stepscope.analysis.loader import load_trace
 from stepscope.cli import main
 
-from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
+from ._traces import SHARED_TRACES, cpu, kernel, step, trace, write
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 BASE = [
     step(1, 0, 1000),
     step(2, 1000, 1000),
-    op("aten::mm", 100, 200),
+    cpu("aten::mm", 100, 200),
     kernel(NCCL, 10, 10, stream=20),
     kernel(NCCL, 30, 10, stream=20),
     kernel("gemm", 100, 100),
@@ -28,8 +28,8 @@ BASE = [
 TEST = [
     step(1, 0, 1500),
     step(2, 1500, 1500),
-    op("aten::mm", 100, 200),
-    op("aten::foo", 400, 100),
+    cpu("aten::mm", 100, 200),
+    cpu("aten::foo", 400, 100),
     kernel(NCCL, 10, 5000, stream=20),  # the same NCCL kernel, 500x slower
     kernel(NCCL, 6000, 5000, stream=20),
     kernel("gemm", 100, 110),

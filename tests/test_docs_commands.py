@@ -10,7 +10,7 @@ import pytest
 
 from stepscope.cli import main
 
-from .tracegen import SHARED_TRACES
+from ._traces import SHARED_TRACES
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "analysis.md"

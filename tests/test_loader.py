@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import subprocess
 import sys
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,38 +14,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stepscope.analysis.loader import load_trace
-from stepscope.analysis.table import MISSING, TraceTable
+from stepscope.analysis.table import MISSING
 from stepscope.errors import InputError
 from stepscope.runfolder import Artifact, update_manifest
 
+from ._reference import reference
 from ._tables import assert_same_table
-from .tracegen import ARG_KEYS, SHARED_TRACES, kernel, op, step, trace, write
-
-
-def reference(path: Path, rank: int = 0) -> TraceTable:
-    """The slow reference table of one file, read with exact decimals."""
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    doc = json.loads(data, parse_float=Decimal)  # exact ts / dur; every other float as the loader reads it
-    for event in doc["traceEvents"]:
-        if isinstance(event, dict) and isinstance(event.get("args"), dict):
-            event["args"] = json.loads(json.dumps(event["args"], default=float), parse_float=float)
-    return TraceTable.from_events({rank: doc["traceEvents"]}, {rank: str(path)})
-
+from ._traces import ARG_KEYS, SHARED_TRACES, cpu, kernel, step, trace, write
 
 RICH_EVENTS = [
     {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
     {"ph": "M", "name": "thread_name", "pid": 100, "tid": 101, "args": {"name": "main"}},
     step(1, 1000.5, 500.25),
-    op("aten::mm", 1001, 10.001, **{"External id": 7}),
-    op("cudaLaunchKernel", 1002, 3, cat="cuda_runtime", correlation=55, **{"External id": 7}),
-    kernel("sgemm", 1010.123, 4.5, correlation=55, **{"External id": 7}),
-    kernel("Memcpy HtoD (Pageable -> Device)", 1020, 2, cat="gpu_memcpy", bytes=4096, correlation=56),
+    cpu("aten::mm", 1001, 10.001, **{"External id": 7}),
+    cpu("cudaLaunchKernel", 1002, 3, cat="cuda_runtime", correlation=55, **{"External id": 7}),
+    kernel("sgemm", 1010.123, 4.5, corr=55, **{"External id": 7}),
+    kernel("Memcpy HtoD (Pageable -> Device)", 1020, 2, cat="gpu_memcpy", bytes=4096, corr=56),
     {"ph": "s", "id": 55, "pid": 100, "tid": 101, "ts": 1002, "cat": "ac2g", "name": "ac2g"},
     {"ph": "f", "id": 55, "pid": 0, "tid": 7, "ts": 1010.123, "cat": "ac2g", "name": "ac2g", "bp": "e"},
     {"ph": "i", "s": "t", "name": "[memory]", "pid": 100, "tid": 101, "ts": 1003, "args": {"Bytes": 512}},
-    op(
+    cpu(
         "record_param_comms",
         1030,
         5,
@@ -120,19 +106,19 @@ def test_fast_loader_matches_reference_builder(tmp_path: Path) -> None:
             "dur": 1,
         },
         # integers beyond int64 in args, pid and id; floats where ints are expected
-        op("huge", 20, 1, correlation=2**64 + 5, **{"External id": -(2**70)}),
+        cpu("huge", 20, 1, correlation=2**64 + 5, **{"External id": -(2**70)}),
         {"ph": "s", "id": 2**65, "pid": 2**64, "tid": 1.0, "ts": 21, "cat": "ac2g", "name": "ac2g"},
-        op("floaty", 22.5, 0.0005, stream=3.0, correlation=9.0),
+        cpu("floaty", 22.5, 0.0005, stream=3.0, correlation=9.0),
         # missing fields, null fields, negative duration, string stream
         {"ph": "X"},
         {"ph": "X", "name": None, "cat": None, "ts": None, "dur": None, "args": None},
-        op("negative", 30, -5),
+        cpu("negative", 30, -5),
         kernel("str stream", 31, 1, stream="7"),  # type: ignore[arg-type]
         {"ph": "X", "name": "nested args", "ts": 32, "args": {"Collective name": ["a"], "dtype": 5}},
         # ns resolution at epoch magnitude, and a Python-style float with a long fraction
-        op("epoch", 1712195495519689.047, 63.813),
-        op("long fraction", 1712195495519695.8123456, 0.30000000000000004),
-        op("exponent", 1.5e3, 2e1),
+        cpu("epoch", 1712195495519689.047, 63.813),
+        cpu("long fraction", 1712195495519695.8123456, 0.30000000000000004),
+        cpu("exponent", 1.5e3, 2e1),
     ]
     path = write(tmp_path / "t.json", trace(events, rank=0))
     assert_same_table(load_trace(path), reference(path))
@@ -163,7 +149,7 @@ def test_timestamps_keep_the_nanoseconds(tmp_path: Path, text: str, ns: int) -> 
 
 def test_epoch_float_timestamps_late_in_the_file_are_exact(tmp_path: Path) -> None:
     # GIVEN float epoch timestamps only after the first 64 KB (the decoder cannot see them coming)
-    early = [op(f"op{i}", 1000 + i, 1) for i in range(1200)]
+    early = [cpu(f"op{i}", 1000 + i, 1) for i in range(1200)]
     late = '{"ph": "X", "name": "late", "ts": 1712195495519689.047, "dur": 0.001}'
     path = write(tmp_path / "t.json", '{"traceEvents": ' + json.dumps(early)[:-1] + ", " + late + "]}")
     assert path.stat().st_size > 1 << 16
@@ -184,10 +170,10 @@ def test_string_timestamp_in_epoch_float_file_is_an_input_error(tmp_path: Path) 
 
 def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:
     # GIVEN a folder: two files declare rank 1, two declare none
-    write(tmp_path / "a.json", trace([op("a", 1, 1)], rank=1))
-    write(tmp_path / "b.json.gz", trace([op("b", 1, 1)], rank=None))
-    write(tmp_path / "c.json", trace([op("c", 1, 1)], rank=1))
-    write(tmp_path / "d.json", trace([op("d", 1, 1)], rank=None))
+    write(tmp_path / "a.json", trace([cpu("a", 1, 1)], rank=1))
+    write(tmp_path / "b.json.gz", trace([cpu("b", 1, 1)], rank=None))
+    write(tmp_path / "c.json", trace([cpu("c", 1, 1)], rank=1))
+    write(tmp_path / "d.json", trace([cpu("d", 1, 1)], rank=None))
     write(tmp_path / "notes.txt", "not a trace")
     # WHEN the folder is loaded
     table = load_trace(tmp_path)
@@ -206,7 +192,7 @@ def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_folder_skips_json_that_is_not_a_chrome_trace(tmp_path: Path, workers: int) -> None:
-    write(tmp_path / "rank0.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "rank0.json", trace([cpu("a", 1, 1)], rank=0))
     write(tmp_path / "rank0_et.json", {"schema": "1.0.1", "nodes": []})  # an execution trace
     table = load_trace(tmp_path, workers=workers)
     assert table.rank_ids() == [0] and len(table) == 1
@@ -222,21 +208,21 @@ def test_folder_with_only_other_json_is_an_error(tmp_path: Path) -> None:
 
 
 def test_a_broken_file_in_a_folder_is_still_an_error(tmp_path: Path) -> None:
-    write(tmp_path / "rank0.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "rank0.json", trace([cpu("a", 1, 1)], rank=0))
     write(tmp_path / "rank1.json.gz", b"{broken")
     with pytest.raises(InputError, match=r"rank1\.json\.gz: not valid JSON"):
         load_trace(tmp_path)
 
 
 def test_single_rankless_file_is_rank_zero_without_notice(tmp_path: Path) -> None:
-    table = load_trace(write(tmp_path / "t.json", trace([op("a", 1, 1)], rank=None)))
+    table = load_trace(write(tmp_path / "t.json", trace([cpu("a", 1, 1)], rank=None)))
     assert table.rank_ids() == [0] and table.notices == [] and table.ranks[0].rank_assigned
 
 
 def test_run_folder_is_read_through_its_manifest(tmp_path: Path) -> None:
-    write(tmp_path / "traces" / "rank0_step5.json.gz", trace([op("r0", 1, 1)], rank=None))
-    write(tmp_path / "traces" / "rank1_step5.json.gz", trace([op("r1", 1, 1)], rank=None))
-    write(tmp_path / "traces" / "stray.json", trace([op("stray", 1, 1)], rank=7))  # not in the manifest
+    write(tmp_path / "traces" / "rank0_step5.json.gz", trace([cpu("r0", 1, 1)], rank=None))
+    write(tmp_path / "traces" / "rank1_step5.json.gz", trace([cpu("r1", 1, 1)], rank=None))
+    write(tmp_path / "traces" / "stray.json", trace([cpu("stray", 1, 1)], rank=7))  # not in the manifest
     update_manifest(
         tmp_path,
         artifacts=[
@@ -254,7 +240,7 @@ def test_run_folder_is_read_through_its_manifest(tmp_path: Path) -> None:
 
 def test_pool_gives_the_same_table(tmp_path: Path) -> None:
     for r in range(3):
-        write(tmp_path / f"r{r}.json.gz", trace([op(f"op{r}", 1, 1), kernel("k", 2, r + 1)], rank=r))
+        write(tmp_path / f"r{r}.json.gz", trace([cpu(f"op{r}", 1, 1), kernel("k", 2, r + 1)], rank=r))
     serial = load_trace(tmp_path, workers=1)
     pooled = load_trace(tmp_path, workers=2)
     assert_same_table(serial, pooled)
@@ -262,15 +248,15 @@ def test_pool_gives_the_same_table(tmp_path: Path) -> None:
 
 
 def test_pool_reports_input_errors(tmp_path: Path) -> None:
-    write(tmp_path / "a.json", trace([op("a", 1, 1)], rank=0))
+    write(tmp_path / "a.json", trace([cpu("a", 1, 1)], rank=0))
     write(tmp_path / "b.json", '{"traceEvents": [')
     with pytest.raises(InputError, match="truncated JSON"):
         load_trace(tmp_path, workers=2)
 
 
 def test_progress_is_reported_to_the_callback_up_to_the_total(tmp_path: Path) -> None:
-    write(tmp_path / "a.json", trace([op("a", 1, 1)], rank=0))
-    write(tmp_path / "b.json", trace([op("b", 1, 1)], rank=1))
+    write(tmp_path / "a.json", trace([cpu("a", 1, 1)], rank=0))
+    write(tmp_path / "b.json", trace([cpu("b", 1, 1)], rank=1))
     seen: list[tuple[int, int, str]] = []
     table = load_trace(
         tmp_path, workers=1, progress=lambda done, total, label: seen.append((done, total, label))
@@ -285,7 +271,7 @@ def test_progress_bar_can_be_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(ProgressBar, "DELAY_S", -1.0)
     with ProgressBar(enabled=True) as bar:
-        table = load_trace(write(tmp_path / "t.json", trace([op("a", 1, 1)])), progress=bar)
+        table = load_trace(write(tmp_path / "t.json", trace([cpu("a", 1, 1)])), progress=bar)
         assert bar._bar is not None  # shown, although stderr is not a terminal
     assert len(table) == 1 and bar._bar is None
 

@@ -19,16 +19,17 @@ from stepscope.analysis.loader import _merge
 from stepscope.analysis.table import TraceTable
 from stepscope.errors import InputError
 
+from ._reference import reference
 from ._tables import assert_same_table
-from .test_loader import RICH_EVENTS, reference
-from .tracegen import ARG_KEYS, kernel, op, step, trace, write
+from ._traces import ARG_KEYS, cpu, kernel, step, trace, write
+from .test_loader import RICH_EVENTS
 
 T0 = 1712195495519689.047  # epoch microseconds with a ns fraction
 
 EVENTS = [
     *RICH_EVENTS,
     # a cut spot `}, {` inside an event (an array of objects in args) and inside strings
-    op("nested", 40, 1, shapes=[{"a": 1}, {"b": [2, 3]}], note="x}, {y"),
+    cpu("nested", 40, 1, shapes=[{"a": 1}, {"b": [2, 3]}], note="x}, {y"),
     {"ph": "X", "name": "}, {\n}, {", "cat": "cpu_op", "ts": 41, "dur": 1, "pid": 1, "tid": 1},
     # 2021 schema: string tids, old categories, "external id"
     {"ph": "X", "cat": "Operator", "name": "aten::add", "pid": 5, "tid": "5555", "ts": 42, "dur": 2},
@@ -42,8 +43,8 @@ EVENTS = [
         "dur": 1,
         "args": {"stream": 7, "device": 0, "external id": 43, "correlation": 1},
     },
-    *(kernel(f"gemm{i % 3}", 50 + i, 0.5, correlation=100 + i) for i in range(12)),
-    *(op(f"aten::op{i % 5}", 60 + i, 0.25, **{"External id": i}) for i in range(12)),
+    *(kernel(f"gemm{i % 3}", 50 + i, 0.5, corr=100 + i) for i in range(12)),
+    *(cpu(f"aten::op{i % 5}", 60 + i, 0.25, **{"External id": i}) for i in range(12)),
     step(2, 80, 20),
 ]
 
@@ -122,7 +123,7 @@ def test_header_keys_before_and_after_the_array(tmp_path: Path) -> None:
     # GIVEN header keys on both sides of the array, one of them repeated (the last value counts in JSON)
     text = (
         '{"schemaVersion": 1, "distributedInfo": {"rank": 5, "world_size": 8}, "traceEvents": ['
-        + ", ".join(json.dumps(op(f"o{i}", i, 1)) for i in range(40))
+        + ", ".join(json.dumps(cpu(f"o{i}", i, 1)) for i in range(40))
         + '], "baseTimeNanoseconds": 1700000000000000000, "schemaVersion": 2, "deviceProperties": [{"id": 0}]}'
     )
     path = write(tmp_path / "t.json", text)
@@ -184,7 +185,7 @@ def test_a_changed_byte_that_only_the_crc_sees_is_an_error(tmp_path: Path) -> No
 
 @pytest.mark.usefixtures("inflate")
 def test_gzip_with_several_members_or_trailing_bytes(tmp_path: Path) -> None:
-    text = json.dumps(trace([op(f"o{i}", i, 1) for i in range(50)]))
+    text = json.dumps(trace([cpu(f"o{i}", i, 1) for i in range(50)]))
     half = len(text) // 2
     two_members = gzip.compress(text[:half].encode()) + gzip.compress(text[half:].encode())
     path = tmp_path / "two.json.gz"
@@ -199,7 +200,7 @@ def test_gzip_with_several_members_or_trailing_bytes(tmp_path: Path) -> None:
         load(garbage, 100)
 
 
-BIG = trace([op(f"op{i}", 1000 + i, 1, **{"External id": i}) for i in range(300)], rank=0)
+BIG = trace([cpu(f"op{i}", 1000 + i, 1, **{"External id": i}) for i in range(300)], rank=0)
 
 
 @pytest.mark.parametrize(
@@ -237,7 +238,7 @@ def test_truncated_gzip_is_reported_as_such(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("no_fallback")
 def test_epoch_float_timestamps_from_a_late_chunk_on_are_exact(tmp_path: Path) -> None:
     # GIVEN small integer timestamps first, epoch floats with a ns fraction only after many chunks
-    early = [json.dumps(op(f"early{i}", 1000 + i, 1)) for i in range(200)]
+    early = [json.dumps(cpu(f"early{i}", 1000 + i, 1)) for i in range(200)]
     late = [
         f'{{"ph": "X", "name": "late{i}", "ts": {1712195495519689 + i}.047, "dur": 0.001}}' for i in range(50)
     ]
@@ -249,7 +250,7 @@ def test_epoch_float_timestamps_from_a_late_chunk_on_are_exact(tmp_path: Path) -
 
 
 def test_string_timestamp_after_epoch_floats_reads_as_before(tmp_path: Path) -> None:
-    events: list[Any] = [op(f"o{i}", T0 + i, 1) for i in range(100)]
+    events: list[Any] = [cpu(f"o{i}", T0 + i, 1) for i in range(100)]
     events[80]["ts"] = "x"
     path = write(tmp_path / "t.json", trace(events))
     with pytest.raises(InputError, match=r"wrong field type: `ts` of event 80 is b'\"x\"'"):
@@ -259,7 +260,7 @@ def test_string_timestamp_after_epoch_floats_reads_as_before(tmp_path: Path) -> 
 @pytest.mark.usefixtures("no_fallback")
 def test_odd_field_types_in_some_chunks(tmp_path: Path) -> None:
     # GIVEN a file whose middle has values the strict Structs reject (null name and args, float ids)
-    events: list[Any] = [op(f"o{i}", i, 1, correlation=i) for i in range(120)]
+    events: list[Any] = [cpu(f"o{i}", i, 1, correlation=i) for i in range(120)]
     events[40] = {"ph": "X", "name": None, "args": None, "ts": 40}
     events[41] = {"ph": "X", "name": "floaty", "pid": 1.0, "tid": 2.5, "ts": 41, "args": {"stream": "7"}}
     events[90] = {"ph": "X", "name": "big", "ts": 90, "args": {"correlation": 2**70, "External id": True}}
@@ -271,7 +272,7 @@ def test_odd_field_types_in_some_chunks(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("no_fallback")
 def test_events_larger_than_the_buffer(tmp_path: Path) -> None:
     long_name = "x" * 300_000
-    events = [op("a", 1, 1), op(long_name, 2, 1), op("b", 3, 1), op(long_name, 4, 1)]
+    events = [cpu("a", 1, 1), cpu(long_name, 2, 1), cpu("b", 3, 1), cpu(long_name, 4, 1)]
     path = write(tmp_path / "t.json.gz", trace(events))
     for chunk_bytes in (10, 100_000):
         table = load(path, chunk_bytes)

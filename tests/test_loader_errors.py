@@ -16,11 +16,11 @@ from stepscope.analysis.table import TraceTable
 from stepscope.cli import main
 from stepscope.errors import InputError
 
-from .tracegen import ARG_KEYS, kernel, op, step, trace, write
+from ._traces import ARG_KEYS, cpu, kernel, step, trace, write
 
-GOOD = trace([step(1, 0, 100), op("aten::mm", 1, 10, **{"External id": 1}), kernel("k", 5, 3, correlation=1)])
+GOOD = trace([step(1, 0, 100), cpu("aten::mm", 1, 10, **{"External id": 1}), kernel("k", 5, 3, corr=1)])
 T0 = 1712195495519689.047  # epoch microseconds with a ns fraction: the loader reads `ts` as text
-GOOD_EPOCH = trace([step(1, T0, 100.5), op("aten::mm", T0 + 1, 10.25), kernel("k", T0 + 5, 3, correlation=1)])
+GOOD_EPOCH = trace([step(1, T0, 100.5), cpu("aten::mm", T0 + 1, 10.25), kernel("k", T0 + 5, 3, corr=1)])
 
 
 @pytest.mark.parametrize(

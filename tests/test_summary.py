@@ -10,31 +10,30 @@ import pytest
 
 from stepscope.analysis.loader import load_trace
 from stepscope.analysis.summary import SUMMARY_SCHEMA, self_times, summarize
-from stepscope.analysis.table import TraceTable
 from stepscope.cli import main
 from stepscope.report.terminal import kernel_label
 
-from .tracegen import SHARED_TRACES, kernel, op, step, trace, write
+from ._traces import SHARED_TRACES, cpu, kernel, step, table_of, trace, write
 
 RANK0 = [
     step(1, 0, 1000),
-    op("nn.Module: Linear", 90, 420, cat="python_function"),  # with_stack frames: not an op, not a parent
-    op("aten::linear", 100, 400),
-    op("aten::addmm", 150, 300),
-    op("cudaLaunchKernel", 200, 50, cat="cuda_runtime"),
-    op("aten::relu", 600, 100),
-    op("aten::relu", 750, 50),
+    cpu("nn.Module: Linear", 90, 420, cat="python_function"),  # with_stack frames: not an op, not a parent
+    cpu("aten::linear", 100, 400),
+    cpu("aten::addmm", 150, 300),
+    cpu("cudaLaunchKernel", 200, 50, cat="cuda_runtime"),
+    cpu("aten::relu", 600, 100),
+    cpu("aten::relu", 750, 50),
     step(2, 1000, 500),
-    op("aten::linear", 1100, 200),
-    op("aten::mul", 1400, 200),  # sticks out of ProfilerStep#2 by 100
-    op("aten::add", 120, 1000, tid=202),  # another thread: nobody's child
+    cpu("aten::linear", 1100, 200),
+    cpu("aten::mul", 1400, 200),  # sticks out of ProfilerStep#2 by 100
+    cpu("aten::add", 120, 1000, tid=202),  # another thread: nobody's child
     kernel("gemm", 210, 10),
     kernel("gemm", 400, 30, stream=20),
     kernel("relu_kernel", 610, 60),
     kernel("Memcpy HtoD (Pinned -> Device)", 5, 5, cat="gpu_memcpy"),
     kernel("Memset (Device)", 900, 7, cat="gpu_memset"),
 ]
-RANK1 = [op("aten::mm", 0, 10), kernel("gemm", 2, 4)]
+RANK1 = [cpu("aten::mm", 0, 10), kernel("gemm", 2, 4)]
 
 # name -> (count, self us, total us, self %)
 EXPECTED_OPS = {
@@ -86,14 +85,14 @@ def test_top_limits_rows(traces: Path) -> None:
 def test_self_time_edge_cases() -> None:
     # identical intervals nest (the first is the parent); zero-length events take nothing; ns exact
     events = [
-        op("outer", 0, 10),
-        op("same", 0, 10),
-        op("zero", 5, 0),
-        op("inner", 2.5, 0.001),
-        op("later", 20, 1, cat="user_annotation"),
+        cpu("outer", 0, 10),
+        cpu("same", 0, 10),
+        cpu("zero", 5, 0),
+        cpu("inner", 2.5, 0.001),
+        cpu("later", 20, 1, cat="user_annotation"),
         kernel("k", 0, 5),
     ]
-    table = TraceTable.from_events({0: events})
+    table = table_of({0: events})
     assert self_times(table).tolist() == [0, 9999, 0, 1, 1000, 0]
 
 
@@ -132,8 +131,8 @@ def test_cli_tables(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_prints_notices_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write(tmp_path / "a.json", trace([op("a", 0, 1)], rank=None))
-    write(tmp_path / "b.json", trace([op("b", 0, 1)], rank=None))
+    write(tmp_path / "a.json", trace([cpu("a", 0, 1)], rank=None))
+    write(tmp_path / "b.json", trace([cpu("b", 0, 1)], rank=None))
     assert main(["summary", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "b.json: no distributedInfo.rank; loaded as rank 1" in err

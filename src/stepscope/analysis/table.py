@@ -9,7 +9,6 @@ current ones (`cpu_op`, `cuda_runtime`, `kernel`, `gpu_memcpy`, `gpu_memset`) wh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
@@ -170,82 +169,6 @@ class TraceTable:
     def rank_ids(self) -> list[int]:
         return sorted(self.ranks) if self.ranks else sorted(set(self.columns["rank"].tolist()))
 
-    # --- reference construction (slow, simple; the fast loader must produce the same table) ---------
-    @classmethod
-    def from_events(
-        cls,
-        events_by_rank: Mapping[int, Iterable[Mapping[str, Any]]],
-        sources: Mapping[int, str] | None = None,
-    ) -> TraceTable:
-        """Build a table from plain chrome-trace event dicts, one iterable per rank (tests, small inputs).
-
-        Timestamps are exact when the dicts hold ints or `Decimal`s (`json.load(f, parse_float=Decimal)`);
-        Python floats are rounded to the nearest ns of their binary value (at epoch-microsecond magnitudes
-        that is ~0.25 us off, which is why the fast loader parses the decimal text instead).
-        """
-        names: dict[str, int] = {}
-        cats: dict[str, int] = {}
-        rows: dict[str, list[int]] = {c: [] for c in COLUMNS}
-        for key in STRING_ARGS:
-            rows["args_" + key] = []
-        for key in INT_ARGS:
-            rows["args_" + key] = []
-        ranks: dict[int, RankInfo] = {}
-
-        def intern(table: dict[str, int], value: str) -> int:
-            return table.setdefault(value, len(table))
-
-        for rank, events in events_by_rank.items():
-            info = ranks[rank] = RankInfo(rank=rank, source=(sources or {}).get(rank, f"<rank {rank}>"))
-            for ev in events:
-                ph = ev.get("ph", "")
-                if ph == "M":
-                    _read_metadata(info, ev)
-                    continue
-                if not isinstance(ph, str) or len(ph) != 1 or not ph.isascii():
-                    continue
-                args = ev.get("args") or {}
-                cat = ev.get("cat")
-                cat = OLD_CATEGORIES.get(cat, cat) if isinstance(cat, str) else None
-                rows["rank"].append(rank)
-                rows["ph"].append(ord(ph))
-                rows["cat"].append(intern(cats, cat) if cat is not None else MISSING)
-                name = ev.get("name")
-                rows["name"].append(intern(names, "" if name is None else str(name)))
-                rows["pid"].append(_id_as_int(ev.get("pid")))
-                rows["tid"].append(_id_as_int(ev.get("tid")))
-                rows["ts"].append(_us_to_ns(ev.get("ts")))
-                dur = _us_to_ns(ev.get("dur"))
-                rows["dur"].append(max(dur, 0))
-                is_gpu = cat in GPU_CATEGORIES
-                rows["stream"].append(_as_int(args.get("stream")) if is_gpu else MISSING)
-                device = _as_int(args.get("device")) if is_gpu else MISSING
-                rows["device"].append(device if -(2**31) <= device < 2**31 else MISSING)
-                rows["correlation"].append(_as_int(args.get("correlation")))
-                external = args.get("External id")
-                rows["external_id"].append(_as_int(args.get("external id") if external is None else external))
-                rows["flow_id"].append(_as_int(ev.get("id")) if ph in ("s", "f") else MISSING)
-                rows["bytes"].append(_as_int(args.get("bytes")) if is_gpu else MISSING)
-                for key, arg in STRING_ARGS.items():
-                    value = args.get(arg)
-                    rows["args_" + key].append(intern(names, str(value)) if value is not None else MISSING)
-                for key, arg in INT_ARGS.items():
-                    rows["args_" + key].append(_as_int(args.get(arg)))
-        dtypes = {c: d for c, (d, _) in COLUMNS.items()}
-        columns = {c: np.asarray(v, dtype=dtypes.get(c, "int64")) for c, v in rows.items()}
-        return cls(list(names), list(cats), columns, ranks)
-
-
-def _read_metadata(info: RankInfo, ev: Mapping[str, Any]) -> None:
-    args = ev.get("args")
-    value = args.get("name") if isinstance(args, Mapping) else None
-    if not isinstance(value, str):
-        return
-    if ev.get("name") == "process_name":
-        info.process_names[_id_as_int(ev.get("pid"))] = value
-    elif ev.get("name") == "thread_name":
-        info.thread_names[(_id_as_int(ev.get("pid")), _id_as_int(ev.get("tid")))] = value
-
 
 def _as_int(value: Any) -> int:
     """An int64 arg value, or -1 (absent, not a number, or beyond int64: some traces carry such ids)."""
@@ -272,24 +195,6 @@ def _id_as_int(value: Any) -> int:
 
 _INT64_MAX = 2**63 - 1
 OUT_OF_RANGE_NS = _INT64_MAX  # a time too large for int64 ns: the loader refuses the file
-
-
-def _us_to_ns(value: Any) -> int:
-    """Kineto microseconds (int, float or Decimal with a ns fraction) -> integer ns; 0 when absent or invalid.
-
-    Exact for ints and Decimals (a fraction beyond ns is rounded half to even). A finite value whose ns do
-    not fit int64 gives +-int64 max (OUT_OF_RANGE_NS), which the loader refuses rather than read as 0.
-    """
-    if isinstance(value, bool) or value is None:
-        return 0
-    if isinstance(value, int):
-        ns = value * 1000
-        return ns if -_INT64_MAX <= ns <= _INT64_MAX else _clipped(ns)
-    if isinstance(value, float) and value == value:
-        return round(value * 1000) if abs(value) < 9e15 else _clipped(value)
-    if isinstance(value, Decimal):
-        return decimal_us_to_ns(value)
-    return 0
 
 
 def decimal_us_to_ns(value: Decimal) -> int:
