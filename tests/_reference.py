@@ -68,13 +68,10 @@ def reference_table(
         return table.setdefault(value, len(table))
 
     for rank, events in events_by_rank.items():
-        info = ranks[rank] = RankInfo(rank=rank, source=(sources or {}).get(rank, f"<rank {rank}>"))
+        ranks[rank] = RankInfo(rank=rank, source=(sources or {}).get(rank, f"<rank {rank}>"))
         for ev in events:
             ph = ev.get("ph", "")
-            if ph == "M":
-                _read_metadata(info, ev)
-                continue
-            if not isinstance(ph, str) or len(ph) != 1 or not ph.isascii():
+            if not isinstance(ph, str) or len(ph) != 1 or not ph.isascii() or ph == "M":
                 continue
             args = ev.get("args") or {}
             cat = ev.get("cat")
@@ -94,9 +91,6 @@ def reference_table(
             device = _as_int(args.get("device")) if is_gpu else MISSING
             rows["device"].append(device if -(2**31) <= device < 2**31 else MISSING)
             rows["correlation"].append(_as_int(args.get("correlation")))
-            external = args.get("External id")
-            rows["external_id"].append(_as_int(args.get("external id") if external is None else external))
-            rows["flow_id"].append(_as_int(ev.get("id")) if ph in ("s", "f") else MISSING)
             rows["bytes"].append(_as_int(args.get("bytes")) if is_gpu else MISSING)
             for key, arg in STRING_ARGS.items():
                 value = args.get(arg)
@@ -106,17 +100,6 @@ def reference_table(
     dtypes = {c: d for c, (d, _) in COLUMNS.items()}
     columns = {c: np.asarray(v, dtype=dtypes.get(c, "int64")) for c, v in rows.items()}
     return TraceTable(list(names), list(cats), columns, ranks)
-
-
-def _read_metadata(info: RankInfo, ev: Mapping[str, Any]) -> None:
-    args = ev.get("args")
-    value = args.get("name") if isinstance(args, Mapping) else None
-    if not isinstance(value, str):
-        return
-    if ev.get("name") == "process_name":
-        info.process_names[_id_as_int(ev.get("pid"))] = value
-    elif ev.get("name") == "thread_name":
-        info.thread_names[(_id_as_int(ev.get("pid")), _id_as_int(ev.get("tid")))] = value
 
 
 def _us_to_ns(value: Any) -> int:

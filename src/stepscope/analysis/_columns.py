@@ -52,9 +52,7 @@ _DTYPES: dict[str, str] = {
     **{f"args_{k}": "int64" for k in INT_ARGS},
 }
 # Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
-_SPARSE = frozenset(
-    {"flow_id", "stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))}
-)
+_SPARSE = frozenset({"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
 _MAX_US = (2**63 - 1) // 1000
 _UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
 _BYTE_UNSEEN = 255  # the same, where codes are read as bytes
@@ -144,17 +142,12 @@ class ColumnBuilder:
         sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # key -> (rows, values): -1 elsewhere
         ph = cols["ph"] = _ph_column([e.ph for e in events])
         dropped = np.flatnonzero(ph == 0)
-        for i in dropped.tolist():
-            if events[i].ph == "M":
-                self._read_metadata(events[i])
         cols["name"] = _codes([e.name for e in events], self._name_codes, self._add_name, np.int32)
         cat = cols["cat"] = _codes([e.cat for e in events], self._cat_codes, self._add_cat, np.int32)
         cols["pid"] = self._ids([e.pid for e in events], strict=strict)
         cols["tid"] = self._ids([e.tid for e in events], strict=strict)
         cols["ts"] = self._timestamps(chunk)
         cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events], strict=strict)[0], 0)
-        flows = np.flatnonzero((ph == ord("s")) | (ph == ord("f")))
-        sparse["flow_id"] = flows, _int_column([events[i].id for i in flows.tolist()], strict=strict)
         args: list[Any] = [e.args for e in events]
         if not chunk.strict and None in args:  # "args": null
             args = [a or chunk.no_args for a in args]
@@ -167,13 +160,6 @@ class ColumnBuilder:
         sparse["device"] = gpu, np.where(np.abs(device) < 2**31, device, MISSING)
         sparse["bytes"] = gpu, _int_column([a.bytes for a in gpu_args], strict=False)
         cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
-        external = [a.external_id for a in args]
-        old = [a.external_id_old for a in args]
-        if old.count(None) != n:  # the 2021 schema writes "external id" on runtime calls and GPU activities
-            external = [o if x is None else x for x, o in zip(external, old, strict=True)]
-        if strict and None in external:  # strict: int | None
-            external = [MISSING if x is None else x for x in external]
-        cols["external_id"] = _int_column(external, strict=strict)
         self._rare_columns(sparse, args)
         if len(dropped):  # rows the table leaves out ('M' metadata, odd phases)
             keep = ph != 0
@@ -228,15 +214,6 @@ class ColumnBuilder:
             sparse["args_" + key] = at, np.array(codes, dtype=np.int64)
         for key in INT_ARGS:
             sparse["args_" + key] = at, _int_column(fields[f"i_{key}"], strict=False)
-
-    def _read_metadata(self, event: Any) -> None:
-        value = event.args.meta_name if event.args is not None else None
-        if not isinstance(value, str):
-            return
-        if event.name == "process_name":
-            self.info.process_names[_id_as_int(event.pid)] = value
-        elif event.name == "thread_name":
-            self.info.thread_names[(_id_as_int(event.pid), _id_as_int(event.tid))] = value
 
     # --- the file ----------------------------------------------------------------------------------
     def finish(self, rank_hint: int | None) -> FileTable:

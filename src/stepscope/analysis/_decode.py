@@ -40,25 +40,16 @@ UNSET: Any = msgspec.UNSET
 _ARG_FIELDS: dict[str, str] = {
     # read for every event: kept together, at the front of the Struct (fewer cache lines touched)
     "correlation": "correlation",
-    "external_id": "External id",
-    "external_id_old": "external id",
     "bytes": "bytes",
     **{f"s_{key}": arg for key, arg in STRING_ARGS.items()},
     **{f"i_{key}": arg for key, arg in INT_ARGS.items()},
     # read for some events only
     "stream": "stream",
     "device": "device",
-    "meta_name": "name",  # process_name / thread_name metadata events
 }
 # Integer fields default to -1 (what an absent value becomes), so that most columns hold only ints and go
 # to numpy in one call. Fields whose absence must be told apart from a value keep None.
-_NONE_DEFAULT = {
-    "external_id",
-    "external_id_old",
-    "meta_name",
-    *(f"s_{k}" for k in STRING_ARGS),
-    *(f"i_{k}" for k in INT_ARGS),
-}
+_NONE_DEFAULT = {*(f"s_{k}" for k in STRING_ARGS), *(f"i_{k}" for k in INT_ARGS)}
 # `bytes` stays Any: it is read on GPU rows only, and some writers put a string there on other events.
 _STRICT_INTS = {"stream", "device", "correlation"}
 
@@ -67,8 +58,6 @@ def _args_struct(name: str, *, strict: bool) -> Any:
     def spec(attr: str) -> tuple[Any, Any]:
         if strict and attr in _STRICT_INTS:
             return int, MISSING
-        if strict and attr in ("external_id", "external_id_old"):
-            return int | None, None
         return Any, None if attr in _NONE_DEFAULT else MISSING
 
     return msgspec.defstruct(
@@ -97,7 +86,6 @@ class _Event(msgspec.Struct, gc=False):
     tid: int | float | str | None = MISSING
     ts: int | float | None = None
     dur: int | float | None = None
-    id: int | float | str | None = MISSING
     args: _Args | None = _NO_ARGS  # type: ignore[valid-type]
 
 
@@ -113,7 +101,6 @@ class _StrictEvent(msgspec.Struct, gc=False):
     tid: int | str = MISSING
     ts: int | float = 0
     dur: int | float = 0
-    id: int = MISSING
     args: _StrictArgs = _NO_STRICT_ARGS  # type: ignore[valid-type]
 
 
@@ -125,8 +112,6 @@ class _Trace(msgspec.Struct):
     traceEvents: list[_Event]
     distributedInfo: Any = None
     deviceProperties: Any = None
-    schemaVersion: Any = None
-    baseTimeNanoseconds: Any = None
 
 
 class _TextTsTrace(_Trace):
@@ -141,7 +126,7 @@ class _TsOnlyTrace(msgspec.Struct, gc=False):
     traceEvents: list[_TsOnly]
 
 
-HEADER_FIELDS = ("distributedInfo", "deviceProperties", "schemaVersion", "baseTimeNanoseconds")
+HEADER_FIELDS = ("distributedInfo", "deviceProperties")
 
 
 def _header_struct(name: str, events: Any) -> Any:
@@ -281,7 +266,3 @@ def read_header(info: RankInfo, header: dict[str, Any]) -> None:
     info.backend = backend if isinstance(backend, str) else None
     props = header["deviceProperties"]
     info.device_properties = [d for d in props if isinstance(d, dict)] if isinstance(props, list) else []
-    schema = header["schemaVersion"]
-    info.schema_version = schema if type(schema) is int else None
-    base = header["baseTimeNanoseconds"]
-    info.base_time_ns = base if type(base) is int else None

@@ -1,10 +1,11 @@
 """The trace model: every event of every loaded rank in one columnar table (no torch, no pandas).
 
 One row per trace event (complete 'X', instant 'i', flow 's'/'f', counter 'C'; metadata 'M' events are
-folded into `RankInfo`). Names and categories are interned: `name` / `cat` hold indices into `names` /
-`cats`. Times are integer **nanoseconds** (Kineto writes microseconds, sometimes with a ns fraction).
-Categories of the old 2021 schema (`Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`) are mapped onto the
-current ones (`cpu_op`, `cuda_runtime`, `kernel`, `gpu_memcpy`, `gpu_memset`) when the table is built.
+left out); what a file says about its rank (`distributedInfo`, `deviceProperties`) is its `RankInfo`. Names
+and categories are interned: `name` / `cat` hold indices into `names` / `cats`. Times are integer
+**nanoseconds** (Kineto writes microseconds, sometimes with a ns fraction). Categories of the old 2021
+schema (`Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`) are mapped onto the current ones (`cpu_op`,
+`cuda_runtime`, `kernel`, `gpu_memcpy`, `gpu_memset`) when the table is built.
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "stream": ("int64", "args.stream of GPU events, else -1"),
     "device": ("int32", "args.device of GPU events, else -1"),
     "correlation": ("int64", "args.correlation (runtime call <-> GPU activity), else -1"),
-    "external_id": ("int64", "args['External id'] ('external id' in 2021 traces): op <-> runtime, else -1"),
-    "flow_id": ("int64", "id of flow events (ph s/f), else -1"),
     "bytes": (
         "int64",
         "args.bytes of GPU activities (memcpy/memset; collective kernels when given), else -1",
@@ -79,11 +78,6 @@ class RankInfo:
     world_size: int | None = None
     backend: str | None = None
     device_properties: list[dict[str, Any]] = field(default_factory=list)
-    schema_version: int | None = None
-    base_time_ns: int | None = None
-    # From 'M' metadata events: pid -> process_name, (pid, tid) -> thread_name (ids parsed like the columns).
-    process_names: dict[int, str] = field(default_factory=dict)
-    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 @dataclass
