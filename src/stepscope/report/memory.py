@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
-from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain, shorten
+from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, plain, shorten
 from stepscope.runfolder.atomic import atomic_write_text
 
 if TYPE_CHECKING:
@@ -91,7 +91,8 @@ class MemoryView:
 
 def _memory_parts(report: MemoryReport, width: int) -> Iterator[RenderableType]:
     what = "CUDA memory snapshot" if report.kind == "snapshot" else "Memory timeline"
-    yield f"[bold]{what}[/bold]: {markup_safe(report.source)}"
+    # a long path is folded, never cut: every character of it is printed
+    yield Text.assemble((what, "bold"), ": ", plain(report.source), overflow="fold")
     if report.kind == "snapshot":
         yield make_table("Devices", *device_rows(report))
     for d in report.devices:
