@@ -277,3 +277,30 @@ def test_unserialisable_metric_switches_metrics_off_not_training(tmp_path: Path)
             monitor, losses = run_decorated(tmp_path, 6, wait=0, warmup=0, active=2)
     assert losses == bare_losses(6)
     assert [a.kind for a in read_manifest(monitor.run_dir).artifacts].count("trace") == 1
+
+
+def test_a_step_that_raises_while_waiting_reaches_step_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a monitor in its wait phase (quiet steps: no collector works at them) and a step that raises
+    from stepscope.capture import trace
+
+    seen: list[tuple[int, str]] = []
+    monkeypatch.setattr(
+        trace.TraceCollector, "step_failed", lambda self, step, exc: seen.append((step, str(exc)))
+    )
+    monitor = stepscope.performance_monitor(out_dir=str(tmp_path), wait=5, warmup=1, active=1, **QUIET)
+    calls = iter([None, ValueError("bad batch")])
+
+    @monitor
+    def train_step() -> None:
+        error = next(calls)
+        if error is not None:
+            raise error
+
+    train_step()
+    with pytest.raises(ValueError, match="bad batch"):
+        train_step()
+    monitor.close()
+    # THEN the collectors heard of it (an OOM snapshot is taken there), and the error reached the caller
+    assert seen == [(1, "bad batch")]

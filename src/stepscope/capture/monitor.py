@@ -138,7 +138,11 @@ class PerformanceMonitor:
             step = self.steps_done
             if step < self._quiet_until:  # no collector works at this step
                 t0 = _perf_ns()
-                result = fn(*args, **kwargs)
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:  # (free until raised) step_failed runs on every step
+                    self._step_failed(step, exc)
+                    raise
                 self._quiet.append((step, _perf_ns() - t0))
                 self.steps_done = step + 1
                 if len(self._quiet) >= METRICS_FLUSH_LINES:
@@ -157,12 +161,8 @@ class PerformanceMonitor:
             self.steps_done += 1
             return fn(*args, **kwargs)
         step = self.steps_done
-        if step < self._quiet_until:
-            t0 = _perf_ns()
-            result = fn(*args, **kwargs)
-            self._quiet.append((step, _perf_ns() - t0))
-            self.steps_done = step + 1
-            return result
+        if step < self._quiet_until:  # the first call of a monitor whose step 0 is quiet
+            return self._quiet_call(fn, args, kwargs, step)
         self._begin_step()
         try:
             result = fn(*args, **kwargs)
@@ -170,6 +170,18 @@ class PerformanceMonitor:
             self._step_failed(step, exc)
             raise
         self._end_busy_step()
+        return result
+
+    def _quiet_call(self, fn: Callable[..., Any], args: Any, kwargs: Any, step: int) -> Any:
+        """A quiet step outside the decorator's inlined fast path: timed, failures passed to step_failed."""
+        t0 = _perf_ns()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            self._step_failed(step, exc)
+            raise
+        self._quiet.append((step, _perf_ns() - t0))
+        self.steps_done = step + 1
         return result
 
     def start(self) -> PerformanceMonitor:
