@@ -23,6 +23,7 @@ from stepscope.analysis.table import (
     MISSING,
     OLD_CATEGORIES,
     OUT_OF_RANGE_NS,
+    SHAPED_RANGE_RE,
     STRING_ARGS,
     RankInfo,
     TraceTable,
@@ -30,6 +31,7 @@ from stepscope.analysis.table import (
     _clipped,
     _id_as_int,
     decimal_us_to_ns,
+    shapes_message,
 )
 
 
@@ -97,6 +99,13 @@ def reference_table(
                 rows["args_" + key].append(intern(names, str(value)) if value is not None else MISSING)
             for key, arg in INT_ARGS.items():
                 rows["args_" + key].append(_as_int(args.get(arg)))
+            rare = (*STRING_ARGS.values(), *INT_ARGS.values())
+            if SHAPED_RANGE_RE.match(str(name)) and all(args.get(arg) is None for arg in rare):
+                message = shapes_message(args.get("Input Dims"), args.get("Input type"))
+                if message is not None:
+                    rows["args_in_nelems"][-1] = message[0]
+                    if message[1] is not None:
+                        rows["args_dtype"][-1] = intern(names, message[1])
     dtypes = {c: d for c, (d, _) in COLUMNS.items()}
     columns = {c: np.asarray(v, dtype=dtypes.get(c, "int64")) for c, v in rows.items()}
     return TraceTable(list(names), list(cats), columns, ranks)

@@ -27,6 +27,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis._limits import MAX_EVENTS_ENV, MAX_NAME_CHARS, max_events
@@ -38,10 +39,12 @@ from stepscope.analysis.table import (
     MISSING,
     OLD_CATEGORIES,
     OUT_OF_RANGE_NS,
+    SHAPED_RANGE_RE,
     STRING_ARGS,
     RankInfo,
     _as_int,
     _id_as_int,
+    shapes_message,
 )
 from stepscope.errors import InputError
 
@@ -85,6 +88,7 @@ class Chunk:
     text_ts: bool
     exact_ts: Callable[[], np.ndarray]
     no_args: Any  # the args of an event without any (permissive Structs decode `"args": null` as None)
+    shapes: Callable[[], list[Any]]  # per event, its args' `Input Dims` / `Input type` (a second decode)
 
 
 class ColumnBuilder:
@@ -106,6 +110,7 @@ class ColumnBuilder:
         self._id_values: dict[Any, int] = {}
         # string args, by key: they join `names` after all event names, key by key (see finish)
         self._arg_strings: dict[str, dict[str, int]] = {key: {} for key in STRING_ARGS}
+        self._backend_names = np.zeros(0, dtype=bool)  # by name code: a backend collective range
 
     # --- symbols -----------------------------------------------------------------------------------
     def _add_name(self, value: str | None) -> int:
@@ -161,6 +166,7 @@ class ColumnBuilder:
         sparse["bytes"] = gpu, _int_column([a.bytes for a in gpu_args], strict=False)
         cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
         self._rare_columns(sparse, args)
+        self._shape_messages(sparse, cols["name"], chunk)
         if len(dropped):  # rows the table leaves out ('M' metadata, odd phases)
             keep = ph != 0
             cols = {key: column[keep] for key, column in cols.items()}
@@ -214,6 +220,52 @@ class ColumnBuilder:
             sparse["args_" + key] = at, np.array(codes, dtype=np.int64)
         for key in INT_ARGS:
             sparse["args_" + key] = at, _int_column(fields[f"i_{key}"], strict=False)
+
+    def _shape_messages(
+        self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], names: np.ndarray, chunk: Chunk
+    ) -> None:
+        """Message size and dtype of backend collective ranges (`gloo:all_reduce`) from their recorded shapes,
+        where their args give none (see table.shapes_message)."""
+        if len(self._backend_names) < len(self.names):
+            known = len(self._backend_names)
+            new = [SHAPED_RANGE_RE.match(name) is not None for name in list(self.names)[known:]]
+            self._backend_names = np.concatenate([self._backend_names, np.array(new, dtype=bool)])
+        rows = np.flatnonzero(self._backend_names[names])
+        if not len(rows):
+            return
+        have = {
+            key: sparse.get(key, (np.zeros(0, np.int64), None))[0] for key in ("args_in_nelems", "args_dtype")
+        }
+        at: list[int] = []
+        nelems: list[int] = []
+        dtypes: list[int] = []
+        lookup = self._arg_strings["dtype"]
+        try:
+            shapes = chunk.shapes()
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return  # an odd `args` somewhere in the chunk: its ranges keep no size
+        if len(shapes) != len(names):
+            return
+        for row in rows.tolist():
+            a = shapes[row]
+            if a is None or row in have["args_in_nelems"]:
+                continue
+            message = shapes_message(a.input_dims, a.input_type)
+            if message is None:
+                continue
+            at.append(row)
+            nelems.append(message[0])
+            dtypes.append(MISSING if message[1] is None else lookup.setdefault(message[1], len(lookup)))
+        if not at:
+            return
+        rows_at = np.array(at, dtype=np.int64)
+        for key, values in (("args_in_nelems", nelems), ("args_dtype", dtypes)):
+            old_rows, old_values = sparse.get(key, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            keep = ~np.isin(rows_at, old_rows)
+            sparse[key] = (
+                np.concatenate([old_rows, rows_at[keep]]),
+                np.concatenate([old_values, np.array(values, dtype=np.int64)[keep]]),
+            )
 
     # --- the file ----------------------------------------------------------------------------------
     def finish(self, rank_hint: int | None) -> FileTable:

@@ -30,7 +30,7 @@ import numpy as np
 
 from stepscope.analysis._columns import _NO_RARE, Chunk, ColumnBuilder, FileTable, _get_rare
 from stepscope.analysis._numparse import NotANumber, us_texts_to_ns
-from stepscope.analysis.table import INT_ARGS, MISSING, STRING_ARGS, RankInfo
+from stepscope.analysis.table import INT_ARGS, MISSING, RAW_ARGS, STRING_ARGS, RankInfo
 from stepscope.errors import InputError
 
 _EMPTY = msgspec.Raw(b"")
@@ -126,6 +126,26 @@ class _TsOnlyTrace(msgspec.Struct, gc=False):
     traceEvents: list[_TsOnly]
 
 
+# The recorded shapes of events, decoded in a second pass over a chunk's text only when the chunk holds
+# backend collective ranges (`gloo:all_reduce`): record_shapes puts them on every op, and keeping them in the
+# main Structs would cost every event.
+_ShapeArgs = msgspec.defstruct(
+    "_ShapeArgs",
+    [(key, Any, msgspec.field(default=None, name=arg)) for key, arg in RAW_ARGS.items()],
+    frozen=True,
+    gc=False,
+)
+NO_SHAPES = _ShapeArgs()
+
+
+class _ShapesOnly(msgspec.Struct, gc=False):
+    args: _ShapeArgs | None = NO_SHAPES  # type: ignore[valid-type]
+
+
+class _ShapesOnlyTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_ShapesOnly]
+
+
 HEADER_FIELDS = ("distributedInfo", "deviceProperties")
 
 
@@ -147,8 +167,13 @@ class EventDecoders:
         self.events = msgspec.json.Decoder(list[event])
         self.tail = msgspec.json.Decoder(_header_struct(f"_Tail{event.__name__}", event))
 
-    def chunk(self, events: list[Any], exact_ts: Callable[[], np.ndarray]) -> Chunk:
-        return Chunk(events, self.strict, self.text_ts, exact_ts, self.no_args)
+    def chunk(
+        self,
+        events: list[Any],
+        exact_ts: Callable[[], np.ndarray],
+        shapes: Callable[[], list[Any]],
+    ) -> Chunk:
+        return Chunk(events, self.strict, self.text_ts, exact_ts, self.no_args, shapes)
 
 
 DECODERS = {
@@ -178,6 +203,20 @@ def exact_ts_of_array(text: bytes) -> np.ndarray:
 def exact_ts_of_trace(data: bytes) -> np.ndarray:
     """Timestamps of all events of a whole trace, from their JSON text."""
     return us_texts_to_ns([r.ts for r in _TS_ONLY_DECODER.decode(data).traceEvents])
+
+
+_SHAPES_LIST_DECODER = msgspec.json.Decoder(list[_ShapesOnly])
+_SHAPES_DECODER = msgspec.json.Decoder(_ShapesOnlyTrace)
+
+
+def shapes_of_array(text: bytes) -> list[Any]:
+    """The `args` (shape fields only, as plain JSON values) of the events of a JSON array."""
+    return [e.args for e in _SHAPES_LIST_DECODER.decode(text)]
+
+
+def shapes_of_trace(data: bytes) -> list[Any]:
+    """The same for all events of a whole trace."""
+    return [e.args for e in _SHAPES_DECODER.decode(data).traceEvents]
 
 
 @contextmanager
@@ -240,7 +279,10 @@ def load_whole(path: Path, rank_hint: int | None) -> FileTable:
     builder = ColumnBuilder(path)
     read_header(builder.info, {key: getattr(trace, key) for key in HEADER_FIELDS})
     decoders = DECODERS[(False, isinstance(trace, _TextTsTrace))]
-    add_events(builder, decoders.chunk(trace.traceEvents, lambda: exact_ts_of_trace(data)))
+    add_events(
+        builder,
+        decoders.chunk(trace.traceEvents, lambda: exact_ts_of_trace(data), lambda: shapes_of_trace(data)),
+    )
     return builder.finish(rank_hint)
 
 

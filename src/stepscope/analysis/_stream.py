@@ -44,6 +44,8 @@ from stepscope.analysis._decode import (
     gc_paused,
     load_whole,
     read_header,
+    shapes_of_array,
+    shapes_of_trace,
 )
 from stepscope.analysis._limits import DEFAULT_MAX_TRACE_BYTES, LIMIT_ENV, max_input_bytes
 from stepscope.analysis._numparse import NotANumber
@@ -349,11 +351,13 @@ class _ChunkReader:
             if which == "tail":
                 self._read_header(decoded)
                 events, exact = decoded.traceEvents, (lambda: exact_ts_of_trace(bytes(text)))
+                shapes = lambda: shapes_of_trace(bytes(text))  # noqa: E731
             else:
                 events, exact = decoded, (lambda: exact_ts_of_array(bytes(text)))
+                shapes = lambda: shapes_of_array(bytes(text))  # noqa: E731
             del decoded
             try:
-                self.builder.add(decoders.chunk(events, exact))
+                self.builder.add(decoders.chunk(events, exact, shapes))
             except NotANumber:
                 raise _Fallback from None
             if self.builder.inexact_ts:

@@ -10,6 +10,7 @@ schema (`Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`) are mapped onto the
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
@@ -60,12 +61,48 @@ STRING_ARGS: dict[str, str] = {
     "dtype": "dtype",
     "pg_name": "Process Group Name",
 }
-# Integer args kept per row (-1 when absent).
+# Integer args kept per row (-1 when absent). On gloo/mpi/ucc ranges (`gloo:all_reduce`) without them,
+# `args_in_nelems` / `args_dtype` come from the recorded shapes instead (see shapes_message).
 INT_ARGS: dict[str, str] = {
     "in_nelems": "In msg nelems",
     "out_nelems": "Out msg nelems",
     "group_size": "Group size",
 }
+# Args read only on the ranges a CPU communication backend opens around each collective (`gloo:all_reduce`):
+# traces recorded with record_shapes give their tensors there, the only message size gloo leaves.
+RAW_ARGS: dict[str, str] = {"input_dims": "Input Dims", "input_type": "Input type"}
+# (NCCL's ranges need not: record_param_comms and the kernels carry the sizes.)
+SHAPED_RANGE_RE = re.compile(r"^(?:gloo|mpi|ucc):")
+
+
+def shapes_message(dims: Any, types: Any) -> tuple[int, str | None] | None:
+    """(elements, dtype) of the tensors listed in a backend range's `Input Dims` / `Input type`.
+
+    `dims` holds one entry per input: a tensor's shape (a list of ints) or a tensor list's shapes (a list of
+    lists). The elements of every tensor add up; the dtype is the first input's type when it names an element
+    type (not `TensorList`). None when `dims` lists no tensor. This is the `In msg nelems` / `dtype` of such a
+    range when its args have none (see docs/analysis.md, "Collectives")."""
+    if not isinstance(dims, list):
+        return None
+    total = 0
+    tensors = 0
+    for entry in dims:
+        shapes = entry if entry and all(isinstance(x, list) for x in entry) else [entry]
+        for shape in shapes:
+            if not isinstance(shape, list) or not shape or not all(type(x) is int and x >= 0 for x in shape):
+                continue
+            size = 1
+            for x in shape:
+                size *= x
+            total += size
+            tensors += 1
+    if not tensors or total >= 2**62:
+        return None
+    dtype = None
+    first = types[0] if isinstance(types, list) and types else None
+    if isinstance(first, str) and first and first not in ("TensorList", "Tensor", "Scalar", "ScalarList"):
+        dtype = first
+    return total, dtype
 
 
 @dataclass
