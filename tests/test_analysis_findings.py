@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from stepscope.analysis.analyze import analyze
 from stepscope.analysis.findings import Finding
-from stepscope.analysis.stragglers import RankStepStat, Stragglers
 
 from ._traces import cpu, launched, runtime, step, table_of
 from .test_analysis_breakdown import T0, two_step_trace
@@ -109,11 +108,11 @@ def test_tiny_kernels_queued_ahead_are_tiny_but_not_launch_bound() -> None:
     }
 
 
-def test_communication_bound() -> None:
+def test_comm_bound() -> None:
     ev = [step(1, T0, 1000), *launched("gemm", T0 + 1, T0 + 10, 100, 1)]
     ev += launched("ncclDevKernel_AllGather_RING_LL", T0 + 2, T0 + 110, 400, 2, stream=20)
     (finding,) = findings_of({0: ev})
-    assert (finding.id, finding.severity) == ("communication_bound", "high")
+    assert (finding.id, finding.severity) == ("comm_bound", "high")
     assert finding.evidence == {
         "comm_us": 400.0,
         "overlap_pct": 0.0,
@@ -151,7 +150,7 @@ def test_sync_points_count_explicit_and_item_syncs() -> None:
 def test_pageable_copies_and_comm_findings_of_the_breakdown_trace() -> None:
     findings = findings_of({0: two_step_trace()})
     assert [(f.id, f.severity) for f in findings] == [
-        ("communication_bound", "medium"),
+        ("comm_bound", "medium"),
         ("pageable_copies", "low"),
     ]
     assert findings[0].evidence == {
@@ -163,34 +162,57 @@ def test_pageable_copies_and_comm_findings_of_the_breakdown_trace() -> None:
     assert findings[1].evidence == {"copies": 1, "total_us": 50.0, "bytes": 4096, "pct_of_span": 3.846}
 
 
-def rank_trace(step_us: float, comm_us: float) -> list[dict]:
+def rank_trace(loader_us: float, *, shift_us: float = 0.0, steps: int = 3) -> list[dict]:
+    """One rank of a data-parallel job, 1000 us steps: the DataLoader for `loader_us`, a GEMM, then an
+    all-reduce that ends at 950 us into the step on every rank (the rank that loads longest arrives last).
+    `shift_us` moves the rank's whole clock."""
     ev: list[dict] = []
-    for i in range(2):
-        t = T0 + 2000 * i
-        ev.append(step(i + 1, t, step_us))
-        ev += launched("gemm", t + 1, t + 10, step_us - comm_us - 20, 2 * i + 1)
+    for i in range(steps):
+        t = T0 + 1000 * i + shift_us
+        ev.append(step(i + 1, t, 1000))
+        ev.append(cpu(LOADER, t, loader_us, cat="user_annotation"))
+        ev += launched("gemm", t + loader_us, t + loader_us + 5, 100, 2 * i + 1)
+        arrive = t + loader_us + 115
         ev += launched(
-            "ncclDevKernel_AllReduce", t + 2, t + step_us - comm_us - 10, comm_us, 2 * i + 2, stream=20
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            arrive - 5,
+            arrive,
+            t + 950 - arrive,
+            2 * i + 2,
+            stream=20,
         )
     return ev
 
 
-def test_stragglers_name_the_slowest_rank() -> None:
-    # GIVEN rank 1's steps take 1200 us and rank 0's 1000 us; rank 0 waits longer in the all-reduce
-    result = analyze(table_of({0: rank_trace(1000, 300), 1: rank_trace(1200, 100)}))
-    assert result.stragglers == Stragglers(
-        ranks=[RankStepStat(0, 2, 1000.0, 300.0), RankStepStat(1, 2, 1200.0, 100.0)],
-        slowest_rank=1,
-        fastest_rank=0,
-        slowest_step_us=1200.0,
-        fastest_step_us=1000.0,
-        spread_us=200.0,
-        spread_pct=20.0,
-        least_comm_wait_rank=1,
-    )
-    (straggler,) = [f for f in result.findings if f.id == "straggler"]
-    assert (straggler.rank, straggler.severity, straggler.evidence["spread_pct"]) == (1, "high", 20.0)
+def test_the_rank_that_arrives_last_is_the_straggler_with_its_cause() -> None:
+    # GIVEN rank 1 loads 400 us per step, ranks 0 and 2 100 us; rank 2's clock runs 5 s ahead
+    table = table_of({0: rank_trace(100), 1: rank_trace(400), 2: rank_trace(100, shift_us=5_000_000)})
+    result = analyze(table)
+    # THEN the clocks are aligned on the collectives ...
+    assert [r.clock_offset_us for r in result.ranks] == [0.0, 0.0, 5_000_000.0]
+    assert result.cross_rank is not None and result.cross_rank.alignment is not None
+    assert result.cross_rank.alignment.matched == 3 and result.cross_rank.alignment.end_spread_max_us == 0.0
+    # ... ranks 0 and 2 wait 300 us per step for rank 1, which waits for nobody
+    waits = {r.rank: (r.comm_wait_us, r.transfer_us, r.last_arrivals) for r in result.cross_rank.ranks}
+    assert waits == {0: (300.0, 435.0, 0), 1: (0.0, 435.0, 3), 2: (300.0, 435.0, 0)}
+    # ... and rank 1 is the straggler, for its data loading
+    straggler = result.straggler
+    assert straggler is not None and (straggler.rank, straggler.delay_ms_per_step) == (1, 0.3)
+    assert straggler.cause is not None and straggler.cause.phase == "data_loader"
+    assert (straggler.cause.rank_ms_per_step, straggler.cause.others_ms_per_step) == (0.4, 0.1)
+    (finding,) = [f for f in result.findings if f.id == "straggler"]
+    assert (finding.rank, finding.severity, finding.evidence["cause"]) == (1, "high", "data_loader")
+    assert "data loading" in finding.message and "DataLoader" in finding.message
 
 
-def test_single_rank_has_no_straggler_view() -> None:
-    assert analyze(table_of({0: rank_trace(1000, 300)})).stragglers is None
+def test_equal_ranks_have_no_straggler() -> None:
+    result = analyze(table_of({0: rank_trace(100), 1: rank_trace(100)}))
+    assert result.straggler is None
+    assert result.cross_rank is not None and result.cross_rank.spread_pct == 0.0
+    assert "straggler" not in [f.id for f in result.findings]
+
+
+def test_single_rank_has_no_cross_rank_view() -> None:
+    result = analyze(table_of({0: rank_trace(100)}))
+    assert result.cross_rank is None and result.straggler is None
+    assert result.ranks[0].clock_offset_us is None

@@ -37,7 +37,14 @@ def test_two_ranks_of_one_job() -> None:
         [53.56, 54.72], abs=0.01
     )
     assert [r.overlap_pct for r in result.ranks] == pytest.approx([11.81, 20.05], abs=0.01)
-    assert result.stragglers is not None and result.stragglers.slowest_rank in (0, 1)
+    assert result.cross_rank is not None and result.cross_rank.slowest_rank in (0, 1)
+    # SendRecv pairs each rank with a peer the trace does not name: counted, never matched as a collective
+    assert [(c.kind, c.count, c.time_source) for r in result.ranks for c in r.collectives] == [
+        ("send_recv", 5, "device"),  # the first of the two steps (--drop-last-step)
+        ("send_recv", 5, "device"),
+    ]
+    assert result.straggler is None
+    assert any("2 of 128 ranks loaded" in n for n in result.notices)
 
 
 @pytest.mark.parametrize(

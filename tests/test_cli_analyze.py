@@ -21,7 +21,7 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["analyze", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     # THEN the documented schema and per-rank sections are there
-    assert doc["schema"] == "stepscope.analysis/2"
+    assert doc["schema"] == "stepscope.analysis/3"
     (rank,) = doc["ranks"]
     assert rank["rank"] == 0
     assert rank["temporal"] == {
@@ -37,19 +37,25 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     for key in ("kernel_types", "idle_by_stream", "top_kernels", "steps"):
         assert rank[key]
     assert set(rank["top_kernels"][0]) == {"name", "count", "total_us", "pct"}
-    assert doc["stragglers"] is None
-    assert [f["id"] for f in doc["findings"]] == ["communication_bound", "pageable_copies"]
+    assert doc["cross_rank"] is None and doc["straggler"] is None and rank["clock_offset_us"] is None
+    assert [f["id"] for f in doc["findings"]] == ["comm_bound", "pageable_copies"]
     assert set(doc["findings"][0]) == {"id", "severity", "rank", "message", "evidence"}
 
 
 def test_drop_last_step_and_folder_of_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_trace(tmp_path / "run" / "r0.json", rank_trace(1000, 300), rank=0, world_size=2)
-    write_trace(tmp_path / "run" / "r1.json", rank_trace(1200, 100), rank=1, world_size=2)
+    write_trace(tmp_path / "run" / "r0.json", rank_trace(100), rank=0, world_size=2)
+    write_trace(tmp_path / "run" / "r1.json", rank_trace(400, shift_us=250), rank=1, world_size=2)
     assert main(["analyze", str(tmp_path / "run"), "--json", "--drop-last-step"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
-    assert [len(r["steps"]) for r in doc["ranks"]] == [1, 1]
-    assert doc["stragglers"]["slowest_rank"] == 1
+    assert [len(r["steps"]) for r in doc["ranks"]] == [2, 2]
+    assert [r["clock_offset_us"] for r in doc["ranks"]] == [0.0, 250.0]
+    assert [(c["rank"], c["kind"], c["count"]) for r in doc["ranks"] for c in r["collectives"]] == [
+        (0, "all_reduce", 2),
+        (1, "all_reduce", 2),
+    ]
+    assert doc["straggler"]["rank"] == 1 and doc["straggler"]["delay_ms_per_step"] == 0.3
+    assert doc["straggler"]["cause"]["phase"] == "data_loader"
 
 
 def test_terminal_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,7 +69,7 @@ def test_terminal_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         "Idle time per stream",
         "Steps",
         "Findings",
-        "communication_bound",
+        "comm_bound",
     ):
         assert text in out
     assert "62.5%" in out

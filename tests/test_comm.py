@@ -61,7 +61,7 @@ def test_ddp_collectives_per_rank(tmp_path: Path) -> None:
     # AND analysis finds the window's collectives in each rank's trace: 3 all-reduces per step, on gloo
     result = analyze_json(run_dir)
     for rank in (0, 1):
-        (all_reduce,) = [c for c in result["collectives"] if c["rank"] == rank]
+        (all_reduce,) = result["ranks"][rank]["collectives"]
         assert all_reduce["kind"] == "all_reduce" and all_reduce["count"] == 2 * 3
         assert all_reduce["time_source"] == "cpu" and all_reduce["time_ms"] > 0
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -112,7 +112,7 @@ def test_without_a_process_group_the_log_says_so(tmp_path: Path) -> None:
     assert [m["step"] for m in lines if "tflops" in m] == [3, 4]  # 0 counted, 1 logged, 2 traced
     assert "flops" in lines[0] and lines[1]["collectives"] == 0
     # AND analysis finds no collective in the window's trace
-    assert analyze_json(run_dir)["collectives"] == []
+    assert [r["collectives"] for r in analyze_json(run_dir)["ranks"]] == [[]]
 
 
 def analyze_json(run_dir: Path) -> dict:  # type: ignore[type-arg]

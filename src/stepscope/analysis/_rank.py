@@ -6,6 +6,8 @@ window when the runtime call that launched it starts inside it).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,13 +41,20 @@ def effective_launch(gpu: GpuEvents) -> np.ndarray:
     return np.where(gpu.launch == MISSING_TS, gpu.start, gpu.launch)
 
 
-def prepare_rank(table: TraceTable, rank: int, *, drop_last_step: bool = False) -> RankData:
-    """Select one rank, find its steps and window, and gather its GPU activity."""
+def prepare_rank(
+    table: TraceTable,
+    rank: int,
+    *,
+    drop_last_step: bool = False,
+    comm_patterns: Sequence[re.Pattern[str]] = (),
+) -> RankData:
+    """Select one rank, find its steps and window, and gather its GPU activity (`comm_patterns`: see
+    kernels.gpu_events)."""
     rank_col = table.columns["rank"]
     sub = table if bool((rank_col == rank).all()) else table.select(rank_col == rank)
     steps = find_steps(sub)
     notes: list[str] = []
-    gpu_all = gpu_events(sub)
+    gpu_all = gpu_events(sub, comm_patterns)
     n = len(steps)
     if n == 0:
         ts = sub.columns["ts"]

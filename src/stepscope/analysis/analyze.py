@@ -6,6 +6,8 @@ docs/analysis.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from stepscope.analysis import _intervals as iv
@@ -18,17 +20,17 @@ from stepscope.analysis.breakdown import (
     temporal_breakdown,
     top_kernels,
 )
-from stepscope.analysis.collectives import CollectiveStats, rank_collectives
-from stepscope.analysis.findings import Finding, rank_findings, straggler_finding
+from stepscope.analysis.collectives import CollectiveStats, collective_stats, rank_instances
+from stepscope.analysis.distributed import CrossRank, Straggler, cross_rank_analysis
+from stepscope.analysis.findings import Finding, comm_findings, rank_findings, straggler_finding
 from stepscope.analysis.idle import StreamIdle, idle_by_stream
-from stepscope.analysis.kernels import COMMUNICATION
+from stepscope.analysis.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
 from stepscope.analysis.run import RunFacts
 from stepscope.analysis.steps import StepRow, ns_to_us, step_table
-from stepscope.analysis.stragglers import Stragglers, cross_rank
 from stepscope.analysis.table import TraceTable
 
-SCHEMA = "stepscope.analysis/2"
+SCHEMA = "stepscope.analysis/3"
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
@@ -56,6 +58,8 @@ class RankAnalysis(msgspec.Struct):
     top_kernels: list[TopKernel]
     steps: list[StepRow]
     notes: list[str]
+    collectives: list[CollectiveStats] = []  # per kind and process group, over the window
+    clock_offset_us: float | None = None  # against the reference rank (null: a single rank)
 
 
 class AnalysisResult(msgspec.Struct):
@@ -63,32 +67,55 @@ class AnalysisResult(msgspec.Struct):
 
     schema: str
     ranks: list[RankAnalysis]
-    collectives: list[CollectiveStats]  # per rank and kind, over each rank's window
-    stragglers: Stragglers | None
+    cross_rank: CrossRank | None  # two ranks or more: step and collective time per rank, clock alignment
+    straggler: Straggler | None  # the rank the others wait for, with its cause; null when none stands out
     findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
 
 
-def analyze(table: TraceTable, *, drop_last_step: bool = False, top: int = 10) -> AnalysisResult:
-    """Analyse every rank of `table` over its profiler-step window (the last step dropped on request)."""
+def analyze(
+    table: TraceTable,
+    *,
+    drop_last_step: bool = False,
+    top: int = 10,
+    comm_patterns: Sequence[str] = (),
+) -> AnalysisResult:
+    """Analyse every rank of `table` over its profiler-step window (the last step dropped on request).
+
+    `comm_patterns`: regexes; GPU kernels whose names match one are communication (docs/analysis.md)."""
+    patterns = compile_patterns(comm_patterns)
     ranks: list[RankAnalysis] = []
-    collectives: list[CollectiveStats] = []
     findings: list[Finding] = []
+    prepared = {}
+    instances = {}
     for rank in table.rank_ids():
-        data = prepare_rank(table, rank, drop_last_step=drop_last_step)
+        data = prepare_rank(table, rank, drop_last_step=drop_last_step, comm_patterns=patterns)
         result = analyze_rank(data, top=top)
         ranks.append(result)
-        collectives += rank_collectives(data.table, rank, data.lo, data.hi)
+        prepared[rank] = data
+        instances[rank] = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
         findings.extend(rank_findings(data, result.temporal, result.idle_by_stream, result.communication))
-    stragglers = cross_rank({r.rank: r.steps for r in ranks})
-    slow = straggler_finding(stragglers)
+    dist = cross_rank_analysis(prepared, instances, {r.rank: r.steps for r in ranks})
+    matched = dist.alignment is not None and dist.alignment.matched > 0
+    for result in ranks:
+        result.collectives = collective_stats(
+            instances[result.rank], dist.wait_ns[result.rank] if matched else None
+        )
+        if dist.alignment is not None:
+            result.clock_offset_us = round(dist.offsets_ns[result.rank] / 1e3, 3)
+    step_times = {
+        r.rank: (len(r.steps), sum(s.dur_us for s in r.steps) / len(r.steps) / 1e3) for r in ranks if r.steps
+    }
+    findings.extend(comm_findings(instances, dist.wait_ns, step_times))
+    slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
     findings.sort(
         key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.rank if f.rank is not None else -1, f.id)
     )
-    return AnalysisResult(SCHEMA, ranks, collectives, stragglers, findings, list(table.notices))
+    notices = [*table.notices, *dist.notices]
+    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, notices)
 
 
 def analyze_rank(data: RankData, *, top: int = 10) -> RankAnalysis:

@@ -1,205 +1,333 @@
-"""Collectives of one rank's window: per kind (all_reduce, all_gather, ...) the count, message bytes and time.
+"""Collectives of one rank's window: the instances (one per collective the rank took part in) and, per kind and
+process group, the count, message size, time, algorithm and bandwidth.
 
-Computed over the TraceTable (the one trace reader). Each collective leaves several events in a trace:
+Each collective leaves several events in a trace: the c10d op (`c10d::allreduce_`), `record_param_comms` (args
+`Collective name`, `In msg nelems`, `Out msg nelems`, `dtype`, `Group size`, `Process Group Name`), the backend's
+range (`nccl:all_reduce`, `gloo:all_reduce`) and, on GPUs, the kernels. An instance is taken from the first
+source that times the collective itself:
 
-- a backend range `nccl:all_reduce` / `gloo:all_reduce` (cat user_annotation): one per collective;
-- `record_param_comms` (cpu_op) with args `Collective name`, `In msg nelems`, `dtype`, `Group size`;
-- the c10d dispatch op `c10d::allreduce_` (cpu_op);
-- on GPUs, the NCCL kernel (cat kernel, `ncclDevKernel_AllReduce...`); newer torch adds the same args to it.
+1. communication kernels (by name or launch context, see kernels.py): the kernels launched inside one
+   collective CPU range form one instance; a kernel launched outside any is one by itself. Device time.
+2. without them, the ranges of CPU backends (gloo, mpi, ucc), which run the collective on the backend's
+   thread. CPU time.
+3. without either, the collective is only counted, from record_param_comms, else the backend ranges (their
+   time is the CPU enqueue of an NCCL job whose kernels were not recorded), else the c10d ops.
 
-Counts come from the first of record_param_comms / backend range / c10d op / kernel that the trace has for a
-kind, so no collective is counted twice. Bytes are the input message of each collective on this rank, from
-the args of record_param_comms or of the kernels (absent otherwise: gloo without record_param_comms gives none).
-Time is the summed duration of the NCCL kernels (device time) when there are any, else of the backend ranges:
-for gloo that is the collective itself on gloo's thread; for NCCL without kernels only the CPU enqueue.
-Events count when they start inside the window [lo, hi).
+Sizes come from the args of the kernel, else of the launching record_param_comms, else (gloo) from the
+recorded shapes of the range (record_shapes=True). Events count when they are issued inside the window.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
+from stepscope.analysis._rank import RankData
+from stepscope.analysis.comm_names import (
+    BACKEND_RANGE,
+    CPU_BACKENDS,
+    algorithm_bytes,
+    bus_factor,
+    collective_kind,
+    cpu_collective,
+    element_bytes,
+    kernel_collective,
+    nccl_algorithm,
+)
+from stepscope.analysis.kernels import COMMUNICATION, MISSING_TS, GpuEvents
 from stepscope.analysis.table import MISSING, TraceTable
 
-# Bytes per element: torch ScalarType names (record_param_comms `dtype`) and C++ type names.
-DTYPE_BYTES: dict[str, int] = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "c10::half": 2,
-    "bfloat16": 2, "c10::bfloat16": 2, "long": 8, "long int": 8, "int64": 8, "int": 4, "int32": 4,
-    "short": 2, "short int": 2, "int16": 2, "char": 1, "signed char": 1, "int8": 1, "byte": 1,
-    "unsigned char": 1, "uint8": 1, "bool": 1, "complexfloat": 8, "complexdouble": 16,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
-}  # fmt: skip
-
-# Canonical kinds, keyed by the name with underscores removed.
-_KINDS = {
-    "allreduce": "all_reduce",
-    "allgather": "all_gather",
-    "reducescatter": "reduce_scatter",
-    "alltoall": "all_to_all",
-    "alltoallv": "all_to_all",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "gather": "gather",
-    "scatter": "scatter",
-    "send": "send",
-    "recv": "recv",
-    "sendrecv": "send_recv",
-    "barrier": "barrier",
-}
-_NOT_COLLECTIVES = {"wait", "init", "split", "monitoredbarrier", ""}
-BACKEND_RANGE = re.compile(r"^(nccl|gloo|ucc|mpi|xccl|hccl|rccl):(.+)$")
-NCCL_KERNEL = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
-SOURCES = ("record_param_comms", "backend_range", "c10d_op", "kernel")
-_CPU_BACKENDS = {"gloo", "mpi", "ucc"}  # their range on the CPU spans the collective itself
-_SOURCE_CATEGORIES = {
-    "record_param_comms": ("cpu_op",),
-    "c10d_op": ("cpu_op",),
-    "backend_range": ("user_annotation",),
-    "kernel": ("kernel",),
-}
-
-
-class CollectiveStats(msgspec.Struct):
-    """One kind of collective on one rank, over the analysed window."""
-
-    rank: int
-    kind: str
-    count: int
-    count_source: str  # record_param_comms | backend_range | c10d_op | kernel
-    bytes: int | None  # input message bytes summed over the collectives; null when the trace lacks sizes
-    time_ms: float | None
-    time_source: str | None  # "device" (NCCL kernels), "cpu" (gloo/mpi/ucc range), "cpu enqueue"
-    dtypes: list[str]
-    group_sizes: list[int]
+SOURCES = ("kernel", "backend_range", "record_param_comms", "c10d_op")
+_X = ord("X")
+_CPU_CATEGORIES = ("cpu_op", "user_annotation")
 
 
 @dataclass
-class _Tally:
-    count: int = 0
-    dur_ns: int = 0
-    bytes: int = 0
-    sized: int = 0  # events whose size was known
-    dtypes: set[str] = field(default_factory=set)
-    groups: set[int] = field(default_factory=set)
-    backends: set[str] = field(default_factory=set)  # prefixes of backend ranges: gloo, nccl, ...
+class Instances:
+    """The collectives of one rank, one entry each; times in ns on the rank's own clock."""
+
+    rank: int
+    source: str | None  # one of SOURCES; None: no collective
+    time_source: str | None  # "device", "cpu" (gloo/mpi/ucc), "cpu enqueue" (NCCL without kernels), None
+    kind: list[str]
+    group: list[str]  # process-group name; "" when the trace does not say
+    group_size: np.ndarray  # -1 unknown
+    issue: np.ndarray  # when the rank issued it (kernel launch, range start)
+    start: np.ndarray
+    end: np.ndarray
+    in_bytes: np.ndarray  # -1 unknown
+    out_bytes: np.ndarray
+    dtype: list[str]
+    algorithm: list[str]  # NCCL's RING_LL, ...; "" unknown
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def timed(self) -> bool:
+        """Start and end are the collective itself (kernels or CPU backend ranges), fit for matching."""
+        return self.time_source in ("device", "cpu")
 
 
-def collective_kind(raw: str) -> str | None:
-    """Canonical kind of a collective name from any source (`allreduce`, `_allgather_base_`, `AllReduce`)."""
-    name = raw.strip().lower().strip("_")
-    for suffix in ("_coalesced", "_into_tensor", "_tensor", "_base", "_single"):
-        name = name.replace(suffix, "")
-    key = name.replace("_", "")
-    if key in _NOT_COLLECTIVES:
-        return None
-    return _KINDS.get(key, name or None)
+class CollectiveStats(msgspec.Struct):
+    """One kind of collective in one process group on one rank, over the analysed window."""
+
+    rank: int
+    kind: str
+    group: str | None  # process-group name, null when the trace does not say
+    group_size: int | None
+    count: int
+    source: str  # kernel | backend_range | record_param_comms | c10d_op
+    bytes: int | None  # input messages summed; null when the trace lacks a size
+    time_ms: float | None  # summed duration of the instances
+    time_source: str | None  # "device" (kernels), "cpu" (gloo/mpi/ucc range), "cpu enqueue", null
+    wait_ms: float | None  # of time_ms, waiting for the last rank to arrive (null: not matched across ranks)
+    transfer_ms: float | None  # time_ms - wait_ms; time_ms when not matched
+    algbw_gbps: float | None  # algorithm bytes / transfer time (GB/s, 1e9 bytes)
+    busbw_gbps: float | None  # algbw x nccl-tests' factor for the kind and group size
+    algorithms: list[str]
+    dtypes: list[str]
 
 
-def _event_class(name: str) -> tuple[str, str] | None:
-    """(source, kind) from an event name alone; record_param_comms is decided by its args."""
-    if name == "record_param_comms":
-        return ("record_param_comms", "")
-    if name.startswith("c10d::"):
-        kind = collective_kind(name[len("c10d::") :])
-        return ("c10d_op", kind) if kind else None
-    match = BACKEND_RANGE.match(name)
-    if match is not None:
-        kind = collective_kind(match.group(2))
-        return ("backend_range", kind) if kind else None
-    match = NCCL_KERNEL.match(name)
-    if match is not None:
-        kind = collective_kind(match.group(1))
-        return ("kernel", kind) if kind else None
-    return None
+def rank_instances(data: RankData, world_size: int | None = None) -> Instances:
+    """The collectives of one prepared rank, issued inside its window."""
+    table = data.table
+    comm = data.gpu.of_kind(COMMUNICATION)
+    comm = comm.select(comm.cat == table.cat_id("kernel")) if len(comm) else comm
+    if len(comm):
+        return _kernel_instances(data, comm)
+    ranges = _cpu_rows(table, data.lo, data.hi)
+    backend = [r for r in ranges if r[1] == "backend_range" and _backend(table, r[0]) in CPU_BACKENDS]
+    if backend:
+        return _range_instances(table, data.rank, backend, world_size)
+    return _counted_instances(table, data.rank, ranges)
 
 
-def rank_collectives(table: TraceTable, rank: int, lo: int, hi: int) -> list[CollectiveStats]:
-    """Per kind count, bytes and time of the collectives of `rank` (the table holds its rows) in [lo, hi)."""
-    cols = table.columns
-    names = cols["name"]
-    classes = table.name_values(_event_class, object, key="collective_class", among=names)
-    named = table.name_values(
-        lambda n: _event_class(n) is not None, bool, key="collective_named", among=names
-    )
-    candidate = np.flatnonzero(
-        (cols["ph"] == ord("X")) & (cols["ts"] >= lo) & (cols["ts"] < hi) & named[names]
-    )
-    if not len(candidate):
-        return []
-    cat_names = table.cats
-    tallies: dict[tuple[str, str], _Tally] = {}
-    for row in candidate.tolist():
-        source, kind = classes[names[row]]
-        cat_code = int(cols["cat"][row])
-        cat = cat_names[cat_code] if cat_code != MISSING else ""
-        if cat not in _SOURCE_CATEGORIES[source]:
-            continue
-        collective = _arg_text(table, "args_collective", row)
-        if source == "record_param_comms" or (source == "kernel" and collective):
-            kind = collective_kind(collective) or ("" if source == "record_param_comms" else kind)
-        if not kind:
-            continue
-        tally = tallies.setdefault((source, kind), _Tally())
-        tally.count += 1
-        tally.dur_ns += int(cols["dur"][row])
-        dtype = _arg_text(table, "args_dtype", row)
-        nelems = int(cols["args_in_nelems"][row])
-        if dtype:
-            tally.dtypes.add(dtype)
-            size = DTYPE_BYTES.get(dtype.lower())
-            if size and nelems >= 0:
-                tally.bytes += nelems * size
-                tally.sized += 1
-        group = int(cols["args_group_size"][row])
-        if group > 0:
-            tally.groups.add(group)
-        if source == "backend_range":
-            tally.backends.add(table.names[names[row]].split(":", 1)[0])
-    kinds = sorted({kind for _, kind in tallies})
-    stats = [_combine(rank, kind, tallies) for kind in kinds]
-    return sorted(stats, key=lambda s: (-(s.time_ms or 0.0), -s.count, s.kind))
+def _empty(rank: int) -> Instances:
+    z = np.zeros(0, dtype=np.int64)
+    return Instances(rank, None, None, [], [], z, z, z, z, z, z, [], [])
 
 
-def _arg_text(table: TraceTable, column: str, row: int) -> str:
-    code = int(table.columns[column][row])
+def _text(table: TraceTable, column: str, row: int) -> str:
+    code = int(table.columns[column][row]) if row != MISSING else MISSING
     return table.names[code] if code != MISSING else ""
 
 
-def _combine(rank: int, kind: str, tallies: dict[tuple[str, str], _Tally]) -> CollectiveStats:
-    by_source = {source: tallies[(source, kind)] for source in SOURCES if (source, kind) in tallies}
-    count_source = next(iter(by_source))
-    size: int | None = None
-    for source in ("record_param_comms", "kernel"):
-        tally = by_source.get(source)
-        if tally is not None and tally.sized and tally.sized == tally.count:
-            size = tally.bytes
-            break
-    time_ms: float | None = None
-    time_source: str | None = None
-    if "kernel" in by_source:
-        time_ms, time_source = by_source["kernel"].dur_ns / 1e6, "device"
-    elif "backend_range" in by_source:
-        ranges = by_source["backend_range"]
-        time_ms = ranges.dur_ns / 1e6
-        time_source = "cpu" if ranges.backends <= _CPU_BACKENDS else "cpu enqueue"
-    dtypes: set[str] = set()
-    groups: set[int] = set()
-    for tally in by_source.values():
-        dtypes |= tally.dtypes
-        groups |= tally.groups
-    return CollectiveStats(
-        rank=rank,
-        kind=kind,
-        count=by_source[count_source].count,
-        count_source=count_source,
-        bytes=size,
-        time_ms=time_ms,
-        time_source=time_source,
-        dtypes=sorted(dtypes),
-        group_sizes=sorted(groups),
+def _int(table: TraceTable, column: str, row: int) -> int:
+    return int(table.columns[column][row]) if row != MISSING else MISSING
+
+
+def _message(table: TraceTable, rows: list[int]) -> tuple[int, int, str, int, str]:
+    """(in bytes, out bytes, dtype, group size, group) from the first row among `rows` that has each."""
+    in_b = out_b = size = MISSING
+    dtype = group = ""
+    for row in rows:
+        if row == MISSING:
+            continue
+        width = element_bytes(_text(table, "args_dtype", row))
+        if in_b == MISSING and width and _int(table, "args_in_nelems", row) >= 0:
+            in_b = _int(table, "args_in_nelems", row) * width
+            out_n = _int(table, "args_out_nelems", row)
+            out_b = out_n * width if out_n >= 0 else MISSING
+            dtype = _text(table, "args_dtype", row)
+        if size == MISSING and _int(table, "args_group_size", row) > 0:
+            size = _int(table, "args_group_size", row)
+        if not group:
+            group = _text(table, "args_pg_name", row)
+    return in_b, out_b, dtype, size, group
+
+
+def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
+    table = data.table
+    launch = np.where(comm.launch == MISSING_TS, comm.start, comm.launch)
+    # kernels launched in the same collective range are one instance
+    key = np.where(comm.context != MISSING, comm.context, -2 - np.arange(len(comm)))
+    order = np.lexsort((comm.start, key))
+    groups = np.split(order, np.flatnonzero(np.diff(key[order])) + 1)
+    groups.sort(key=lambda g: int(comm.start[g].min()))
+    out = _empty(data.rank)
+    out.source, out.time_source = "kernel", "device"
+    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size")}
+    for g in groups:
+        names = [table.names[int(comm.name[i])] for i in g.tolist()]
+        rows = [int(comm.row[i]) for i in g.tolist()]
+        context = int(comm.context[g[0]])
+        named = [collective_kind(_text(table, "args_collective", r)) for r in rows]
+        kind = (
+            next((k for k in named if k), None)
+            or next((k for k in map(kernel_collective, names) if k), None)
+            or _context_kind(table, context)
+            or "other"
+        )
+        in_b, out_b, dtype, size, group = _message(table, [*rows, context])
+        out.kind.append(kind)
+        out.group.append(group)
+        out.dtype.append(dtype)
+        out.algorithm.append(next((a for a in map(nccl_algorithm, names) if a), ""))
+        cols["issue"].append(int(launch[g].min()))
+        cols["start"].append(int(comm.start[g].min()))
+        cols["end"].append(int(comm.end[g].max()))
+        cols["in"].append(in_b)
+        cols["out"].append(out_b)
+        cols["size"].append(size)
+    _set_arrays(out, cols)
+    return out
+
+
+def _context_kind(table: TraceTable, row: int) -> str | None:
+    if row == MISSING:
+        return None
+    name = table.names[int(table.columns["name"][row])]
+    if name == "record_param_comms":
+        return collective_kind(_text(table, "args_collective", row))
+    found = cpu_collective(name)
+    return found[1] if found else None
+
+
+def _set_arrays(out: Instances, cols: dict[str, list[int]]) -> None:
+    arrays = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
+    out.issue, out.start, out.end = arrays["issue"], arrays["start"], arrays["end"]
+    out.in_bytes, out.out_bytes, out.group_size = arrays["in"], arrays["out"], arrays["size"]
+
+
+def _cpu_rows(table: TraceTable, lo: int, hi: int) -> list[tuple[int, str, str]]:
+    """(row, source, kind) of the CPU-side collective events issued in [lo, hi), by start."""
+    cols = table.columns
+    names = cols["name"]
+    classes = table.name_values(cpu_collective, object, key="cpu_collective_class", among=names)
+    named = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
+    cats = [c for c in (table.cat_id(x) for x in _CPU_CATEGORIES) if c != MISSING]
+    rows = np.flatnonzero(
+        named[names]
+        & (cols["ph"] == _X)
+        & (cols["ts"] >= lo)
+        & (cols["ts"] < hi)
+        & np.isin(cols["cat"], cats)
     )
+    rows = rows[np.argsort(cols["ts"][rows], kind="stable")]
+    out = []
+    for row in rows.tolist():
+        source, kind = classes[names[row]]
+        if source == "record_param_comms":
+            kind = collective_kind(_text(table, "args_collective", row)) or ""
+        if kind:
+            out.append((row, source, kind))
+    return out
+
+
+def _backend(table: TraceTable, row: int) -> str:
+    match = BACKEND_RANGE.match(table.names[int(table.columns["name"][row])])
+    return match.group(1) if match else ""
+
+
+def _range_instances(
+    table: TraceTable, rank: int, ranges: list[tuple[int, str, str]], world_size: int | None
+) -> Instances:
+    out = _empty(rank)
+    out.source, out.time_source = "backend_range", "cpu"
+    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size")}
+    ts, dur = table.columns["ts"], table.columns["dur"]
+    for row, _, kind in ranges:
+        in_b, out_b, dtype, size, group = _message(table, [row])
+        out.kind.append(kind)
+        out.group.append(group)
+        out.dtype.append(dtype)
+        out.algorithm.append("")
+        cols["issue"].append(int(ts[row]))
+        cols["start"].append(int(ts[row]))
+        cols["end"].append(int(ts[row] + dur[row]))
+        cols["in"].append(in_b)
+        cols["out"].append(out_b)
+        cols["size"].append(size if size != MISSING else (world_size or MISSING))
+    _set_arrays(out, cols)
+    return out
+
+
+def _counted_instances(table: TraceTable, rank: int, rows: list[tuple[int, str, str]]) -> Instances:
+    """Untimed collectives: per kind, the events of the first source that has the kind (never two sources)."""
+    if not rows:
+        return _empty(rank)
+    first: dict[str, str] = {}
+    for source in ("record_param_comms", "backend_range", "c10d_op"):
+        for _, s, kind in rows:
+            if s == source:
+                first.setdefault(kind, source)
+    kept = [r for r in rows if first[r[2]] == r[1]]
+    out = _empty(rank)
+    sources = {s for _, s, _ in kept}
+    out.source = next(s for s in SOURCES if s in sources)
+    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size")}
+    ts, dur = table.columns["ts"], table.columns["dur"]
+    for row, _, kind in kept:
+        in_b, out_b, dtype, size, group = _message(table, [row])
+        out.kind.append(kind)
+        out.group.append(group)
+        out.dtype.append(dtype)
+        out.algorithm.append("")
+        cols["issue"].append(int(ts[row]))
+        cols["start"].append(int(ts[row]))
+        cols["end"].append(int(ts[row] + dur[row]))
+        cols["in"].append(in_b)
+        cols["out"].append(out_b)
+        cols["size"].append(size)
+    _set_arrays(out, cols)
+    if sources == {"backend_range"}:
+        out.time_source = "cpu enqueue"
+    return out
+
+
+def collective_stats(inst: Instances, wait_ns: np.ndarray | None = None) -> list[CollectiveStats]:
+    """Per (kind, group) of one rank. `wait_ns`: per instance, the time spent waiting for peers (-1 where the
+    instance was not matched across ranks; None: no matching at all)."""
+    if not len(inst):
+        return []
+    dur = inst.end - inst.start
+    timed = inst.time_source is not None
+    by_key: dict[tuple[str, str], list[int]] = {}
+    for i, key in enumerate(zip(inst.kind, inst.group, strict=True)):
+        by_key.setdefault(key, []).append(i)
+    stats = []
+    for (kind, group), idx in by_key.items():
+        ix = np.array(idx, dtype=np.int64)
+        sizes = inst.group_size[ix]
+        size = int(sizes.max()) if (sizes > 0).any() else None
+        in_b = inst.in_bytes[ix]
+        total_bytes = int(in_b.sum()) if (in_b >= 0).all() else None
+        time_ns = int(dur[ix].sum()) if timed else None
+        wait: int | None = None
+        if wait_ns is not None and timed and (wait_ns[ix] >= 0).any():
+            wait = int(np.clip(wait_ns[ix], 0, None).sum())
+        transfer = None if time_ns is None else time_ns - (wait or 0)
+        algbw = busbw = None
+        if total_bytes is not None and transfer and inst.time_source != "cpu enqueue":
+            algo = [algorithm_bytes(kind, int(inst.in_bytes[i]), _opt(inst.out_bytes[i]), size) for i in idx]
+            if all(a is not None for a in algo):
+                algbw = sum(a for a in algo if a is not None) / transfer  # bytes per ns = GB/s
+                factor = bus_factor(kind, size) if size else None
+                busbw = None if factor is None else algbw * factor
+        stats.append(
+            CollectiveStats(
+                rank=inst.rank,
+                kind=kind,
+                group=group or None,
+                group_size=size,
+                count=len(idx),
+                source=inst.source or "",
+                bytes=total_bytes,
+                time_ms=None if time_ns is None else round(time_ns / 1e6, 6),
+                time_source=inst.time_source,
+                wait_ms=None if wait is None else round(wait / 1e6, 6),
+                transfer_ms=None if transfer is None else round(transfer / 1e6, 6),
+                algbw_gbps=None if algbw is None else round(algbw, 4),
+                busbw_gbps=None if busbw is None else round(busbw, 4),
+                algorithms=sorted({inst.algorithm[i] for i in idx} - {""}),
+                dtypes=sorted({inst.dtype[i] for i in idx} - {""}),
+            )
+        )
+    return sorted(stats, key=lambda s: (-(s.time_ms or 0.0), -s.count, s.kind, s.group or ""))
+
+
+def _opt(value: np.integer) -> int | None:
+    return int(value) if value >= 0 else None

@@ -15,11 +15,13 @@ import numpy as np
 from stepscope.analysis import _intervals as iv
 from stepscope.analysis._rank import RankData
 from stepscope.analysis.breakdown import Temporal
+from stepscope.analysis.collectives import Instances
+from stepscope.analysis.comm_names import algorithm_bytes
+from stepscope.analysis.distributed import Straggler
 from stepscope.analysis.idle import StreamIdle
 from stepscope.analysis.kernels import MEMORY
 from stepscope.analysis.overlap import CommOverlap
 from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct, region_union
-from stepscope.analysis.stragglers import Stragglers
 
 # data_loader_stall: the loader takes at least this share of the window ...
 DATALOADER_MIN_PCT = 5.0
@@ -48,8 +50,18 @@ TINY_KERNEL_NS = 5_000
 TINY_KERNEL_MIN_COUNT = 100
 TINY_KERNEL_MIN_SHARE_PCT = 50.0
 # straggler: slowest rank's mean step time exceeds the fastest's by at least this much.
-STRAGGLER_MIN_PCT = 5.0
+# straggler: reported by distributed.py (STRAGGLER_MIN_PCT there); high from this delay, % of the step
 STRAGGLER_HIGH_PCT = 20.0
+# comm_bound on CPU backends (gloo): collective transfer time (waiting for peers left out), % of the step
+COMM_CPU_MIN_PCT = 10.0
+# poor_overlap: communication kernels cover at least this share of the span, and overlap less than ...
+POOR_OVERLAP_MIN_COMM_PCT = 5.0
+POOR_OVERLAP_MAX_PCT = 30.0
+# collective_slow: an instance whose bandwidth is below the reference of its kind and size by this factor ...
+COLLECTIVE_SLOW_FACTOR = 10.0
+COLLECTIVE_SLOW_MIN_INSTANCES = 3  # ... among at least this many instances of that kind and size ...
+COLLECTIVE_SLOW_MIN_PCT = 1.0  # ... costing at least this share of the rank's step time
+COLLECTIVE_SLOW_HIGH_PCT = 10.0
 
 SYNC_CALL_RE = re.compile(r"^(?:cuda|hip|cu)(Device|Stream|Event|Ctx)Synchroni[sz]e")
 _SYNC_KINDS = ("Device", "Stream", "Event", "Ctx")  # SYNC_CALL_RE's group 1
@@ -82,7 +94,8 @@ def rank_findings(
     for rule in (
         _data_loader_stall,
         _launch_bound,
-        _communication_bound,
+        _comm_bound,
+        _poor_overlap,
         _sync_points,
         _pageable,
         _tiny_kernels,
@@ -105,26 +118,142 @@ def rank_findings(
     return out
 
 
-def straggler_finding(stragglers: Stragglers | None) -> Finding | None:
-    """The slowest rank, when it is slower than the fastest by STRAGGLER_MIN_PCT or more."""
-    if stragglers is None or stragglers.spread_pct is None or stragglers.spread_pct < STRAGGLER_MIN_PCT:
+def straggler_finding(straggler: Straggler | None) -> Finding | None:
+    """The rank the others wait for (distributed.py decides whether there is one), with its own cause."""
+    if straggler is None:
         return None
-    severity = "high" if stragglers.spread_pct >= STRAGGLER_HIGH_PCT else "medium"
+    cause = straggler.cause
+    why = ""
+    if cause is not None:
+        what = {
+            "data_loader": "data loading",
+            "op": f"`{cause.name}`",
+            "outside_regions": "work outside any annotated region or op (Python code, sleeps, I/O)",
+        }.get(cause.phase, cause.phase)
+        why = (
+            f": its {what} takes {cause.rank_ms_per_step:.1f} ms per step against "
+            f"{cause.others_ms_per_step:.1f} ms on the other ranks"
+        )
+    action = {
+        "data_loader": "give its DataLoader more workers or faster storage",
+        "forward": "balance the work of the forward pass (uneven shards, sequence lengths or experts)",
+        "backward": "balance the work of the backward pass",
+        "optimizer": "balance the optimizer's work (sharded state, uneven parameter groups)",
+    }.get(cause.phase if cause else "", "find what that rank does differently (host, data, work)")
     return Finding(
         "straggler",
-        severity,
-        stragglers.slowest_rank,
-        f"Rank {stragglers.slowest_rank}'s steps take {_p(stragglers.spread_pct)} longer than rank "
-        f"{stragglers.fastest_rank}'s; look for uneven work or a slow host on that rank.",
+        "high" if straggler.delay_pct >= STRAGGLER_HIGH_PCT else "medium",
+        straggler.rank,
+        f"Rank {straggler.rank} arrives last at the collectives and holds the other ranks back "
+        f"{straggler.delay_ms_per_step:.1f} ms per step ({_p(straggler.delay_pct)} of the step){why}; {action}.",
         {
-            "slowest_step_us": stragglers.slowest_step_us,
-            "fastest_rank": stragglers.fastest_rank,
-            "fastest_step_us": stragglers.fastest_step_us,
-            "spread_us": stragglers.spread_us,
-            "spread_pct": stragglers.spread_pct,
-            "least_comm_wait_rank": stragglers.least_comm_wait_rank,
+            "delay_ms_per_step": straggler.delay_ms_per_step,
+            "delay_pct": straggler.delay_pct,
+            "last_in_steps": straggler.last_in_steps,
+            "steps": straggler.steps,
+            "cause": cause.phase if cause else None,
+            "cause_name": cause.name if cause else None,
+            "cause_rank_ms_per_step": cause.rank_ms_per_step if cause else None,
+            "cause_others_ms_per_step": cause.others_ms_per_step if cause else None,
         },
     )
+
+
+# per rank: (steps in the window, mean step time in ms)
+StepTimes = dict[int, tuple[int, float]]
+
+
+def comm_findings(
+    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], steps: StepTimes
+) -> list[Finding]:
+    """Findings on collectives: CPU-backend communication that takes a large share of the step
+    (`comm_bound`; GPU communication is judged per rank from the kernels) and `collective_slow`."""
+    out: list[Finding] = []
+    for rank, inst in sorted(instances.items()):
+        n, step = steps.get(rank, (0, 0.0))
+        if inst.time_source != "cpu" or not len(inst) or not n or step <= 0:
+            continue
+        waits = np.clip(wait_ns[rank], 0, None)
+        transfer_ms = (int((inst.end - inst.start).sum()) - int(waits.sum())) / 1e6 / n
+        share = pct(transfer_ms, step)
+        if share is not None and share >= COMM_CPU_MIN_PCT:
+            out.append(
+                Finding(
+                    "comm_bound",
+                    "high" if share >= COMM_EXPOSED_HIGH_PCT else "medium",
+                    rank,
+                    f"Collectives on the CPU backend take {transfer_ms:.1f} ms per step ({_p(share)} of the step) "
+                    "besides waiting for peers; send fewer or larger messages (gradient bucketing, "
+                    "no_sync over accumulation steps) or use a GPU backend.",
+                    {"transfer_ms_per_step": round(transfer_ms, 3), "step_ms": step, "pct_of_step": share},
+                )
+            )
+    out.extend(_collective_slow(instances, wait_ns, steps))
+    return out
+
+
+def _collective_slow(
+    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], steps: StepTimes
+) -> list[Finding]:
+    """Instances whose bandwidth is far below the reference of the same kind and size across the run."""
+    samples: dict[tuple[str, int, int], list[tuple[int, int, float, int]]] = {}
+    for rank, inst in instances.items():
+        if inst.time_source not in ("device", "cpu"):
+            continue
+        waits = np.clip(wait_ns[rank], 0, None)
+        for i in range(len(inst)):
+            size = int(inst.group_size[i])
+            algo = algorithm_bytes(
+                inst.kind[i],
+                int(inst.in_bytes[i]) if inst.in_bytes[i] >= 0 else None,
+                int(inst.out_bytes[i]) if inst.out_bytes[i] >= 0 else None,
+                size if size > 0 else None,
+            )
+            transfer = int(inst.end[i] - inst.start[i]) - int(waits[i])
+            if algo is None or algo <= 0 or transfer <= 0:
+                continue
+            bucket = (inst.kind[i], size, int(np.log2(algo)))
+            samples.setdefault(bucket, []).append((rank, i, algo / transfer, transfer))
+    lost: dict[tuple[int, str], list[tuple[float, float, float, int]]] = {}
+    for (kind, _, _), rows in samples.items():
+        if len(rows) < COLLECTIVE_SLOW_MIN_INSTANCES:
+            continue
+        reference = float(np.percentile([bw for _, _, bw, _ in rows], 75))
+        for rank, _, bw, transfer in rows:
+            if bw * COLLECTIVE_SLOW_FACTOR <= reference:
+                lost.setdefault((rank, kind), []).append(
+                    (transfer * (1 - bw / reference), bw, reference, transfer)
+                )
+    out = []
+    for (rank, kind), slow in sorted(lost.items()):
+        n, step = steps.get(rank, (0, 0.0))
+        if not n or step <= 0:
+            continue
+        lost_ms = sum(x[0] for x in slow) / 1e6 / n
+        share = pct(lost_ms, step)
+        if share is None or share < COLLECTIVE_SLOW_MIN_PCT:
+            continue
+        worst = min(slow, key=lambda x: x[1] / x[2])
+        out.append(
+            Finding(
+                "collective_slow",
+                "high" if share >= COLLECTIVE_SLOW_HIGH_PCT else "medium",
+                rank,
+                f"{len(slow)} {kind} collectives on rank {rank} move data at {worst[1]:.3g} GB/s where the same "
+                f"kind and size reach {worst[2]:.3g} GB/s elsewhere in the run ({worst[2] / worst[1]:.0f}x slower), "
+                f"costing {lost_ms:.1f} ms per step; check that rank's links, NIC and NCCL settings "
+                "(NCCL_DEBUG=INFO, NCCL_IB_HCA, the topology).",
+                {
+                    "kind": kind,
+                    "slow_instances": len(slow),
+                    "slowest_gbps": round(worst[1], 4),
+                    "reference_gbps": round(worst[2], 4),
+                    "lost_ms_per_step": round(lost_ms, 3),
+                    "pct_of_step": share,
+                },
+            )
+        )
+    return out
 
 
 def _p(value: float | None) -> str:
@@ -214,7 +343,7 @@ def _launch_bound(
     )
 
 
-def _communication_bound(
+def _comm_bound(
     data: RankData, temporal: Temporal | None, idle: object, overlap: CommOverlap | None
 ) -> Finding | None:
     if temporal is None or overlap is None or overlap.comm_us <= 0:
@@ -223,7 +352,7 @@ def _communication_bound(
     if exposed_pct is None or exposed_pct < COMM_EXPOSED_MIN_PCT:
         return None
     return Finding(
-        "communication_bound",
+        "comm_bound",
         "high" if exposed_pct >= COMM_EXPOSED_HIGH_PCT else "medium",
         data.rank,
         f"Communication not overlapped with computation takes {_p(exposed_pct)} of the GPU time "
@@ -233,6 +362,38 @@ def _communication_bound(
             "overlap_pct": overlap.overlap_pct,
             "exposed_us": overlap.exposed_us,
             "exposed_pct_of_span": exposed_pct,
+        },
+    )
+
+
+def _poor_overlap(
+    data: RankData, temporal: Temporal | None, idle: object, overlap: CommOverlap | None
+) -> Finding | None:
+    """Communication kernels take a real share of the span but run mostly alone (comm_bound not yet reached)."""
+    if temporal is None or overlap is None or overlap.comm_us <= 0 or overlap.overlap_pct is None:
+        return None
+    comm_pct = pct(overlap.comm_us, temporal.span_us)
+    exposed_pct = pct(overlap.exposed_us, temporal.span_us)
+    if (
+        comm_pct is None
+        or comm_pct < POOR_OVERLAP_MIN_COMM_PCT
+        or overlap.overlap_pct >= POOR_OVERLAP_MAX_PCT
+    ):
+        return None
+    if exposed_pct is not None and exposed_pct >= COMM_EXPOSED_MIN_PCT:
+        return None  # comm_bound says it
+    return Finding(
+        "poor_overlap",
+        "low",
+        data.rank,
+        f"Only {_p(overlap.overlap_pct)} of the communication ({overlap.comm_us / 1000:.1f} ms) "
+        "runs under computation; issue collectives earlier (DDP bucket_cap_mb, FSDP forward/backward prefetch, "
+        "async ops waited on later).",
+        {
+            "comm_us": overlap.comm_us,
+            "comm_pct_of_span": comm_pct,
+            "overlap_pct": overlap.overlap_pct,
+            "exposed_us": overlap.exposed_us,
         },
     )
 

@@ -7,10 +7,12 @@ looked up per event with numpy indexing. The rules are documented in docs/analys
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from stepscope.analysis.comm_names import cpu_collective
 from stepscope.analysis.table import GPU_CATEGORIES, MISSING, TraceTable
 
 COMPUTATION, COMMUNICATION, MEMORY = 0, 1, 2
@@ -31,9 +33,10 @@ MEMORY_CATEGORIES = ("gpu_memcpy", "gpu_memset")
 _X = ord("X")
 
 
-def kind_of_name(name: str) -> int:
-    """Kernel type of a GPU event name: COMMUNICATION, MEMORY or COMPUTATION (the rest)."""
-    if COMMUNICATION_RE.search(name.lower()):
+def kind_of_name(name: str, patterns: Sequence[re.Pattern[str]] = ()) -> int:
+    """Kernel type of a GPU event name: COMMUNICATION, MEMORY or COMPUTATION (the rest). `patterns`: the
+    user's communication patterns (`--comm-pattern`), searched in the name as written."""
+    if COMMUNICATION_RE.search(name.lower()) or any(p.search(name) for p in patterns):
         return COMMUNICATION
     if MEMORY_NAME_RE.match(name):
         return MEMORY
@@ -54,6 +57,8 @@ class GpuEvents:
     kind: np.ndarray
     launch: np.ndarray  # start of the runtime call that launched the event (ns); MISSING_TS when unknown
     nbytes: np.ndarray
+    context: np.ndarray  # row (in the rank's table) of the collective range the launch lies in, else -1
+    row: np.ndarray  # the event's own row in the rank's table
 
     def __len__(self) -> int:
         return len(self.start)
@@ -71,6 +76,8 @@ class GpuEvents:
             kind=self.kind[mask],
             launch=self.launch[mask],
             nbytes=self.nbytes[mask],
+            context=self.context[mask],
+            row=self.row[mask],
         )
 
     def of_kind(self, kind: int) -> GpuEvents:
@@ -80,8 +87,17 @@ class GpuEvents:
 MISSING_TS = np.iinfo(np.int64).min
 
 
-def gpu_events(table: TraceTable) -> GpuEvents:
-    """All GPU activities of a one-rank table, classified, with the start of their launching runtime call."""
+def compile_patterns(patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
+    """The user's communication patterns as regexes (a bad one is a usage error the caller reports)."""
+    return tuple(re.compile(p) for p in patterns)
+
+
+def gpu_events(table: TraceTable, comm_patterns: Sequence[re.Pattern[str]] = ()) -> GpuEvents:
+    """All GPU activities of a one-rank table, classified, with the start of their launching runtime call.
+
+    A kernel is communication by its name (COMMUNICATION_RE, `comm_patterns`) or by where it was launched:
+    inside a collective's CPU range (record_param_comms, a c10d collective op, a backend range such as
+    `nccl:all_reduce`), whatever its name."""
     cat = table.columns["cat"]
     gpu_cat_ids = [table.cat_id(c) for c in GPU_CATEGORIES]
     is_x = table.columns["ph"] == _X
@@ -92,7 +108,12 @@ def gpu_events(table: TraceTable) -> GpuEvents:
     end = start + table.columns["dur"][rows]
 
     # each distinct name of a GPU event classified once per load (CPU-side names are many, and long)
-    kind = table.name_values(kind_of_name, np.int8, key="kernel_kind", among=name)[name]
+    kind = table.name_values(
+        lambda n: kind_of_name(n, comm_patterns), np.int8, key=("kernel_kind", comm_patterns), among=name
+    )[name]
+    launch, launch_row = _launch_times(table, rows, is_x & ~mask)
+    context = _collective_context(table, launch_row)
+    kind = np.where(context != MISSING, COMMUNICATION, kind)
     memory_cats = [table.cat_id(c) for c in MEMORY_CATEGORIES]
     kind = np.where(np.isin(cat[rows], [i for i in memory_cats if i != MISSING]), MEMORY, kind).astype(
         np.int8
@@ -107,23 +128,74 @@ def gpu_events(table: TraceTable) -> GpuEvents:
         stream=table.columns["stream"][rows],
         device=table.columns["device"][rows],
         kind=kind,
-        launch=_launch_times(table, rows, is_x & ~mask),
+        launch=launch,
         nbytes=table.columns["bytes"][rows],
+        context=context,
+        row=rows,
     )
 
 
-def _launch_times(table: TraceTable, gpu_rows: np.ndarray, cpu_mask: np.ndarray) -> np.ndarray:
-    """Start of the CPU-side event sharing each GPU row's correlation id (the launch), else MISSING_TS."""
+_CONTEXT_CATEGORIES = ("cpu_op", "user_annotation")
+
+
+def _collective_context(table: TraceTable, launch_row: np.ndarray) -> np.ndarray:
+    """Per launch (a row of `table`, or -1), the innermost collective CPU range on the same thread that
+    encloses its start (record_param_comms preferred over the ranges around it), else -1."""
+    out = np.full(len(launch_row), MISSING, dtype=np.int64)
+    cols = table.columns
+    names = cols["name"]
+    is_coll = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
+    cats = [c for c in (table.cat_id(x) for x in _CONTEXT_CATEGORIES) if c != MISSING]
+    ranges = np.flatnonzero(is_coll[names] & (cols["ph"] == _X) & np.isin(cols["cat"], cats))
+    known = np.flatnonzero(launch_row != MISSING)
+    if not len(ranges) or not len(known):
+        return out
+    pid, tid, ts, dur = cols["pid"], cols["tid"], cols["ts"], cols["dur"]
+    by_thread: dict[tuple[int, int], list[int]] = {}
+    for row in ranges[np.lexsort((ts[ranges], tid[ranges], pid[ranges]))].tolist():
+        by_thread.setdefault((int(pid[row]), int(tid[row])), []).append(row)
+    threads = {key: np.array(rows_, dtype=np.int64) for key, rows_ in by_thread.items()}
+    launches = launch_row[known]
+    for (p, t), thread_rows in threads.items():
+        on_thread = np.flatnonzero((pid[launches] == p) & (tid[launches] == t))
+        if not len(on_thread):
+            continue
+        starts = ts[thread_rows]
+        ends = starts + dur[thread_rows]
+        reach = np.maximum.accumulate(ends)  # a launch past every earlier range's end lies in none of them
+        at = ts[launches[on_thread]]
+        last = np.searchsorted(starts, at, side="right") - 1
+        inside = (last >= 0) & (reach[np.maximum(last, 0)] > at)
+        for i in np.flatnonzero(inside).tolist():
+            enclosing = []
+            for j in range(int(last[i]), -1, -1):  # back through the ranges that started before it
+                if ends[j] > at[i]:
+                    enclosing.append(int(thread_rows[j]))  # innermost first
+                if j == 0 or reach[j - 1] <= at[i]:
+                    break
+            params = [r for r in enclosing if table.names[int(names[r])] == "record_param_comms"]
+            best = (params or enclosing or [MISSING])[0]
+            out[known[on_thread[i]]] = best
+    return out
+
+
+def _launch_times(
+    table: TraceTable, gpu_rows: np.ndarray, cpu_mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start of the CPU-side event sharing each GPU row's correlation id (the launch), else MISSING_TS; and
+    that event's row, else -1."""
     corr = table.columns["correlation"]
     cpu_rows = np.flatnonzero(cpu_mask & (corr != MISSING))
     out = np.full(len(gpu_rows), MISSING_TS, dtype=np.int64)
+    rows = np.full(len(gpu_rows), MISSING, dtype=np.int64)
     if len(cpu_rows) == 0 or len(gpu_rows) == 0:
-        return out
+        return out, rows
     cpu_corr = corr[cpu_rows]
     order = np.argsort(cpu_corr, kind="stable")
     sorted_corr = cpu_corr[order]
     want = corr[gpu_rows]
     pos = np.clip(np.searchsorted(sorted_corr, want), 0, len(sorted_corr) - 1)
     found = (sorted_corr[pos] == want) & (want != MISSING)
-    out[found] = table.columns["ts"][cpu_rows[order[pos[found]]]]
-    return out
+    rows[found] = cpu_rows[order[pos[found]]]
+    out[found] = table.columns["ts"][rows[found]]
+    return out, rows

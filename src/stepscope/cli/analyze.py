@@ -39,7 +39,7 @@ def command(path: Path, step: int | None, as_json: bool, drop_last_step: bool, t
             result = analyze(load_traces(path, step=step), drop_last_step=drop_last_step, top=top)
         else:
             note = f"{path}: the run has no traces (the job ended before its first window was exported)"
-            result = AnalysisResult(SCHEMA, [], [], None, [], [note])
+            result = AnalysisResult(SCHEMA, [], None, None, [], [note])
         result.run = run_facts(run)
     else:
         result = analyze(load_traces(path, step=step), drop_last_step=drop_last_step, top=top)

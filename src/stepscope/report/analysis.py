@@ -33,30 +33,77 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
         yield f"[dim]note: {markup_safe(notice)}[/dim]"
     for rank in result.ranks:
         yield from _rank_parts(rank)
-    if result.collectives:
+    collectives = [c for r in result.ranks for c in r.collectives]
+    if collectives:
         rows: list[tuple[Any, ...]] = [
             (
                 str(c.rank),
                 c.kind,
+                c.group or "-",
                 str(c.count),
                 fmt_bytes(c.bytes) if c.bytes is not None else "-",
-                f"{fmt_us(c.time_ms * 1e3)} ({c.time_source})" if c.time_ms is not None else "-",
-                ", ".join(c.dtypes) or "-",
+                fmt_us(c.time_ms * 1e3) if c.time_ms is not None else "-",
+                fmt_us(c.wait_ms * 1e3) if c.wait_ms is not None else "-",
+                f"{c.busbw_gbps:.3g} GB/s" if c.busbw_gbps is not None else "-",
             )
-            for c in result.collectives
+            for c in collectives
         ]
-        columns = ("rank", "collective", "count", "bytes in", "time", "dtypes")
+        columns = ("rank", "collective", "group", "count", "bytes", "time", "waiting", "bus bw")
         yield make_table("Collectives in the window", columns, rows)
+        sources = sorted({c.time_source for c in collectives if c.time_source})
+        yield (
+            f"[dim]time: {', '.join(sources) or 'not recorded'}; waiting: for the last rank to arrive; "
+            "bus bw: nccl-tests' bus bandwidth over the transfer time[/dim]"
+        )
         yield Text("")
-    if result.stragglers is not None:
-        s = result.stragglers
-        rows = [(str(r.rank), str(r.steps), fmt_us(r.step_us), fmt_us(r.comm_wait_us)) for r in s.ranks]
-        yield make_table("Ranks", ("rank", "steps", "mean step", "comm wait / step"), rows)
+    if result.cross_rank is not None:
+        s = result.cross_rank
+        rank_rows: list[tuple[Any, ...]] = [
+            (
+                str(r.rank),
+                str(r.steps),
+                fmt_us(r.step_us),
+                fmt_us(r.comm_us),
+                fmt_us(r.comm_wait_us),
+                str(r.last_arrivals),
+            )
+            for r in s.ranks
+        ]
+        yield make_table(
+            "Ranks",
+            ("rank", "steps", "mean step", "comm / step", "waiting / step", "arrived last"),
+            rank_rows,
+        )
+        a = s.alignment
+        if a is not None and a.method == "collectives":
+            offsets = ", ".join(
+                f"rank {c.rank} {c.offset_us / 1e3:+.3f} ms" for c in a.ranks if c.rank != a.reference_rank
+            )
+            yield (
+                f"clocks aligned on {a.matched} matched collectives (reference rank {a.reference_rank}): {offsets}; "
+                f"collective ends then agree within {fmt_us(a.end_spread_p50_us)} (median), "
+                f"{fmt_us(a.end_spread_max_us)} (max)"
+            )
         if s.slowest_rank is not None:
             yield (
                 f"slowest rank {s.slowest_rank}: {fmt_us(s.slowest_step_us)} per step, "
                 f"{fmt_us(s.spread_us)} ({fmt_pct(s.spread_pct)}) more than rank {s.fastest_rank}"
             )
+        st = result.straggler
+        if st is not None:
+            cause = ""
+            if st.cause is not None:
+                what = st.cause.name if st.cause.phase == "op" else st.cause.phase.replace("_", " ")
+                cause = (
+                    f"; cause: {markup_safe(what)} {st.cause.rank_ms_per_step:.1f} ms per step against "
+                    f"{st.cause.others_ms_per_step:.1f} ms on the others"
+                )
+            yield (
+                f"[bold]straggler: rank {st.rank}[/bold], the others wait {st.delay_ms_per_step:.1f} ms per step "
+                f"for it ({fmt_pct(st.delay_pct)} of the step; last in {st.last_in_steps} of {st.steps} steps){cause}"
+            )
+        else:
+            yield "straggler: none (no rank keeps the others waiting)"
         yield Text("")
     yield "[bold]Findings[/bold]" if result.findings else "[bold]Findings[/bold]: none"
     for f in result.findings:

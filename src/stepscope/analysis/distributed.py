@@ -1,0 +1,414 @@
+"""Across ranks: match collective instances, align the ranks' clocks, split collective time into waiting for peers
+and transfer, and name the straggler (the rank the others wait for) with its own cause.
+
+The rules (documented in docs/analysis.md, "Across ranks"):
+
+- **Matching.** An instance is assigned to the profiler step during which its rank issued it. Instances are
+  matched across ranks by (process group, step, position among the rank's instances of that group in that
+  step); torch 2.13 traces carry no collective sequence number. Point-to-point transfers (send, recv) pair a
+  rank with one peer, which the traces do not name, and are not matched. A (group, step) whose ranks hold different
+  numbers of instances, or different kinds at one position, is left unmatched and counted.
+- **Clocks.** Every rank of a collective leaves it at nearly the same moment, so the offset of a rank's clock
+  against the reference rank (the lowest) is the median of (its end - the reference's end) over the instances
+  they share; ranks that share none with the reference are reached through a rank that does. Without any
+  match the raw clocks are used, with a notice.
+- **Wait and transfer.** After alignment, an instance's arrival on a rank is its start there; the rank waits
+  from its arrival until the last rank arrives (at most its whole duration); the rest is transfer.
+- **Straggler.** In each step, the rank that arrives last at an instance delays every other rank by that
+  rank's wait; the delay a rank causes in a step is the sum over the instances it arrives last at of the mean
+  wait of the others. The straggler is the rank causing the most delay over the steps, reported when it
+  delays the others by STRAGGLER_MIN_PCT of the step time or more and arrives last in at least
+  STRAGGLER_MIN_LAST_SHARE of the steps. Its cause is the phase of its own step (data loader, forward,
+  backward, optimizer) longer than on the other ranks by at least CAUSE_MIN_SHARE of the delay, else the op
+  whose self time is, else the time outside annotated regions and ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis._rank import RankData
+from stepscope.analysis.collectives import Instances
+from stepscope.analysis.comm_names import cpu_collective
+from stepscope.analysis.steps import STEP_RE, StepRow, pct
+from stepscope.analysis.summary import CPU_OP_CATEGORIES, self_times
+
+# Point-to-point kinds pair a rank with one peer, not a group: they are not matched across the group.
+P2P_KINDS = frozenset({"send", "recv", "send_recv"})
+STRAGGLER_MIN_PCT = 5.0  # delay per step, % of the mean step time
+STRAGGLER_MIN_LAST_SHARE = 0.6  # of the matched steps in which it arrives last
+CAUSE_MIN_SHARE = 0.5  # a cause explains at least this share of the delay
+PHASES = (
+    ("data_loader", "dataloader_us"),
+    ("forward", "forward_us"),
+    ("backward", "backward_us"),
+    ("optimizer", "optimizer_us"),
+)
+
+
+class RankClock(msgspec.Struct):
+    rank: int
+    offset_us: float  # subtract from the rank's trace times to get the reference rank's clock
+    instances: int  # matched instances the offset rests on (0: not aligned)
+
+
+class ClockAlignment(msgspec.Struct):
+    """How the ranks' clocks were aligned and how well the matched collectives then agree."""
+
+    method: str  # "collectives" | "raw"
+    reference_rank: int
+    ranks: list[RankClock]
+    matched: int  # collective instances matched across ranks
+    unmatched: int  # timed instances left unmatched (a group/step with different counts or kinds)
+    end_spread_p50_us: float | None  # per matched instance: latest end - earliest end, after alignment
+    end_spread_max_us: float | None
+
+
+class StragglerCause(msgspec.Struct):
+    phase: str  # data_loader | forward | backward | optimizer | op | outside_regions
+    name: str | None  # the op, for phase "op"
+    rank_ms_per_step: float  # on the straggler
+    others_ms_per_step: float  # median of the other ranks
+    excess_ms_per_step: float
+
+
+class Straggler(msgspec.Struct):
+    """The rank the others wait for."""
+
+    rank: int
+    delay_ms_per_step: float  # mean over the matched steps of the time the others wait for it
+    delay_pct: float  # of the mean step time
+    last_in_steps: int  # steps in which it caused the most delay
+    steps: int  # matched steps
+    cause: StragglerCause | None
+
+
+class RankCommStat(msgspec.Struct):
+    rank: int
+    steps: int
+    step_us: float | None  # mean step time over the window
+    comm_us: float | None  # collective time per step (null: no timed collective)
+    comm_wait_us: float | None  # of it, waiting for peers (null: not matched)
+    transfer_us: float | None
+    last_arrivals: int  # matched instances at which this rank arrived last
+
+
+class CrossRank(msgspec.Struct):
+    """Step time, collective time and waiting of every rank; the slowest rank and by how much."""
+
+    ranks: list[RankCommStat]
+    slowest_rank: int | None
+    fastest_rank: int | None
+    slowest_step_us: float | None
+    fastest_step_us: float | None
+    spread_us: float | None  # slowest - fastest mean step time
+    spread_pct: float | None  # of the fastest
+    alignment: ClockAlignment | None
+
+
+@dataclass
+class Matching:
+    """Matched instances: per match, the ranks and each rank's instance index; the step and group."""
+
+    ranks: list[np.ndarray]
+    index: list[np.ndarray]
+    step: list[int]
+    unmatched: int
+
+
+@dataclass
+class Distributed:
+    """Everything the cross-rank pass computes."""
+
+    alignment: ClockAlignment | None
+    offsets_ns: dict[int, int]
+    wait_ns: dict[int, np.ndarray]  # per rank, per instance (-1: not matched)
+    cross: CrossRank | None
+    straggler: Straggler | None
+    notices: list[str]
+
+
+def match_instances(
+    instances: dict[int, Instances], steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> Matching:
+    """Match the timed instances of the ranks (see the module doc). `steps`: rank -> (number, start, end)."""
+    cells: dict[tuple[str, int], dict[int, list[int]]] = {}
+    for rank, inst in instances.items():
+        if not inst.timed or not len(inst) or rank not in steps:
+            continue
+        number, start, end = steps[rank]
+        at = np.searchsorted(start, inst.issue, side="right") - 1
+        ok = (at >= 0) & (inst.issue < end[np.maximum(at, 0)])
+        for i in np.argsort(inst.issue, kind="stable").tolist():
+            if ok[i] and inst.kind[i] not in P2P_KINDS:
+                cells.setdefault((inst.group[i], int(number[at[i]])), {}).setdefault(rank, []).append(i)
+    match = Matching([], [], [], 0)
+    for (_, step), by_rank in sorted(cells.items(), key=lambda c: (c[0][1], c[0][0])):
+        if len(by_rank) < 2:
+            continue
+        lists = list(by_rank.values())
+        ranks = np.array(list(by_rank), dtype=np.int64)
+        same_count = len({len(v) for v in lists}) == 1
+        same_kinds = same_count and all(
+            len({instances[r].kind[v[k]] for r, v in by_rank.items()}) == 1 for k in range(len(lists[0]))
+        )
+        if not same_kinds:
+            match.unmatched += sum(len(v) for v in lists)
+            continue
+        for k in range(len(lists[0])):
+            match.ranks.append(ranks)
+            match.index.append(np.array([v[k] for v in lists], dtype=np.int64))
+            match.step.append(step)
+    return match
+
+
+def clock_offsets(instances: dict[int, Instances], match: Matching) -> tuple[dict[int, int], dict[int, int]]:
+    """Per rank, the offset of its clock against the lowest rank (ns) and the instances it rests on."""
+    ranks = sorted(instances)
+    offsets = {ranks[0]: 0}
+    support = {ranks[0]: 0}
+    progress = True
+    while progress and len(offsets) < len(ranks):
+        progress = False
+        for rank in ranks:
+            if rank in offsets:
+                continue
+            diffs = []
+            for rs, ix in zip(match.ranks, match.index, strict=True):
+                where = {int(r): int(i) for r, i in zip(rs.tolist(), ix.tolist(), strict=True)}
+                if rank not in where:
+                    continue
+                known = next((r for r in where if r in offsets), None)
+                if known is None:
+                    continue
+                diffs.append(
+                    int(instances[rank].end[where[rank]])
+                    - int(instances[known].end[where[known]])
+                    - offsets[known]
+                )
+            if diffs:
+                offsets[rank] = int(np.median(np.array(diffs, dtype=np.int64)))
+                support[rank] = len(diffs)
+                progress = True
+    for rank in ranks:
+        offsets.setdefault(rank, 0)
+        support.setdefault(rank, 0)
+    support[ranks[0]] = max(support.values(), default=0) if len(ranks) > 1 else 0
+    return offsets, support
+
+
+def cross_rank_analysis(
+    data: dict[int, RankData],
+    instances: dict[int, Instances],
+    step_rows: dict[int, list[StepRow]],
+) -> Distributed:
+    """Match, align, split wait/transfer and find the straggler; an empty result for fewer than two ranks."""
+    wait_ns = {r: np.full(len(inst), -1, dtype=np.int64) for r, inst in instances.items()}
+    if len(data) < 2:
+        return Distributed(None, {r: 0 for r in data}, wait_ns, None, None, [])
+    notices: list[str] = []
+    steps = {r: (d.steps.number, d.steps.start, d.steps.end) for r, d in data.items()}
+    match = match_instances(instances, steps)
+    offsets, support = clock_offsets(instances, match)
+    ranks = sorted(data)
+    if not match.ranks:
+        method = "raw"
+        if any(inst.timed and len(inst) for inst in instances.values()):
+            notices.append("no collective could be matched across ranks: raw trace clocks are used")
+        else:
+            notices.append("no timed collective in the traces: ranks are compared on raw trace clocks")
+    else:
+        method = "collectives"
+        lost = [r for r in ranks[1:] if support[r] == 0]
+        if lost:
+            notices.append(
+                f"ranks {_list(lost)} share no matched collective with the others: raw clocks used"
+            )
+    world = {d.table.ranks[r].world_size for r, d in data.items() if r in d.table.ranks} - {None}
+    if len(world) == 1 and (size := next(iter(world))) is not None and size > len(ranks):
+        notices.append(
+            f"{len(ranks)} of {size} ranks loaded: waiting and the straggler are judged among these ranks only"
+        )
+    if match.unmatched:
+        notices.append(
+            f"{match.unmatched} collective instances could not be matched across ranks (a process group "
+            "whose ranks issued different collectives in a step)"
+        )
+    last_count = {r: 0 for r in ranks}
+    delay: dict[int, dict[int, float]] = {r: {} for r in ranks}  # rank -> step -> ns of delay caused
+    spreads = []
+    for rs, ix, step in zip(match.ranks, match.index, match.step, strict=True):
+        rlist = rs.tolist()
+        off = np.array([offsets[r] for r in rlist], dtype=np.int64)
+        start = np.array([instances[r].start[i] for r, i in zip(rlist, ix.tolist(), strict=True)]) - off
+        end = np.array([instances[r].end[i] for r, i in zip(rlist, ix.tolist(), strict=True)]) - off
+        spreads.append(int(end.max() - end.min()))
+        last = int(start.max())
+        waits = np.clip(last - start, 0, end - start - 0)
+        for r, i, w in zip(rlist, ix.tolist(), waits.tolist(), strict=True):
+            wait_ns[r][i] = w
+        latest = rlist[int(np.argmax(start))]
+        last_count[latest] += 1
+        others = [w for r, w in zip(rlist, waits.tolist(), strict=True) if r != latest]
+        if others:
+            delay[latest][step] = delay[latest].get(step, 0.0) + float(np.mean(others))
+    alignment = ClockAlignment(
+        method=method,
+        reference_rank=ranks[0],
+        ranks=[RankClock(r, round(offsets[r] / 1e3, 3), support[r]) for r in ranks],
+        matched=len(match.ranks),
+        unmatched=match.unmatched,
+        end_spread_p50_us=round(float(np.median(spreads)) / 1e3, 3) if spreads else None,
+        end_spread_max_us=round(max(spreads) / 1e3, 3) if spreads else None,
+    )
+    cross = _cross_table(data, instances, step_rows, wait_ns, last_count, alignment)
+    straggler = _straggler(data, step_rows, delay, match, cross)
+    return Distributed(alignment, offsets, wait_ns, cross, straggler, notices)
+
+
+def _list(values: list[int]) -> str:
+    return ", ".join(map(str, values))
+
+
+def _cross_table(
+    data: dict[int, RankData],
+    instances: dict[int, Instances],
+    step_rows: dict[int, list[StepRow]],
+    wait_ns: dict[int, np.ndarray],
+    last_count: dict[int, int],
+    alignment: ClockAlignment,
+) -> CrossRank:
+    stats = []
+    for rank in sorted(data):
+        rows = step_rows.get(rank, [])
+        n = len(rows)
+        inst = instances.get(rank)
+        step_us = round(sum(r.dur_us for r in rows) / n, 3) if n else None
+        comm_us = wait_us = transfer_us = None
+        if inst is not None and inst.timed and len(inst) and n:
+            total = int((inst.end - inst.start).sum())
+            comm_us = round(total / 1e3 / n, 3)
+            waits = wait_ns[rank]
+            if (waits >= 0).any():
+                wait_us = round(int(waits[waits >= 0].sum()) / 1e3 / n, 3)
+                transfer_us = round(comm_us - wait_us, 3)
+        stats.append(RankCommStat(rank, n, step_us, comm_us, wait_us, transfer_us, last_count.get(rank, 0)))
+    timed = [s for s in stats if s.step_us is not None]
+    if not timed:
+        return CrossRank(stats, None, None, None, None, None, None, alignment)
+    slow = max(timed, key=lambda s: (s.step_us, -s.rank))
+    fast = min(timed, key=lambda s: (s.step_us, s.rank))
+    assert slow.step_us is not None and fast.step_us is not None
+    return CrossRank(
+        ranks=stats,
+        slowest_rank=slow.rank,
+        fastest_rank=fast.rank,
+        slowest_step_us=slow.step_us,
+        fastest_step_us=fast.step_us,
+        spread_us=round(slow.step_us - fast.step_us, 3),
+        spread_pct=pct(slow.step_us - fast.step_us, fast.step_us),
+        alignment=alignment,
+    )
+
+
+def _straggler(
+    data: dict[int, RankData],
+    step_rows: dict[int, list[StepRow]],
+    delay: dict[int, dict[int, float]],
+    match: Matching,
+    cross: CrossRank,
+) -> Straggler | None:
+    steps = sorted(set(match.step))
+    if not steps:
+        return None
+    totals = {r: sum(d.values()) for r, d in delay.items()}
+    rank = max(totals, key=lambda r: (totals[r], -r))
+    if totals[rank] <= 0:
+        return None
+    worst_in = sum(1 for s in steps if max(delay, key=lambda r: (delay[r].get(s, 0.0), -r)) == rank)
+    delay_ms = totals[rank] / len(steps) / 1e6
+    step_means = [s.step_us for s in cross.ranks if s.step_us is not None]
+    mean_step_ms = float(np.mean(step_means)) / 1e3 if step_means else 0.0
+    delay_pct = pct(delay_ms, mean_step_ms)
+    if delay_pct is None or delay_pct < STRAGGLER_MIN_PCT or worst_in < STRAGGLER_MIN_LAST_SHARE * len(steps):
+        return None
+    cause = _cause(data, step_rows, rank, set(steps), delay_ms, cross)
+    return Straggler(rank, round(delay_ms, 3), delay_pct, worst_in, len(steps), cause)
+
+
+def _cause(
+    data: dict[int, RankData],
+    step_rows: dict[int, list[StepRow]],
+    rank: int,
+    steps: set[int],
+    delay_ms: float,
+    cross: CrossRank,
+) -> StragglerCause:
+    """The straggler's own reason: a phase, else an op, else the time outside both (see the module doc)."""
+    best: StragglerCause | None = None
+    for phase, field in PHASES:
+        means = {}
+        for r, rows in step_rows.items():
+            values = [getattr(row, field) for row in rows if row.step in steps]
+            if values and all(v is not None for v in values):
+                means[r] = float(np.mean(values)) / 1e3
+        if rank not in means or len(means) < 2:
+            continue
+        found = _excess(phase, None, means, rank)
+        if best is None or found.excess_ms_per_step > best.excess_ms_per_step:
+            best = found
+    if best is not None and best.excess_ms_per_step >= CAUSE_MIN_SHARE * delay_ms:
+        return best
+    op = _op_cause(data, rank, steps)
+    if op is not None and op.excess_ms_per_step >= CAUSE_MIN_SHARE * delay_ms:
+        return op
+    busy = {
+        s.rank: ((s.step_us or 0.0) - (s.comm_wait_us or 0.0)) / 1e3
+        for s in cross.ranks
+        if s.step_us is not None
+    }
+    return _excess("outside_regions", None, busy, rank)
+
+
+def _excess(phase: str, name: str | None, per_rank_ms: dict[int, float], rank: int) -> StragglerCause:
+    others = float(np.median([v for r, v in per_rank_ms.items() if r != rank]))
+    mine = per_rank_ms.get(rank, 0.0)
+    return StragglerCause(phase, name, round(mine, 3), round(others, 3), round(mine - others, 3))
+
+
+def _op_cause(data: dict[int, RankData], rank: int, steps: set[int]) -> StragglerCause | None:
+    """The op whose self time per step exceeds the other ranks' most (collectives and step spans left out)."""
+    per_rank: dict[int, dict[str, float]] = {}
+    for r, d in data.items():
+        keep = np.isin(d.steps.number, list(steps))
+        if not keep.any():
+            continue
+        lo, hi = int(d.steps.start[keep].min()), int(d.steps.end[keep].max())
+        table = d.table
+        selfs = self_times(table)
+        rows = np.flatnonzero(
+            (table.columns["ts"] >= lo)
+            & (table.columns["ts"] < hi)
+            & table.cat_mask(*CPU_OP_CATEGORIES)
+            & (selfs > 0)
+        )
+        sums: dict[str, float] = {}
+        names = table.columns["name"][rows]
+        for code in np.unique(names).tolist():
+            name = table.names[code]
+            if STEP_RE.match(name) or cpu_collective(name) or "wait" in name.lower():
+                continue
+            sums[name] = int(selfs[rows[names == code]].sum()) / 1e6 / int(keep.sum())
+        per_rank[r] = sums
+    if rank not in per_rank or len(per_rank) < 2:
+        return None
+    best: StragglerCause | None = None
+    for name in per_rank[rank]:
+        values = {r: ops.get(name, 0.0) for r, ops in per_rank.items()}
+        found = _excess("op", name, values, rank)
+        if best is None or found.excess_ms_per_step > best.excess_ms_per_step:
+            best = found
+    return best
