@@ -112,6 +112,7 @@ class _Trace(msgspec.Struct):
     traceEvents: list[_Event]
     distributedInfo: Any = None
     deviceProperties: Any = None
+    stepscopeMerge: Any = None
 
 
 class _TextTsTrace(_Trace):
@@ -146,7 +147,7 @@ class _ShapesOnlyTrace(msgspec.Struct, gc=False):
     traceEvents: list[_ShapesOnly]
 
 
-HEADER_FIELDS = ("distributedInfo", "deviceProperties")
+HEADER_FIELDS = ("distributedInfo", "deviceProperties", "stepscopeMerge")
 
 
 def _header_struct(name: str, events: Any) -> Any:
@@ -306,5 +307,6 @@ def read_header(info: RankInfo, header: dict[str, Any]) -> None:
     info.world_size = world if type(world) is int else None
     backend = dist.get("backend")
     info.backend = backend if isinstance(backend, str) else None
+    info.merge_header = header.get("stepscopeMerge")
     props = header["deviceProperties"]
     info.device_properties = [d for d in props if isinstance(d, dict)] if isinstance(props, list) else []

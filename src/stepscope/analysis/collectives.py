@@ -61,6 +61,7 @@ class Instances:
     out_bytes: np.ndarray
     dtype: list[str]
     algorithm: list[str]  # NCCL's RING_LL, ...; "" unknown
+    row: np.ndarray  # the row (in the rank's table) of the event that shows it: its first kernel, its range
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -107,7 +108,7 @@ def rank_instances(data: RankData, world_size: int | None = None) -> Instances:
 
 def _empty(rank: int) -> Instances:
     z = np.zeros(0, dtype=np.int64)
-    return Instances(rank, None, None, [], [], z, z, z, z, z, z, [], [])
+    return Instances(rank, None, None, [], [], z, z, z, z, z, z, [], [], z)
 
 
 def _text(table: TraceTable, column: str, row: int) -> str:
@@ -149,7 +150,7 @@ def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
     groups.sort(key=lambda g: int(comm.start[g].min()))
     out = _empty(data.rank)
     out.source, out.time_source = "kernel", "device"
-    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size")}
+    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size", "row")}
     for g in groups:
         names = [table.names[int(comm.name[i])] for i in g.tolist()]
         rows = [int(comm.row[i]) for i in g.tolist()]
@@ -166,6 +167,7 @@ def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
         out.group.append(group)
         out.dtype.append(dtype)
         out.algorithm.append(next((a for a in map(nccl_algorithm, names) if a), ""))
+        cols["row"].append(int(comm.row[g[0]]))
         cols["issue"].append(int(launch[g].min()))
         cols["start"].append(int(comm.start[g].min()))
         cols["end"].append(int(comm.end[g].max()))
@@ -190,6 +192,7 @@ def _set_arrays(out: Instances, cols: dict[str, list[int]]) -> None:
     arrays = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
     out.issue, out.start, out.end = arrays["issue"], arrays["start"], arrays["end"]
     out.in_bytes, out.out_bytes, out.group_size = arrays["in"], arrays["out"], arrays["size"]
+    out.row = arrays["row"]
 
 
 def _cpu_rows(table: TraceTable, lo: int, hi: int) -> list[tuple[int, str, str]]:
@@ -225,23 +228,9 @@ def _backend(table: TraceTable, row: int) -> str:
 def _range_instances(
     table: TraceTable, rank: int, ranges: list[tuple[int, str, str]], world_size: int | None
 ) -> Instances:
-    out = _empty(rank)
+    """One instance per CPU backend range (gloo runs the collective on its own thread: CPU time)."""
+    out = _row_instances(table, rank, ranges, world_size)
     out.source, out.time_source = "backend_range", "cpu"
-    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size")}
-    ts, dur = table.columns["ts"], table.columns["dur"]
-    for row, _, kind in ranges:
-        in_b, out_b, dtype, size, group = _message(table, [row])
-        out.kind.append(kind)
-        out.group.append(group)
-        out.dtype.append(dtype)
-        out.algorithm.append("")
-        cols["issue"].append(int(ts[row]))
-        cols["start"].append(int(ts[row]))
-        cols["end"].append(int(ts[row] + dur[row]))
-        cols["in"].append(in_b)
-        cols["out"].append(out_b)
-        cols["size"].append(size if size != MISSING else (world_size or MISSING))
-    _set_arrays(out, cols)
     return out
 
 
@@ -255,12 +244,24 @@ def _counted_instances(table: TraceTable, rank: int, rows: list[tuple[int, str, 
             if s == source:
                 first.setdefault(kind, source)
     kept = [r for r in rows if first[r[2]] == r[1]]
-    out = _empty(rank)
+    out = _row_instances(table, rank, kept, None)
     sources = {s for _, s, _ in kept}
     out.source = next(s for s in SOURCES if s in sources)
-    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size")}
+    if sources == {"backend_range"}:
+        out.time_source = "cpu enqueue"
+    return out
+
+
+def _row_instances(
+    table: TraceTable, rank: int, rows: list[tuple[int, str, str]], world_size: int | None
+) -> Instances:
+    """One instance per CPU event (row, source, kind), timed by the event; the group size defaults to
+    `world_size` (gloo ranges name no group: the default one)."""
+    out = _empty(rank)
+    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size", "row")}
     ts, dur = table.columns["ts"], table.columns["dur"]
-    for row, _, kind in kept:
+    for row, _, kind in rows:
+        cols["row"].append(row)
         in_b, out_b, dtype, size, group = _message(table, [row])
         out.kind.append(kind)
         out.group.append(group)
@@ -271,10 +272,8 @@ def _counted_instances(table: TraceTable, rank: int, rows: list[tuple[int, str, 
         cols["end"].append(int(ts[row] + dur[row]))
         cols["in"].append(in_b)
         cols["out"].append(out_b)
-        cols["size"].append(size)
+        cols["size"].append(size if size != MISSING else (world_size or MISSING))
     _set_arrays(out, cols)
-    if sources == {"backend_range"}:
-        out.time_source = "cpu enqueue"
     return out
 
 

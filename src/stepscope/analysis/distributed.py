@@ -64,6 +64,7 @@ class ClockAlignment(msgspec.Struct):
     matched: int  # collective instances matched across ranks
     unmatched: int  # timed instances left unmatched (a group/step with different counts or kinds)
     end_spread_p50_us: float | None  # per matched instance: latest end - earliest end, after alignment
+    end_spread_p90_us: float | None
     end_spread_max_us: float | None
 
 
@@ -129,6 +130,7 @@ class Distributed:
     cross: CrossRank | None
     straggler: Straggler | None
     notices: list[str]
+    match: Matching
 
 
 def match_instances(
@@ -208,7 +210,7 @@ def cross_rank_analysis(
     """Match, align, split wait/transfer and find the straggler; an empty result for fewer than two ranks."""
     wait_ns = {r: np.full(len(inst), -1, dtype=np.int64) for r, inst in instances.items()}
     if len(data) < 2:
-        return Distributed(None, {r: 0 for r in data}, wait_ns, None, None, [])
+        return Distributed(None, {r: 0 for r in data}, wait_ns, None, None, [], Matching([], [], [], 0))
     notices: list[str] = []
     steps = {r: (d.steps.number, d.steps.start, d.steps.end) for r, d in data.items()}
     match = match_instances(instances, steps)
@@ -262,11 +264,12 @@ def cross_rank_analysis(
         matched=len(match.ranks),
         unmatched=match.unmatched,
         end_spread_p50_us=round(float(np.median(spreads)) / 1e3, 3) if spreads else None,
+        end_spread_p90_us=round(float(np.percentile(spreads, 90)) / 1e3, 3) if spreads else None,
         end_spread_max_us=round(max(spreads) / 1e3, 3) if spreads else None,
     )
     cross = _cross_table(data, instances, step_rows, wait_ns, last_count, alignment)
     straggler = _straggler(data, step_rows, delay, match, cross)
-    return Distributed(alignment, offsets, wait_ns, cross, straggler, notices)
+    return Distributed(alignment, offsets, wait_ns, cross, straggler, notices, match)
 
 
 def _list(values: list[int]) -> str:

@@ -60,6 +60,9 @@ POOR_OVERLAP_MAX_PCT = 30.0
 # collective_slow: an instance whose bandwidth is below the reference of its kind and size by this factor ...
 COLLECTIVE_SLOW_FACTOR = 10.0
 COLLECTIVE_SLOW_MIN_INSTANCES = 3  # ... among at least this many instances of that kind and size ...
+COLLECTIVE_SLOW_MIN_BYTES = (
+    1 << 20
+)  # ... of at least this size (smaller ones measure latency, not bandwidth) ...
 COLLECTIVE_SLOW_MIN_PCT = 1.0  # ... costing at least this share of the rank's step time
 COLLECTIVE_SLOW_HIGH_PCT = 10.0
 
@@ -210,7 +213,7 @@ def _collective_slow(
                 size if size > 0 else None,
             )
             transfer = int(inst.end[i] - inst.start[i]) - int(waits[i])
-            if algo is None or algo <= 0 or transfer <= 0:
+            if algo is None or algo < COLLECTIVE_SLOW_MIN_BYTES or transfer <= 0:
                 continue
             bucket = (inst.kind[i], size, int(np.log2(algo)))
             samples.setdefault(bucket, []).append((rank, i, algo / transfer, transfer))

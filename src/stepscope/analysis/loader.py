@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis._stream import FileTable, load_file
-from stepscope.analysis.table import COLUMNS, INT_ARGS, MISSING, STRING_ARGS, TraceTable
+from stepscope.analysis.table import COLUMNS, INT_ARGS, MISSING, STRING_ARGS, RankInfo, TraceTable
 from stepscope.errors import InputError
 
 __all__ = ["load_trace", "trace_files"]
@@ -268,7 +268,43 @@ def _assign_ranks(tables: list[FileTable]) -> list[str]:
     return notices
 
 
+def _split_merged(tables: list[FileTable]) -> list[FileTable]:
+    """A trace written by `stepscope merge` holds one process per rank: each becomes a table of its own."""
+    out = []
+    for t in tables:
+        ranks = _merged_pids(t.info.merge_header)
+        if ranks is None:
+            out.append(t)
+            continue
+        pid = t.columns["pid"]
+        for p, (rank, world, backend) in sorted(ranks.items(), key=lambda item: item[1][0]):
+            mask = pid == p
+            info = RankInfo(rank=rank, source=f"{t.path} (rank {rank})", world_size=world, backend=backend)
+            columns = {key: column[mask] for key, column in t.columns.items()}
+            out.append(FileTable(t.path, t.names, t.cats, columns, info, rank, list(t.notices)))
+    return out
+
+
+def _merged_pids(header: Any) -> dict[int, tuple[int, int | None, str | None]] | None:
+    """pid -> (rank, world size, backend) from a merged trace's `stepscopeMerge`; None for other traces."""
+    if not isinstance(header, dict) or header.get("schema") != "stepscope.merge/1":
+        return None
+    out = {}
+    for entry in header.get("ranks") or []:
+        rank = entry.get("rank") if isinstance(entry, dict) else None
+        pid = entry.get("pid") if isinstance(entry, dict) else None
+        if type(rank) is int and type(pid) is int and 0 <= rank < 2**31 and pid not in out:
+            world, backend = entry.get("world_size"), entry.get("backend")
+            out[pid] = (
+                rank,
+                world if type(world) is int else None,
+                backend if isinstance(backend, str) else None,
+            )
+    return out or None
+
+
 def _merge(tables: list[FileTable]) -> TraceTable:
+    tables = _split_merged(tables)
     notices = _assign_ranks(tables)
     tables = sorted(tables, key=lambda t: t.info.rank)
     names: dict[str, int] = {}

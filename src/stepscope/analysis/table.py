@@ -115,6 +115,7 @@ class RankInfo:
     world_size: int | None = None
     backend: str | None = None
     device_properties: list[dict[str, Any]] = field(default_factory=list)
+    merge_header: Any = None  # a merged trace's `stepscopeMerge` (the loader splits it into its ranks)
 
 
 @dataclass

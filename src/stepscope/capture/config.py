@@ -81,12 +81,29 @@ class ProfileConfig(BaseModel):
         True, description="Print the top-ops table of each window on the first profiled rank."
     )
     top_n: int = Field(10, ge=1, description="Rows of the console top-ops table.")
+    comm_patterns: list[str] = Field(
+        default_factory=list,
+        description="Regexes naming more GPU kernels as communication when the run is analysed "
+        "(as `stepscope analyze --comm-pattern`).",
+    )
 
     @field_validator("profiled_ranks")
     @classmethod
     def _ranks_non_negative(cls, value: list[int] | str) -> list[int] | str:
         if isinstance(value, list) and any(r < 0 for r in value):
             raise ValueError("ranks must be >= 0")
+        return value
+
+    @field_validator("comm_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        import re
+
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
         return value
 
     # --- construction -----------------------------------------------------------------------------

@@ -21,28 +21,63 @@ from stepscope.cli._common import step_option
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
 )
-def command(path: Path, step: int | None, as_json: bool, drop_last_step: bool, top: int) -> None:
+@click.option(
+    "--comm-pattern",
+    "comm_patterns",
+    multiple=True,
+    metavar="REGEX",
+    help="GPU kernels whose names match REGEX are communication too (repeatable; a run folder's "
+    "config adds its comm_patterns).",
+)
+def command(
+    path: Path,
+    step: int | None,
+    as_json: bool,
+    drop_last_step: bool,
+    top: int,
+    comm_patterns: tuple[str, ...],
+) -> None:
     """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder).
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
+    import re
+
     from stepscope.analysis.analyze import analyze
     from stepscope.cli._common import load_traces
     from stepscope.runfolder import is_run_folder
 
+    patterns = list(comm_patterns)
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise click.BadParameter(
+                f"{pattern!r} is not a regular expression ({exc})", param_hint="--comm-pattern"
+            )
     if is_run_folder(path):
         from stepscope.analysis.analyze import SCHEMA, AnalysisResult
         from stepscope.analysis.run import load_run, run_facts
 
         run = load_run(path)
+        configured = run.config.get("comm_patterns")
+        if isinstance(configured, list):
+            patterns = [p for p in configured if isinstance(p, str) and _compiles(p)] + patterns
         if run.has_traces:
-            result = analyze(load_traces(path, step=step), drop_last_step=drop_last_step, top=top)
+            result = analyze(
+                load_traces(path, step=step),
+                drop_last_step=drop_last_step,
+                top=top,
+                comm_patterns=patterns,
+            )
         else:
             note = f"{path}: the run has no traces (the job ended before its first window was exported)"
             result = AnalysisResult(SCHEMA, [], None, None, [], [note])
         result.run = run_facts(run)
     else:
-        result = analyze(load_traces(path, step=step), drop_last_step=drop_last_step, top=top)
+        result = analyze(
+            load_traces(path, step=step), drop_last_step=drop_last_step, top=top, comm_patterns=patterns
+        )
     if as_json:
         from stepscope.cli._common import print_json
 
@@ -52,3 +87,13 @@ def command(path: Path, step: int | None, as_json: bool, drop_last_step: bool, t
     from stepscope.report.analysis import AnalysisReport
 
     console().print(AnalysisReport(result))
+
+
+def _compiles(pattern: str) -> bool:
+    import re
+
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True

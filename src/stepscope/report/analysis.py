@@ -82,7 +82,7 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
             yield (
                 f"clocks aligned on {a.matched} matched collectives (reference rank {a.reference_rank}): {offsets}; "
                 f"collective ends then agree within {fmt_us(a.end_spread_p50_us)} (median), "
-                f"{fmt_us(a.end_spread_max_us)} (max)"
+                f"{fmt_us(a.end_spread_p90_us)} (p90), {fmt_us(a.end_spread_max_us)} (max)"
             )
         if s.slowest_rank is not None:
             yield (

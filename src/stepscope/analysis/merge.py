@@ -1,0 +1,240 @@
+"""`stepscope merge`: the traces of every rank as one chrome trace, clocks aligned, collectives linked.
+
+Each rank becomes one process named "rank N" (pid N + 1): its CPU threads keep their ids, its GPU streams
+become threads `GPU d stream s`. Times are shifted by the rank's clock offset (distributed.py), so the
+ranks share the reference rank's clock. Every collective instance matched across ranks gets flow arrows
+from the instance on one rank to the same instance on the next. Ids of the ranks' own flows and async
+events are made distinct per rank. The document names what it did under `stepscopeMerge`, which our
+loader reads to load the file back as one rank per process.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from stepscope.analysis._decode import read_json_bytes
+from stepscope.analysis._rank import prepare_rank
+from stepscope.analysis.collectives import Instances, rank_instances
+from stepscope.analysis.distributed import ClockAlignment, Matching, cross_rank_analysis
+from stepscope.analysis.table import GPU_CATEGORIES, OLD_CATEGORIES, TraceTable
+from stepscope.errors import InputError
+
+MERGE_SCHEMA = "stepscope.merge/1"
+MERGE_KEY = "stepscopeMerge"
+GPU_TID_BASE = 1_000_000_000  # GPU stream threads: base + device * 100_000 + stream (CPU tids stay below)
+FLOW_CAT = "stepscope_collective"
+_ID_SHIFT = 40  # a rank's own numeric ids move to (rank + 1) << 40 + id
+_BATCH = 20_000
+
+
+class MergedRank(msgspec.Struct):
+    rank: int
+    pid: int
+    source: str
+    clock_offset_us: float
+    world_size: int | None = None
+    backend: str | None = None
+
+
+class MergeInfo(msgspec.Struct):
+    schema: str
+    ranks: list[MergedRank]
+    alignment: ClockAlignment | None
+    flows: int  # flow arrows drawn between matched collective instances
+
+
+def merge_traces(
+    table: TraceTable, out: Path, *, progress: Callable[[int, int], None] | None = None
+) -> MergeInfo:
+    """Write the merged trace of every rank of `table` (loaded from files) to `out` (.json or .json.gz)."""
+    ranks = table.rank_ids()
+    prepared = {r: prepare_rank(table, r) for r in ranks}
+    instances = {r: rank_instances(d, table.ranks[r].world_size) for r, d in prepared.items()}
+    dist = cross_rank_analysis(prepared, instances, {r: [] for r in ranks})
+    match = dist.match
+    offsets = dist.offsets_ns
+    info = MergeInfo(
+        schema=MERGE_SCHEMA,
+        ranks=[
+            MergedRank(
+                rank=r,
+                pid=r + 1,
+                source=table.ranks[r].source,
+                clock_offset_us=round(offsets.get(r, 0) / 1e3, 3),
+                world_size=table.ranks[r].world_size,
+                backend=table.ranks[r].backend,
+            )
+            for r in ranks
+        ],
+        alignment=dist.alignment,
+        flows=0,
+    )
+    flows = list(_flows(prepared, instances, match, offsets))
+    info.flows = len(flows) // 2
+    _write(out, _events(table, ranks, offsets, flows, progress), info)
+    return info
+
+
+def _gpu_tid(device: int, stream: int) -> int:
+    return GPU_TID_BASE + max(device, 0) * 100_000 + max(stream, 0)
+
+
+def _flows(
+    prepared: dict[int, Any],
+    instances: dict[int, Instances],
+    match: Matching,
+    offsets: dict[int, int],
+) -> Iterator[dict[str, Any]]:
+    """A flow start on each matched instance and its end on the same instance of the next rank."""
+    flow_id = 1
+    for ranks, index in zip(match.ranks, match.index, strict=True):
+        where = []
+        for rank, i in zip(ranks.tolist(), index.tolist(), strict=True):
+            inst = instances[rank]
+            table = prepared[rank].table
+            row = int(inst.row[i])
+            cat = table.cats[int(table.columns["cat"][row])] if table.columns["cat"][row] >= 0 else ""
+            if cat in GPU_CATEGORIES:
+                tid = _gpu_tid(int(table.columns["device"][row]), int(table.columns["stream"][row]))
+            else:
+                tid = int(table.columns["tid"][row])
+            middle = (int(inst.start[i]) + int(inst.end[i])) // 2 - offsets.get(rank, 0)
+            where.append((rank + 1, tid, middle / 1e3, inst.kind[i]))
+        for (pid_a, tid_a, ts_a, kind), (pid_b, tid_b, ts_b, _) in itertools.pairwise(where):
+            name = f"{kind} across ranks"
+            yield {
+                "ph": "s",
+                "id": flow_id,
+                "cat": FLOW_CAT,
+                "name": name,
+                "pid": pid_a,
+                "tid": tid_a,
+                "ts": ts_a,
+            }
+            yield {
+                "ph": "f",
+                "bp": "e",
+                "id": flow_id,
+                "cat": FLOW_CAT,
+                "name": name,
+                "pid": pid_b,
+                "tid": tid_b,
+                "ts": ts_b,
+            }
+            flow_id += 1
+
+
+def _events(
+    table: TraceTable,
+    ranks: list[int],
+    offsets: dict[int, int],
+    flows: list[dict[str, Any]],
+    progress: Callable[[int, int], None] | None,
+) -> Iterator[dict[str, Any]]:
+    for done, rank in enumerate(ranks):
+        source = Path(table.ranks[rank].source)
+        try:
+            doc = msgspec.json.decode(read_json_bytes(source))
+        except msgspec.DecodeError as exc:
+            raise InputError(source, f"not valid JSON ({exc})") from None
+        events = doc.get("traceEvents") if isinstance(doc, dict) else None
+        if not isinstance(events, list):
+            raise InputError(source, "no traceEvents list")
+        pid = rank + 1
+        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"rank {rank}"}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": rank}}
+        shift_us = offsets.get(rank, 0) / 1e3
+        streams: set[tuple[int, int]] = set()
+        for event in events:
+            moved = _move(event, rank, pid, shift_us, streams)
+            if moved is not None:
+                yield moved
+        for device, stream in sorted(streams):
+            yield {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": _gpu_tid(device, stream),
+                "args": {"name": f"GPU {device} stream {stream}"},
+            }
+        if progress is not None:
+            progress(done + 1, len(ranks))
+    yield from flows
+
+
+def _move(
+    event: Any, rank: int, pid: int, shift_us: float, streams: set[tuple[int, int]]
+) -> dict[str, Any] | None:
+    """One event of a rank, in the merged trace's terms (None: left out)."""
+    if not isinstance(event, dict):
+        return None
+    ph = event.get("ph")
+    if ph == "M" and event.get("name") not in ("thread_name", "thread_sort_index"):
+        return None  # process names and sort indexes are the merge's own
+    out = dict(event)
+    raw_args = out.get("args")
+    args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
+    cat = out.get("cat")
+    cat = OLD_CATEGORIES.get(cat, cat) if isinstance(cat, str) else cat
+    if cat in GPU_CATEGORIES or cat == "gpu_user_annotation":
+        device, stream = _int(args.get("device"), _int(out.get("pid"), 0)), _int(args.get("stream"), 0)
+        if "stream" not in args:
+            stream = _int(out.get("tid"), 0)
+        streams.add((device, stream))
+        out["tid"] = _gpu_tid(device, stream)
+    elif not isinstance(out.get("tid"), int):
+        out["tid"] = _int(out.get("tid"), 0)
+    out["pid"] = pid
+    ts = out.get("ts")
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool) and ph != "M":
+        out["ts"] = ts - shift_us
+    if "id" in out:
+        ident = out["id"]
+        out["id"] = ((rank + 1) << _ID_SHIFT) + ident if isinstance(ident, int) else f"r{rank}:{ident}"
+    return out
+
+
+def _int(value: Any, default: int) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        digits = "".join(ch for ch in value if ch.isdigit())
+        return int(digits) if digits and len(digits) < 18 else default
+    return default
+
+
+def _write(out: Path, events: Iterator[dict[str, Any]], info: MergeInfo) -> None:
+    """Stream the document into a temp file beside `out`, then rename it (gzip when the name ends .gz)."""
+    from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_beside(out)
+    encoder = msgspec.json.Encoder()
+    try:
+        opener = gzip.open if out.name.endswith(".gz") else open
+        with opener(tmp, "wb") as fh:  # type: ignore[operator]
+            fh.write(b'{"traceEvents":[')
+            first = True
+            batch: list[dict[str, Any]] = []
+            for event in events:
+                batch.append(event)
+                if len(batch) >= _BATCH:
+                    fh.write((b"" if first else b",") + encoder.encode(batch)[1:-1])
+                    first, batch = False, []
+            if batch:
+                fh.write((b"" if first else b",") + encoder.encode(batch)[1:-1])
+            fh.write(b'],"displayTimeUnit":"ms","' + MERGE_KEY.encode() + b'":' + encoder.encode(info) + b"}")
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

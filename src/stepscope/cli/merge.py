@@ -1,0 +1,44 @@
+"""`stepscope merge PATH -o merged.json.gz`: every rank in one chrome trace, clocks aligned, collectives linked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stepscope.cli._common import step_option
+
+
+@click.command(name="merge")
+@step_option
+@click.argument("path", type=click.Path(path_type=Path, readable=False))
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("merged.json.gz"),
+    show_default=True,
+    help="The merged trace (.json.gz or .json). Open it at ui.perfetto.dev or with `stepscope analyze`.",
+)
+def command(path: Path, step: int | None, output: Path) -> None:
+    """Merge the per-rank traces of PATH (a folder of traces or a run folder) into one trace.
+
+    Every rank becomes a process "rank N"; clocks are aligned on the collectives the ranks share (see
+    docs/analysis.md, "Across ranks"), and flow arrows link each collective across ranks."""
+    from stepscope.analysis.merge import merge_traces
+    from stepscope.cli._common import load_traces
+
+    table = load_traces(path, step=step)
+    info = merge_traces(table, output)
+    for notice in table.notices:
+        click.echo(f"note: {notice}", err=True)
+    a = info.alignment
+    if a is None:
+        how = "one rank: nothing to align"
+    elif a.method == "collectives":
+        offsets = ", ".join(f"rank {r.rank} {r.offset_us / 1e3:+.3f} ms" for r in a.ranks)
+        how = f"clocks aligned on {a.matched} matched collectives ({offsets})"
+    else:
+        how = "no collective matched across ranks: raw clocks kept"
+    click.echo(f"{output}: {len(info.ranks)} ranks, {how}, {info.flows} flow arrows")
