@@ -52,9 +52,8 @@ def command(
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise click.BadParameter(
-                f"{pattern!r} is not a regular expression ({exc})", param_hint="--comm-pattern"
-            )
+            message = f"{pattern!r} is not a regular expression ({exc})"
+            raise click.BadParameter(message, param_hint="--comm-pattern") from None
     if is_run_folder(path):
         from stepscope.analysis.analyze import SCHEMA, AnalysisResult
         from stepscope.analysis.run import load_run, run_facts
