@@ -2,7 +2,7 @@
 
 Run with torchrun --standalone --nproc_per_node N _straggler_job.py OUT_DIR WHERE SLOW_RANK DELAY_MS, where
 WHERE is `data` (the slow rank's DataLoader sleeps DELAY_MS per batch), `forward` (its model's forward
-sleeps), `none`, or `idle` (no model: every rank sleeps DELAY_MS, then all-reduces and all-gathers, so the
+sleeps), `none` (every rank's forward sleeps DELAY_MS: no rank slower), or `idle` (no model: every rank sleeps DELAY_MS, then all-reduces and all-gathers, so the
 collectives find the CPUs free even with more ranks than cores). Every step runs one DDP all-reduce of the gradients and one all_gather of 256 floats; each
 rank writes what it issued to OUT_DIR/issued_rank{R}.json.
 """
@@ -44,7 +44,8 @@ def main() -> None:
     rank = dist.get_rank()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    slow = rank == slow_rank and where != "idle"
+    # `none`: every rank's forward sleeps DELAY_MS alike (a step of realistic length, nobody slower)
+    slow = (rank == slow_rank and where != "idle") or where == "none"
     delay_s = delay_ms / 1e3 if slow else 0.0
 
     def collate(batch: list[torch.Tensor]) -> torch.Tensor:
@@ -54,7 +55,7 @@ def main() -> None:
 
     data = [torch.randn(32) for _ in range(8 * STEPS)]
     loader = DataLoader(data, batch_size=8, collate_fn=collate)
-    model = nn.parallel.DistributedDataParallel(Slow(delay_s if where == "forward" else 0.0))
+    model = nn.parallel.DistributedDataParallel(Slow(delay_s if where in ("forward", "none") else 0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     monitor = stepscope.performance_monitor(
         model,

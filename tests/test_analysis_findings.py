@@ -163,56 +163,50 @@ def test_pageable_copies_and_comm_findings_of_the_breakdown_trace() -> None:
 
 
 def rank_trace(loader_us: float, *, shift_us: float = 0.0, steps: int = 3) -> list[dict]:
-    """One rank of a data-parallel job, 1000 us steps: the DataLoader for `loader_us`, a GEMM, then an
-    all-reduce that ends at 950 us into the step on every rank (the rank that loads longest arrives last).
+    """One rank of a data-parallel job, 10 ms steps: the DataLoader for `loader_us`, a 1 ms GEMM, then an
+    all-reduce that ends 9.5 ms into the step on every rank (the rank that loads longest arrives last).
     `shift_us` moves the rank's whole clock."""
     ev: list[dict] = []
     for i in range(steps):
-        t = T0 + 1000 * i + shift_us
-        ev.append(step(i + 1, t, 1000))
+        t = T0 + 10_000 * i + shift_us
+        ev.append(step(i + 1, t, 10_000))
         ev.append(cpu(LOADER, t, loader_us, cat="user_annotation"))
-        ev += launched("gemm", t + loader_us, t + loader_us + 5, 100, 2 * i + 1)
-        arrive = t + loader_us + 115
-        ev += launched(
-            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-            arrive - 5,
-            arrive,
-            t + 950 - arrive,
-            2 * i + 2,
-            stream=20,
-        )
+        ev += launched("gemm", t + loader_us, t + loader_us + 5, 1000, 2 * i + 1)
+        arrive = t + loader_us + 1150
+        kernel = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+        ev += launched(kernel, arrive - 5, arrive, t + 9500 - arrive, 2 * i + 2, stream=20)
     return ev
 
 
 def test_the_rank_that_arrives_last_is_the_straggler_with_its_cause() -> None:
-    # GIVEN rank 1 loads 400 us per step, ranks 0 and 2 100 us; rank 2's clock runs 5 s ahead
-    table = table_of({0: rank_trace(100), 1: rank_trace(400), 2: rank_trace(100, shift_us=5_000_000)})
+    # GIVEN rank 1 loads 4 ms per step, ranks 0 and 2 1 ms; rank 2's clock runs 5 s ahead
+    table = table_of({0: rank_trace(1000), 1: rank_trace(4000), 2: rank_trace(1000, shift_us=5_000_000)})
     result = analyze(table)
     # THEN the clocks are aligned on the collectives ...
     assert [r.clock_offset_us for r in result.ranks] == [0.0, 0.0, 5_000_000.0]
     assert result.cross_rank is not None and result.cross_rank.alignment is not None
     assert result.cross_rank.alignment.matched == 3 and result.cross_rank.alignment.end_spread_max_us == 0.0
-    # ... ranks 0 and 2 wait 300 us per step for rank 1, which waits for nobody
+    # ... ranks 0 and 2 wait 3 ms per step for rank 1, which waits for nobody
     waits = {r.rank: (r.comm_wait_us, r.transfer_us, r.last_arrivals) for r in result.cross_rank.ranks}
-    assert waits == {0: (300.0, 435.0, 0), 1: (0.0, 435.0, 3), 2: (300.0, 435.0, 0)}
+    assert waits == {0: (3000.0, 4350.0, 0), 1: (0.0, 4350.0, 3), 2: (3000.0, 4350.0, 0)}
     # ... and rank 1 is the straggler, for its data loading
     straggler = result.straggler
-    assert straggler is not None and (straggler.rank, straggler.delay_ms_per_step) == (1, 0.3)
+    assert straggler is not None and (straggler.rank, straggler.delay_ms_per_step) == (1, 3.0)
     assert straggler.cause is not None and straggler.cause.phase == "data_loader"
-    assert (straggler.cause.rank_ms_per_step, straggler.cause.others_ms_per_step) == (0.4, 0.1)
+    assert (straggler.cause.rank_ms_per_step, straggler.cause.others_ms_per_step) == (4.0, 1.0)
     (finding,) = [f for f in result.findings if f.id == "straggler"]
     assert (finding.rank, finding.severity, finding.evidence["cause"]) == (1, "high", "data_loader")
     assert "data loading" in finding.message and "DataLoader" in finding.message
 
 
 def test_equal_ranks_have_no_straggler() -> None:
-    result = analyze(table_of({0: rank_trace(100), 1: rank_trace(100)}))
+    result = analyze(table_of({0: rank_trace(1000), 1: rank_trace(1000)}))
     assert result.straggler is None
     assert result.cross_rank is not None and result.cross_rank.spread_pct == 0.0
     assert "straggler" not in [f.id for f in result.findings]
 
 
 def test_single_rank_has_no_cross_rank_view() -> None:
-    result = analyze(table_of({0: rank_trace(100)}))
+    result = analyze(table_of({0: rank_trace(1000)}))
     assert result.cross_rank is None and result.straggler is None
     assert result.ranks[0].clock_offset_us is None

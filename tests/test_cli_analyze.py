@@ -43,8 +43,8 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_drop_last_step_and_folder_of_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_trace(tmp_path / "run" / "r0.json", rank_trace(100), rank=0, world_size=2)
-    write_trace(tmp_path / "run" / "r1.json", rank_trace(400, shift_us=250), rank=1, world_size=2)
+    write_trace(tmp_path / "run" / "r0.json", rank_trace(1000), rank=0, world_size=2)
+    write_trace(tmp_path / "run" / "r1.json", rank_trace(4000, shift_us=250), rank=1, world_size=2)
     assert main(["analyze", str(tmp_path / "run"), "--json", "--drop-last-step"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
@@ -54,7 +54,7 @@ def test_drop_last_step_and_folder_of_ranks(tmp_path: Path, capsys: pytest.Captu
         (0, "all_reduce", 2),
         (1, "all_reduce", 2),
     ]
-    assert doc["straggler"]["rank"] == 1 and doc["straggler"]["delay_ms_per_step"] == 0.3
+    assert doc["straggler"]["rank"] == 1 and doc["straggler"]["delay_ms_per_step"] == 3.0
     assert doc["straggler"]["cause"]["phase"] == "data_loader"
 
 

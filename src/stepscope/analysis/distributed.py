@@ -17,8 +17,8 @@ The rules (documented in docs/analysis.md, "Across ranks"):
 - **Straggler.** In each step, the rank that arrives last at an instance delays every other rank by that
   rank's wait; the delay a rank causes in a step is the sum over the instances it arrives last at of the mean
   wait of the others. The straggler is the rank causing the most delay over the steps, reported when it
-  delays the others by STRAGGLER_MIN_PCT of the step time or more and arrives last in at least
-  STRAGGLER_MIN_LAST_SHARE of the steps. Its cause is the phase of its own step (data loader, forward,
+  delays the others by STRAGGLER_MIN_PCT of the step time and STRAGGLER_MIN_DELAY_MS or more, and arrives
+  last in at least STRAGGLER_MIN_LAST_SHARE of the steps. Its cause is the phase of its own step (data loader, forward,
   backward, optimizer) longer than on the other ranks by at least CAUSE_MIN_SHARE of the delay, else the op
   whose self time is, else the time outside annotated regions and ops.
 """
@@ -38,7 +38,8 @@ from stepscope.analysis.summary import CPU_OP_CATEGORIES, self_times
 
 # Point-to-point kinds pair a rank with one peer, not a group: they are not matched across the group.
 P2P_KINDS = frozenset({"send", "recv", "send_recv"})
-STRAGGLER_MIN_PCT = 5.0  # delay per step, % of the mean step time
+STRAGGLER_MIN_PCT = 5.0  # delay per step, % of the mean step time ...
+STRAGGLER_MIN_DELAY_MS = 1.0  # ... and at least this (less is the jitter of process scheduling)
 STRAGGLER_MIN_LAST_SHARE = 0.6  # of the matched steps in which it arrives last
 CAUSE_MIN_SHARE = 0.5  # a cause explains at least this share of the delay
 PHASES = (
@@ -336,7 +337,9 @@ def _straggler(
     step_means = [s.step_us for s in cross.ranks if s.step_us is not None]
     mean_step_ms = float(np.mean(step_means)) / 1e3 if step_means else 0.0
     delay_pct = pct(delay_ms, mean_step_ms)
-    if delay_pct is None or delay_pct < STRAGGLER_MIN_PCT or worst_in < STRAGGLER_MIN_LAST_SHARE * len(steps):
+    if delay_pct is None or delay_pct < STRAGGLER_MIN_PCT or delay_ms < STRAGGLER_MIN_DELAY_MS:
+        return None
+    if worst_in < STRAGGLER_MIN_LAST_SHARE * len(steps):
         return None
     cause = _cause(data, step_rows, rank, set(steps), delay_ms, cross)
     return Straggler(rank, round(delay_ms, 3), delay_pct, worst_in, len(steps), cause)
