@@ -33,7 +33,7 @@ import numpy as np
 from stepscope.analysis._rank import RankData
 from stepscope.analysis.collectives import Instances
 from stepscope.analysis.comm_names import cpu_collective
-from stepscope.analysis.steps import STEP_RE, StepRow, pct
+from stepscope.analysis.steps import STEP_RE, StepRow, pct, quantile
 from stepscope.analysis.summary import CPU_OP_CATEGORIES, self_times
 
 # Point-to-point kinds pair a rank with one peer, not a group: they are not matched across the group.
@@ -265,7 +265,7 @@ def cross_rank_analysis(
         matched=len(match.ranks),
         unmatched=match.unmatched,
         end_spread_p50_us=round(float(np.median(spreads)) / 1e3, 3) if spreads else None,
-        end_spread_p90_us=round(float(np.percentile(spreads, 90)) / 1e3, 3) if spreads else None,
+        end_spread_p90_us=round(quantile(spreads, 0.9) / 1e3, 3) if spreads else None,
         end_spread_max_us=round(max(spreads) / 1e3, 3) if spreads else None,
     )
     cross = _cross_table(data, instances, step_rows, wait_ns, last_count, alignment)

@@ -21,7 +21,7 @@ from stepscope.analysis.distributed import Straggler
 from stepscope.analysis.idle import StreamIdle
 from stepscope.analysis.kernels import MEMORY
 from stepscope.analysis.overlap import CommOverlap
-from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct, region_union
+from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct, quantile, region_union
 
 # data_loader_stall: the loader takes at least this share of the window ...
 DATALOADER_MIN_PCT = 5.0
@@ -221,7 +221,7 @@ def _collective_slow(
     for (kind, _, _), rows in samples.items():
         if len(rows) < COLLECTIVE_SLOW_MIN_INSTANCES:
             continue
-        reference = float(np.percentile([bw for _, _, bw, _ in rows], 75))
+        reference = quantile([bw for _, _, bw, _ in rows], 0.75)
         for rank, _, bw, transfer in rows:
             if bw * COLLECTIVE_SLOW_FACTOR <= reference:
                 lost.setdefault((rank, kind), []).append(
