@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stepscope.analysis.analyze import analyze
 from stepscope.analysis.findings import Finding
 
@@ -210,3 +212,32 @@ def test_single_rank_has_no_cross_rank_view() -> None:
     result = analyze(table_of({0: rank_trace(1000)}))
     assert result.cross_rank is None and result.straggler is None
     assert result.ranks[0].clock_offset_us is None
+
+
+def test_poor_overlap() -> None:
+    # GIVEN 100 us of communication in a 1070 us span, 20 us of it under a GEMM: too little exposed for
+    # comm_bound (80 us, 7.5% of the span), but poorly overlapped
+    ev = [step(1, T0, 1100), *launched("gemm", T0 + 1, T0 + 10, 990, 1)]
+    ev += launched("ncclDevKernel_AllReduce_Sum_f32_RING_LL", T0 + 2, T0 + 980, 100, 2, stream=20)
+    (finding,) = [f for f in findings_of({0: ev}) if f.id in ("poor_overlap", "comm_bound")]
+    assert (finding.id, finding.severity) == ("poor_overlap", "low")
+    assert finding.evidence["overlap_pct"] == 20.0
+    assert finding.evidence["comm_pct_of_span"] == pytest.approx(100 / 1070 * 100, abs=0.001)
+
+
+def test_collective_slow_names_the_instance_500x_slower() -> None:
+    # GIVEN four 4 MiB all-reduces of 100 us and a fifth of the same size taking 50 ms, in one 60 ms step
+    kernel_name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    args = {"Collective name": "allreduce", "In msg nelems": 1 << 20, "dtype": "Float", "Group size": 2}
+    ev = [step(1, T0, 60_000)]
+    for i, dur in enumerate([100, 100, 100, 100, 50_000]):
+        t = T0 + 1000 * i
+        ev += launched(kernel_name, t, t + 10, dur, i + 1, stream=20, **args)
+    (finding,) = [f for f in findings_of({0: ev}) if f.id == "collective_slow"]
+    assert (finding.rank, finding.severity) == (0, "high")
+    assert finding.evidence["slow_instances"] == 1 and finding.evidence["kind"] == "all_reduce"
+    # 4 MiB in 100 us = 41.9 GB/s; in 50 ms, 500x less; the time lost is 50 ms less what 41.9 GB/s needs
+    assert finding.evidence["reference_gbps"] == pytest.approx(41.943, abs=0.01)
+    assert finding.evidence["slowest_gbps"] == pytest.approx(0.0839, abs=1e-3)
+    assert finding.evidence["lost_ms_per_step"] == pytest.approx(49.9, abs=0.01)
+    assert "500x slower" in finding.message
