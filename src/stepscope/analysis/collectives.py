@@ -156,10 +156,11 @@ def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
         rows = [int(comm.row[i]) for i in g.tolist()]
         context = int(comm.context[g[0]])
         named = [collective_kind(_text(table, "args_collective", r)) for r in rows]
+        # the launching range says what the collective is (NCCL runs an all-to-all as SendRecv kernels)
         kind = (
             next((k for k in named if k), None)
-            or next((k for k in map(kernel_collective, names) if k), None)
             or _context_kind(table, context)
+            or next((k for k in map(kernel_collective, names) if k), None)
             or "other"
         )
         in_b, out_b, dtype, size, group = _message(table, [*rows, context])
@@ -319,8 +320,8 @@ def collective_stats(inst: Instances, wait_ns: np.ndarray | None = None) -> list
                 time_source=inst.time_source,
                 wait_ms=None if wait is None else round(wait / 1e6, 6),
                 transfer_ms=None if transfer is None else round(transfer / 1e6, 6),
-                algbw_gbps=None if algbw is None else round(algbw, 4),
-                busbw_gbps=None if busbw is None else round(busbw, 4),
+                algbw_gbps=None if algbw is None else round(algbw, 6),
+                busbw_gbps=None if busbw is None else round(busbw, 6),
                 algorithms=sorted({inst.algorithm[i] for i in idx} - {""}),
                 dtypes=sorted({inst.dtype[i] for i in idx} - {""}),
             )

@@ -11,7 +11,9 @@ The rules (documented in docs/analysis.md, "Across ranks"):
 - **Clocks.** Every rank of a collective leaves it at nearly the same moment, so the offset of a rank's clock
   against the reference rank (the lowest) is the median of (its end - the reference's end) over the instances
   they share; ranks that share none with the reference are reached through a rank that does. Without any
-  match the raw clocks are used, with a notice.
+  match the raw clocks are used, with a notice. Matches whose ends still lie far apart after alignment
+  (median beyond MATCH_MAX_SPREAD_MS and MATCH_MAX_SPREAD_SHARE of the median duration) are not the same
+  collectives: they are all dropped, with a notice.
 - **Wait and transfer.** After alignment, an instance's arrival on a rank is its start there; the rank waits
   from its arrival until the last rank arrives (at most its whole duration); the rest is transfer.
 - **Straggler.** In each step, the rank that arrives last at an instance delays every other rank by that
@@ -36,6 +38,10 @@ from stepscope.analysis.comm_names import cpu_collective
 from stepscope.analysis.steps import STEP_RE, StepRow, pct, quantile
 from stepscope.analysis.summary import CPU_OP_CATEGORIES, self_times
 
+# Matched instances must end together after alignment: median spread within this many ms, or this share of
+# the median duration of the instances (else the "matches" are different collectives and are dropped)
+MATCH_MAX_SPREAD_MS = 5.0
+MATCH_MAX_SPREAD_SHARE = 0.5
 # Point-to-point kinds pair a rank with one peer, not a group: they are not matched across the group.
 P2P_KINDS = frozenset({"send", "recv", "send_recv"})
 STRAGGLER_MIN_PCT = 5.0  # delay per step, % of the mean step time ...
@@ -59,7 +65,7 @@ class RankClock(msgspec.Struct):
 class ClockAlignment(msgspec.Struct):
     """How the ranks' clocks were aligned and how well the matched collectives then agree."""
 
-    method: str  # "collectives" | "raw"
+    method: str  # "collectives" | "raw" (nothing matched) | "rejected" (matches that do not end together)
     reference_rank: int
     ranks: list[RankClock]
     matched: int  # collective instances matched across ranks
@@ -217,7 +223,19 @@ def cross_rank_analysis(
     match = match_instances(instances, steps)
     offsets, support = clock_offsets(instances, match)
     ranks = sorted(data)
-    if not match.ranks:
+    trusted, spread_ms = _ends_agree(instances, match, offsets)
+    if not trusted:
+        notices.append(
+            f"the collectives matched across ranks do not end together ({spread_ms:.1f} ms apart, median, after "
+            "alignment): they are not the same collectives (process groups the traces do not name?); raw "
+            "clocks, no waiting or straggler"
+        )
+        match = Matching([], [], [], match.unmatched + len(match.ranks))
+        offsets = {r: 0 for r in offsets}
+        support = {r: 0 for r in support}
+    if not match.ranks and not trusted:
+        method = "rejected"
+    elif not match.ranks:
         method = "raw"
         if any(inst.timed and len(inst) for inst in instances.values()):
             notices.append("no collective could be matched across ranks: raw trace clocks are used")
@@ -271,6 +289,27 @@ def cross_rank_analysis(
     cross = _cross_table(data, instances, step_rows, wait_ns, last_count, alignment)
     straggler = _straggler(data, step_rows, delay, match, cross)
     return Distributed(alignment, offsets, wait_ns, cross, straggler, notices, match)
+
+
+def _ends_agree(
+    instances: dict[int, Instances], match: Matching, offsets: dict[int, int]
+) -> tuple[bool, float]:
+    """Whether the matched instances end together after alignment (median spread within MATCH_MAX_SPREAD_MS
+    or MATCH_MAX_SPREAD_SHARE of the median duration); and that median spread in ms."""
+    if not match.ranks:
+        return True, 0.0
+    spreads = []
+    durations = []
+    for rs, ix in zip(match.ranks, match.index, strict=True):
+        ends = [int(instances[r].end[i]) - offsets[r] for r, i in zip(rs.tolist(), ix.tolist(), strict=True)]
+        spreads.append(max(ends) - min(ends))
+        durations += [
+            int(instances[r].end[i] - instances[r].start[i])
+            for r, i in zip(rs.tolist(), ix.tolist(), strict=True)
+        ]
+    spread = quantile(spreads, 0.5)
+    limit = max(MATCH_MAX_SPREAD_MS * 1e6, MATCH_MAX_SPREAD_SHARE * quantile(durations, 0.5))
+    return spread <= limit, spread / 1e6
 
 
 def _list(values: list[int]) -> str:

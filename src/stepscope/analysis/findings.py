@@ -131,12 +131,17 @@ def straggler_finding(straggler: Straggler | None) -> Finding | None:
         what = {
             "data_loader": "data loading",
             "op": f"`{cause.name}`",
-            "outside_regions": "work outside any annotated region or op (Python code, sleeps, I/O)",
         }.get(cause.phase, cause.phase)
         why = (
             f": its {what} takes {cause.rank_ms_per_step:.1f} ms per step against "
             f"{cause.others_ms_per_step:.1f} ms on the other ranks"
         )
+        if cause.phase == "outside_regions":
+            why = (
+                f": its steps less the waiting take {cause.rank_ms_per_step:.1f} ms against "
+                f"{cause.others_ms_per_step:.1f} ms on the other ranks, and no annotated region or op accounts "
+                "for the difference (Python code, sleeps, I/O)"
+            )
     action = {
         "data_loader": "give its DataLoader more workers or faster storage",
         "forward": "balance the work of the forward pass (uneven shards, sequence lengths or experts)",
@@ -188,7 +193,11 @@ def comm_findings(
                     f"Collectives on the CPU backend take {transfer_ms:.1f} ms per step ({_p(share)} of the step) "
                     "besides waiting for peers; send fewer or larger messages (gradient bucketing, "
                     "no_sync over accumulation steps) or use a GPU backend.",
-                    {"transfer_ms_per_step": round(transfer_ms, 3), "step_ms": step, "pct_of_step": share},
+                    {
+                        "transfer_ms_per_step": round(transfer_ms, 3),
+                        "step_ms": round(step, 3),
+                        "pct_of_step": share,
+                    },
                 )
             )
     out.extend(_collective_slow(instances, wait_ns, steps))

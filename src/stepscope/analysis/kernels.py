@@ -138,9 +138,18 @@ def gpu_events(table: TraceTable, comm_patterns: Sequence[re.Pattern[str]] = ())
 _CONTEXT_CATEGORIES = ("cpu_op", "user_annotation")
 
 
+def _context_rank(table: TraceTable, row: int) -> int:
+    """Which enclosing collective range describes a launch best: a record_param_comms that names its
+    collective (it has the sizes), then a c10d op or backend range (their names say the kind), then the rest."""
+    name = table.names[int(table.columns["name"][row])]
+    if name == "record_param_comms":
+        return 0 if int(table.columns["args_collective"][row]) != MISSING else 2
+    return 1
+
+
 def _collective_context(table: TraceTable, launch_row: np.ndarray) -> np.ndarray:
-    """Per launch (a row of `table`, or -1), the innermost collective CPU range on the same thread that
-    encloses its start (record_param_comms preferred over the ranges around it), else -1."""
+    """Per launch (a row of `table`, or -1), the collective CPU range on the same thread that encloses its
+    start (the best by _context_rank, the innermost among equals), else -1."""
     out = np.full(len(launch_row), MISSING, dtype=np.int64)
     cols = table.columns
     names = cols["name"]
@@ -173,8 +182,7 @@ def _collective_context(table: TraceTable, launch_row: np.ndarray) -> np.ndarray
                     enclosing.append(int(thread_rows[j]))  # innermost first
                 if j == 0 or reach[j - 1] <= at[i]:
                     break
-            params = [r for r in enclosing if table.names[int(names[r])] == "record_param_comms"]
-            best = (params or enclosing or [MISSING])[0]
+            best = min(enclosing, key=lambda r: _context_rank(table, r), default=MISSING)
             out[known[on_thread[i]]] = best
     return out
 

@@ -280,6 +280,7 @@ def _split_merged(tables: list[FileTable]) -> list[FileTable]:
         for p, (rank, world, backend) in sorted(ranks.items(), key=lambda item: item[1][0]):
             mask = pid == p
             info = RankInfo(rank=rank, source=f"{t.path} (rank {rank})", world_size=world, backend=backend)
+            info.merge_header = t.info.merge_header
             columns = {key: column[mask] for key, column in t.columns.items()}
             out.append(FileTable(t.path, t.names, t.cats, columns, info, rank, list(t.notices)))
     return out

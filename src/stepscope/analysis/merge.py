@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from stepscope.analysis._decode import read_json_bytes
 from stepscope.analysis._rank import prepare_rank
 from stepscope.analysis.collectives import Instances, rank_instances
 from stepscope.analysis.distributed import ClockAlignment, Matching, cross_rank_analysis
+from stepscope.analysis.kernels import compile_patterns
 from stepscope.analysis.table import GPU_CATEGORIES, OLD_CATEGORIES, TraceTable
 from stepscope.errors import InputError
 
@@ -51,11 +52,23 @@ class MergeInfo(msgspec.Struct):
 
 
 def merge_traces(
-    table: TraceTable, out: Path, *, progress: Callable[[int, int], None] | None = None
+    table: TraceTable,
+    out: Path,
+    *,
+    comm_patterns: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> MergeInfo:
-    """Write the merged trace of every rank of `table` (loaded from files) to `out` (.json or .json.gz)."""
+    """Write the merged trace of every rank of `table` (loaded from files) to `out` (.json or .json.gz).
+
+    `out` must be a regular file or not exist yet, in an existing folder; InputError otherwise."""
     ranks = table.rank_ids()
-    prepared = {r: prepare_rank(table, r) for r in ranks}
+    for rank in ranks:
+        if table.ranks[rank].merge_header is not None:
+            source = table.ranks[rank].source.rsplit(" (rank ", 1)[0]
+            raise InputError(source, "is already a merged trace: merge the per-rank traces it came from")
+    out = _output_path(out)
+    patterns = compile_patterns(comm_patterns)
+    prepared = {r: prepare_rank(table, r, comm_patterns=patterns) for r in ranks}
     instances = {r: rank_instances(d, table.ranks[r].world_size) for r, d in prepared.items()}
     dist = cross_rank_analysis(prepared, instances, {r: [] for r in ranks})
     match = dist.match
@@ -107,6 +120,7 @@ def _flows(
                 tid = int(table.columns["tid"][row])
             middle = (int(inst.start[i]) + int(inst.end[i])) // 2 - offsets.get(rank, 0)
             where.append((rank + 1, tid, middle / 1e3, inst.kind[i]))
+        where.sort(key=lambda w: w[2])  # arrows run forward in time
         for (pid_a, tid_a, ts_a, kind), (pid_b, tid_b, ts_b, _) in itertools.pairwise(where):
             name = f"{kind} across ranks"
             yield {
@@ -212,12 +226,24 @@ def _int(value: Any, default: int) -> int:
     return default
 
 
+def _output_path(out: Path) -> Path:
+    """The file to write: `out`, or the file a symlink points to; never a device, FIFO or folder."""
+    target = out.resolve() if out.is_symlink() else out
+    if target.exists() and not target.is_file():
+        raise InputError(out, "exists and is not a regular file: give a file name for the merged trace")
+    if not target.parent.is_dir():
+        raise InputError(out, f"no such folder: {target.parent}")
+    return target
+
+
 def _write(out: Path, events: Iterator[dict[str, Any]], info: MergeInfo) -> None:
     """Stream the document into a temp file beside `out`, then rename it (gzip when the name ends .gz)."""
     from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path_beside(out)
+    try:
+        tmp = temp_path_beside(out)
+    except OSError as exc:
+        raise InputError(out, f"cannot write: {exc.strerror or exc}") from None
     encoder = msgspec.json.Encoder()
     try:
         opener = gzip.open if out.name.endswith(".gz") else open
@@ -235,6 +261,9 @@ def _write(out: Path, events: Iterator[dict[str, Any]], info: MergeInfo) -> None
             fh.write(b'],"displayTimeUnit":"ms","' + MERGE_KEY.encode() + b'":' + encoder.encode(info) + b"}")
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(out, f"cannot write: {exc.strerror or exc}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

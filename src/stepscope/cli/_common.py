@@ -39,3 +39,55 @@ def load_traces(path: Any, *, step: int | None = None) -> Any:
 
     with ProgressBar() as bar:
         return load_trace(path, step=step, progress=bar)
+
+
+def comm_pattern_option(fn):  # type: ignore[no-untyped-def]
+    """`--comm-pattern REGEX` (repeatable): more GPU kernel names that are communication."""
+    import click
+
+    return click.option(
+        "--comm-pattern",
+        "comm_patterns",
+        multiple=True,
+        metavar="REGEX",
+        help="GPU kernels whose names match REGEX are communication too (repeatable; a run folder's "
+        "config adds its comm_patterns).",
+    )(fn)
+
+
+def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
+    """The patterns of `--comm-pattern` (checked: a usage error when one is not a regex or matches every
+    name), after those of the run folder's config when PATH is a run folder."""
+    import re
+
+    import click
+
+    for pattern in given:
+        try:
+            matches_all = re.compile(pattern).search("") is not None
+        except re.error as exc:
+            message = f"{pattern!r} is not a regular expression ({exc})"
+            raise click.BadParameter(message, param_hint="--comm-pattern") from None
+        if matches_all:
+            message = f"{pattern!r} matches every kernel name (it matches the empty string)"
+            raise click.BadParameter(message, param_hint="--comm-pattern")
+    configured: list[str] = []
+    from stepscope.runfolder import is_run_folder
+
+    if is_run_folder(path):
+        from stepscope.analysis.run import load_run
+
+        patterns = load_run(path).config.get("comm_patterns")
+        if isinstance(patterns, list):
+            configured = [p for p in patterns if isinstance(p, str) and _compiles(p)]
+    return configured + list(given)
+
+
+def _compiles(pattern: str) -> bool:
+    import re
+
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stepscope.cli._common import step_option
+from stepscope.cli._common import comm_pattern_option, step_option
 
 
 @click.command(name="analyze")
@@ -21,14 +21,7 @@ from stepscope.cli._common import step_option
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
 )
-@click.option(
-    "--comm-pattern",
-    "comm_patterns",
-    multiple=True,
-    metavar="REGEX",
-    help="GPU kernels whose names match REGEX are communication too (repeatable; a run folder's "
-    "config adds its comm_patterns).",
-)
+@comm_pattern_option
 def command(
     path: Path,
     step: int | None,
@@ -41,27 +34,17 @@ def command(
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
-    import re
-
     from stepscope.analysis.analyze import analyze
+    from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._common import load_traces
     from stepscope.runfolder import is_run_folder
 
-    patterns = list(comm_patterns)
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            message = f"{pattern!r} is not a regular expression ({exc})"
-            raise click.BadParameter(message, param_hint="--comm-pattern") from None
+    patterns = resolve_patterns(path, comm_patterns)
     if is_run_folder(path):
         from stepscope.analysis.analyze import SCHEMA, AnalysisResult
         from stepscope.analysis.run import load_run, run_facts
 
         run = load_run(path)
-        configured = run.config.get("comm_patterns")
-        if isinstance(configured, list):
-            patterns = [p for p in configured if isinstance(p, str) and _compiles(p)] + patterns
         if run.has_traces:
             result = analyze(
                 load_traces(path, step=step),
@@ -86,13 +69,3 @@ def command(
     from stepscope.report.analysis import AnalysisReport
 
     console().print(AnalysisReport(result))
-
-
-def _compiles(pattern: str) -> bool:
-    import re
-
-    try:
-        re.compile(pattern)
-    except re.error:
-        return False
-    return True

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stepscope.cli._common import step_option
+from stepscope.cli._common import comm_pattern_option, step_option
 
 
 @click.command(name="merge")
@@ -21,16 +21,19 @@ from stepscope.cli._common import step_option
     show_default=True,
     help="The merged trace (.json.gz or .json). Open it at ui.perfetto.dev or with `stepscope analyze`.",
 )
-def command(path: Path, step: int | None, output: Path) -> None:
+@comm_pattern_option
+def command(path: Path, step: int | None, output: Path, comm_patterns: tuple[str, ...]) -> None:
     """Merge the per-rank traces of PATH (a folder of traces or a run folder) into one trace.
 
     Every rank becomes a process "rank N"; clocks are aligned on the collectives the ranks share (see
     docs/analysis.md, "Across ranks"), and flow arrows link each collective across ranks."""
     from stepscope.analysis.merge import merge_traces
+    from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._common import load_traces
 
+    patterns = resolve_patterns(path, comm_patterns)
     table = load_traces(path, step=step)
-    info = merge_traces(table, output)
+    info = merge_traces(table, output, comm_patterns=patterns)
     for notice in table.notices:
         click.echo(f"note: {notice}", err=True)
     a = info.alignment
@@ -41,4 +44,5 @@ def command(path: Path, step: int | None, output: Path) -> None:
         how = f"clocks aligned on {a.matched} matched collectives ({offsets})"
     else:
         how = "no collective matched across ranks: raw clocks kept"
-    click.echo(f"{output}: {len(info.ranks)} ranks, {how}, {info.flows} flow arrows")
+    ranks = "1 rank" if len(info.ranks) == 1 else f"{len(info.ranks)} ranks"
+    click.echo(f"{output}: {ranks}, {how}, {info.flows} flow arrows")

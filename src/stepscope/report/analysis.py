@@ -35,25 +35,35 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
         yield from _rank_parts(rank)
     collectives = [c for r in result.ranks for c in r.collectives]
     if collectives:
+        grouped = any(c.group for c in collectives)
         rows: list[tuple[Any, ...]] = [
             (
                 str(c.rank),
                 c.kind,
-                c.group or "-",
+                *((c.group or "-",) if grouped else ()),
                 str(c.count),
                 fmt_bytes(c.bytes) if c.bytes is not None else "-",
                 fmt_us(c.time_ms * 1e3) if c.time_ms is not None else "-",
                 fmt_us(c.wait_ms * 1e3) if c.wait_ms is not None else "-",
-                f"{c.busbw_gbps:.3g} GB/s" if c.busbw_gbps is not None else "-",
+                f"{c.busbw_gbps:.3g}" if c.busbw_gbps is not None else "-",
             )
             for c in collectives
         ]
-        columns = ("rank", "collective", "group", "count", "bytes", "time", "waiting", "bus bw")
-        yield make_table("Collectives in the window", columns, rows)
+        columns = (
+            "rank",
+            "kind",
+            *(("group",) if grouped else ()),
+            "n",
+            "bytes",
+            "time",
+            "waiting",
+            "busbw GB/s",
+        )
+        yield make_table("Collectives in the window", columns, rows, numeric_from=3 if grouped else 2)
         sources = sorted({c.time_source for c in collectives if c.time_source})
         yield (
             f"[dim]time: {', '.join(sources) or 'not recorded'}; waiting: for the last rank to arrive; "
-            "bus bw: nccl-tests' bus bandwidth over the transfer time[/dim]"
+            "busbw: nccl-tests' bus bandwidth over the transfer time[/dim]"
         )
         yield Text("")
     if result.cross_rank is not None:
@@ -93,7 +103,10 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
         if st is not None:
             cause = ""
             if st.cause is not None:
-                what = st.cause.name if st.cause.phase == "op" else st.cause.phase.replace("_", " ")
+                what = {
+                    "op": st.cause.name,
+                    "outside_regions": "step less waiting, outside regions and ops",
+                }.get(st.cause.phase, st.cause.phase.replace("_", " "))
                 cause = (
                     f"; cause: {markup_safe(what)} {st.cause.rank_ms_per_step:.1f} ms per step against "
                     f"{st.cause.others_ms_per_step:.1f} ms on the others"
