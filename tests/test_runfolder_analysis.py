@@ -57,3 +57,26 @@ def test_analyze_a_run_folder_finds_its_steps_and_no_straggler(
     assert json.loads(capsys.readouterr().out)["schema"] == "stepscope.summary/1"
     assert main(["analyze", str(two_window_run), "--step", "4"]) == 2
     assert "windows end at steps: 3, 7" in capsys.readouterr().err
+
+
+def test_the_runs_comm_patterns_join_the_command_lines(tmp_path: Path) -> None:
+    from stepscope.cli._common import comm_patterns
+
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model,
+        out_dir=str(tmp_path),
+        wait=1,
+        warmup=0,
+        active=1,
+        console=False,
+        comm_patterns=["my_all_reduce"],
+    )
+    step = monitor(train_step)
+    for _ in range(3):
+        step()
+    monitor.close()
+    assert monitor.run_dir is not None
+    # what the run was configured with comes first, then what the command line adds
+    assert comm_patterns(monitor.run_dir, ("dispatch",)) == ["my_all_reduce", "dispatch"]
+    assert comm_patterns(tmp_path, ("dispatch",)) == ["dispatch"]  # not a run folder

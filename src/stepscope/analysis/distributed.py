@@ -33,9 +33,10 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis._rank import RankData
+from stepscope.analysis._stats import quantile
 from stepscope.analysis.collectives import Instances
 from stepscope.analysis.comm_names import cpu_collective
-from stepscope.analysis.steps import STEP_RE, StepRow, pct, quantile
+from stepscope.analysis.steps import STEP_RE, StepRow, pct
 from stepscope.analysis.summary import CPU_OP_CATEGORIES, self_times
 
 # Matched instances must end together after alignment: median spread within this many ms, or this share of

@@ -14,6 +14,7 @@ import numpy as np
 
 from stepscope.analysis import _intervals as iv
 from stepscope.analysis._rank import RankData
+from stepscope.analysis._stats import quantile
 from stepscope.analysis.breakdown import Temporal
 from stepscope.analysis.collectives import Instances
 from stepscope.analysis.comm_names import algorithm_bytes
@@ -21,7 +22,7 @@ from stepscope.analysis.distributed import Straggler
 from stepscope.analysis.idle import StreamIdle
 from stepscope.analysis.kernels import MEMORY
 from stepscope.analysis.overlap import CommOverlap
-from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct, quantile, region_union
+from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct, region_union
 
 # data_loader_stall: the loader takes at least this share of the window ...
 DATALOADER_MIN_PCT = 5.0

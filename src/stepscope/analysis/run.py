@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from stepscope.analysis._limits import max_input_bytes
+from stepscope.analysis._stats import quantile
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest, read_manifest
 from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
 
@@ -57,7 +58,7 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     manifest = read_manifest(path)
     notes: list[str] = []
-    config = _read_config(path / CONFIG_NAME, notes)
+    config = read_config(path / CONFIG_NAME, notes)
     metrics = list(_read_lines(path / METRICS_NAME, StepMetrics, notes))
     flops = [
         r
@@ -94,7 +95,8 @@ def _read_bytes(path: Path, notes: list[str]) -> bytes | None:
     return data
 
 
-def _read_config(path: Path, notes: list[str]) -> dict[str, Any]:
+def read_config(path: Path, notes: list[str]) -> dict[str, Any]:
+    """A run's config.yaml as a dict: {} when it is missing or damaged (with a note in `notes`)."""
     import yaml
 
     data = _read_bytes(path, notes)
@@ -270,14 +272,6 @@ def _windows(schedule: dict[str, int], last_step: int) -> list[list[int]]:
     return out
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
 def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -> StepTimes:
     lines = sorted(lines, key=lambda m: m.step)
     plain = [
@@ -298,7 +292,7 @@ def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -
         steps=len(lines),
         plain_steps=len(plain),
         median_ms=statistics.median(plain) if plain else None,
-        p90_ms=_percentile(plain, 0.9) if plain else None,
+        p90_ms=quantile(plain, 0.9) if plain else None,
         mean_ms=statistics.fmean(plain) if plain else None,
         traced_median_ms=statistics.median(traced) if traced else None,
         first_step_ms=first,

@@ -163,15 +163,3 @@ def ns_to_us(ns: int | float) -> float:
 def pct(part: int | float, whole: int | float) -> float | None:
     """Percentage rounded to 0.001; None when the whole is empty."""
     return None if whole <= 0 else round(100.0 * part / whole, 3)
-
-
-def quantile(values: list[float] | list[int], q: float) -> float:
-    """The q-th quantile (0..1) with linear interpolation, as numpy's default (np.percentile imports numpy.ma,
-    ~20 ms, on its first call)."""
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("quantile of nothing")
-    at = (len(ordered) - 1) * q
-    low = int(at)
-    high = min(low + 1, len(ordered) - 1)
-    return float(ordered[low] + (ordered[high] - ordered[low]) * (at - low))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -75,9 +76,10 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
     from stepscope.runfolder import is_run_folder
 
     if is_run_folder(path):
-        from stepscope.analysis.run import load_run
+        from stepscope.analysis.run import read_config
+        from stepscope.runfolder import CONFIG_NAME
 
-        patterns = load_run(path).config.get("comm_patterns")
+        patterns = read_config(Path(path) / CONFIG_NAME, []).get("comm_patterns")
         if isinstance(patterns, list):
             configured = [p for p in patterns if isinstance(p, str) and _compiles(p)]
     return configured + list(given)
