@@ -36,12 +36,11 @@ from stepscope.analysis.comm_names import (
     kernel_collective,
     nccl_algorithm,
 )
-from stepscope.analysis.kernels import COMMUNICATION, MISSING_TS, GpuEvents
+from stepscope.analysis.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
 from stepscope.analysis.table import MISSING, TraceTable
 
 SOURCES = ("kernel", "backend_range", "record_param_comms", "c10d_op")
 _X = ord("X")
-_CPU_CATEGORIES = ("cpu_op", "user_annotation")
 
 
 @dataclass
@@ -202,7 +201,7 @@ def _cpu_rows(table: TraceTable, lo: int, hi: int) -> list[tuple[int, str, str]]
     names = cols["name"]
     classes = table.name_values(cpu_collective, object, key="cpu_collective_class", among=names)
     named = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
-    cats = [c for c in (table.cat_id(x) for x in _CPU_CATEGORIES) if c != MISSING]
+    cats = [c for c in (table.cat_id(x) for x in CONTEXT_CATEGORIES) if c != MISSING]
     rows = np.flatnonzero(
         named[names]
         & (cols["ph"] == _X)

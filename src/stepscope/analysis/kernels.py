@@ -135,7 +135,8 @@ def gpu_events(table: TraceTable, comm_patterns: Sequence[re.Pattern[str]] = ())
     )
 
 
-_CONTEXT_CATEGORIES = ("cpu_op", "user_annotation")
+# Categories of the CPU ranges of collectives (record_function lands in either).
+CONTEXT_CATEGORIES = ("cpu_op", "user_annotation")
 
 
 def _context_rank(table: TraceTable, row: int) -> int:
@@ -154,7 +155,7 @@ def _collective_context(table: TraceTable, launch_row: np.ndarray) -> np.ndarray
     cols = table.columns
     names = cols["name"]
     is_coll = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
-    cats = [c for c in (table.cat_id(x) for x in _CONTEXT_CATEGORIES) if c != MISSING]
+    cats = [c for c in (table.cat_id(x) for x in CONTEXT_CATEGORIES) if c != MISSING]
     ranges = np.flatnonzero(is_coll[names] & (cols["ph"] == _X) & np.isin(cols["cat"], cats))
     known = np.flatnonzero(launch_row != MISSING)
     if not len(ranges) or not len(known):
