@@ -21,7 +21,7 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["analyze", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     # THEN the documented schema and per-rank sections are there
-    assert doc["schema"] == "stepscope.analysis/3"
+    assert doc["schema"] == "stepscope.analysis/4"
     (rank,) = doc["ranks"]
     assert rank["rank"] == 0
     assert rank["temporal"] == {
@@ -38,8 +38,17 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         assert rank[key]
     assert set(rank["top_kernels"][0]) == {"name", "count", "total_us", "pct"}
     assert doc["cross_rank"] is None and doc["straggler"] is None and rank["clock_offset_us"] is None
-    assert [f["id"] for f in doc["findings"]] == ["comm_bound", "pageable_copies"]
-    assert set(doc["findings"][0]) == {"id", "severity", "rank", "message", "evidence"}
+    assert [f["id"] for f in doc["findings"]] == ["host_bound", "pageable_copies"]
+    assert set(doc["findings"][0]) == {
+        "id",
+        "severity",
+        "rank",
+        "message",
+        "evidence",
+        "cost_ms_per_step",
+        "pct_of_step",
+        "action",
+    }
 
 
 def test_drop_last_step_and_folder_of_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,7 +78,7 @@ def test_terminal_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         "Idle time per stream",
         "Steps",
         "Findings",
-        "comm_bound",
+        "host_bound",
     ):
         assert text in out
     assert "62.5%" in out

@@ -73,7 +73,7 @@ def test_load_run_reads_every_artifact(full_run: Path) -> None:
 
 def test_analyze_json_has_the_runs_figures(full_run: Path) -> None:
     doc = analyze_json(full_run)
-    assert doc["schema"] == "stepscope.analysis/3"
+    assert doc["schema"] == "stepscope.analysis/4"
     run = doc["run"]
     metrics = lines(full_run / "metrics.jsonl")
     # step times: plain steps are outside the windows, after step 0, neither the FLOP nor the comm step

@@ -49,7 +49,7 @@ def test_analyze_a_run_folder_finds_its_steps_and_no_straggler(
 ) -> None:
     assert main(["analyze", str(two_window_run), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == "stepscope.analysis/3"
+    assert doc["schema"] == "stepscope.analysis/4"
     assert [r["rank"] for r in doc["ranks"]] == [0]
     assert [s["step"] for s in doc["ranks"][0]["steps"]] == [6, 7]
     assert not [f for f in doc["findings"] if f["id"] == "straggler"]

@@ -1,6 +1,6 @@
 """`analyze`: every per-rank analysis, the cross-rank view and the findings, as one plain result (no printing).
 
-Schema "stepscope.analysis/2" is what `stepscope analyze --json` prints; its fields are documented in
+Schema "stepscope.analysis/4" is what `stepscope analyze --json` prints; its fields are documented in
 docs/analysis.md.
 """
 
@@ -22,7 +22,13 @@ from stepscope.analysis.breakdown import (
 )
 from stepscope.analysis.collectives import CollectiveStats, collective_stats, rank_instances
 from stepscope.analysis.distributed import CrossRank, Straggler, cross_rank_analysis
-from stepscope.analysis.findings import Finding, comm_findings, rank_findings, straggler_finding
+from stepscope.analysis.findings import (
+    Finding,
+    comm_findings,
+    rank_by_cost,
+    rank_findings,
+    straggler_finding,
+)
 from stepscope.analysis.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
@@ -30,8 +36,7 @@ from stepscope.analysis.run import RunFacts
 from stepscope.analysis.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.table import TraceTable
 
-SCHEMA = "stepscope.analysis/3"
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+SCHEMA = "stepscope.analysis/4"
 
 
 class Window(msgspec.Struct):
@@ -69,7 +74,7 @@ class AnalysisResult(msgspec.Struct):
     ranks: list[RankAnalysis]
     cross_rank: CrossRank | None  # two ranks or more: step and collective time per rank, clock alignment
     straggler: Straggler | None  # the rank the others wait for, with its cause; null when none stands out
-    findings: list[Finding]
+    findings: list[Finding]  # by time at stake (cost_ms_per_step), largest first; info last
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
 
@@ -104,16 +109,11 @@ def analyze(
         )
         if dist.alignment is not None:
             result.clock_offset_us = round(dist.offsets_ns[result.rank] / 1e3, 3)
-    step_times = {
-        r.rank: (len(r.steps), sum(s.dur_us for s in r.steps) / len(r.steps) / 1e3) for r in ranks if r.steps
-    }
-    findings.extend(comm_findings(instances, dist.wait_ns, step_times))
+    findings.extend(comm_findings(instances, dist.wait_ns, prepared))
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
-    findings.sort(
-        key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.rank if f.rank is not None else -1, f.id)
-    )
+    findings = rank_by_cost(findings)
     notices = [*table.notices, *dist.notices]
     return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, notices)
 

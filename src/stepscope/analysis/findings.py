@@ -1,17 +1,26 @@
-"""Findings: rules that turn the numbers of one rank (or of all ranks) into advice, each with its evidence.
+"""Findings: rules that turn the numbers of one rank (or of all ranks) into advice, each priced in step time.
 
-Every threshold is a named constant below and documented in docs/analysis.md ("Findings"). Percentages of the
-*window* are of the analysed step time; percentages of the *span* are of the GPU span of the temporal breakdown.
+Every finding says what it costs the step: `cost_ms_per_step` is the time fixing it would save (an upper bound:
+the GPU or the other ranks wait for exactly that long), `pct_of_step` the same as a share of the mean step time,
+and `evidence["arithmetic"]` shows how the figure was reached. Severity follows the price alone (SEVERITY_PCT);
+findings under FINDING_MIN_PCT of the step are not reported. INFO findings carry no price.
+
+GPU idle time is attributed once: the gaps in the union of GPU activity inside the window are split into the
+time after a host synchronisation (`sync_points`), the data loader's time (`data_loader_stall`), the rest of the
+waiting on the host (`host_bound` / `launch_bound`) and the launch latency between queued tiny kernels
+(`tiny_kernels`). Every threshold is a named constant below and documented in docs/analysis.md ("Findings").
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
+from stepscope.analysis import _host
 from stepscope.analysis import _intervals as iv
 from stepscope.analysis._rank import RankData
 from stepscope.analysis._stats import quantile
@@ -20,52 +29,49 @@ from stepscope.analysis.collectives import Instances
 from stepscope.analysis.comm_names import algorithm_bytes
 from stepscope.analysis.distributed import Straggler
 from stepscope.analysis.idle import StreamIdle
-from stepscope.analysis.kernels import MEMORY
+from stepscope.analysis.kernels import MEMORY, MISSING_TS
 from stepscope.analysis.overlap import CommOverlap
-from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct, region_union
+from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct
+from stepscope.units import fmt_ms, fmt_ns, fmt_pct
 
-# data_loader_stall: the loader takes at least this share of the window ...
+# Severity by the share of the step a finding costs; below FINDING_MIN_PCT a finding is not reported.
+SEVERITY_PCT = (("high", 20.0), ("medium", 5.0), ("low", 1.0))
+FINDING_MIN_PCT = 1.0
+FINDING_MIN_NS_PER_STEP = 10_000  # and under 10 us per step
+# data_loader_stall: the step waits on the loader (GPU idle, or no GPU) for at least this share of the step.
 DATALOADER_MIN_PCT = 5.0
-# ... and the GPU is idle for at least this share of the loader time (always true without GPU activity).
-DATALOADER_GPU_IDLE_MIN_PCT = 50.0
-DATALOADER_HIGH_PCT = 20.0
-# launch_bound: GPU idle >= this share of the span, host_wait >= this share of stream idle time, and at least
-# this share of the kernels (and LAUNCH_BOUND_MIN_KERNELS of them) shorter than SHORT_KERNEL_NS.
-LAUNCH_BOUND_IDLE_MIN_PCT = 20.0
-LAUNCH_BOUND_HOST_WAIT_MIN_PCT = 50.0
+# sync_points: a synchronisation costs the GPU idle time that follows it (the CPU could not queue work ahead);
+# the GPU counts as drained by the sync when it goes idle within SYNC_SLACK_NS after the call returns.
+SYNC_SLACK_NS = 20_000
+# launch_bound rather than host_bound: at least this share of the kernels (and LAUNCH_BOUND_MIN_KERNELS of
+# them per step) run shorter than SHORT_KERNEL_NS, so launching them costs more than running them.
 LAUNCH_BOUND_SHORT_MIN_PCT = 50.0
 LAUNCH_BOUND_MIN_KERNELS = 10
 SHORT_KERNEL_NS = 10_000
-# host_bound: the same idle and host_wait conditions with longer kernels; high from this idle share on. Not
-# reported together with data_loader_stall, which already explains the wait.
-HOST_BOUND_HIGH_IDLE_PCT = 50.0
-# communication_bound: communication not hidden by computation >= this share of the span (high from the second).
-COMM_EXPOSED_MIN_PCT = 10.0
-COMM_EXPOSED_HIGH_PCT = 30.0
-# sync_points / pageable_copies: reported whenever present; severity by their share of the window / span.
-SYNC_MEDIUM_PCT = 2.0
-SYNC_HIGH_PCT = 10.0
-PAGEABLE_MEDIUM_PCT = 5.0
-# tiny_kernels: at least TINY_KERNEL_MIN_COUNT kernels shorter than TINY_KERNEL_NS, making up this share of all.
+# tiny_kernels: at least TINY_KERNEL_MIN_COUNT kernels shorter than TINY_KERNEL_NS, this share of all kernels;
+# priced by the queued gaps in front of them (launch latency the GPU spends idle between them).
 TINY_KERNEL_NS = 5_000
 TINY_KERNEL_MIN_COUNT = 100
 TINY_KERNEL_MIN_SHARE_PCT = 50.0
-# straggler: slowest rank's mean step time exceeds the fastest's by at least this much.
-# straggler: reported by distributed.py (STRAGGLER_MIN_PCT there); high from this delay, % of the step
-STRAGGLER_HIGH_PCT = 20.0
-# comm_bound on CPU backends (gloo): collective transfer time (waiting for peers left out), % of the step
-COMM_CPU_MIN_PCT = 10.0
-# poor_overlap: communication kernels cover at least this share of the span, and overlap less than ...
+# comm_bound: communication not hidden by computation, priced by that exposed time.
+COMM_EXPOSED_MIN_PCT = 10.0
+# poor_overlap: communication kernels cover at least this share of the GPU span and overlap less than ...
 POOR_OVERLAP_MIN_COMM_PCT = 5.0
 POOR_OVERLAP_MAX_PCT = 30.0
+# comm_bound on CPU backends (gloo): collective transfer time (waiting for peers left out), % of the step.
+COMM_CPU_MIN_PCT = 10.0
 # collective_slow: an instance whose bandwidth is below the reference of its kind and size by this factor ...
 COLLECTIVE_SLOW_FACTOR = 10.0
 COLLECTIVE_SLOW_MIN_INSTANCES = 3  # ... among at least this many instances of that kind and size ...
-COLLECTIVE_SLOW_MIN_BYTES = (
-    1 << 20
-)  # ... of at least this size (smaller ones measure latency, not bandwidth) ...
-COLLECTIVE_SLOW_MIN_PCT = 1.0  # ... costing at least this share of the rank's step time
-COLLECTIVE_SLOW_HIGH_PCT = 10.0
+COLLECTIVE_SLOW_MIN_BYTES = 1 << 20  # ... of at least this size (smaller ones measure latency, not bandwidth)
+# CPU-only runs. python_overhead: the step runs no torch op for at least this share of it.
+PYTHON_OVERHEAD_MIN_PCT = 10.0
+# optimizer_bound: the optimizer takes at least this share of the step.
+OPTIMIZER_MIN_PCT = 25.0
+# many_small_ops: at least this many top-level ops per step shorter than SMALL_OP_NS, taking this share of it.
+SMALL_OPS_MIN_PER_STEP = 500
+SMALL_OP_NS = 20_000
+SMALL_OPS_MIN_PCT = 20.0
 
 SYNC_CALL_RE = re.compile(r"^(?:cuda|hip|cu)(Device|Stream|Event|Ctx)Synchroni[sz]e")
 _SYNC_KINDS = ("Device", "Stream", "Event", "Ctx")  # SYNC_CALL_RE's group 1
@@ -78,13 +84,114 @@ Evidence = dict[str, float | int | str | None]
 
 
 class Finding(msgspec.Struct):
-    """One piece of advice: what, how bad, which rank, one sentence, and the numbers behind it."""
+    """One piece of advice: what, how bad, which rank, one sentence, its price and the numbers behind it."""
 
     id: str
     severity: str  # "high" | "medium" | "low" | "info"
     rank: int | None
-    message: str
-    evidence: Evidence
+    message: str  # what happens, who is responsible (region / op / kernel / rank) and the action
+    evidence: Evidence  # the figures, with "arithmetic": how the price was reached
+    cost_ms_per_step: float | None = None  # what fixing it would save per step; null for info
+    pct_of_step: float | None = None  # the same, % of the mean step time
+    action: str = ""  # the one concrete thing to do
+
+
+@dataclass
+class _Price:
+    """A cost over the window turned into step time."""
+
+    total_ns: int
+    steps: int
+    step_ns: float
+
+    @property
+    def ms(self) -> float:
+        return self.total_ns / self.steps / 1e6
+
+    @property
+    def pct(self) -> float:
+        return 100.0 * self.total_ns / self.steps / self.step_ns if self.step_ns > 0 else 0.0
+
+    def arithmetic(self, what: str) -> str:
+        return (
+            f"{what}: {self.total_ns / 1e6:.3f} ms over {self.steps} step(s) = {self.ms:.3f} ms per step; "
+            f"{self.ms:.3f} / {self.step_ns / 1e6:.3f} ms mean step = {self.pct:.1f}%"
+        )
+
+
+def severity_of(pct_of_step: float) -> str | None:
+    """The severity for a cost of `pct_of_step` % of the step; None below FINDING_MIN_PCT."""
+    for name, floor in SEVERITY_PCT:
+        if pct_of_step >= floor:
+            return name
+    return None
+
+
+def _priced(
+    id_: str,
+    rank: int | None,
+    price: _Price,
+    what: str,
+    message: str,
+    action: str,
+    evidence: Evidence,
+    *,
+    min_pct: float = FINDING_MIN_PCT,
+) -> Finding | None:
+    """A finding costing `price`, or None when it costs less than `min_pct` of the step."""
+    share = price.pct
+    severity = severity_of(share)
+    if severity is None or share < min_pct or price.total_ns / price.steps < FINDING_MIN_NS_PER_STEP:
+        return None
+    evidence = {**evidence, "arithmetic": price.arithmetic(what)}
+    return Finding(
+        id_,
+        severity,
+        rank,
+        f"{message}; {action}.",
+        evidence,
+        cost_ms_per_step=round(price.ms, 3),
+        pct_of_step=round(share, 2),
+        action=action,
+    )
+
+
+def _price_of(data: RankData, total_ns: int) -> _Price:
+    steps = max(len(data.steps), 1)
+    return _Price(int(total_ns), steps, max(data.hi - data.lo, 0) / steps)
+
+
+@dataclass
+class _Gaps:
+    """The GPU idle gaps of a rank's window: all of them, and those where the next activity was launched only
+    after the GPU went idle (the GPU waited on the host)."""
+
+    all: iv.Intervals
+    host: iv.Intervals
+    queued_before: (
+        np.ndarray
+    )  # per gap of `all`: index (in the window's GPU events) of the activity ending it
+
+
+def _idle_gaps(data: RankData) -> _Gaps | None:
+    """Gaps in the union of GPU activity inside [lo, hi), the stretch before the first activity and after the
+    last one included (the step's GPU time starts with the step)."""
+    g = data.gpu
+    if len(g) == 0 or data.hi <= data.lo:
+        return None
+    order = np.argsort(g.start, kind="stable")
+    starts = g.start[order]
+    busy_s, busy_e = iv.clip(iv.merge(g.start, g.end), data.lo, data.hi)
+    gap_s = np.r_[data.lo, busy_e].astype(np.int64)
+    gap_e = np.r_[busy_s, data.hi].astype(np.int64)
+    # the activity that ends each gap (the last gap, up to the window's end, has none)
+    nxt = np.searchsorted(starts, gap_e[:-1], side="left")
+    nxt = np.minimum(nxt, len(order) - 1)
+    launch = g.launch[order][nxt]
+    host = np.r_[(launch != MISSING_TS) & (launch > gap_s[:-1]), True]
+    keep = gap_e > gap_s
+    ending = np.r_[order[nxt], -1]
+    return _Gaps((gap_s[keep], gap_e[keep]), (gap_s[keep & host], gap_e[keep & host]), ending[keep])
 
 
 def rank_findings(
@@ -93,33 +200,484 @@ def rank_findings(
     idle: Sequence[StreamIdle],
     overlap: CommOverlap | None,
 ) -> list[Finding]:
-    """Every rule that applies to one rank, in a stable order."""
+    """Every rule that applies to one rank."""
     out: list[Finding] = []
-    for rule in (
-        _data_loader_stall,
-        _launch_bound,
-        _comm_bound,
-        _poor_overlap,
-        _sync_points,
-        _pageable,
-        _tiny_kernels,
+    gaps = _idle_gaps(data)
+    loader = _host.phase_unions(data.table, data.lo, data.hi)["data_loader"]
+    syncs, sync_idle = _sync_points(data, gaps)
+    claimed = _union(loader, sync_idle)
+    for found in (
+        _data_loader_stall(data, gaps, loader),
+        syncs,
+        _host_waits(data, gaps, claimed),
+        _tiny_kernels(data, gaps),
+        _comm_bound(data, temporal, overlap),
+        _poor_overlap(data, temporal, overlap),
+        _pageable(data),
     ):
-        found = rule(data, temporal, idle, overlap)
         if found is not None:
             out.append(found)
-    if any(f.id == "data_loader_stall" for f in out):
-        out = [f for f in out if f.id != "host_bound"]
     if len(data.gpu_all) == 0:
-        out.append(
-            Finding(
-                "no_gpu_activity",
-                "info",
-                data.rank,
-                "The trace has no GPU activity, so only the CPU-side step table is available.",
-                {"events": len(data.table)},
-            )
-        )
+        out.extend(_cpu_only(data, loader))
     return out
+
+
+def _union(a: iv.Intervals, b: iv.Intervals) -> iv.Intervals:
+    return iv.merge(np.r_[a[0], b[0]], np.r_[a[1], b[1]])
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 3)
+
+
+def _data_loader_stall(data: RankData, gaps: _Gaps | None, loader: iv.Intervals) -> Finding | None:
+    loader_ns = iv.length(loader)
+    if loader_ns == 0:
+        return None
+    has_gpu = gaps is not None
+    stalled = iv.length(iv.intersect(loader, gaps.all)) if gaps is not None else loader_ns
+    name = _loader_name(data)
+    where = "while the GPU sits idle" if has_gpu else "(no GPU activity: the step waits)"
+    price = _price_of(data, stalled)
+    return _priced(
+        "data_loader_stall",
+        data.rank,
+        price,
+        "data loader time" + (" with the GPU idle" if has_gpu else ""),
+        f"The training loop waits {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) on the DataLoader "
+        f"(`{name}`) {where}",
+        "raise DataLoader num_workers (with pin_memory=True, persistent_workers=True) or make __getitem__ cheaper",
+        {
+            "dataloader_ms_per_step": _ms(loader_ns / price.steps),
+            "gpu_idle_during_loader_ms_per_step": _ms(stalled / price.steps) if has_gpu else None,
+            "loader": name,
+        },
+        min_pct=DATALOADER_MIN_PCT,
+    )
+
+
+def _loader_name(data: RankData) -> str:
+    t = data.table
+    names = t.names_matching(lambda n: DATALOADER_RE.search(n) is not None, key="loader_names")
+    used: list[int] | np.ndarray = np.unique(t.columns["name"][names[t.columns["name"]]]) if len(t.names) else []
+    return t.names[int(used[0])] if len(used) else "DataLoader"
+
+
+def _sync_points(data: RankData, gaps: _Gaps | None) -> tuple[Finding | None, iv.Intervals]:
+    """Host synchronisations (explicit calls and .item()-style copies) priced by the GPU idle time after each:
+    a sync while other GPU work is still running costs nothing."""
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    if gaps is None:
+        return None, empty
+    t = data.table
+    ts, dur, ph = t.columns["ts"], t.columns["dur"], t.columns["ph"]
+    in_window = (ph == _X) & (ts >= data.lo) & (ts < data.hi)
+    kinds = t.name_values(
+        lambda n: 1 + _SYNC_KINDS.index(m.group(1)) if (m := SYNC_CALL_RE.match(n)) else 0,
+        np.int8,
+        key="sync_call",
+    )
+    sync_kind = kinds[t.columns["name"]] if len(t.names) else np.zeros(0, dtype=np.int8)
+    sync_rows = np.flatnonzero(in_window & (sync_kind != 0))
+    item_rows = _item_syncs(data, in_window)
+    rows = np.concatenate((sync_rows, item_rows))
+    if len(rows) == 0:
+        return None, empty
+    ends = ts[rows] + dur[rows]
+    gs, ge = gaps.all
+    # the gap each sync drained the GPU into: the first gap ending after the call returned, if it starts
+    # no later than SYNC_SLACK_NS after it
+    k = np.searchsorted(ge, ends, side="right")
+    valid = k < len(gs)
+    kk = np.minimum(k, max(len(gs) - 1, 0))
+    drained = valid & (gs[kk] <= ends + SYNC_SLACK_NS) if len(gs) else np.zeros(len(rows), dtype=bool)
+    idle_s = np.maximum(gs[kk], ends)[drained] if len(gs) else ends[:0]
+    idle_e = ge[kk][drained] if len(gs) else ends[:0]
+    idle = iv.merge(idle_s, idle_e)
+    cost = iv.length(idle)
+    costly = rows[drained & (np.maximum(ge[kk], 0) > np.maximum(gs[kk], ends))] if len(gs) else rows[:0]
+    counts = {k_: int((sync_kind[sync_rows] == 1 + i).sum()) for i, k_ in enumerate(_SYNC_KINDS)}
+    where = _enclosing_op(t, costly)
+    price = _price_of(data, cost)
+    named = f", most of it after `{where[0]}` ({where[1]} of them)" if where else ""
+    finding = _priced(
+        "sync_points",
+        data.rank,
+        price,
+        "GPU idle time after the syncs that drained it",
+        f"{len(costly)} of the {len(rows)} host synchronisations leave the GPU idle afterwards, "
+        f"{fmt_ms(price.ms)} per step ({_p(price.pct)} of the step){named}",
+        "move .item()/.cpu()/torch.cuda.synchronize() out of the step or after the next launches, so the CPU "
+        "queues work ahead of the GPU",
+        {
+            "syncs": len(rows),
+            "syncs_leaving_gpu_idle": len(costly),
+            "device_synchronize": counts["Device"] + counts["Ctx"],
+            "stream_synchronize": counts["Stream"],
+            "event_synchronize": counts["Event"],
+            "item_syncs": len(item_rows),
+            "blocked_ms_per_step": _ms(iv.length(iv.merge(ts[rows], ends)) / price.steps),
+            "op": where[0] if where else None,
+        },
+    )
+    return finding, idle
+
+
+def _enclosing_op(table: object, rows: np.ndarray) -> tuple[str, int] | None:
+    """The most common innermost cpu_op around the given runtime calls (or the rows themselves when they are
+    ops): (name, how many of the rows)."""
+    from stepscope.analysis.table import TraceTable
+
+    assert isinstance(table, TraceTable)
+    if len(rows) == 0:
+        return None
+    cat, ts, dur, tid = (table.columns[c] for c in ("cat", "ts", "dur", "tid"))
+    ops = np.flatnonzero((cat == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
+    found: dict[str, int] = {}
+    for row in rows[:10_000].tolist():
+        if cat[row] == table.cat_id("cpu_op"):
+            name = table.name_of(row)
+        else:
+            around = ops[
+                (tid[ops] == tid[row]) & (ts[ops] <= ts[row]) & (ts[ops] + dur[ops] >= ts[row] + dur[row])
+            ]
+            name = table.name_of(int(around[np.argmin(dur[around])])) if len(around) else table.name_of(row)
+        found[name] = found.get(name, 0) + 1
+    name, n = max(found.items(), key=lambda kv: (kv[1], kv[0]))
+    return name, n
+
+
+def _item_syncs(data: RankData, in_window: np.ndarray) -> np.ndarray:
+    """`.item()`-style syncs: _local_scalar_dense (or aten::item) spans containing a memcpy runtime call."""
+    t = data.table
+    name, ts, dur, tid = t.columns["name"], t.columns["ts"], t.columns["dur"], t.columns["tid"]
+    for op in ITEM_OP_NAMES:
+        ops = np.flatnonzero(in_window & (name == (t.names.index(op) if op in t.names else -2)))
+        if len(ops):
+            break
+    else:
+        return np.zeros(0, dtype=np.int64)
+    memcpy_names = t.names_matching(lambda n: MEMCPY_CALL_RE.match(n) is not None, key="memcpy_call")
+    copies = np.flatnonzero((t.columns["ph"] == _X) & memcpy_names[name])
+    if len(copies) == 0:
+        return np.zeros(0, dtype=np.int64)
+    copies = copies[np.argsort(ts[copies], kind="stable")]
+    # the first memcpy call starting at or after each op's start must start before it ends, on its thread
+    pos = np.searchsorted(ts[copies], ts[ops])
+    has = pos < len(copies)
+    c = copies[np.minimum(pos, len(copies) - 1)]
+    hit = has & (ts[c] < ts[ops] + dur[ops]) & (tid[c] == tid[ops])
+    return ops[hit]
+
+
+_PHASE_ACTIONS = {
+    "optimizer": "use a fused optimizer (fused=True or foreach=True) or fewer, larger parameter tensors",
+    "forward": "cut the CPU work per kernel in the forward pass (torch.compile, CUDA graphs, larger batches)",
+    "backward": "cut the CPU work of the backward pass (torch.compile, CUDA graphs, fewer hooks)",
+    "other": "move the Python work between the phases (logging, metrics, .item(), checkpoints) out of the "
+    "step or overlap it with GPU work",
+}
+
+
+def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Finding | None:
+    """launch_bound / host_bound: the GPU waits for the host to issue work (loader and post-sync idle left to
+    their own findings), with the phase and ops the host is busy with meanwhile."""
+    if gaps is None:
+        return None
+    waits = iv.subtract(gaps.host, claimed)
+    cost = iv.length(waits)
+    price = _price_of(data, cost)
+    if severity_of(price.pct) is None or cost / price.steps < FINDING_MIN_NS_PER_STEP:
+        return None
+    g = data.gpu
+    kernels = g.kind != MEMORY
+    dur = (g.end - g.start)[kernels]
+    n_kernels = len(dur)
+    short_pct = pct(int((dur < SHORT_KERNEL_NS).sum()), n_kernels) or 0.0
+    per_step = n_kernels / price.steps
+    n_waits = len(waits[0])
+    evidence: Evidence = {
+        "gpu_waits_per_step": round(n_waits / price.steps, 1),
+        "mean_wait_us": ns_to_us(cost / n_waits) if n_waits else None,
+        "kernels_per_step": round(per_step, 1),
+        "mean_kernel_us": ns_to_us(float(dur.mean())) if n_kernels else None,
+        "short_kernel_pct": short_pct,
+    }
+    what = "GPU idle waiting for the host to launch work (loader and post-sync idle excluded)"
+    if short_pct >= LAUNCH_BOUND_SHORT_MIN_PCT and per_step >= LAUNCH_BOUND_MIN_KERNELS:
+        return _priced(
+            "launch_bound",
+            data.rank,
+            price,
+            what,
+            f"The GPU waits {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) for the CPU to launch "
+            f"{per_step:.0f} kernels per step that run {evidence['mean_kernel_us']} us on average, "
+            f"{evidence['mean_wait_us']} us apart",
+            "fuse the small kernels (torch.compile) or capture the step with CUDA graphs",
+            evidence,
+        )
+    unions = _host.phase_unions(data.table, data.lo, data.hi)
+    phases = _host.phase_times(unions, waits)
+    ranked = sorted(((n, p) for p, n in phases.items() if n and p != "data_loader"), reverse=True)
+    parts = []
+    top_op: _host.OpTime | None = None
+    for i, (phase_ns, phase) in enumerate(ranked[:2]):
+        if i and phase_ns < cost / 10:
+            break
+        stretch = iv.intersect(waits, unions[phase]) if phase in unions else iv.subtract(waits, _all(unions))
+        ops = _host.ops_during(data.table, stretch, top=1)
+        decisive = ops and ops[0].ns >= phase_ns / 4
+        held = (
+            f"mostly `{ops[0].name}`, {fmt_ns(ops[0].mean_call_ns)} per call"
+            if decisive
+            else "no single op accounts for it"
+        )
+        parts.append(f"{fmt_ns(phase_ns / price.steps)} in {_host.PHASE_LABELS[phase]} ({held})")
+        if i == 0 and decisive:
+            top_op = ops[0]
+        evidence[f"{phase}_ms_per_step"] = _ms(phase_ns / price.steps)
+        if decisive:
+            evidence[f"{phase}_top_op"] = ops[0].name
+            evidence[f"{phase}_top_op_ms_per_call"] = _ms(ops[0].mean_call_ns)
+    phase = ranked[0][1] if ranked else "other"
+    evidence["phase"] = phase
+    action = _PHASE_ACTIONS.get(phase, _PHASE_ACTIONS["other"])
+    if top_op is not None and phase in ("forward", "backward", "other"):
+        action = f"make `{top_op.name}` cheaper on the CPU or move it off the step's path"
+    return _priced(
+        "host_bound",
+        data.rank,
+        price,
+        what,
+        f"The GPU waits {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) for the CPU, which spends "
+        + "; ".join(parts),
+        action,
+        evidence,
+    )
+
+
+def _all(unions: dict[str, iv.Intervals]) -> iv.Intervals:
+    starts = np.concatenate([u[0] for u in unions.values()]) if unions else np.zeros(0, dtype=np.int64)
+    ends = np.concatenate([u[1] for u in unions.values()]) if unions else np.zeros(0, dtype=np.int64)
+    return iv.merge(starts, ends)
+
+
+def _tiny_kernels(data: RankData, gaps: _Gaps | None) -> Finding | None:
+    """Many tiny kernels, priced by the queued gaps (launch latency) in front of them."""
+    if gaps is None:
+        return None
+    g = data.gpu
+    kernels = g.kind != MEMORY
+    dur = g.end - g.start
+    tiny = kernels & (dur < TINY_KERNEL_NS)
+    n_tiny = int(tiny.sum())
+    share = pct(n_tiny, int(kernels.sum()))
+    if n_tiny < TINY_KERNEL_MIN_COUNT or share is None or share < TINY_KERNEL_MIN_SHARE_PCT:
+        return None
+    gs, ge = gaps.all
+    ending = gaps.queued_before
+    host = np.isin(gs, gaps.host[0])
+    before_tiny = (ending >= 0) & ~host & tiny[np.maximum(ending, 0)]
+    cost = int((ge - gs)[before_tiny].sum())
+    ids, counts = np.unique(g.name[tiny], return_counts=True)
+    top = int(ids[np.argmax(counts)])
+    price = _price_of(data, cost)
+    return _priced(
+        "tiny_kernels",
+        data.rank,
+        price,
+        "GPU idle between queued kernels shorter than 5 us",
+        f"{_p(share)} of the kernels ({n_tiny / price.steps:.0f} per step) run under "
+        f"{TINY_KERNEL_NS / 1000:g} us, most often `{g.names[top]}` ({int(counts.max())}x); the GPU idles "
+        f"{fmt_ms(price.ms)} per step between them",
+        "fuse them (torch.compile, fused or foreach optimizers, larger tensors)",
+        {
+            "tiny_kernels": n_tiny,
+            "kernels": int(kernels.sum()),
+            "tiny_pct": share,
+            "tiny_total_ms_per_step": _ms(int(dur[tiny].sum()) / price.steps),
+            "most_frequent": g.names[top],
+            "most_frequent_count": int(counts.max()),
+        },
+    )
+
+
+def _comm_bound(data: RankData, temporal: Temporal | None, overlap: CommOverlap | None) -> Finding | None:
+    if temporal is None or overlap is None or overlap.comm_us <= 0:
+        return None
+    price = _price_of(data, int(overlap.exposed_us * 1000))
+    return _priced(
+        "comm_bound",
+        data.rank,
+        price,
+        "communication kernel time not overlapped by computation",
+        f"Communication not overlapped with computation takes {fmt_ms(price.ms)} per step "
+        f"({_p(price.pct)} of the step; {_p(overlap.overlap_pct)} of {fmt_ms(overlap.comm_us / 1000)} of "
+        "communication runs under computation)",
+        "overlap it (DDP bucket_cap_mb, FSDP prefetch, async collectives waited on later) or send less",
+        {
+            "comm_ms": _ms(overlap.comm_us * 1000),
+            "overlap_pct": overlap.overlap_pct,
+            "exposed_ms": _ms(overlap.exposed_us * 1000),
+        },
+        min_pct=COMM_EXPOSED_MIN_PCT,
+    )
+
+
+def _poor_overlap(data: RankData, temporal: Temporal | None, overlap: CommOverlap | None) -> Finding | None:
+    """Communication kernels take a real share of the span but run mostly alone (comm_bound not reached)."""
+    if temporal is None or overlap is None or overlap.comm_us <= 0 or overlap.overlap_pct is None:
+        return None
+    comm_pct = pct(overlap.comm_us, temporal.span_us)
+    price = _price_of(data, int(overlap.exposed_us * 1000))
+    if (
+        comm_pct is None
+        or comm_pct < POOR_OVERLAP_MIN_COMM_PCT
+        or overlap.overlap_pct >= POOR_OVERLAP_MAX_PCT
+        or price.pct >= COMM_EXPOSED_MIN_PCT  # comm_bound says it
+    ):
+        return None
+    return _priced(
+        "poor_overlap",
+        data.rank,
+        price,
+        "communication kernel time not overlapped by computation",
+        f"Only {_p(overlap.overlap_pct)} of the communication ({fmt_ms(overlap.comm_us / 1000)}) runs under "
+        f"computation; the rest costs {fmt_ms(price.ms)} per step",
+        "issue collectives earlier (DDP bucket_cap_mb, FSDP forward/backward prefetch, async ops waited on later)",
+        {
+            "comm_ms": _ms(overlap.comm_us * 1000),
+            "comm_pct_of_span": comm_pct,
+            "overlap_pct": overlap.overlap_pct,
+        },
+    )
+
+
+def _pageable(data: RankData) -> Finding | None:
+    """Host-to-device copies from pageable memory: synchronous for the host, priced by their GPU time."""
+    g = data.gpu
+    if len(g) == 0:
+        return None
+    pageable = data.table.names_matching(lambda n: "Pageable" in n and "HtoD" in n, key="pageable_htod")
+    sel = pageable[g.name]
+    if not sel.any():
+        return None
+    total = iv.length(iv.merge(g.start[sel], g.end[sel]))
+    nbytes = g.nbytes[sel]
+    price = _price_of(data, total)
+    return _priced(
+        "pageable_copies",
+        data.rank,
+        price,
+        "time of host-to-device copies from pageable memory",
+        f"{int(sel.sum()) / price.steps:.0f} host-to-device copies per step come from pageable memory and "
+        f"take {fmt_ms(price.ms)} per step",
+        "use pin_memory=True in the DataLoader and .to(device, non_blocking=True)",
+        {"copies": int(sel.sum()), "bytes": int(nbytes[nbytes >= 0].sum())},
+    )
+
+
+def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
+    """Runs without GPU activity: where the step goes (info), and the CPU-side problems that hold it."""
+    price_all = _price_of(data, max(data.hi - data.lo, 0))
+    steps, step_ns = price_all.steps, price_all.step_ns
+    if step_ns <= 0:
+        return []
+    window = (np.array([data.lo], dtype=np.int64), np.array([data.hi], dtype=np.int64))
+    phases_iv = _host.phase_unions(data.table, data.lo, data.hi)
+    phases = _host.phase_times(phases_iv, window)
+    parts = ", ".join(
+        f"{_host.PHASE_LABELS[p]} {fmt_ns(n / steps)} ({100 * n / steps / step_ns:.0f}%)"
+        for p, n in phases.items()
+        if n
+    )
+    breakdown: Evidence = {f"{p}_ms_per_step": _ms(n / steps) for p, n in phases.items()}
+    breakdown.update({"step_ms": _ms(step_ns), "steps": steps})
+    out = [
+        Finding(
+            "step_breakdown",
+            "info",
+            data.rank,
+            f"No GPU activity: each step ({fmt_ns(step_ns)}) goes to {parts}.",
+            breakdown,
+        )
+    ]
+    untraced = _host.untraced_time(data.table, data.lo, data.hi)
+    price = _price_of(data, iv.length(untraced))
+    regions = _host.regions_during(data.table, untraced)
+    inside = (
+        f", most of it inside `{regions[0][0]}` ({fmt_ns(regions[0][1] / steps)} per step)" if regions else ""
+    )
+    found = _priced(
+        "python_overhead",
+        data.rank,
+        price,
+        "step time in which no torch op runs",
+        f"{fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) run no torch op at all (Python code, "
+        f"sleeps, I/O, logging){inside}",
+        "find that Python work with a sampling profiler (py-spy) and move it out of the step or vectorise it",
+        {"region": regions[0][0] if regions else None},
+        min_pct=PYTHON_OVERHEAD_MIN_PCT,
+    )
+    if found is not None:
+        out.append(found)
+    opt_ns = phases.get("optimizer", 0)
+    price = _price_of(data, opt_ns)
+    ops = _host.ops_during(data.table, phases_iv["optimizer"]) if opt_ns else []
+    op_text = (
+        f"; its top op is `{ops[0].name}` ({fmt_ns(ops[0].ns / steps)} per step, {ops[0].calls / steps:.0f} "
+        "calls per step)"
+        if ops
+        else ""
+    )
+    found = _priced(
+        "optimizer_bound",
+        data.rank,
+        price,
+        "time in the optimizer",
+        f"The optimizer takes {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step){op_text}",
+        _PHASE_ACTIONS["optimizer"],
+        {
+            "top_op": ops[0].name if ops else None,
+            "top_op_calls_per_step": ops[0].calls / steps if ops else None,
+        },
+        min_pct=OPTIMIZER_MIN_PCT,
+    )
+    if found is not None:
+        out.append(found)
+    count, small, small_ns = _host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
+    price = _price_of(data, small_ns)
+    if small / steps >= SMALL_OPS_MIN_PER_STEP:
+        found = _priced(
+            "many_small_ops",
+            data.rank,
+            price,
+            f"time of top-level ops shorter than {SMALL_OP_NS / 1000:g} us",
+            f"The step runs {small / steps:.0f} top-level ops per step shorter than {SMALL_OP_NS / 1000:g} us, "
+            f"{fmt_ms(price.ms)} per step in all, mostly framework overhead",
+            "batch the work into fewer, larger tensor ops (vectorise loops, torch.compile, foreach ops)",
+            {
+                "top_level_ops_per_step": round(count / steps, 1),
+                "small_ops_per_step": round(small / steps, 1),
+            },
+            min_pct=SMALL_OPS_MIN_PCT,
+        )
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def rank_by_cost(findings: list[Finding]) -> list[Finding]:
+    """Priced findings by time at stake (largest first), then info ones; ties by rank and id."""
+    return sorted(
+        findings,
+        key=lambda f: (
+            f.cost_ms_per_step is None,
+            -(f.cost_ms_per_step or 0.0),
+            f.rank if f.rank is not None else -1,
+            f.id,
+        ),
+    )
 
 
 def straggler_finding(straggler: Straggler | None) -> Finding | None:
@@ -129,18 +687,15 @@ def straggler_finding(straggler: Straggler | None) -> Finding | None:
     cause = straggler.cause
     why = ""
     if cause is not None:
-        what = {
-            "data_loader": "data loading",
-            "op": f"`{cause.name}`",
-        }.get(cause.phase, cause.phase)
+        what = {"data_loader": "data loading", "op": f"`{cause.name}`"}.get(cause.phase, cause.phase)
         why = (
-            f": its {what} takes {cause.rank_ms_per_step:.1f} ms per step against "
-            f"{cause.others_ms_per_step:.1f} ms on the other ranks"
+            f": its {what} takes {fmt_ms(cause.rank_ms_per_step)} per step against "
+            f"{fmt_ms(cause.others_ms_per_step)} on the other ranks"
         )
         if cause.phase == "outside_regions":
             why = (
-                f": its steps less the waiting take {cause.rank_ms_per_step:.1f} ms against "
-                f"{cause.others_ms_per_step:.1f} ms on the other ranks, and no annotated region or op accounts "
+                f": its steps less the waiting take {fmt_ms(cause.rank_ms_per_step)} against "
+                f"{fmt_ms(cause.others_ms_per_step)} on the other ranks, and no annotated region or op accounts "
                 "for the difference (Python code, sleeps, I/O)"
             )
     action = {
@@ -149,64 +704,64 @@ def straggler_finding(straggler: Straggler | None) -> Finding | None:
         "backward": "balance the work of the backward pass",
         "optimizer": "balance the optimizer's work (sharded state, uneven parameter groups)",
     }.get(cause.phase if cause else "", "find what that rank does differently (host, data, work)")
+    share = straggler.delay_pct
     return Finding(
         "straggler",
-        "high" if straggler.delay_pct >= STRAGGLER_HIGH_PCT else "medium",
+        severity_of(share) or "low",
         straggler.rank,
         f"Rank {straggler.rank} arrives last at the collectives and holds the other ranks back "
-        f"{straggler.delay_ms_per_step:.1f} ms per step ({_p(straggler.delay_pct)} of the step){why}; {action}.",
+        f"{fmt_ms(straggler.delay_ms_per_step)} per step ({_p(share)} of the step){why}; {action}.",
         {
-            "delay_ms_per_step": straggler.delay_ms_per_step,
-            "delay_pct": straggler.delay_pct,
             "last_in_steps": straggler.last_in_steps,
             "steps": straggler.steps,
             "cause": cause.phase if cause else None,
             "cause_name": cause.name if cause else None,
             "cause_rank_ms_per_step": cause.rank_ms_per_step if cause else None,
             "cause_others_ms_per_step": cause.others_ms_per_step if cause else None,
+            "arithmetic": f"the other ranks wait for it {straggler.delay_ms_per_step:.3f} ms per step (median "
+            f"over matched collectives); {share:.1f}% of their mean step",
         },
+        cost_ms_per_step=round(straggler.delay_ms_per_step, 3),
+        pct_of_step=round(share, 2),
+        action=action,
     )
 
 
-# per rank: (steps in the window, mean step time in ms)
-StepTimes = dict[int, tuple[int, float]]
-
-
 def comm_findings(
-    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], steps: StepTimes
+    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], ranks: dict[int, RankData]
 ) -> list[Finding]:
     """Findings on collectives: CPU-backend communication that takes a large share of the step
     (`comm_bound`; GPU communication is judged per rank from the kernels) and `collective_slow`."""
     out: list[Finding] = []
     for rank, inst in sorted(instances.items()):
-        n, step = steps.get(rank, (0, 0.0))
-        if inst.time_source != "cpu" or not len(inst) or not n or step <= 0:
+        data = ranks.get(rank)
+        if data is None or inst.time_source != "cpu" or not len(inst):
             continue
-        waits = np.clip(wait_ns[rank], 0, None)
-        transfer_ms = (int((inst.end - inst.start).sum()) - int(waits.sum())) / 1e6 / n
-        share = pct(transfer_ms, step)
-        if share is not None and share >= COMM_CPU_MIN_PCT:
-            out.append(
-                Finding(
-                    "comm_bound",
-                    "high" if share >= COMM_EXPOSED_HIGH_PCT else "medium",
-                    rank,
-                    f"Collectives on the CPU backend take {transfer_ms:.1f} ms per step ({_p(share)} of the step) "
-                    "besides waiting for peers; send fewer or larger messages (gradient bucketing, "
-                    "no_sync over accumulation steps) or use a GPU backend.",
-                    {
-                        "transfer_ms_per_step": round(transfer_ms, 3),
-                        "step_ms": round(step, 3),
-                        "pct_of_step": share,
-                    },
-                )
-            )
-    out.extend(_collective_slow(instances, wait_ns, steps))
+        # the union of the collectives' time inside the window (a backend may run several at once), less the
+        # waiting for peers
+        busy = iv.length(iv.clip(iv.merge(inst.start, inst.end), data.lo, data.hi))
+        waits = int(np.clip(wait_ns[rank], 0, None).sum())
+        price = _price_of(data, max(busy - waits, 0))
+        found = _priced(
+            "comm_bound",
+            rank,
+            price,
+            "time inside CPU-backend collectives, less the waiting for peers",
+            f"Collectives on the CPU backend take {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) "
+            "besides waiting for peers",
+            "send fewer or larger messages (gradient bucketing, no_sync over accumulation steps) or use a GPU "
+            "backend",
+            {"collectives": len(inst), "waiting_ms": _ms(waits)},
+            min_pct=COMM_CPU_MIN_PCT,
+        )
+        if found is not None:
+            out.append(found)
+    out.extend(_collective_slow(instances, wait_ns, ranks))
     return out
 
 
 def _collective_slow(
-    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], steps: StepTimes
+    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], ranks: dict[int, RankData]
 ) -> list[Finding]:
     """Instances whose bandwidth is far below the reference of the same kind and size across the run."""
     samples: dict[tuple[str, int, int], list[tuple[int, int, float, int]]] = {}
@@ -239,288 +794,30 @@ def _collective_slow(
                 )
     out = []
     for (rank, kind), slow in sorted(lost.items()):
-        n, step = steps.get(rank, (0, 0.0))
-        if not n or step <= 0:
+        data = ranks.get(rank)
+        if data is None:
             continue
-        lost_ms = sum(x[0] for x in slow) / 1e6 / n
-        share = pct(lost_ms, step)
-        if share is None or share < COLLECTIVE_SLOW_MIN_PCT:
-            continue
+        price = _price_of(data, int(sum(x[0] for x in slow)))
         worst = min(slow, key=lambda x: x[1] / x[2])
-        out.append(
-            Finding(
-                "collective_slow",
-                "high" if share >= COLLECTIVE_SLOW_HIGH_PCT else "medium",
-                rank,
-                f"{len(slow)} {kind} collectives on rank {rank} move data at {worst[1]:.3g} GB/s where the same "
-                f"kind and size reach {worst[2]:.3g} GB/s elsewhere in the run ({worst[2] / worst[1]:.0f}x slower), "
-                f"costing {lost_ms:.1f} ms per step; check that rank's links, NIC and NCCL settings "
-                "(NCCL_DEBUG=INFO, NCCL_IB_HCA, the topology).",
-                {
-                    "kind": kind,
-                    "slow_instances": len(slow),
-                    "slowest_gbps": round(worst[1], 4),
-                    "reference_gbps": round(worst[2], 4),
-                    "lost_ms_per_step": round(lost_ms, 3),
-                    "pct_of_step": share,
-                },
-            )
+        found = _priced(
+            "collective_slow",
+            rank,
+            price,
+            "transfer time beyond what the reference bandwidth needs",
+            f"{len(slow)} {kind} collectives on rank {rank} move data at {worst[1]:.3g} GB/s where the same "
+            f"kind and size reach {worst[2]:.3g} GB/s elsewhere in the run ({worst[2] / worst[1]:.0f}x slower), "
+            f"costing {fmt_ms(price.ms)} per step",
+            "check that rank's links, NIC and NCCL settings (NCCL_DEBUG=INFO, NCCL_IB_HCA, the topology)",
+            {
+                "kind": kind,
+                "slow_instances": len(slow),
+                "slowest_gbps": round(worst[1], 4),
+                "reference_gbps": round(worst[2], 4),
+            },
         )
+        if found is not None:
+            out.append(found)
     return out
 
 
-def _p(value: float | None) -> str:
-    """A percentage for a message: one decimal, '<0.1%' for tiny non-zero values."""
-    if value is None:
-        return "-"
-    return "<0.1%" if 0 < value < 0.05 else f"{value:.1f}%"
-
-
-def _window(data: RankData) -> int:
-    return max(data.hi - data.lo, 0)
-
-
-def _data_loader_stall(data: RankData, temporal: Temporal | None, *_: object) -> Finding | None:
-    loader = region_union(data.table, DATALOADER_RE)
-    if loader is None:
-        return None
-    loader = iv.clip(loader, data.lo, data.hi)
-    loader_ns = iv.length(loader)
-    loader_pct = pct(loader_ns, _window(data))
-    if loader_pct is None or loader_pct < DATALOADER_MIN_PCT:
-        return None
-    busy = iv.merge(data.gpu_all.start, data.gpu_all.end)
-    idle_ns = loader_ns - iv.length(iv.intersect(loader, busy))
-    idle_pct = pct(idle_ns, loader_ns)
-    has_gpu = len(data.gpu_all) > 0
-    if has_gpu and (idle_pct is None or idle_pct < DATALOADER_GPU_IDLE_MIN_PCT):
-        return None
-    steps = max(len(data.steps), 1)
-    where = "while the GPU sits idle" if has_gpu else "of the step"
-    return Finding(
-        "data_loader_stall",
-        "high" if loader_pct >= DATALOADER_HIGH_PCT else "medium",
-        data.rank,
-        f"The training loop waits on the DataLoader for {_p(loader_pct)} of the step time {where}; "
-        "use more loader workers, pin_memory and prefetching.",
-        {
-            "dataloader_us": ns_to_us(loader_ns),
-            "dataloader_pct": loader_pct,
-            "dataloader_us_per_step": ns_to_us(loader_ns / steps),
-            "gpu_idle_during_loader_us": ns_to_us(idle_ns) if has_gpu else None,
-            "gpu_idle_during_loader_pct": idle_pct if has_gpu else None,
-            "window_us": ns_to_us(_window(data)),
-        },
-    )
-
-
-def _launch_bound(
-    data: RankData, temporal: Temporal | None, idle: Sequence[StreamIdle], *_: object
-) -> Finding | None:
-    if temporal is None or temporal.idle_pct is None or temporal.idle_pct < LAUNCH_BOUND_IDLE_MIN_PCT:
-        return None
-    idle_us = sum(s.idle_us for s in idle)
-    host_us = sum(s.host_wait_us for s in idle)
-    host_pct = pct(host_us, idle_us)
-    if host_pct is None or host_pct < LAUNCH_BOUND_HOST_WAIT_MIN_PCT:
-        return None
-    kernels = data.gpu.kind != MEMORY
-    dur = (data.gpu.end - data.gpu.start)[kernels]
-    if len(dur) < LAUNCH_BOUND_MIN_KERNELS:
-        return None
-    short_pct = pct(int((dur < SHORT_KERNEL_NS).sum()), len(dur)) or 0.0
-    evidence: Evidence = {
-        "idle_pct": temporal.idle_pct,
-        "host_wait_pct_of_idle": host_pct,
-        "kernels": len(dur),
-        "short_kernel_pct": short_pct,
-        "median_kernel_us": ns_to_us(float(np.median(dur))),
-        "kernels_per_step": round(len(dur) / max(len(data.steps), 1), 3),
-    }
-    if short_pct >= LAUNCH_BOUND_SHORT_MIN_PCT:
-        return Finding(
-            "launch_bound",
-            "high",
-            data.rank,
-            f"The GPU is idle {_p(temporal.idle_pct)} of the time, mostly waiting for the CPU to launch many short "
-            "kernels; fuse them (torch.compile) or capture the step with CUDA graphs.",
-            evidence,
-        )
-    return Finding(
-        "host_bound",
-        "high" if temporal.idle_pct >= HOST_BOUND_HIGH_IDLE_PCT else "medium",
-        data.rank,
-        f"The GPU is idle {_p(temporal.idle_pct)} of the time waiting for the CPU to issue work; profile the CPU "
-        "side of the step (Python overhead, data preparation, synchronisation).",
-        evidence,
-    )
-
-
-def _comm_bound(
-    data: RankData, temporal: Temporal | None, idle: object, overlap: CommOverlap | None
-) -> Finding | None:
-    if temporal is None or overlap is None or overlap.comm_us <= 0:
-        return None
-    exposed_pct = pct(overlap.exposed_us, temporal.span_us)
-    if exposed_pct is None or exposed_pct < COMM_EXPOSED_MIN_PCT:
-        return None
-    return Finding(
-        "comm_bound",
-        "high" if exposed_pct >= COMM_EXPOSED_HIGH_PCT else "medium",
-        data.rank,
-        f"Communication not overlapped with computation takes {_p(exposed_pct)} of the GPU time "
-        f"(overlap {_p(overlap.overlap_pct)}); overlap it (bucketed/async collectives, FSDP prefetch) or shrink it.",
-        {
-            "comm_us": overlap.comm_us,
-            "overlap_pct": overlap.overlap_pct,
-            "exposed_us": overlap.exposed_us,
-            "exposed_pct_of_span": exposed_pct,
-        },
-    )
-
-
-def _poor_overlap(
-    data: RankData, temporal: Temporal | None, idle: object, overlap: CommOverlap | None
-) -> Finding | None:
-    """Communication kernels take a real share of the span but run mostly alone (comm_bound not yet reached)."""
-    if temporal is None or overlap is None or overlap.comm_us <= 0 or overlap.overlap_pct is None:
-        return None
-    comm_pct = pct(overlap.comm_us, temporal.span_us)
-    exposed_pct = pct(overlap.exposed_us, temporal.span_us)
-    if (
-        comm_pct is None
-        or comm_pct < POOR_OVERLAP_MIN_COMM_PCT
-        or overlap.overlap_pct >= POOR_OVERLAP_MAX_PCT
-    ):
-        return None
-    if exposed_pct is not None and exposed_pct >= COMM_EXPOSED_MIN_PCT:
-        return None  # comm_bound says it
-    return Finding(
-        "poor_overlap",
-        "low",
-        data.rank,
-        f"Only {_p(overlap.overlap_pct)} of the communication ({overlap.comm_us / 1000:.1f} ms) "
-        "runs under computation; issue collectives earlier (DDP bucket_cap_mb, FSDP forward/backward prefetch, "
-        "async ops waited on later).",
-        {
-            "comm_us": overlap.comm_us,
-            "comm_pct_of_span": comm_pct,
-            "overlap_pct": overlap.overlap_pct,
-            "exposed_us": overlap.exposed_us,
-        },
-    )
-
-
-def _sync_points(data: RankData, *_: object) -> Finding | None:
-    t = data.table
-    ts, dur, ph = t.columns["ts"], t.columns["dur"], t.columns["ph"]
-    in_window = (ph == _X) & (ts >= data.lo) & (ts < data.hi)
-    # per name: 1 + index in _SYNC_KINDS of what it synchronizes, 0 for other names
-    kinds = t.name_values(
-        lambda n: 1 + _SYNC_KINDS.index(m.group(1)) if (m := SYNC_CALL_RE.match(n)) else 0,
-        np.int8,
-        key="sync_call",
-    )
-    sync_kind = kinds[t.columns["name"]] if len(t.names) else np.zeros(0, dtype=np.int8)
-    sync_rows = np.flatnonzero(in_window & (sync_kind != 0))
-    item_rows = _item_syncs(data, in_window)
-    if len(sync_rows) == 0 and len(item_rows) == 0:
-        return None
-    rows = np.concatenate((sync_rows, item_rows))
-    blocked = iv.length(iv.merge(ts[rows], ts[rows] + dur[rows]))
-    blocked_pct = pct(blocked, _window(data)) or 0.0
-    counts = {k: int((sync_kind[sync_rows] == 1 + i).sum()) for i, k in enumerate(_SYNC_KINDS)}
-    severity = (
-        "high" if blocked_pct >= SYNC_HIGH_PCT else "medium" if blocked_pct >= SYNC_MEDIUM_PCT else "low"
-    )
-    return Finding(
-        "sync_points",
-        severity,
-        data.rank,
-        f"The CPU blocks on the GPU {len(sync_rows) + len(item_rows)} times ({_p(blocked_pct)} of the step time); "
-        "avoid .item()/.cpu()/explicit synchronize inside the step so the CPU can run ahead.",
-        {
-            "device_synchronize": counts["Device"] + counts["Ctx"],
-            "stream_synchronize": counts["Stream"],
-            "event_synchronize": counts["Event"],
-            "item_syncs": len(item_rows),
-            "blocked_us": ns_to_us(blocked),
-            "blocked_pct": blocked_pct,
-        },
-    )
-
-
-def _item_syncs(data: RankData, in_window: np.ndarray) -> np.ndarray:
-    """`.item()`-style syncs: _local_scalar_dense (or aten::item) spans containing a memcpy runtime call."""
-    t = data.table
-    name, ts, dur, tid = t.columns["name"], t.columns["ts"], t.columns["dur"], t.columns["tid"]
-    for op in ITEM_OP_NAMES:
-        ops = np.flatnonzero(in_window & (name == (t.names.index(op) if op in t.names else -2)))
-        if len(ops):
-            break
-    else:
-        return np.zeros(0, dtype=np.int64)
-    memcpy_names = t.names_matching(lambda n: MEMCPY_CALL_RE.match(n) is not None, key="memcpy_call")
-    copies = np.flatnonzero((t.columns["ph"] == _X) & memcpy_names[name])
-    if len(copies) == 0:
-        return np.zeros(0, dtype=np.int64)
-    copies = copies[np.argsort(ts[copies], kind="stable")]
-    # the first memcpy call starting at or after each op's start must start before it ends, on its thread
-    pos = np.searchsorted(ts[copies], ts[ops])
-    has = pos < len(copies)
-    c = copies[np.minimum(pos, len(copies) - 1)]
-    hit = has & (ts[c] < ts[ops] + dur[ops]) & (tid[c] == tid[ops])
-    return ops[hit]
-
-
-def _pageable(data: RankData, temporal: Temporal | None, *_: object) -> Finding | None:
-    g = data.gpu
-    pageable = data.table.names_matching(lambda n: "Pageable" in n and "HtoD" in n, key="pageable_htod")
-    sel = pageable[g.name] if len(g) else np.zeros(0, dtype=bool)
-    if not sel.any():
-        return None
-    total = int((g.end[sel] - g.start[sel]).sum())
-    nbytes = g.nbytes[sel]
-    share = pct(total, int(g.end.max() - g.start.min())) or 0.0
-    return Finding(
-        "pageable_copies",
-        "medium" if share >= PAGEABLE_MEDIUM_PCT else "low",
-        data.rank,
-        f"{int(sel.sum())} host-to-device copies come from pageable memory ({_p(share)} of the GPU span); "
-        "use pin_memory=True and non_blocking=True so they run asynchronously.",
-        {
-            "copies": int(sel.sum()),
-            "total_us": ns_to_us(total),
-            "bytes": int(nbytes[nbytes >= 0].sum()),
-            "pct_of_span": share,
-        },
-    )
-
-
-def _tiny_kernels(data: RankData, *_: object) -> Finding | None:
-    g = data.gpu
-    kernels = g.kind != MEMORY
-    dur = (g.end - g.start)[kernels]
-    tiny = dur < TINY_KERNEL_NS
-    n_tiny = int(tiny.sum())
-    share = pct(n_tiny, len(dur))
-    if n_tiny < TINY_KERNEL_MIN_COUNT or share is None or share < TINY_KERNEL_MIN_SHARE_PCT:
-        return None
-    names = g.name[kernels][tiny]
-    ids, counts = np.unique(names, return_counts=True)
-    top = int(ids[np.argmax(counts)])
-    return Finding(
-        "tiny_kernels",
-        "medium" if share >= 80.0 else "low",
-        data.rank,
-        f"{_p(share)} of the kernels run for less than {TINY_KERNEL_NS / 1000:g} us; fusing them "
-        "(torch.compile, fused optimizers) cuts launch overhead.",
-        {
-            "tiny_kernels": n_tiny,
-            "kernels": len(dur),
-            "tiny_pct": share,
-            "tiny_total_us": ns_to_us(int(dur[tiny].sum())),
-            "most_frequent": g.names[top],
-            "most_frequent_count": int(counts.max()),
-        },
-    )
+_p = fmt_pct

@@ -13,7 +13,7 @@ from stepscope.cli._common import comm_pattern_option, step_option
 @step_option
 @click.argument("path", type=click.Path(path_type=Path, readable=False))
 @click.option(
-    "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.analysis/2").'
+    "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.analysis/4").'
 )
 @click.option(
     "--drop-last-step", is_flag=True, help="Leave the last ProfilerStep out of the window (HTA's default)."

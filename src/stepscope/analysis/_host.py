@@ -1,0 +1,226 @@
+"""The CPU side of a rank's window, as findings need it: where the step's time goes by phase, which ops run during
+given stretches of time (the GPU waiting on the host, say), and the time the host runs no torch op at all.
+
+All times are integer ns on the rank's clock; every measure is a union of intervals (iv), so nested spans never
+count twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stepscope.analysis import _intervals as iv
+from stepscope.analysis.comm_names import cpu_collective
+from stepscope.analysis.steps import (
+    AUTOGRAD_RE,
+    BACKWARD_RE,
+    DATALOADER_RE,
+    FORWARD_RE,
+    OPTIMIZER_RE,
+    STEP_RE,
+    region_union,
+)
+from stepscope.analysis.summary import _parents
+from stepscope.analysis.table import MISSING, TraceTable
+
+# The phases of a training step, in the order they run; "other" is the rest of the step.
+PHASES = ("data_loader", "forward", "backward", "optimizer")
+PHASE_LABELS = {
+    "data_loader": "data loading",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "other": "other code (outside the annotated phases)",
+}
+_X = ord("X")
+
+
+def phase_unions(table: TraceTable, lo: int, hi: int) -> dict[str, iv.Intervals]:
+    """Each phase as a union of its annotated spans inside [lo, hi) (empty when never annotated). The backward
+    falls back to the autograd engine's spans; a phase never counts time another phase listed before it has."""
+    found = {
+        "data_loader": region_union(table, DATALOADER_RE),
+        "forward": region_union(table, FORWARD_RE),
+        "backward": region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE),
+        "optimizer": region_union(table, OPTIMIZER_RE),
+    }
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    out: dict[str, iv.Intervals] = {}
+    taken = empty
+    for phase in PHASES:
+        union = found[phase]
+        if union is None:
+            out[phase] = empty
+            continue
+        own = iv.subtract(iv.clip(union, lo, hi), taken)
+        out[phase] = own
+        taken = iv.merge(np.r_[taken[0], own[0]], np.r_[taken[1], own[1]])
+    return out
+
+
+def phase_times(phases: dict[str, iv.Intervals], within: iv.Intervals) -> dict[str, int]:
+    """Time of each phase inside `within` (disjoint intervals), plus "other": the rest of `within`."""
+    out = {p: iv.length(iv.intersect(u, within)) for p, u in phases.items()}
+    out["other"] = max(iv.length(within) - sum(out.values()), 0)
+    return out
+
+
+@dataclass
+class OpTime:
+    """An op name and the time it accounts for inside some stretches of the window."""
+
+    name: str
+    ns: int  # self time inside the stretches
+    calls: int  # calls overlapping them
+    mean_call_ns: float  # mean duration of those calls (inclusive)
+
+
+def ops_during(table: TraceTable, within: iv.Intervals, top: int = 3) -> list[OpTime]:
+    """The `top` cpu_op names by self time spent inside `within`. An op's self time inside the stretches is
+    taken as its share of self time in its whole span (self / duration) times the part of its span inside them."""
+    rows, self_ns = _cpu_op_self(table)
+    if len(rows) == 0 or len(within[0]) == 0:
+        return []
+    start = table.columns["ts"][rows]
+    dur = table.columns["dur"][rows]
+    covered = iv.covered_within(within, start, start + dur)
+    hit = covered > 0
+    if not hit.any():
+        return []
+    share = np.where(dur > 0, self_ns / np.maximum(dur, 1), 0.0)
+    inside = (covered * share)[hit]
+    names = table.columns["name"][rows][hit]
+    uniq, inverse = np.unique(names, return_inverse=True)
+    total = np.bincount(inverse, weights=inside)
+    calls = np.bincount(inverse)
+    durs = np.bincount(inverse, weights=dur[hit])
+    order = np.argsort(-total, kind="stable")[:top]
+    return [
+        OpTime(table.names[int(uniq[i])], int(total[i]), int(calls[i]), float(durs[i] / calls[i]))
+        for i in order
+        if total[i] > 0
+    ]
+
+
+def op_rows_outside_python(table: TraceTable) -> np.ndarray:
+    """Rows of complete cpu_op / user_annotation events other than ProfilerStep spans."""
+    cats = [c for c in (table.cat_id("cpu_op"), table.cat_id("user_annotation")) if c != MISSING]
+    rows = np.flatnonzero(np.isin(table.columns["cat"], cats) & (table.columns["ph"] == _X))
+    if len(rows) == 0:
+        return rows
+    steps = table.names_matching(lambda n: STEP_RE.match(n) is not None, key="profiler_step_any")
+    return rows[~steps[table.columns["name"][rows]]]
+
+
+def untraced_time(table: TraceTable, lo: int, hi: int) -> iv.Intervals:
+    """The parts of [lo, hi) during which the threads of the rank's steps run no cpu_op and are not loading data:
+    Python code, sleeps and I/O the profiler does not see as ops. Time inside the backward pass (autograd may run
+    it on threads of its own while the step's thread waits) and inside collectives of any thread (the step's
+    thread may wait for them) is left out."""
+    rows = op_rows_outside_python(table)
+    cat = table.columns["cat"]
+    ops = rows[cat[rows] == table.cat_id("cpu_op")] if len(rows) else rows
+    step_threads = _step_threads(table)
+    if len(ops) and len(step_threads):
+        ops = ops[np.isin(table.columns["tid"][ops], step_threads)]
+    start = table.columns["ts"][ops]
+    busy = iv.merge(start, start + table.columns["dur"][ops])
+    is_coll = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
+    coll = rows[is_coll[table.columns["name"][rows]]] if len(rows) else rows
+    coll_start = table.columns["ts"][coll]
+    for extra in (
+        region_union(table, DATALOADER_RE),
+        region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE),
+        iv.merge(coll_start, coll_start + table.columns["dur"][coll]),
+    ):
+        if extra is not None:
+            busy = iv.merge(np.r_[busy[0], extra[0]], np.r_[busy[1], extra[1]])
+    window = (np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
+    return iv.subtract(window, busy)
+
+
+def regions_during(table: TraceTable, within: iv.Intervals, top: int = 1) -> list[tuple[str, int]]:
+    """User-annotated regions (not ProfilerStep, not phases of PHASES) holding most of `within`: (name, ns)."""
+    rows = op_rows_outside_python(table)
+    ann = table.cat_id("user_annotation")
+    rows = rows[table.columns["cat"][rows] == ann] if len(rows) else rows
+    step_threads = _step_threads(table)
+    if len(rows) and len(step_threads):
+        rows = rows[np.isin(table.columns["tid"][rows], step_threads)]
+    if len(rows) == 0 or len(within[0]) == 0:
+        return []
+    start = table.columns["ts"][rows]
+    covered = iv.covered_within(within, start, start + table.columns["dur"][rows])
+    names = table.columns["name"][rows]
+    totals: dict[str, int] = {}
+    for code, ns in zip(names[covered > 0].tolist(), covered[covered > 0].tolist(), strict=True):
+        name = table.names[code]
+        if not DATALOADER_RE.search(name):
+            totals[name] = totals.get(name, 0) + int(ns)
+    return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+
+
+def small_top_level_ops(table: TraceTable, lo: int, hi: int, max_ns: int) -> tuple[int, int, int]:
+    """Top-level cpu_ops (no enclosing cpu_op on their thread) starting in [lo, hi): (count, shorter than
+    `max_ns`, their summed duration)."""
+    ops = np.flatnonzero((table.columns["cat"] == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
+    if len(ops) == 0:
+        return 0, 0, 0
+    ts, dur = table.columns["ts"][ops], table.columns["dur"][ops]
+    order, new_thread = _by_thread(table, ops, ts, ts + dur)
+    ts, dur = ts[order], dur[order]
+    top = _parents(ts, ts + dur, new_thread) < 0
+    inside = top & (ts >= lo) & (ts < hi)
+    small = inside & (dur < max_ns)
+    return int(inside.sum()), int(small.sum()), int(dur[small].sum())
+
+
+def _cpu_op_self(table: TraceTable) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of cpu_op events and their self time among cpu_ops alone (runtime calls count as the op's own)."""
+    rows = np.flatnonzero((table.columns["cat"] == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
+    if len(rows) == 0:
+        return rows, np.zeros(0, dtype=np.int64)
+    ts, dur = table.columns["ts"][rows], table.columns["dur"][rows]
+    end = ts + dur
+    order, new_thread = _by_thread(table, rows, ts, end)
+    s, e = ts[order], end[order]
+    parent = _parents(s, e, new_thread)
+    child = np.flatnonzero(parent >= 0)
+    children = np.zeros(len(rows), dtype=np.int64)
+    np.add.at(children, parent[child], np.minimum(e[child], e[parent[child]]) - s[child])
+    self_sorted = np.maximum(e - s - children, 0)
+    self_ns = np.empty(len(rows), dtype=np.int64)
+    self_ns[order] = self_sorted
+    return rows, self_ns
+
+
+def _by_thread(
+    table: TraceTable, rows: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Order of `rows` by thread, then start, outermost first; and where each new thread begins in that order."""
+    pid, tid = table.columns["pid"][rows], table.columns["tid"][rows]
+    order = np.lexsort((-end, start, tid, pid))
+    new_thread = np.ones(len(rows), dtype=bool)
+    new_thread[1:] = (np.diff(pid[order]) != 0) | (np.diff(tid[order]) != 0)
+    return order, new_thread
+
+
+def _step_threads(table: TraceTable) -> np.ndarray:
+    steps = table.names_matching(lambda n: STEP_RE.match(n) is not None, key="profiler_step_any")
+    rows = np.flatnonzero(steps[table.columns["name"]] & (table.columns["ph"] == _X))
+    return np.unique(table.columns["tid"][rows])
+
+
+__all__ = [
+    "PHASES",
+    "PHASE_LABELS",
+    "OpTime",
+    "ops_during",
+    "phase_times",
+    "phase_unions",
+    "regions_during",
+    "small_top_level_ops",
+    "untraced_time",
+]
