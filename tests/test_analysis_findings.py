@@ -13,7 +13,9 @@ from .test_analysis_breakdown import T0, two_step_trace
 LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 
 
-def loader_trace(loader_us: float, *, launch_at: float | None = None, start_at: float | None = None) -> list[dict]:
+def loader_trace(
+    loader_us: float, *, launch_at: float | None = None, start_at: float | None = None
+) -> list[dict]:
     """Three 1000 us steps; each waits `loader_us` on the DataLoader, then launches one kernel (2 us after the
     loader, unless `launch_at`) that starts 5 us after the loader (unless `start_at`) and runs to the step's end."""
     ev: list[dict] = []

@@ -65,7 +65,7 @@ COLLECTIVE_SLOW_FACTOR = 10.0
 COLLECTIVE_SLOW_MIN_INSTANCES = 3  # ... among at least this many instances of that kind and size ...
 COLLECTIVE_SLOW_MIN_BYTES = 1 << 20  # ... of at least this size (smaller ones measure latency, not bandwidth)
 # CPU-only runs. python_overhead: the step runs no torch op for at least this share of it.
-PYTHON_OVERHEAD_MIN_PCT = 10.0
+PYTHON_OVERHEAD_MIN_PCT = 20.0
 # optimizer_bound: the optimizer takes at least this share of the step.
 OPTIMIZER_MIN_PCT = 25.0
 # many_small_ops: at least this many top-level ops per step shorter than SMALL_OP_NS, taking this share of it.
@@ -259,7 +259,9 @@ def _data_loader_stall(data: RankData, gaps: _Gaps | None, loader: iv.Intervals)
 def _loader_name(data: RankData) -> str:
     t = data.table
     names = t.names_matching(lambda n: DATALOADER_RE.search(n) is not None, key="loader_names")
-    used: list[int] | np.ndarray = np.unique(t.columns["name"][names[t.columns["name"]]]) if len(t.names) else []
+    used: list[int] | np.ndarray = (
+        np.unique(t.columns["name"][names[t.columns["name"]]]) if len(t.names) else []
+    )
     return t.names[int(used[0])] if len(used) else "DataLoader"
 
 
@@ -605,9 +607,11 @@ def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
     untraced = _host.untraced_time(data.table, data.lo, data.hi)
     price = _price_of(data, iv.length(untraced))
     regions = _host.regions_during(data.table, untraced)
-    inside = (
-        f", most of it inside `{regions[0][0]}` ({fmt_ns(regions[0][1] / steps)} per step)" if regions else ""
-    )
+    untraced_ns = iv.length(untraced)
+    if regions and regions[0][1] >= untraced_ns / 2:
+        inside = f", most of it inside `{regions[0][0]}` ({fmt_ns(regions[0][1] / steps)} per step)"
+    else:
+        inside = ", most of it outside any annotated region"
     found = _priced(
         "python_overhead",
         data.rank,
@@ -616,7 +620,7 @@ def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
         f"{fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) run no torch op at all (Python code, "
         f"sleeps, I/O, logging){inside}",
         "find that Python work with a sampling profiler (py-spy) and move it out of the step or vectorise it",
-        {"region": regions[0][0] if regions else None},
+        {"region": regions[0][0] if regions and regions[0][1] >= untraced_ns / 2 else None},
         min_pct=PYTHON_OVERHEAD_MIN_PCT,
     )
     if found is not None:
@@ -636,7 +640,9 @@ def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
         price,
         "time in the optimizer",
         f"The optimizer takes {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step){op_text}",
-        _PHASE_ACTIONS["optimizer"],
+        f"make `{ops[0].name}` cheaper or run it less often"
+        if ops and ops[0].ns >= opt_ns / 2 and "foreach" not in ops[0].name
+        else _PHASE_ACTIONS["optimizer"],
         {
             "top_op": ops[0].name if ops else None,
             "top_op_calls_per_step": ops[0].calls / steps if ops else None,

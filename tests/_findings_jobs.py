@@ -1,0 +1,131 @@
+"""The findings bench: small real CPU training jobs, each with one injected problem, profiled by stepscope.
+
+    python tests/_findings_jobs.py OUT_DIR JOB [JOB ...]
+
+writes one run folder per job under OUT_DIR/JOB. Jobs (and the finding each should lead with, asserted in
+tests/test_findings_bench.py):
+
+- healthy:         an MLP trained from pre-built batches; forward and backward hold the step (no HIGH finding)
+- loader_stall:    the DataLoader sleeps 0.25 ms per sample in the main process (data_loader_stall)
+- loader_fixed:    the same data with 8 loader workers (the fix; the diff test compares the two)
+- heavy_optimizer: an optimizer that takes an SVD of every weight matrix each step (optimizer_bound)
+- sync_python:     .item() on the loss plus 20 ms of pure-Python metrics each step (python_overhead)
+- tiny_ops:        a forward of thousands of elementwise ops on tiny tensors (many_small_ops)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+STEPS = 7  # wait 2, warmup 1, active 4
+SCHEDULE = {"wait": 2, "warmup": 1, "active": 4, "repeat": 1}
+
+
+class SlowSamples:
+    """A map-style dataset whose every sample costs `sleep_s` of I/O-like waiting."""
+
+    def __init__(self, n: int, features: int, sleep_s: float) -> None:
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, features, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+        self.sleep_s = sleep_s
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> Any:
+        time.sleep(self.sleep_s)
+        return self.x[i], self.y[i]
+
+
+def _mlp(width: int = 1024) -> Any:
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Linear(256, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)
+    )
+
+
+class SvdOptimizer:
+    """SGD that also takes the SVD of every weight matrix each step (a stand-in for a costly preconditioner)."""
+
+    def __init__(self, params: Any, lr: float = 0.01) -> None:
+        import torch
+
+        self.inner = torch.optim.SGD(params, lr=lr)
+
+    def step(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for group in self.inner.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None and p.dim() == 2:
+                        torch.linalg.svd(p.grad[:, :256], full_matrices=False)
+        self.inner.step()
+
+    def zero_grad(self) -> None:
+        self.inner.zero_grad(set_to_none=True)
+
+
+def run(job: str, out: Path) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    import stepscope
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = _mlp()
+    optimizer: Any = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches: Any
+    if job in ("loader_stall", "loader_fixed"):
+        data = SlowSamples(64 * (STEPS + 1), 256, 0.00025)
+        workers = 8 if job == "loader_fixed" else 0
+        batches = torch.utils.data.DataLoader(data, batch_size=64, num_workers=workers)
+    else:
+        g = torch.Generator().manual_seed(0)
+        batches = [(torch.randn(64, 256, generator=g), torch.randint(0, 10, (64,), generator=g))] * STEPS
+    if job == "heavy_optimizer":
+        optimizer = SvdOptimizer(model.parameters())
+    tiny = [torch.randn(4) for _ in range(8)]
+
+    monitor = stepscope.performance_monitor(model, out_dir=str(out), console=False, **SCHEDULE)
+    with monitor:
+        for _, (x, y) in zip(range(STEPS), batches, strict=False):
+            with monitor.region("forward"):
+                h = model(x)
+                if job == "tiny_ops":
+                    acc = tiny[0]
+                    for i in range(1500):
+                        acc = acc * tiny[i % 8] + 0.5
+                    h = h + acc.sum() * 0
+                loss = F.cross_entropy(h, y)
+            with monitor.region("backward"):
+                loss.backward()
+            with monitor.region("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad()
+            if job == "sync_python":
+                value = loss.item()
+                total = 0.0
+                deadline = time.perf_counter() + 0.02
+                while time.perf_counter() < deadline:
+                    total += value * 1e-9
+            monitor.step()
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0])
+    for job in argv[1:]:
+        run(job, out / job)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

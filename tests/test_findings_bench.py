@@ -1,0 +1,72 @@
+"""The findings bench (tests/findings_cases.py): every case leads with its expected finding and raises no HIGH
+finding it should not; the healthy job and the Qwen H100 trace's synchronize raise no HIGH at all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stepscope.analysis.analyze import AnalysisResult, analyze
+from stepscope.analysis.loader import load_trace
+
+from .findings_cases import CASES, Case, run_jobs
+
+
+@pytest.fixture(scope="module")
+def jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("findings_jobs")
+    run_jobs(out)
+    return out
+
+
+def analysis_of(case: Case, jobs_dir: Path) -> AnalysisResult:
+    return analyze(load_trace(case.path(jobs_dir)))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_each_case_leads_with_its_expected_finding(case: Case, jobs_dir: Path) -> None:
+    findings = analysis_of(case, jobs_dir).findings
+    assert findings, f"{case.name}: no finding"
+    top = findings[0]
+    assert top.id == case.top, [(f.id, f.severity, f.cost_ms_per_step) for f in findings]
+    unexpected = [f.id for f in findings if f.severity == "high" and f.id not in case.high]
+    assert unexpected == []
+    for f in findings:
+        # every priced finding says what it costs and how that was reached; info findings carry no price
+        if f.severity == "info":
+            assert f.cost_ms_per_step is None
+        else:
+            assert f.cost_ms_per_step is not None and f.cost_ms_per_step > 0 and f.pct_of_step is not None
+            assert "ms per step" in str(f.evidence["arithmetic"]) and f.action and f.action in f.message
+
+
+def test_priced_findings_come_in_order_of_time_at_stake(jobs_dir: Path) -> None:
+    for case in CASES:
+        costs = [
+            f.cost_ms_per_step for f in analysis_of(case, jobs_dir).findings if f.cost_ms_per_step is not None
+        ]
+        assert costs == sorted(costs, reverse=True), case.name
+
+
+def test_the_jobs_findings_name_what_is_responsible(jobs_dir: Path) -> None:
+    by_name = {c.name: c for c in CASES}
+    loader = analysis_of(by_name["loader_stall"], jobs_dir).findings[0]
+    assert "_SingleProcessDataLoaderIter" in loader.message and "num_workers" in loader.action
+    optimizer = analysis_of(by_name["heavy_optimizer"], jobs_dir).findings[0]
+    assert optimizer.evidence["top_op"] == "aten::_linalg_svd" and "_linalg_svd" in optimizer.action
+    python = analysis_of(by_name["sync_python"], jobs_dir).findings[0]
+    assert "outside any annotated region" in python.message
+    assert (python.cost_ms_per_step or 0) >= 15.0  # 20 ms of Python per step, less timer slack
+    small = analysis_of(by_name["tiny_ops"], jobs_dir).findings[0]
+    assert (small.evidence["small_ops_per_step"] or 0) >= 2500  # 3000 ops per step: a multiply and an add
+    healthy = analysis_of(by_name["healthy"], jobs_dir).findings
+    assert [f.id for f in healthy] == ["step_breakdown"]
+    assert "forward" in healthy[0].message and "backward" in healthy[0].message
+
+
+def test_the_qwen_synchronize_is_no_alarm() -> None:
+    (case,) = [c for c in CASES if c.name.endswith("/h100")]
+    result = analyze(load_trace(case.path(Path("."))))
+    assert [f.severity for f in result.findings if f.severity == "high"] == []
+    assert "sync_points" not in [f.id for f in result.findings]
