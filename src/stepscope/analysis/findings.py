@@ -157,8 +157,11 @@ def _priced(
 
 
 def _price_of(data: RankData, total_ns: int) -> _Price:
+    """`total_ns` over the window as a price per step; never more than the window (GPU work running past the
+    window's end costs the steps after it)."""
     steps = max(len(data.steps), 1)
-    return _Price(int(total_ns), steps, max(data.hi - data.lo, 0) / steps)
+    window = max(data.hi - data.lo, 0)
+    return _Price(int(min(total_ns, window)), steps, window / steps)
 
 
 @dataclass

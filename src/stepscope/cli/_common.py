@@ -21,6 +21,28 @@ def console():  # type: ignore[no-untyped-def]
     return make_console()
 
 
+def wide_option(fn):  # type: ignore[no-untyped-def]
+    """`--wide`: names in full in the tables (they are shortened to fit the terminal otherwise)."""
+    import click
+
+    return click.option(
+        "--wide", is_flag=True, help="Print names in full (tables may then be wider than the terminal)."
+    )(fn)
+
+
+def print_notes(notes: Any) -> None:
+    """Notes and notices go to stderr, one line each, so that stdout holds only the answer."""
+    for note in notes:
+        sys.stderr.write(f"stepscope: note: {plain_text(note)}\n")
+    sys.stderr.flush()
+
+
+def plain_text(value: Any) -> str:
+    from stepscope.report.terminal import plain
+
+    return plain(value)
+
+
 def step_option(fn):  # type: ignore[no-untyped-def]
     """`--step S`: for a run folder, analyze the window ending at step S (default: each rank's latest)."""
     import click

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stepscope.cli._common import comm_pattern_option, step_option
+from stepscope.cli._common import comm_pattern_option, step_option, wide_option
 
 
 @click.command(name="analyze")
@@ -22,6 +22,7 @@ from stepscope.cli._common import comm_pattern_option, step_option
     "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
 )
 @comm_pattern_option
+@wide_option
 def command(
     path: Path,
     step: int | None,
@@ -29,6 +30,7 @@ def command(
     drop_last_step: bool,
     top: int,
     comm_patterns: tuple[str, ...],
+    wide: bool,
 ) -> None:
     """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder).
 
@@ -65,7 +67,11 @@ def command(
 
         print_json(result)
         return
-    from stepscope.cli._common import console
+    from stepscope.cli._common import console, print_notes
     from stepscope.report.analysis import AnalysisReport
 
-    console().print(AnalysisReport(result))
+    print_notes(result.notices)
+    print_notes(f"rank {r.rank}: {note}" for r in result.ranks for note in r.notes)
+    if result.run is not None:
+        print_notes(result.run.notes)
+    console().print(AnalysisReport(result, wide=wide))

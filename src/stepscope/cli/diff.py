@@ -1,38 +1,97 @@
-"""`stepscope diff BASE TEST`: what changed between two runs or traces."""
+"""`stepscope diff BASE TEST`: what changed between two runs or traces, with CI gates (`--fail-on`)."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from stepscope.cli._common import print_json
+from stepscope.cli._common import comm_pattern_option, print_json, step_option, wide_option
+
+EXIT_GATE_BREACHED = 3
 
 
 @click.command(name="diff")
 @click.argument("base", type=click.Path(path_type=str, readable=False))
 @click.argument("test", type=click.Path(path_type=str, readable=False))
+@step_option
 @click.option("--top", type=int, default=10, show_default=True, help="Rows per table.")
 @click.option(
     "--factor",
     type=float,
     default=5.0,
     show_default=True,
-    help="Flag kernels and ops whose mean duration changed by this factor or more.",
+    help="Flag kernels and ops whose mean duration changed by this factor or more (and by the noise floor).",
 )
-@click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.diff/1").')
-def command(base: str, test: str, top: int, factor: float, as_json: bool) -> None:
-    """Compare BASE and TEST (each a trace, a folder of traces or a run folder)."""
-    from stepscope.analysis.diff import diff_tables
-    from stepscope.cli._common import load_traces
+@click.option(
+    "--fail-on",
+    "fail_on",
+    multiple=True,
+    metavar="GATE",
+    help="Exit 3 when TEST breaches GATE, e.g. 'step_time>+5%', 'data_loader>+2ms', 'gpu_idle>+10%', "
+    "'new_high>0' (repeatable; metrics: step_time, data_loader, forward, backward, optimizer, communication, "
+    "gpu_idle, other, new_high).",
+)
+@comm_pattern_option
+@wide_option
+@click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.diff/2").')
+def command(
+    base: str,
+    test: str,
+    step: int | None,
+    top: int,
+    factor: float,
+    fail_on: tuple[str, ...],
+    comm_patterns: tuple[str, ...],
+    wide: bool,
+    as_json: bool,
+) -> int:
+    """Compare BASE and TEST (each a trace, a folder of traces or a run folder): the step and its phases per
+    step, findings that appeared or disappeared, kernels and ops. `--step` picks the window of run folders."""
+    from stepscope.analysis.diff import diff_tables, evaluate_gates, parse_gate
+    from stepscope.cli._common import comm_patterns as resolve_patterns
+    from stepscope.cli._common import load_traces, print_notes
 
     if factor <= 1:
         raise click.BadParameter("must be greater than 1", param_hint="--factor")
-    result = diff_tables(load_traces(base), load_traces(test), base_path=base, test_path=test, factor=factor)
+    for gate in fail_on:
+        try:
+            parse_gate(gate)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--fail-on") from None
+    patterns = resolve_patterns(test, comm_patterns)
+    result = diff_tables(
+        load_traces(base, step=step),
+        load_traces(test, step=step),
+        base_path=base,
+        test_path=test,
+        factor=factor,
+        comm_patterns=patterns,
+    )
+    result.gates = evaluate_gates(result, fail_on)
     if as_json:
         print_json(result)
-        return
-    from stepscope.report.diff import DiffReport
-    from stepscope.report.terminal import make_console
+    else:
+        from stepscope.report.diff import DiffReport
+        from stepscope.report.terminal import make_console
 
-    for notice in result.notices:
-        click.echo(f"stepscope: note: {notice}", err=True)
-    make_console().print(DiffReport(result, top=top))
+        print_notes(result.notices)
+        make_console().print(DiffReport(result, top=top, wide=wide))
+    breached = [g for g in result.gates if g.breached]
+    for g in result.gates:
+        if g.base is None or g.test is None:
+            print_notes([f"--fail-on {g.expression}: the runs do not both show {g.metric}; not checked"])
+    for g in breached:
+        sys.stderr.write(f"stepscope: --fail-on {g.expression} breached: {_gate_text(g)}\n")
+    return EXIT_GATE_BREACHED if breached else 0
+
+
+def _gate_text(g: object) -> str:
+    from stepscope.analysis.diff import Gate
+    from stepscope.units import fmt_ms
+
+    assert isinstance(g, Gate)
+    if g.metric == "new_high":
+        return f"{g.test:.0f} new HIGH finding(s)"
+    change = f" ({g.change_pct:+.1f}%)" if g.change_pct is not None else ""
+    return f"{g.metric} {fmt_ms(g.base)} -> {fmt_ms(g.test)} per step{change}"

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import click
 
-from stepscope.cli._common import print_json, step_option
+from stepscope.cli._common import print_json, step_option, wide_option
 
 
 @click.command(name="summary")
 @step_option
+@wide_option
 @click.argument("path", type=click.Path(path_type=str, readable=False))
 @click.option("--top", "top", type=int, default=10, show_default=True, help="Rows per table (0: all).")
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.summary/1").'
 )
-def command(path: str, step: int | None, top: int, as_json: bool) -> None:
+def command(path: str, step: int | None, top: int, as_json: bool, wide: bool) -> None:
     """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
     from stepscope.analysis.summary import summarize
     from stepscope.cli._common import load_traces
@@ -23,9 +24,9 @@ def command(path: str, step: int | None, top: int, as_json: bool) -> None:
     if as_json:
         print_json(summary)
         return
+    from stepscope.cli._common import print_notes
     from stepscope.report.summary import SummaryReport
     from stepscope.report.terminal import make_console
 
-    for notice in summary.notices:
-        click.echo(f"stepscope: note: {notice}", err=True)
-    make_console().print(SummaryReport(summary))
+    print_notes(summary.notices)
+    make_console().print(SummaryReport(summary, wide=wide))

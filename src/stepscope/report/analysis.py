@@ -10,7 +10,7 @@ from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.run import RunFacts
-from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain, shorten
+from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -19,20 +19,20 @@ class AnalysisReport:
     """Per-rank breakdowns, then the collectives and the cross-rank view, then the findings (a rich
     renderable)."""
 
-    def __init__(self, result: AnalysisResult) -> None:
+    def __init__(self, result: AnalysisResult, *, wide: bool = False) -> None:
         self.result = result
+        self.wide = wide
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield from _analysis_parts(self.result)
+        yield from _analysis_parts(self.result, self.wide)
 
 
-def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
+def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableType]:
+    """Everything but the notes, which the CLI prints on stderr."""
     if result.run is not None:
         yield from _run_parts(result.run)
-    for notice in result.notices:
-        yield f"[dim]note: {markup_safe(notice)}[/dim]"
     for rank in result.ranks:
-        yield from _rank_parts(rank)
+        yield from _rank_parts(rank, wide)
     collectives = [c for r in result.ranks for c in r.collectives]
     if collectives:
         grouped = any(c.group for c in collectives)
@@ -81,7 +81,7 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
         ]
         yield make_table(
             "Ranks",
-            ("rank", "steps", "mean step", "comm / step", "waiting / step", "arrived last"),
+            ("rank", "steps", "mean\nstep", "comm /\nstep", "waiting\n/ step", "arrived\nlast"),
             rank_rows,
         )
         a = s.alignment
@@ -127,7 +127,7 @@ def _analysis_parts(result: AnalysisResult) -> Iterator[RenderableType]:
         yield f"        [dim]{markup_safe(evidence)}[/dim]"
 
 
-def _rank_parts(r: RankAnalysis) -> Iterator[RenderableType]:
+def _rank_parts(r: RankAnalysis, wide: bool) -> Iterator[RenderableType]:
     w = r.window
     dropped = ", last step dropped" if w.dropped_last_step else ""
     steps = (
@@ -189,15 +189,13 @@ def _rank_parts(r: RankAnalysis) -> Iterator[RenderableType]:
         yield (
             make_table(
                 "Idle time per stream",
-                ("device:stream", "events", "busy", "idle", "host wait", "kernel wait", "other"),
+                ("device:\nstream", "events", "busy", "idle", "host\nwait", "kernel\nwait", "other"),
                 rows,
             )
         )
     if r.top_kernels:
-        rows = [
-            (shorten(k.name, 70), str(k.count), fmt_us(k.total_us), fmt_pct(k.pct)) for k in r.top_kernels
-        ]
-        yield make_table("Top GPU kernels", ("name", "count", "total", "%"), rows)
+        rows = [(k.name, str(k.count), fmt_us(k.total_us), fmt_pct(k.pct)) for k in r.top_kernels]
+        yield make_table("Top GPU kernels", ("name", "count", "total", "% GPU\ntime"), rows, wide=wide)
     if r.steps:
         rows = [
             (
@@ -212,10 +210,8 @@ def _rank_parts(r: RankAnalysis) -> Iterator[RenderableType]:
             )
             for s in r.steps
         ]
-        columns = ("step", "time", "GPU busy", "data loader", "forward", "backward", "optimizer", "comm")
+        columns = ("step", "time", "GPU\nbusy", "data\nloader", "forward", "backward", "optimizer", "comm")
         yield make_table("Steps", columns, rows)
-    for note in r.notes:
-        yield f"[dim]note: {markup_safe(note)}[/dim]"
     yield Text("")
 
 
@@ -239,7 +235,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             )
             for t in run.step_times
         ]
-        columns = ("rank", "steps", "median", "p90", "in windows", "trend")
+        columns = ("rank", "steps", "median", "p90", "in\nwindows", "trend")
         yield make_table("Step time over the whole run (steps outside the windows)", columns, rows)
         for t in run.step_times:
             slowest = ", ".join(f"{s.step} ({_ms(s.wall_ms)}, {s.phase})" for s in t.slowest[:3])
@@ -286,6 +282,4 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             f"{sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max, peak RSS "
             f"{fmt_bytes(sy.peak_rss_bytes)}{gpus}"
         )
-    for note in run.notes:
-        yield Text(f"note: {plain(note)}", style="dim")
     yield Text("")

@@ -8,30 +8,24 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.summary import RankSummary, Summary
-from stepscope.report.terminal import fmt_pct, fmt_us, kernel_label, make_table, plain, shorten
-
-# Room the number columns of each table take; the name column gets the rest of the console width.
-OPS_NUMBERS_WIDTH = 60
-KERNELS_NUMBERS_WIDTH = 50
-MIN_NAME_WIDTH = 16
+from stepscope.report.terminal import fmt_pct, fmt_us, make_table, plain
 
 
 class SummaryReport:
     """Per rank: the top CPU ops by self time, then the top GPU kernels by total time."""
 
-    def __init__(self, summary: Summary) -> None:
+    def __init__(self, summary: Summary, *, wide: bool = False) -> None:
         self.summary = summary
+        self.wide = wide
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         for i, rank in enumerate(self.summary.ranks):
             if i:
                 yield Text("")
-            yield from _rank(rank, options.max_width)
+            yield from _rank(rank, self.wide)
 
 
-def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
-    op_width = max(MIN_NAME_WIDTH, width - OPS_NUMBERS_WIDTH)
-    kernel_width = max(MIN_NAME_WIDTH, width - KERNELS_NUMBERS_WIDTH)
+def _rank(r: RankSummary, wide: bool) -> Iterator[RenderableType]:
     yield Text(f"rank {r.rank}  {plain(r.source)}", style="bold")
     yield Text(
         f"CPU ops self time {fmt_us(r.cpu_self_us)} · kernels {fmt_us(r.kernel_us)} · "
@@ -43,7 +37,7 @@ def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
             ["Op", "Calls", "Self", "Self %", "Self mean", "Total (incl.)"],
             (
                 [
-                    shorten(o.name, op_width),
+                    o.name,
                     o.count,
                     fmt_us(o.self_us),
                     fmt_pct(o.self_pct),
@@ -52,6 +46,7 @@ def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
                 ]
                 for o in r.ops
             ),
+            wide=wide,
         )
     else:
         yield Text("no CPU ops in this trace")
@@ -61,7 +56,7 @@ def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
             ["Kernel", "Count", "Total", "Mean", "% kernel time"],
             (
                 [
-                    kernel_label(k.name, kernel_width),
+                    k.name,
                     k.count,
                     fmt_us(k.total_us),
                     fmt_us(k.mean_us),
@@ -69,6 +64,7 @@ def _rank(r: RankSummary, width: int) -> Iterator[RenderableType]:
                 ]
                 for k in r.kernels
             ),
+            wide=wide,
         )
     else:
         yield Text("no GPU kernels in this trace")

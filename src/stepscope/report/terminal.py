@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+from stepscope.units import distinct_labels, fmt_bytes, fmt_ms, fmt_ns, fmt_pct, fmt_us, short_name
 
 # C0 and C1 control characters and DEL, shown as visible escapes: a name from a trace never drives the terminal.
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
@@ -29,75 +31,111 @@ def make_console(file: IO[str] | None = None, width: int | None = None) -> Conso
     return Console(file=file, width=width, highlight=False, soft_wrap=False)
 
 
+class FitTable:
+    """A table that fits the console: the number columns (from index `numeric_from` on) keep their full width and
+    the name columns before them share what is left, their cells shortened by `distinct_labels` (never two
+    different names alike). With `wide` (or a console wide enough) names print in full."""
+
+    def __init__(
+        self,
+        title: str | None,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+        *,
+        numeric_from: int = 1,
+        wide: bool = False,
+    ) -> None:
+        self.title = title
+        self.columns = list(columns)
+        self.rows = [[plain(cell) for cell in row] for row in rows]
+        self.numeric_from = numeric_from
+        self.wide = wide
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+    def table(self, width: int) -> Table:
+        n = len(self.columns)
+        natural = [
+            max([_cell_width(self.columns[i])] + [len(r[i]) for r in self.rows if i < len(r)])
+            for i in range(n)
+        ]
+        rows = [list(r) for r in self.rows]
+        names = list(range(min(self.numeric_from, n)))
+        fixed = sum(natural[i] for i in range(n) if i not in names) + 3 * (n - 1)
+        room = width - fixed
+        if not self.wide and names and sum(natural[i] for i in names) > room:
+            # the name columns share the room left, each at least MIN_NAME_WIDTH, in proportion to their need
+            need = sum(natural[i] for i in names)
+            for i in names:
+                fit = max(MIN_NAME_WIDTH, room * natural[i] // need, _cell_width(self.columns[i]))
+                labels = distinct_labels([r[i] if i < len(r) else "" for r in rows], fit)
+                for r, label in zip(rows, labels, strict=True):
+                    if i < len(r):
+                        r[i] = label
+                natural[i] = max([_cell_width(self.columns[i])] + [len(label) for label in labels])
+        table = Table(
+            title=self.title,
+            title_justify="left",
+            header_style="bold",
+            show_edge=False,
+            pad_edge=False,
+            expand=False,
+        )
+        for i, column in enumerate(self.columns):
+            table.add_column(
+                column,
+                justify="left" if i < self.numeric_from else "right",
+                no_wrap=True,
+                min_width=natural[i],
+                max_width=natural[i],
+                overflow="fold",
+            )
+        for row in rows:
+            # Cells are text, never markup: a name like "loss[/]" or "[bold]x" prints as written.
+            table.add_row(*(Text(cell) for cell in row))
+        return table
+
+
 def make_table(
-    title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, numeric_from: int = 1
-) -> Table:
-    """A rich table; columns from index `numeric_from` on are right-aligned."""
-    table = Table(title=title, title_justify="left", header_style="bold", show_edge=False, pad_edge=False)
-    for i, column in enumerate(columns):
-        if i < numeric_from:
-            table.add_column(column, justify="left", overflow="ellipsis", no_wrap=True, max_width=70)
-        else:
-            table.add_column(column, justify="right", no_wrap=True)
-    for row in rows:
-        # Cells are text, never markup: a name like "loss[/]" or "[bold]x" prints as written.
-        table.add_row(*(Text(plain(cell)) for cell in row))
-    return table
+    title: str | None,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    numeric_from: int = 1,
+    wide: bool = False,
+) -> FitTable:
+    """A table that fits the console (see FitTable); columns from index `numeric_from` on are right-aligned."""
+    return FitTable(title, columns, rows, numeric_from=numeric_from, wide=wide)
 
 
-def fmt_us(us: float | None) -> str:
-    """Microseconds as a short human duration: 812 us, 3.41 ms, 2.05 s."""
-    if us is None:
-        return "-"
-    a = abs(us)
-    if a >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if a >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} us" if a < 100 else f"{us:.0f} us"
+def _cell_width(text: str) -> int:
+    return max((len(line) for line in text.split("\n")), default=0)
 
 
-def fmt_ns(ns: float | None) -> str:
-    return "-" if ns is None else fmt_us(ns / 1000.0)
-
-
-def fmt_pct(pct: float | None) -> str:
-    return "-" if pct is None else f"{pct:.1f}%"
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{value:.2f} TiB"
+MIN_NAME_WIDTH = 12
 
 
 def shorten(name: str, width: int = 80) -> str:
-    """Keep long kernel names readable: cut the middle, keep both ends."""
-    if len(name) <= width:
-        return name
-    keep = (width - 3) // 2
-    return name[:keep] + "..." + name[-(width - 3 - keep) :]
+    """A name in at most `width` characters (stepscope.units.short_name)."""
+    return short_name(name, width)
 
 
-def kernel_label(name: str, width: int) -> str:
-    """A kernel name that fits `width`: when too long, drop the leading `void ` and the parameter list
-    (the template arguments say more), then cut after the first two thirds."""
-    if len(name) <= width:
-        return name
-    short = name.removeprefix("void ")
-    if short.endswith(")"):
-        depth = 0
-        for i in range(len(short) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(short[i], 0)
-            if depth == 0:
-                short = short[:i] if i > 0 else short
-                break
-    if len(short) <= width:
-        return short
-    head = (width - 3) * 2 // 3  # the start (namespace, kernel, first template argument) says the most
-    return short[:head] + "..." + short[len(short) - (width - 3 - head) :]
+kernel_label = shorten
+
+__all__ = [
+    "FitTable",
+    "distinct_labels",
+    "fmt_bytes",
+    "fmt_ms",
+    "fmt_ns",
+    "fmt_pct",
+    "fmt_us",
+    "kernel_label",
+    "make_console",
+    "make_table",
+    "markup_safe",
+    "plain",
+    "short_name",
+    "shorten",
+]
