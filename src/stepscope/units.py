@@ -1,6 +1,6 @@
 """The one place numbers and names become text, for the CLI's tables, the findings' messages and the report.
 
-Times: `fmt_us` picks us / ms / s (812 us, 3.41 ms, 2.05 s); bytes: B / KiB / MiB / GiB / TiB; percentages: one
+Times: `fmt_us` picks us / ms / s with three significant digits (812 us, 3.41 ms, 60.7 ms, 2.05 s); bytes: B / KiB / MiB / GiB / TiB; percentages: one
 decimal. Names too long for a column are shortened by `short_name` (documented in docs/cli.md, "Names"), and a
 column's labels are made distinct by `distinct_labels`. Imports nothing heavy: analysis uses it too.
 """
@@ -13,15 +13,29 @@ ELLIPSIS = "…"
 
 
 def fmt_us(us: float | None) -> str:
-    """Microseconds as a short human duration: 12.3 us, 812 us, 3.41 ms, 2.05 s."""
+    """Microseconds as a short human duration with three significant digits: 12.3 us, 812 us, 3.41 ms,
+    60.7 ms, 2.05 s (0 is "0 us")."""
     if us is None:
         return "-"
+    if us == 0:
+        return "0 us"
     a = abs(us)
-    if a >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if a >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} us" if a < 100 else f"{us:.0f} us"
+    k = 0 if a < 1e3 else 1 if a < 1e6 else 2
+    while True:
+        unit, scale = _TIME_UNITS[k]
+        text = _three_digits(us / scale)
+        if abs(float(text)) >= 1000 and k < len(_TIME_UNITS) - 1:
+            k += 1  # 999.96 us is 1.00 ms
+            continue
+        return f"{text} {unit}"
+
+
+_TIME_UNITS = (("us", 1.0), ("ms", 1e3), ("s", 1e6))
+
+
+def _three_digits(v: float) -> str:
+    a = abs(v)
+    return f"{v:.2f}" if a < 9.995 else f"{v:.1f}" if a < 99.95 else f"{v:.0f}"
 
 
 def fmt_ns(ns: float | None) -> str:
@@ -121,18 +135,37 @@ def distinct_labels(names: Sequence[str], width: int) -> list[str]:
     for idx in groups.values():
         if len({names[i] for i in idx}) < 2:
             continue
+        reduced = {i: _reduced(names[i]) for i in idx}
+        use = (
+            reduced
+            if len(set(reduced.values())) == len({names[i] for i in idx})
+            else {i: names[i] for i in idx}
+        )
         for i in idx:
-            others = [names[j] for j in idx if names[j] != names[i]]
-            labels[i] = _around_difference(names[i], others, width)
-    seen: dict[str, str] = {}
-    counts: dict[str, int] = {}
+            others = [use[j] for j in idx if names[j] != names[i]]
+            labels[i] = _around_difference(use[i], others, width)
+    # what still collides (names that differ in several places) gets ~2, ~3, ... in order
+    owner: dict[str, str] = {}
     for i, label in enumerate(labels):
-        owner = seen.setdefault(label, names[i])
-        if owner != names[i]:
-            counts[label] = counts.get(label, 1) + 1
-            suffix = f"~{counts[label]}"
-            labels[i] = short_name(names[i], width - len(suffix))[: width - len(suffix)] + suffix
+        if owner.setdefault(label, names[i]) == names[i]:
+            continue
+        k = 2
+        while True:
+            suffix = f"~{k}"
+            candidate = (
+                label if len(label) + len(suffix) <= width else label[: width - len(suffix)]
+            ) + suffix
+            if owner.setdefault(candidate, names[i]) == names[i]:
+                labels[i] = candidate
+                break
+            k += 1
     return labels
+
+
+def _reduced(name: str) -> str:
+    """A C++ signature without its return type and parameter list."""
+    p = _param_list_start(name)
+    return _drop_return_type(name[:p]) if p is not None else name
 
 
 def _around_difference(name: str, others: list[str], width: int) -> str:

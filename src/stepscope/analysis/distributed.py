@@ -45,7 +45,7 @@ MATCH_MAX_SPREAD_MS = 5.0
 MATCH_MAX_SPREAD_SHARE = 0.5
 # Point-to-point kinds pair a rank with one peer, not a group: they are not matched across the group.
 P2P_KINDS = frozenset({"send", "recv", "send_recv"})
-STRAGGLER_MIN_PCT = 5.0  # delay per step, % of the mean step time ...
+STRAGGLER_MIN_PCT = 10.0  # delay per step, % of the mean step time ...
 STRAGGLER_MIN_DELAY_MS = 1.0  # ... and at least this (less is the jitter of process scheduling)
 STRAGGLER_MIN_LAST_SHARE = 0.6  # of the matched steps in which it arrives last
 CAUSE_MIN_SHARE = 0.5  # a cause explains at least this share of the delay

@@ -19,7 +19,7 @@ from typing import Any
 
 from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window
 from stepscope.capture.schedule import Phase
-from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table, shorten
+from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
 
@@ -253,13 +253,13 @@ def print_top_ops(averages: Any, sort_key: str, top_n: int, title: str) -> None:
     rows_src = sorted(ops, key=lambda e: getattr(e, sort_key, 0), reverse=True)[:top_n]
     total_self = sum(getattr(e, sort_key, 0) for e in ops) or 1
     by_device = sort_key.startswith("self_device")
-    columns = ["op", "calls", "self CPU", "CPU total"]
+    columns = ["op", "calls", "self\nCPU", "CPU\ntotal"]
     if by_device:
-        columns += ["self device", "device total"]
-    columns.append("% self")
+        columns += ["self\ndevice", "device\ntotal"]
+    columns.append("%\nself")
     rows = []
     for e in rows_src:
-        row = [shorten(e.key, 60), e.count, fmt_us(e.self_cpu_time_total), fmt_us(e.cpu_time_total)]
+        row = [e.key, e.count, fmt_us(e.self_cpu_time_total), fmt_us(e.cpu_time_total)]
         if by_device:
             row += [fmt_us(e.self_device_time_total), fmt_us(e.device_time_total)]
         row.append(f"{100.0 * getattr(e, sort_key, 0) / total_self:.1f}%")

@@ -17,8 +17,11 @@ def print_json(document: Any) -> None:
     sys.stdout.flush()
 
 
-def console():  # type: ignore[no-untyped-def]
-    return make_console()
+WIDE_CONSOLE = 4096  # --wide: tables as wide as their longest name; free text still wraps at this width
+
+
+def console(wide: bool = False):  # type: ignore[no-untyped-def]
+    return make_console(width=WIDE_CONSOLE) if wide else make_console()
 
 
 def wide_option(fn):  # type: ignore[no-untyped-def]

@@ -74,4 +74,4 @@ def command(
     print_notes(f"rank {r.rank}: {note}" for r in result.ranks for note in r.notes)
     if result.run is not None:
         print_notes(result.run.notes)
-    console().print(AnalysisReport(result, wide=wide))
+    console(wide).print(AnalysisReport(result, wide=wide))

@@ -72,11 +72,11 @@ def command(
     if as_json:
         print_json(result)
     else:
+        from stepscope.cli._common import console
         from stepscope.report.diff import DiffReport
-        from stepscope.report.terminal import make_console
 
         print_notes(result.notices)
-        make_console().print(DiffReport(result, top=top, wide=wide))
+        console(wide).print(DiffReport(result, top=top, wide=wide))
     breached = [g for g in result.gates if g.breached]
     for g in result.gates:
         if g.base is None or g.test is None:

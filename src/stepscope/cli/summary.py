@@ -24,9 +24,8 @@ def command(path: str, step: int | None, top: int, as_json: bool, wide: bool) ->
     if as_json:
         print_json(summary)
         return
-    from stepscope.cli._common import print_notes
+    from stepscope.cli._common import console, print_notes
     from stepscope.report.summary import SummaryReport
-    from stepscope.report.terminal import make_console
 
     print_notes(summary.notices)
-    make_console().print(SummaryReport(summary, wide=wide))
+    console(wide).print(SummaryReport(summary, wide=wide))

@@ -75,7 +75,10 @@ class DiffReport:
             yield make_table(
                 "Kernels launched a different number of times (new, gone or recounted)",
                 ["kernel", "base", "test", "change"],
-                [[x.name, str(x.base_count), str(x.test_count), f"{x.delta_count:+d}"] for x in recounted[: self.top]],
+                [
+                    [x.name, str(x.base_count), str(x.test_count), f"{x.delta_count:+d}"]
+                    for x in recounted[: self.top]
+                ],
                 wide=self.wide,
             )
         yield from _changes("Kernels", d.kernels, self.top, self.wide)
@@ -96,10 +99,14 @@ def _phases(d: Diff) -> RenderableType:
                 fmt_ms(p.test_ms),
                 change,
                 pct,
-                "" if p.significant else "~",
+                "" if p.significant else "~",  # under the noise floor
             ]
         )
-    return make_table("Per step (mean over ranks and steps)", ["", "base", "test", "change", "%", ""], rows)
+    return make_table(
+        "Per step (mean over ranks and steps; ~: under the noise floor)",
+        ["phase", "base", "test", "change", "%", "noise"],
+        rows,
+    )
 
 
 def _findings(d: Diff) -> Iterator[RenderableType]:

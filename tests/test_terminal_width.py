@@ -1,0 +1,155 @@
+"""Terminal output survives a log file: `summary`, `analyze` and `diff` of real traces at COLUMNS=80 keep every
+column, print no line wider than 80, never print two different names alike, and never read trace strings as
+markup."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from stepscope.cli import main
+from stepscope.units import distinct_labels, fmt_us, short_name
+
+from ._traces import SHARED_TRACES, cpu, launched, step, trace, write
+
+TRACES = ["hta_trace_filter", "tracelens_qwen1.5_h100_mi300/h100", "kineto_resnet50_num_workers_4"]
+DIFFS = [
+    ("tracelens_qwen1.5_h100_mi300/h100", "tracelens_qwen1.5_h100_mi300/mi300"),
+    ("hta_trace_compare/base", "hta_trace_compare/test"),
+]
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(args) == 0
+    return capsys.readouterr().out
+
+
+def tables(out: str) -> list[tuple[list[str], list[list[str]]]]:
+    """(header cells, rows of cells) of every table in `out` (rich tables without edges)."""
+    lines = out.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if "╇" not in line:
+            continue
+        head = []
+        k = i - 1
+        while k >= 0 and "┃" in lines[k]:
+            head.insert(0, lines[k])
+            k -= 1
+        columns = [" ".join(parts).strip() for parts in zip(*(h.split("┃") for h in head), strict=True)]
+        rows = []
+        k = i + 1
+        while k < len(lines) and "│" in lines[k]:
+            rows.append([c.strip() for c in lines[k].split("│")])
+            k += 1
+        found.append((columns, rows))
+    return found
+
+
+def check(out: str) -> None:
+    wide = [line for line in out.splitlines() if len(line) > 80]
+    assert wide == [], wide[:3]
+    found = tables(out)
+    assert found
+    for columns, rows in found:
+        assert all(c for c in columns[1:]), columns  # every header kept
+        for row in rows:
+            assert len(row) == len(columns), (columns, row)  # no column dropped
+            assert all("…" not in cell for cell in row[1:]), row  # numbers never cut
+        names = [r[0] for r in rows]
+        if columns[0].lower() in ("op", "kernel", "name"):
+            assert len(names) == len(set(names)), names  # no two names alike
+
+
+@pytest.fixture(autouse=True)
+def eighty_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("relative", TRACES)
+def test_summary_and_analyze_fit_80_columns(relative: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = SHARED_TRACES / relative
+    if not path.exists():
+        pytest.skip("../shared/traces not available")
+    check(run(["summary", str(path)], capsys))
+    check(run(["analyze", str(path)], capsys))
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize(("base", "test"), DIFFS)
+def test_diff_fits_80_columns(base: str, test: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if not (SHARED_TRACES / base).exists():
+        pytest.skip("../shared/traces not available")
+    check(run(["diff", str(SHARED_TRACES / base), str(SHARED_TRACES / test)], capsys))
+
+
+@pytest.mark.shared
+def test_kernels_that_cut_alike_print_differently(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN the DLRM trace, whose split_embedding kernels differ only deep inside their template arguments
+    path = SHARED_TRACES / "hta_trace_filter"
+    if not path.exists():
+        pytest.skip("../shared/traces not available")
+    doc = json.loads(run(["summary", str(path), "--top", "0", "--json"], capsys))
+    names = [k["name"] for r in doc["ranks"] for k in r["kernels"]]
+    out = run(["summary", str(path), "--top", "0"], capsys)
+    check(out)
+    for columns, rows in tables(out):
+        if columns[0] == "Kernel":
+            assert len({r[0] for r in rows}) == len(rows)
+    # ... and --wide prints them in full
+    wide = run(["summary", str(path), "--top", "0", "--wide"], capsys)
+    assert all(name in wide for name in names)
+
+
+def test_short_names_drop_return_type_then_parameters_then_cut_the_middle() -> None:
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, at::detail::Array<char*, 3> >(int, at::native::AddFunctor<float>, at::detail::Array<char*, 3>)"
+    assert short_name(name, 175) == name
+    assert short_name(name, 172) == name.removeprefix("void ")
+    assert short_name(name, 110) == (
+        "at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, at::detail::Array<char*, 3> >"
+    )
+    cut = short_name(name, 60)
+    assert len(cut) == 60 and cut.startswith("at::native::vectorized_elementwise_k")
+    assert cut.endswith("Array<char*, 3> >") and "…" in cut
+    # two kernels differing in the middle of the template arguments stay distinct
+    a = "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align1_aaaaaaaaaaaa_end>"
+    b = "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_32x6_nt_align1_aaaaaaaaaaaa_end>"
+    la, lb = distinct_labels([a, b], 40)
+    assert la != lb and len(la) <= 40 and len(lb) <= 40
+
+
+def test_one_time_format() -> None:
+    assert [fmt_us(v) for v in (0, 12.34, 812.4, 999.96, 3414, 60712, 2_050_000, -607_312)] == [
+        "0 us",
+        "12.3 us",
+        "812 us",
+        "1.00 ms",
+        "3.41 ms",
+        "60.7 ms",
+        "2.05 s",
+        "-607 ms",
+    ]
+
+
+def test_trace_strings_are_never_markup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN an op, a region and a kernel whose names look like rich markup
+    t0 = 1000
+    ev = [
+        step(1, t0, 1000),
+        cpu("[bold]fwd[/bold]", t0 + 10, 900, cat="user_annotation"),
+        cpu("[param|cuda]", t0 + 20, 800),
+        cpu("aten::mm", t0 + 30, 100),
+        *launched("[red]kern[/red]", t0 + 40, t0 + 50, 100, 1),
+    ]
+    path = write(tmp_path / "markup.json", trace(ev))
+    for command in (["summary"], ["analyze"]):
+        out = run([*command, str(path)], capsys)
+        assert "[param|cuda]" in out and "[red]kern[/red]" in out
+    assert "[bold]fwd[/bold]" in run(["summary", str(path)], capsys)
+    other = write(tmp_path / "other.json", trace([*ev, cpu("[/]oops[/]", t0 + 200, 500)]))
+    out = run(["diff", str(path), str(other)], capsys)
+    assert "[/]oops[/]" in re.sub(r"\s+", "", out) or "[/]oops[/]" in out
