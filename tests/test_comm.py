@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 import warnings
 from pathlib import Path
 
@@ -108,6 +110,16 @@ def test_without_a_process_group_the_log_says_so(tmp_path: Path) -> None:
     assert json.loads((run_dir / "comm/rank0_step1_comm_mode_log.json").read_text())["fqn"] == "Global"
     counts = json.loads((run_dir / "comm/rank0_step1.json").read_text())
     assert counts["totals"] == {} and counts["distributed"] is False
+    # every artifact, torch's own dump and the trace included, follows the umask (teammates can read them)
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {
+        p.relative_to(run_dir).as_posix(): stat.S_IMODE(p.stat().st_mode)
+        for p in run_dir.rglob("*")
+        if p.is_file()
+    }
+    assert any(name.startswith("traces/") for name in modes)
+    assert {name: mode for name, mode in modes.items() if mode != 0o666 & ~umask} == {}
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines if "tflops" in m] == [3, 4]  # 0 counted, 1 logged, 2 traced
     assert "flops" in lines[0] and lines[1]["collectives"] == 0

@@ -44,5 +44,9 @@ def temp_path_beside(path: str | Path) -> Path:
     fd, tmp = tempfile.mkstemp(
         prefix=f".{path.name}.", suffix=".tmp" + "".join(path.suffixes), dir=path.parent
     )
-    os.close(fd)
+    try:
+        # writers that reopen the path keep its mode: give it the published one now (mkstemp's is 0600)
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
     return Path(tmp)
