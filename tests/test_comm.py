@@ -98,6 +98,8 @@ def test_without_a_process_group_the_log_says_so(tmp_path: Path) -> None:
         monitor.close()
     messages = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
     assert not [m for m in messages if "switched off" in m]
+    # the warning points at the user's line (here, this test), not into stepscope or torch
+    assert {w.filename for w in caught if issubclass(w.category, StepscopeWarning)} == {__file__}
     # THEN the two do not share a step: the log moves to step 1, and neither step is timed
     assert messages == [
         "stepscope: comm_logger_step=0 is the FLOP counter's step too, and the two cannot share one; "

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
 import pytest
 
 import stepscope
+from stepscope.capture.collector import StepscopeWarning
 from stepscope.capture.config import ProfileConfig
 from stepscope.errors import ConfigError, InputError
 
@@ -90,7 +92,42 @@ def test_flags_default_to_disabled_and_yaml_base(tmp_path: Path) -> None:
         parser.parse_args(["--profiler-config", str(path), "--profiler-active-steps", "6"])
     )
     assert (cfg.enabled, cfg.wait, cfg.active) == (True, 3, 6)
-    cfg = ProfileConfig.from_args(parser.parse_args(["--enable-memory-logging"]))
+    with pytest.warns(StepscopeWarning):
+        cfg = ProfileConfig.from_args(parser.parse_args(["--enable-memory-logging"]))
     assert cfg.memory_log_every == 10
-    cfg = ProfileConfig.from_args(parser.parse_args(["--profiler-ranks", "all"]))
+    with pytest.warns(StepscopeWarning):
+        cfg = ProfileConfig.from_args(parser.parse_args(["--profiler-ranks", "all"]))
     assert cfg.profiled_ranks == "all"
+
+
+def test_profiling_flags_without_enable_profiling_warn_once_naming_them() -> None:
+    parser = stepscope.add_profiling_args(argparse.ArgumentParser())
+    args = parser.parse_args(["--profiler-active-steps", "4", "--profiler-with-stack"])
+    with pytest.warns(StepscopeWarning) as caught:
+        cfg = ProfileConfig.from_args(args)
+    assert cfg.enabled is False and len(caught) == 1
+    assert str(caught[0].message) == (
+        "stepscope: --profiler-active-steps, --profiler-with-stack given without --enable-profiling (or "
+        "enabled: true in --profiler-config): profiling is off, so they do nothing"
+    )
+    assert caught[0].filename == __file__  # the user's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ProfileConfig.from_args(parser.parse_args(["--enable-profiling", "--profiler-active-steps", "4"]))
+
+
+def test_config_errors_name_the_plain_option_and_the_yaml_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("wait: 2\nprofiled_ranks: some\nbogus: 1\n")
+    with pytest.raises(InputError) as err:
+        ProfileConfig.from_yaml(path)
+    assert str(err.value) == (
+        f"{path}: invalid option 'profiled_ranks' (line 2): should be a valid list or 'all' (got 'some'); "
+        "invalid option 'bogus' (line 3): unknown option"
+    )
+    path.write_text("wait: 2\nactive: [1\n")
+    with pytest.raises(InputError, match=r"c\.yaml: not valid YAML at line 3, column 1: "):
+        ProfileConfig.from_yaml(path)
+    with pytest.raises(ConfigError) as bad:
+        ProfileConfig.build(profiled_ranks="some")
+    assert "list[int]" not in str(bad.value) and "'profiled_ranks'" in str(bad.value)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.capture.collector import RunContext, StepscopeWarning
+from stepscope.capture.collector import RunContext, StepscopeWarning, warn_user
 from stepscope.capture.schedule import Schedule
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -88,7 +88,7 @@ def announce_placement(
             f"{option}={requested} is the FLOP counter's step too, and the two cannot share one; {what} runs at "
             f"step {placed} instead"
         )
-    warnings.warn(f"stepscope: {note}", StepscopeWarning, stacklevel=3)
+    warn_user(f"stepscope: {note}", StepscopeWarning)
     with contextlib.suppress(OSError):
         ctx.writer.update(notes=[f"rank {ctx.rank}: {note}"])
 

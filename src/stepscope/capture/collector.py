@@ -14,6 +14,8 @@ Hooks, in the order the monitor calls them within a step:
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +33,32 @@ if TYPE_CHECKING:
 
 class StepscopeWarning(UserWarning):
     """Warnings stepscope emits while a job runs (a collector switched off, a short job, ...)."""
+
+
+_NOT_USER_CODE = tuple(
+    str(Path(p).resolve().parent) + os.sep
+    for p in (__file__.rsplit(os.sep, 2)[0] + os.sep + "x", os.__file__)  # stepscope, the standard library
+)
+
+
+def warn_user(message: str, category: type[Warning] = StepscopeWarning) -> None:
+    """`warnings.warn` pointing at the user's line: the innermost frame outside stepscope, torch and the
+    standard library (a warning raised in a profiler callback names the user's `monitor.step()`)."""
+    frame = sys._getframe(1)
+    level = 2
+    while frame is not None and _internal(frame.f_code.co_filename):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    if frame is None:
+        level = 2
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _internal(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return (
+        path.startswith(_NOT_USER_CODE) or f"{os.sep}torch{os.sep}" in path or filename.startswith("<frozen")
+    )
 
 
 @dataclass
@@ -130,11 +158,10 @@ class Guard:
             return
         cause = f"{type(exc).__name__}: {exc}".strip()
         self.failed[collector.name] = cause
-        warnings.warn(
+        warn_user(
             f"stepscope: the {collector.name!r} collector failed in {hook} ({cause}); it is switched off for the "
             "rest of the run, training goes on",
             StepscopeWarning,
-            stacklevel=3,
         )
         if self.on_disable is not None:
             self.on_disable(collector)

@@ -122,11 +122,13 @@ class ProfileConfig(BaseModel):
         return cls.validated(data)
 
     @classmethod
-    def validated(cls, data: Mapping[str, Any], source: str | None = None) -> ProfileConfig:
+    def validated(
+        cls, data: Mapping[str, Any], source: str | None = None, lines: Mapping[str, int] | None = None
+    ) -> ProfileConfig:
         try:
             return cls.model_validate(dict(data))
         except ValidationError as exc:
-            message = _one_line(exc)
+            message = _one_line(exc, lines)
             if source is not None:
                 raise InputError(source, message) from None
             raise ConfigError(message) from None
@@ -141,12 +143,15 @@ class ProfileConfig(BaseModel):
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(path, f"cannot read: {exc}") from None
         except yaml.YAMLError as exc:
-            raise InputError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
+            mark = getattr(exc, "problem_mark", None)
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise InputError(path, f"not valid YAML{where}: {problem}") from None
         if data is None:
             data = {}
         if not isinstance(data, dict):
             raise InputError(path, "expected a mapping of option: value at the top level")
-        return cls.validated(data, source=str(path))
+        return cls.validated(data, source=str(path), lines=_key_lines(path))
 
     def to_yaml(self) -> str:
         header = "# stepscope configuration of this run; reload with stepscope.ProfileConfig.from_yaml\n"
@@ -160,14 +165,39 @@ class ProfileConfig(BaseModel):
         return config_from_args(cls, args)
 
 
-def _one_line(exc: ValidationError) -> str:
-    parts = []
+def _key_lines(path: Path) -> dict[str, int]:
+    """The line (1-based) of each top-level key of a YAML mapping that already parsed."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(k.value): k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def _one_line(exc: ValidationError, lines: Mapping[str, int] | None = None) -> str:
+    """Pydantic's errors as one line: the plain option name (list positions as [i], never the union members
+    pydantic tried, such as `list[int]`), what it should be, what it got, and the YAML line when known."""
+    by_option: dict[str, list[str]] = {}
+    got: dict[str, str] = {}
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        loc = err["loc"]
+        name = str(loc[0]) if loc else "config"
+        name += "".join(f"[{p}]" for p in loc[1:] if isinstance(p, int))
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown option"
         elif "input" in err and err["type"] != "missing":
-            msg = f"{msg} (got {err['input']!r})"
-        parts.append(f"invalid option '{loc}': {msg}")
+            got[name] = repr(err["input"])
+        msg = msg.removeprefix("Input ").removeprefix("Value error, ")
+        if msg not in by_option.setdefault(name, []):
+            by_option[name].append(msg)
+    parts = []
+    for name, msgs in by_option.items():
+        text = msgs[0] + "".join(" or " + m.removeprefix("should be ") for m in msgs[1:])
+        where = f" (line {lines[name.split('[')[0]]})" if lines and name.split("[")[0] in lines else ""
+        parts.append(
+            f"invalid option '{name}'{where}: {text}" + (f" (got {got[name]})" if name in got else "")
+        )
     return "; ".join(parts)

@@ -52,14 +52,11 @@ def _env_int(name: str, default: int, lowest: int) -> int:
 
 
 def _warn_env(problem: str) -> None:
-    import warnings
 
-    from stepscope.capture.collector import StepscopeWarning
+    from stepscope.capture.collector import StepscopeWarning, warn_user
 
-    warnings.warn(
-        f"stepscope: {problem}; this process profiles as rank 0 of 1 (its own run folder)",
-        StepscopeWarning,
-        stacklevel=4,
+    warn_user(
+        f"stepscope: {problem}; this process profiles as rank 0 of 1 (its own run folder)", StepscopeWarning
     )
 
 

@@ -9,7 +9,6 @@ the first step (one-off start-up work).
 from __future__ import annotations
 
 import io
-import warnings
 from collections import Counter
 from typing import Any
 
@@ -21,7 +20,7 @@ from stepscope.capture._instrument import (
     planned_steps,
     quiet_module_tracker,
 )
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
+from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, warn_user
 from stepscope.capture.peaks import Peak, lookup_peak, no_peak_reason
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
@@ -113,10 +112,9 @@ class FlopCollector(Collector):
     def step_failed(self, step: int, exc: BaseException) -> None:
         if self._modes:
             self._exit_modes()
-            warnings.warn(
+            warn_user(
                 f"stepscope: step {step} raised {type(exc).__name__}; its FLOPs are not counted",
                 StepscopeWarning,
-                stacklevel=2,
             )
 
     def close(self) -> None:
@@ -124,10 +122,9 @@ class FlopCollector(Collector):
             self._exit_modes()
         if self.flops is None:
             if self.step is not None and self.ctx.step <= self.step:
-                warnings.warn(
+                warn_user(
                     f"stepscope: the job ended before step {self.step}, where FLOPs were to be counted",
                     StepscopeWarning,
-                    stacklevel=2,
                 )
             return
         if self.flops and self.times and (self.result is None or len(self.times) > self.result.steps_timed):
@@ -180,7 +177,7 @@ class FlopCollector(Collector):
             if self.flops == 0:
                 console.print(self._report.note, markup=False, highlight=False)
         if self.flops == 0:
-            warnings.warn(f"stepscope: {self._report.note}", StepscopeWarning, stacklevel=3)
+            warn_user(f"stepscope: {self._report.note}", StepscopeWarning)
 
     def _report_throughput(self, step: int, final: bool = False) -> mfu.Throughput | None:
         assert self.flops is not None and self._report is not None

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window
+from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.capture.writer import JsonLines
 from stepscope.runfolder import CONFIG_NAME, OOM_SNAPSHOT_TEMPLATE, ArtifactKind
 from stepscope.runfolder.atomic import atomic_write_text, temp_path_beside
@@ -141,11 +141,10 @@ class MemoryTimelineCollector(Collector):
         if missing:
             with contextlib.suppress(OSError):
                 atomic_write_text(ctx.run_dir / CONFIG_NAME, cfg.to_yaml())
-            warnings.warn(
+            warn_user(
                 f"stepscope: memory_timeline=True needs {', '.join(missing)}: turned on for this run "
                 "(they make active steps slower)",
                 StepscopeWarning,
-                stacklevel=2,
             )
         self._warned_html = False
 
@@ -161,11 +160,10 @@ class MemoryTimelineCollector(Collector):
         if not has_matplotlib():
             if not self._warned_html:
                 self._warned_html = True
-                warnings.warn(
+                warn_user(
                     "stepscope: torch's memory timeline HTML needs matplotlib (pip install matplotlib); only "
                     f"the raw timeline is written. View it offline with: stepscope memory {raw} --html OUT.html",
                     StepscopeWarning,
-                    stacklevel=2,
                 )
             return
         html = writer.path(ArtifactKind.MEMORY_TIMELINE_HTML, step)
@@ -207,11 +205,10 @@ class MemorySnapshotCollector(Collector):
     def start(self) -> None:
         self._cuda = cuda_available()
         if not self._cuda:
-            warnings.warn(
+            warn_user(
                 "stepscope: memory_snapshot=True: CUDA memory history and snapshots need a GPU (torch.cuda is "
                 "not available); skipped, the rest of the run goes on",
                 StepscopeWarning,
-                stacklevel=2,
             )
             return
         if self.ctx.schedule.is_active(0):

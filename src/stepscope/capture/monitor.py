@@ -13,13 +13,20 @@ import itertools
 import platform
 import socket
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from stepscope import __version__
-from stepscope.capture.collector import NEVER, Collector, Guard, RunContext, StepscopeWarning, overrides
+from stepscope.capture.collector import (
+    NEVER,
+    Collector,
+    Guard,
+    RunContext,
+    StepscopeWarning,
+    overrides,
+    warn_user,
+)
 from stepscope.capture.config import ProfileConfig
 from stepscope.capture.schedule import Phase, Schedule
 from stepscope.capture.writer import METRICS_FLUSH_LINES, RunWriter
@@ -274,16 +281,15 @@ class PerformanceMonitor:
                 "lower wait/warmup or run more steps"
             )
             notes.append(note)
-            warnings.warn(f"stepscope: {note}", StepscopeWarning, stacklevel=2)
+            warn_user(f"stepscope: {note}", StepscopeWarning)
         self._flush_metrics()
         try:
             self._writer.update(notes=notes)
         except Exception as exc:  # a manifest damaged during the run: say so, never raise into the job
-            warnings.warn(
+            warn_user(
                 f"stepscope: cannot finish {self._ctx.run_dir / 'manifest.json'} ({type(exc).__name__}: {exc}); "
                 "the files of the run are in the folder",
                 StepscopeWarning,
-                stacklevel=3,
             )
 
     # --- lifecycle --------------------------------------------------------------------------------
@@ -298,10 +304,8 @@ class PerformanceMonitor:
             from stepscope.capture.dist import new_run_name
 
             name = new_run_name()
-            warnings.warn(
-                f"stepscope: ranks could not agree on a run folder ({exc}); using {name}",
-                StepscopeWarning,
-                stacklevel=3,
+            warn_user(
+                f"stepscope: ranks could not agree on a run folder ({exc}); using {name}", StepscopeWarning
             )
         self._run_dir = out_dir / name
 
@@ -324,11 +328,10 @@ class PerformanceMonitor:
             for collector in self._collectors:  # release what did start (a running profiler, a thread)
                 with contextlib.suppress(Exception):
                     collector.close()
-            warnings.warn(
+            warn_user(
                 f"stepscope: profiling could not start ({type(exc).__name__}: {exc}); it is switched off for "
                 "this run, training goes on",
                 StepscopeWarning,
-                stacklevel=4,
             )
 
     def _start(self) -> None:
@@ -340,12 +343,11 @@ class PerformanceMonitor:
         if self.rank not in profiled:
             return  # this rank pays nothing more
         if _recording is not None and _recording is not self:
-            warnings.warn(
+            warn_user(
                 "stepscope: another monitor is already recording in this process "
                 f"({_recording.run_dir}); torch runs one profiler at a time, so this monitor records nothing "
                 "(training goes on)",
                 StepscopeWarning,
-                stacklevel=4,
             )
             return
         assert self._run_dir is not None
@@ -355,11 +357,10 @@ class PerformanceMonitor:
             cause = (
                 exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
             )
-            warnings.warn(
+            warn_user(
                 f"stepscope: cannot write the run folder {self._run_dir} ({cause}); profiling is "
                 "switched off for this run, training goes on",
                 StepscopeWarning,
-                stacklevel=3,
             )
             return
         from torch.profiler import record_function
@@ -377,11 +378,10 @@ class PerformanceMonitor:
             try:
                 self._collectors.append(cls(self._ctx))
             except Exception as exc:
-                warnings.warn(
+                warn_user(
                     f"stepscope: the {cls.name!r} collector could not be set up ({type(exc).__name__}: {exc}); "
                     "it is switched off for this run, training goes on",
                     StepscopeWarning,
-                    stacklevel=3,
                 )
         self._trace = next((c for c in self._collectors if isinstance(c, TraceCollector)), None)
         for collector in self._collectors:
@@ -530,10 +530,9 @@ class PerformanceMonitor:
         self._metrics_off = True
         self._quiet.clear()
         cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-        warnings.warn(
+        warn_user(
             f"stepscope: cannot write {METRICS_NAME} ({cause}); step metrics are switched off, training goes on",
             StepscopeWarning,
-            stacklevel=4,
         )
 
 

@@ -3,10 +3,9 @@ so that `nsys profile --capture-range=cudaProfilerApi` records exactly the windo
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-from stepscope.capture.collector import NEVER, Collector, StepscopeWarning
+from stepscope.capture.collector import NEVER, Collector, StepscopeWarning, warn_user
 
 
 class NsightCollector(Collector):
@@ -23,10 +22,9 @@ class NsightCollector(Collector):
 
         self.cuda = torch.cuda.is_available()
         if not self.cuda:
-            warnings.warn(
+            warn_user(
                 "stepscope: nsight=True needs CUDA (NVTX and cudaProfilerStart/Stop); this CPU run ignores it",
                 StepscopeWarning,
-                stacklevel=2,
             )
 
     def before_step(self, step: int) -> None:

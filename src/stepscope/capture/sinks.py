@@ -12,13 +12,12 @@ Both packages are optional extras, imported here only when asked for; without th
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window
+from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import StepMetrics
 
@@ -58,11 +57,10 @@ def top_op_scalars(averages: Any, sort_key: str, limit: int = TOP_OPS) -> dict[s
 
 
 def _missing(option: str, package: str) -> None:
-    warnings.warn(
+    warn_user(
         f"stepscope: {option}=True needs the '{package}' package (pip install 'stepscope[{package}]'); "
         f"{option} logging is off for this run, training goes on",
         StepscopeWarning,
-        stacklevel=3,
     )
 
 
@@ -115,11 +113,10 @@ class SinkCollector(Collector):
                 config=ctx.config.model_dump(mode="json"),
             )
         except Exception as exc:  # not logged in, no network, ...: keep TensorBoard and the rest going
-            warnings.warn(
+            warn_user(
                 f"stepscope: wandb.init failed ({type(exc).__name__}: {exc}); W&B logging is off for this run "
                 "(log in with `wandb login`, or set WANDB_MODE=offline), training goes on",
                 StepscopeWarning,
-                stacklevel=2,
             )
             return
         self._own_run = True

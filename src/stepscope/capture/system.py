@@ -11,11 +11,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning
+from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, warn_user
 from stepscope.capture.writer import JsonLines
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import GpuSample, SystemRow
@@ -165,10 +164,9 @@ class SystemCollector(Collector):
         ctx.writer.add(ArtifactKind.SYSTEM, path)
         nvml = self.sampler.nvml
         if nvml is not None and nvml.problem and _has_cuda():
-            warnings.warn(
+            warn_user(
                 f"stepscope: system sampler without GPU columns: {nvml.problem} (pip install nvidia-ml-py)",
                 StepscopeWarning,
-                stacklevel=2,
             )
 
     def close(self) -> None:
@@ -176,11 +174,10 @@ class SystemCollector(Collector):
         if sampler is not None:
             sampler.stop()
             if sampler.error is not None:
-                warnings.warn(
+                warn_user(
                     f"stepscope: the system sampler stopped early ({type(sampler.error).__name__}: "
                     f"{sampler.error}); {sampler.samples} samples were written",
                     StepscopeWarning,
-                    stacklevel=2,
                 )
 
 

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window
+from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.capture.schedule import Phase
 from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table
 from stepscope.runfolder import ArtifactKind
@@ -168,11 +168,10 @@ class TraceCollector(Collector):
             except Exception as exc:  # torch's key_averages can fail (seen: UnicodeDecodeError with stacks)
                 self._summary_failed = True
                 averages = None
-                warnings.warn(
+                warn_user(
                     f"stepscope: the summary of the window ending at step {step} failed ({type(exc).__name__}: "
                     f"{exc}); summaries and the console table are off for this run, traces go on",
                     StepscopeWarning,
-                    stacklevel=2,
                 )
         self.window = Window(
             rank=ctx.rank,

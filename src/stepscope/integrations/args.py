@@ -21,6 +21,21 @@ def config_from_args(cls: type[ProfileConfig], args: argparse.Namespace) -> Prof
             data[field_name] = value
     if values.get("enable_memory_logging") and data.get("memory_log_every") is None:
         data["memory_log_every"] = DEFAULT_MEMORY_LOG_STEPS
+    if not data.get("enabled"):
+        given = [
+            flag
+            for flag, field_name, _ in _FLAGS
+            if field_name != "enabled" and values.get(_dest(flag)) is not None
+        ]
+        if values.get("enable_memory_logging"):
+            given.append("--enable-memory-logging")
+        if given:
+            from stepscope.capture.collector import warn_user
+
+            warn_user(
+                f"stepscope: {', '.join(given)} given without --enable-profiling (or enabled: true in "
+                "--profiler-config): profiling is off, so they do nothing"
+            )
     return cls.validated(data)
 
 
