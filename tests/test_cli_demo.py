@@ -35,3 +35,32 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["frobnicate"]) == 2
     assert "No such command" in capsys.readouterr().err
+
+
+def test_the_next_command_works_as_printed(tmp_path: Path) -> None:
+    # GIVEN the demo run as `make demo` runs it: the venv's script, with stepscope not on PATH
+    import os
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "stepscope"
+    if not script.exists():
+        pytest.skip("no stepscope script beside this interpreter")
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(script), "demo", "--out-dir", str(tmp_path / "runs"), "--steps", "12"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.strip().startswith("next:")]
+    command = line.split("next:", 1)[1].strip()
+    # THEN the printed command runs, from the same folder, as printed
+    again = subprocess.run(
+        command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, (command, again.stderr)
+    assert "Steps" in again.stdout

@@ -213,3 +213,28 @@ def test_peak_override_gives_mfu_with_formula_and_peak(
     # depth 1: the table shows the model only
     text = (run_dir / "flops/rank0_step3.txt").read_text()
     assert "Sequential (model)" in text and "Linear" not in text
+
+
+def test_a_ddp_wrapped_model_lists_its_own_layers(tmp_path: Path) -> None:
+    # GIVEN the MLP wrapped in real DistributedDataParallel (one gloo process on loopback)
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    init = f"file://{tmp_path / 'store'}"
+    dist.init_process_group("gloo", init_method=init, rank=0, world_size=1)
+    try:
+        inner = mlp()
+        model = DistributedDataParallel(inner)
+        run_dir, _ = run(
+            tmp_path / "runs", 6, model, train_step_for(model, True),
+            wait=1, warmup=1, active=1, repeat=1, flop_counter_step=3,
+        )  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+    # THEN the FLOP table at the default depth shows the layers, not only the wrapper
+    report = json.loads((run_dir / "flops/rank0_step3.json").read_text())
+    names = [m["name"] for m in report["modules"]]
+    assert names == ["", "0", "2", "4"]
+    assert report["modules"][0]["type"] == "Sequential"
+    text = (run_dir / "flops/rank0_step3.txt").read_text()
+    assert "Sequential (model)" in text and "  0 " in text

@@ -18,6 +18,7 @@ import numpy as np
 from stepscope.analysis._untrusted import Int62, check_total
 from stepscope.analysis.memory_model import DeviceMemory, MemoryReport
 from stepscope.errors import InputError
+from stepscope.units import fmt_bytes
 
 # Index in the raw file -> name (torch's plotting order; the last one is "no category known").
 CATEGORIES = (
@@ -106,7 +107,7 @@ def analyze_timeline(obj: Sequence[Any], *, source: str = "", max_points: int = 
         ooms=[],
         categories_at_peak=dict(sorted(at_peak.items(), key=lambda kv: -kv[1])),
     )
-    notes.append(f"memory timeline: {int(levels[-1])} bytes still allocated at the end")
+    notes.append(f"memory timeline: {fmt_bytes(int(levels[-1]))} still allocated at the end")
     return MemoryReport(source, "memory_timeline", [device], [], [], notes)
 
 

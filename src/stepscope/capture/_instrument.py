@@ -105,6 +105,7 @@ class ModuleNames:
     @classmethod
     def build(cls, tracker_names: Iterable[str], model: Any) -> ModuleNames:
         names = [n for n in tracker_names if n != GLOBAL]
+        model = unwrap(model)
         if model is None or not hasattr(model, "named_modules"):
             return cls(None, None, {}, {})
         modules = list(model.named_modules())
@@ -135,6 +136,24 @@ class ModuleNames:
 
     def sort_key(self, relative: str) -> tuple[int, str]:
         return (self.order.get(relative, len(self.order)), relative)
+
+
+# Wrappers whose `.module` is the user's model (DDP, FSDP v1, DataParallel); torch.compile's OptimizedModule keeps
+# it in `._orig_mod`. FSDP2 (fully_shard) and DeepSpeed-free models need no unwrapping.
+WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel")
+
+
+def unwrap(model: Any) -> Any:
+    """The model inside DDP / FSDP / DataParallel / torch.compile wrappers (any nesting), so that tables list
+    its own modules at the default depth instead of the wrapper alone."""
+    for _ in range(8):
+        inner = getattr(model, "_orig_mod", None)
+        if inner is None and type(model).__name__ in WRAPPERS:
+            inner = getattr(model, "module", None)
+        if inner is None:
+            return model
+        model = inner
+    return model
 
 
 def _find_root(names: list[str], model: Any) -> str | None:

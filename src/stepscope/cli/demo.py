@@ -21,4 +21,24 @@ def command(out_dir: str, steps: int) -> None:
     monitor = run_demo(out_dir=out_dir, steps=steps)
     click.echo(f"\nRun folder: {monitor.run_dir}")
     click.echo(f"  manifest:  {monitor.run_dir / 'manifest.json'}")
-    click.echo(f"  next:      stepscope summary {monitor.run_dir}")
+    me = _this_command()
+    click.echo(f"  next:      {me} analyze {monitor.run_dir}")
+    click.echo(f"             {me} summary {monitor.run_dir}")
+
+
+def _this_command() -> str:
+    """How to run stepscope again as this process was run: `stepscope` when that is on PATH, else the path of
+    the script (e.g. .venv/bin/stepscope after `make demo`), else `python -m stepscope`."""
+    import os
+    import shlex
+    import shutil
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.argv[0])
+    on_path = shutil.which("stepscope")
+    if on_path and script.name == "stepscope" and Path(on_path).resolve() == script.resolve():
+        return "stepscope"
+    if script.name == "stepscope" and script.exists():
+        return shlex.quote(os.path.relpath(script))
+    return f"{shlex.quote(os.path.relpath(sys.executable))} -m stepscope"
