@@ -139,7 +139,7 @@ class ModuleNames:
 
 
 # Wrappers whose `.module` is the user's model (DDP, FSDP v1, DataParallel); torch.compile's OptimizedModule keeps
-# it in `._orig_mod`. FSDP2 (fully_shard) and DeepSpeed-free models need no unwrapping.
+# it in `._orig_mod`. FSDP2 (fully_shard) changes the model in place and needs none.
 WRAPPERS = ("DistributedDataParallel", "FullyShardedDataParallel", "DataParallel")
 
 
