@@ -22,7 +22,7 @@ from stepscope.analysis.steps import (
     STEP_RE,
     region_union,
 )
-from stepscope.analysis.summary import _parents
+from stepscope.analysis.summary import _parents, self_times
 from stepscope.analysis.table import MISSING, TraceTable
 
 # The phases of a training step, in the order they run; "other" is the rest of the step.
@@ -180,20 +180,7 @@ def small_top_level_ops(table: TraceTable, lo: int, hi: int, max_ns: int) -> tup
 def _cpu_op_self(table: TraceTable) -> tuple[np.ndarray, np.ndarray]:
     """Rows of cpu_op events and their self time among cpu_ops alone (runtime calls count as the op's own)."""
     rows = np.flatnonzero((table.columns["cat"] == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
-    if len(rows) == 0:
-        return rows, np.zeros(0, dtype=np.int64)
-    ts, dur = table.columns["ts"][rows], table.columns["dur"][rows]
-    end = ts + dur
-    order, new_thread = _by_thread(table, rows, ts, end)
-    s, e = ts[order], end[order]
-    parent = _parents(s, e, new_thread)
-    child = np.flatnonzero(parent >= 0)
-    children = np.zeros(len(rows), dtype=np.int64)
-    np.add.at(children, parent[child], np.minimum(e[child], e[parent[child]]) - s[child])
-    self_sorted = np.maximum(e - s - children, 0)
-    self_ns = np.empty(len(rows), dtype=np.int64)
-    self_ns[order] = self_sorted
-    return rows, self_ns
+    return rows, self_times(table, ("cpu_op",))[rows]
 
 
 def _by_thread(

@@ -88,10 +88,11 @@ def summarize(table: TraceTable, top: int = 10) -> Summary:
     return Summary(schema=SUMMARY_SCHEMA, top=top, ranks=ranks, notices=list(table.notices))
 
 
-def self_times(table: TraceTable) -> np.ndarray:
-    """Self time in ns of every row (0 for rows that are not complete events of CPU_OP_CATEGORIES)."""
+def self_times(table: TraceTable, categories: tuple[str, ...] = CPU_OP_CATEGORIES) -> np.ndarray:
+    """Self time in ns of every row (0 for rows that are not complete events of `categories`); children are
+    the events of `categories` nested on the same thread."""
     out = np.zeros(len(table), dtype=np.int64)
-    rows = np.flatnonzero((table.ph == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES))
+    rows = np.flatnonzero((table.ph == ord("X")) & table.cat_mask(*categories))
     if len(rows) == 0:
         return out
     start = table.ts[rows]
