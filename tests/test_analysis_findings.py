@@ -97,7 +97,7 @@ def test_host_bound_names_the_phase_and_the_op_that_hold_the_gpu() -> None:
     assert finding.evidence["optimizer_ms_per_step"] == 0.75
     assert finding.evidence["optimizer_top_op"] == "aten::_foreach_mul_"
     assert finding.evidence["other_ms_per_step"] == 0.65
-    assert "750 us in optimizer (mostly `aten::_foreach_mul_`, 730 us per call)" in finding.message
+    assert "in optimizer for 750 us of it (mostly `aten::_foreach_mul_`, 730 us per call)" in finding.message
     assert "fused optimizer" in finding.action
 
 

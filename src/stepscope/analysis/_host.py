@@ -162,19 +162,30 @@ def regions_during(table: TraceTable, within: iv.Intervals, top: int = 1) -> lis
     return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
 
 
-def small_top_level_ops(table: TraceTable, lo: int, hi: int, max_ns: int) -> tuple[int, int, int]:
-    """Top-level cpu_ops (no enclosing cpu_op on their thread) starting in [lo, hi): (count, shorter than
-    `max_ns`, their summed duration)."""
+def small_top_level_ops(table: TraceTable, lo: int, hi: int, max_ns: int) -> tuple[int, int, iv.Intervals]:
+    """Top-level cpu_ops (no enclosing cpu_op on their thread) starting in [lo, hi): (how many, how many are
+    shorter than `max_ns`, the time they take). That time is the union of the short ops and of the gaps shorter
+    than `max_ns` between consecutive short ops of a thread: the Python that issues them one after another."""
     ops = np.flatnonzero((table.columns["cat"] == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     if len(ops) == 0:
-        return 0, 0, 0
+        return 0, 0, empty
     ts, dur = table.columns["ts"][ops], table.columns["dur"][ops]
     order, new_thread = _by_thread(table, ops, ts, ts + dur)
     ts, dur = ts[order], dur[order]
     top = _parents(ts, ts + dur, new_thread) < 0
     inside = top & (ts >= lo) & (ts < hi)
     small = inside & (dur < max_ns)
-    return int(inside.sum()), int(small.sum()), int(dur[small].sum())
+    idx = np.flatnonzero(small)
+    start, end = ts[idx], ts[idx] + dur[idx]
+    if len(idx) > 1:
+        # a short gap to the next short op of the same thread belongs to the run of small ops
+        same_thread = np.cumsum(new_thread)[idx]
+        gap = start[1:] - end[:-1]
+        joined = (same_thread[1:] == same_thread[:-1]) & (gap >= 0) & (gap < max_ns)
+        end = end.copy()
+        end[:-1] = np.where(joined, start[1:], end[:-1])
+    return int(inside.sum()), int(small.sum()), iv.clip(iv.merge(start, end), lo, hi)
 
 
 def _cpu_op_self(table: TraceTable) -> tuple[np.ndarray, np.ndarray]:

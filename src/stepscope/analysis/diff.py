@@ -377,7 +377,8 @@ def parse_gate(expression: str) -> tuple[str, str, float, str | None]:
     m = GATE_RE.match(expression)
     if m is None:
         raise ValueError(
-            f"{expression!r} is not METRIC>+N% / METRIC>+Nms / METRIC<-N% (e.g. 'step_time>+5%', 'forward>+2ms')"
+            f"{expression!r} is not METRIC>+N% / METRIC>+Nms / METRIC<-N% / new_high>N (e.g. 'step_time>+5%', "
+            "'forward>+2ms', 'new_high>0'); repeat --fail-on for several gates"
         )
     metric, op, number, unit = m.group(1), m.group(2), float(m.group(3)), m.group(4)
     if metric not in GATE_METRICS:
@@ -386,8 +387,13 @@ def parse_gate(expression: str) -> tuple[str, str, float, str | None]:
         if unit is not None or op != ">":
             raise ValueError(f"{expression!r}: new_high takes a count, as in 'new_high>0'")
     elif unit is None:
-        raise ValueError(f"{expression!r}: give the change in % or in ms / us / s")
-    if (op == ">" and number < 0) or (op == "<" and number > 0):
+        raise ValueError(
+            f"{expression!r}: give the change in % or in ms / us / s, e.g. '{metric}{op}{'+' if op == '>' else '-'}"
+            f"{m.group(3).lstrip('+-')}%'"
+        )
+    sign = m.group(3)[0]
+    if (op == ">" and sign == "-") or (op == "<" and sign == "+"):
+        # the sign may be left out ('step_time>5%' is 'step_time>+5%'), but never contradict the comparison
         raise ValueError(f"{expression!r}: '>' takes an increase (+N), '<' a decrease (-N)")
     return metric, op, abs(number), unit
 

@@ -416,8 +416,9 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
             price,
             what,
             f"The GPU waits {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) for the CPU to launch "
-            f"{per_step:.0f} kernels per step that run {evidence['mean_kernel_us']} us on average, "
-            f"{evidence['mean_wait_us']} us apart",
+            f"{per_step:.0f} kernels per step, {_p(short_pct)} of them shorter than "
+            f"{SHORT_KERNEL_NS / 1000:g} us; it goes idle {n_waits / price.steps:.0f} times per step, "
+            f"{fmt_ns(cost / n_waits if n_waits else 0)} each on average",
             "fuse the small kernels (torch.compile) or capture the step with CUDA graphs",
             evidence,
         )
@@ -425,6 +426,7 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
     phases = _host.phase_times(unions, waits)
     ranked = sorted(((n, p) for p, n in phases.items() if n and p != "data_loader"), reverse=True)
     parts = []
+    helds = []
     top_op: _host.OpTime | None = None
     for i, (phase_ns, phase) in enumerate(ranked[:2]):
         if i and phase_ns < cost / 10:
@@ -437,7 +439,8 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
             if decisive
             else "no single op accounts for it"
         )
-        parts.append(f"{fmt_ns(phase_ns / price.steps)} in {_host.PHASE_LABELS[phase]} ({held})")
+        parts.append(f"in {_host.PHASE_LABELS[phase]} for {fmt_ns(phase_ns / price.steps)} of it ({held})")
+        helds.append(held)
         if i == 0 and decisive:
             top_op = ops[0]
         evidence[f"{phase}_ms_per_step"] = _ms(phase_ns / price.steps)
@@ -446,7 +449,20 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
             evidence[f"{phase}_top_op_ms_per_call"] = _ms(ops[0].mean_call_ns)
     phase = ranked[0][1] if ranked else "other"
     evidence["phase"] = phase
+    annotated = any(len(u[0]) for p, u in unions.items() if p != "data_loader")
     action = _PHASE_ACTIONS.get(phase, _PHASE_ACTIONS["other"])
+    during = "during those waits the CPU is " + " and ".join(parts)
+    if not annotated:
+        # no forward / backward / optimizer regions (inference, or a loop without annotations)
+        during = "the trace annotates no phase; during those waits the CPU runs " + (
+            helds[0].replace("no single op accounts for it", "no single op that accounts for them")
+            if helds
+            else "no recorded op"
+        )
+        action = (
+            "cut the CPU work between kernel launches (torch.compile, CUDA graphs); find it with "
+            "with_stack=True or py-spy"
+        )
     if top_op is not None and phase in ("forward", "backward", "other"):
         action = f"make `{top_op.name}` cheaper on the CPU or move it off the step's path"
     return _priced(
@@ -454,8 +470,7 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
         data.rank,
         price,
         what,
-        f"The GPU waits {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) for the CPU, which spends "
-        + "; ".join(parts),
+        f"The GPU waits {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) for the CPU; {during}",
         action,
         evidence,
     )
@@ -517,8 +532,8 @@ def _comm_bound(data: RankData, temporal: Temporal | None, overlap: CommOverlap 
         price,
         "communication kernel time not overlapped by computation",
         f"Communication not overlapped with computation takes {fmt_ms(price.ms)} per step "
-        f"({_p(price.pct)} of the step; {_p(overlap.overlap_pct)} of {fmt_ms(overlap.comm_us / 1000)} of "
-        "communication runs under computation)",
+        f"({_p(price.pct)} of the step); only {_p(overlap.overlap_pct)} of the "
+        f"{fmt_ms(overlap.comm_us / 1000 / price.steps)} of communication per step runs under computation",
         "overlap it (DDP bucket_cap_mb, FSDP prefetch, async collectives waited on later) or send less",
         {
             "comm_ms": _ms(overlap.comm_us * 1000),
@@ -607,7 +622,12 @@ def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
             breakdown,
         )
     ]
+    count, small, small_ops = _host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
+    many_small = small / steps >= SMALL_OPS_MIN_PER_STEP
+    # the Python issuing a run of small ops one after another is that run's own cost (many_small_ops)
     untraced = _host.untraced_time(data.table, data.lo, data.hi)
+    if many_small:
+        untraced = iv.subtract(untraced, small_ops)
     price = _price_of(data, iv.length(untraced))
     regions = _host.regions_during(data.table, untraced)
     untraced_ns = iv.length(untraced)
@@ -654,16 +674,15 @@ def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
     )
     if found is not None:
         out.append(found)
-    count, small, small_ns = _host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
-    price = _price_of(data, small_ns)
-    if small / steps >= SMALL_OPS_MIN_PER_STEP:
+    price = _price_of(data, iv.length(small_ops))
+    if many_small:
         found = _priced(
             "many_small_ops",
             data.rank,
             price,
-            f"time of top-level ops shorter than {SMALL_OP_NS / 1000:g} us",
+            f"time of runs of top-level ops shorter than {SMALL_OP_NS / 1000:g} us (gaps under it included)",
             f"The step runs {small / steps:.0f} top-level ops per step shorter than {SMALL_OP_NS / 1000:g} us, "
-            f"{fmt_ms(price.ms)} per step in all, mostly framework overhead",
+            f"one after another: {fmt_ms(price.ms)} per step with the Python between them, mostly overhead",
             "batch the work into fewer, larger tensor ops (vectorise loops, torch.compile, foreach ops)",
             {
                 "top_level_ops_per_step": round(count / steps, 1),

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.padding import Padding
 from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
@@ -124,7 +125,7 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         style = SEVERITY_STYLE.get(f.severity, "")
         yield f"[{style}]{f.severity.upper():6}[/{style}]{where} {f.id}: {markup_safe(f.message)}"
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
-        yield f"        [dim]{markup_safe(evidence)}[/dim]"
+        yield Padding(Text(plain(evidence), style="dim"), (0, 0, 0, 8))  # wrapped lines keep the indent
 
 
 def _rank_parts(r: RankAnalysis, wide: bool) -> Iterator[RenderableType]:

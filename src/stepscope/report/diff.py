@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.padding import Padding
 from rich.text import Text
 
 from stepscope.analysis.diff import Delta, Diff
@@ -123,12 +124,12 @@ def _findings(d: Diff) -> Iterator[RenderableType]:
             head = f"  new{where} {f.severity.upper()} {f.id}{price}"
         elif f.status == "disappeared":
             price = f", was {fmt_ms(f.base_cost_ms)} per step" if f.base_cost_ms is not None else ""
-            head = f"  gone{where} {f.id}{price}"
+            head = f"  gone{where} {f.severity.upper()} {f.id}{price}"
         else:
             head = f"  changed{where} {f.id}: {fmt_ms(f.base_cost_ms)} -> {fmt_ms(f.test_cost_ms)} per step"
         yield Text(plain(head))
         if f.status != "disappeared":
-            yield Text(f"    {plain(f.message)}", style="dim")
+            yield Padding(Text(plain(f.message), style="dim"), (0, 0, 0, 4))
 
 
 def _changes(title: str, deltas: list[Delta], top: int, wide: bool) -> Iterator[RenderableType]:
