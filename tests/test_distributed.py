@@ -128,4 +128,6 @@ def test_merged_trace_of_four_ranks(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert result.cross_rank is not None and result.cross_rank.alignment is not None
     alignment = result.cross_rank.alignment
     assert all(abs(c.offset_us) < 1.0 for c in alignment.ranks)  # already aligned
-    assert alignment.end_spread_p50_us is not None and alignment.end_spread_p50_us < 1000
+    # (ends agree to ~0.4 ms on an idle 2-core machine, to a few ms when the CPUs are oversubscribed; the
+    # shift they were aligned across is 3.7 s)
+    assert alignment.end_spread_p50_us is not None and alignment.end_spread_p50_us < 5000
