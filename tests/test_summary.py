@@ -11,7 +11,7 @@ import pytest
 from stepscope.analysis.loader import load_trace
 from stepscope.analysis.summary import SUMMARY_SCHEMA, self_times, summarize
 from stepscope.cli import main
-from stepscope.report.terminal import kernel_label
+from stepscope.units import short_name as kernel_label
 
 from ._traces import SHARED_TRACES, cpu, kernel, step, table_of, trace, write
 

@@ -100,7 +100,7 @@ def analyze(
         ranks.append(result)
         prepared[rank] = data
         instances[rank] = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
-        findings.extend(rank_findings(data, result.temporal, result.idle_by_stream, result.communication))
+        findings.extend(rank_findings(data, result.temporal, result.communication))
     dist = cross_rank_analysis(prepared, instances, {r.rank: r.steps for r in ranks})
     matched = dist.alignment is not None and dist.alignment.matched > 0
     for result in ranks:

@@ -14,7 +14,6 @@ waiting on the host (`host_bound` / `launch_bound`) and the launch latency betwe
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -28,10 +27,10 @@ from stepscope.analysis.breakdown import Temporal
 from stepscope.analysis.collectives import Instances
 from stepscope.analysis.comm_names import algorithm_bytes
 from stepscope.analysis.distributed import Straggler
-from stepscope.analysis.idle import StreamIdle
 from stepscope.analysis.kernels import MEMORY, MISSING_TS
 from stepscope.analysis.overlap import CommOverlap
 from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct
+from stepscope.analysis.table import TraceTable
 from stepscope.units import fmt_ms, fmt_ns, fmt_pct
 
 # Severity by the share of the step a finding costs; below FINDING_MIN_PCT a finding is not reported.
@@ -200,7 +199,6 @@ def _idle_gaps(data: RankData) -> _Gaps | None:
 def rank_findings(
     data: RankData,
     temporal: Temporal | None,
-    idle: Sequence[StreamIdle],
     overlap: CommOverlap | None,
 ) -> list[Finding]:
     """Every rule that applies to one rank."""
@@ -328,12 +326,9 @@ def _sync_points(data: RankData, gaps: _Gaps | None) -> tuple[Finding | None, iv
     return finding, idle
 
 
-def _enclosing_op(table: object, rows: np.ndarray) -> tuple[str, int] | None:
+def _enclosing_op(table: TraceTable, rows: np.ndarray) -> tuple[str, int] | None:
     """The most common innermost cpu_op around the given runtime calls (or the rows themselves when they are
     ops): (name, how many of the rows)."""
-    from stepscope.analysis.table import TraceTable
-
-    assert isinstance(table, TraceTable)
     if len(rows) == 0:
         return None
     cat, ts, dur, tid = (table.columns[c] for c in ("cat", "ts", "dur", "tid"))

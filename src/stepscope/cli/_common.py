@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from stepscope.report.terminal import make_console
+from stepscope.report.terminal import make_console, plain
 
 
 def print_json(document: Any) -> None:
@@ -36,14 +36,8 @@ def wide_option(fn):  # type: ignore[no-untyped-def]
 def print_notes(notes: Any) -> None:
     """Notes and notices go to stderr, one line each, so that stdout holds only the answer."""
     for note in notes:
-        sys.stderr.write(f"stepscope: note: {plain_text(note)}\n")
+        sys.stderr.write(f"stepscope: note: {plain(note)}\n")
     sys.stderr.flush()
-
-
-def plain_text(value: Any) -> str:
-    from stepscope.report.terminal import plain
-
-    return plain(value)
 
 
 def step_option(fn):  # type: ignore[no-untyped-def]

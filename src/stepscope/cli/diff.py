@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from stepscope.cli._common import comm_pattern_option, print_json, step_option, wide_option
+
+if TYPE_CHECKING:
+    from stepscope.analysis.diff import Gate
 
 EXIT_GATE_BREACHED = 3
 
@@ -86,11 +90,9 @@ def command(
     return EXIT_GATE_BREACHED if breached else 0
 
 
-def _gate_text(g: object) -> str:
-    from stepscope.analysis.diff import Gate
+def _gate_text(g: Gate) -> str:
     from stepscope.units import fmt_ms
 
-    assert isinstance(g, Gate)
     if g.metric == "new_high":
         return f"{g.test:.0f} new HIGH finding(s)"
     change = f" ({g.change_pct:+.1f}%)" if g.change_pct is not None else ""

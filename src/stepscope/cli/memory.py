@@ -39,6 +39,9 @@ def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> N
     if as_json:
         print_json(to_document(report))
     else:
+        from stepscope.cli._common import print_notes
+
+        print_notes(report.notes)
         console().print(MemoryView(report))
     if html_out is not None:
         click.echo(f"HTML report: {html_out}", err=as_json)

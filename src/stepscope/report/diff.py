@@ -11,7 +11,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from stepscope.analysis.diff import Delta, Diff
-from stepscope.report.terminal import fmt_ms, fmt_pct, fmt_us, make_table, plain
+from stepscope.report.terminal import fmt_ms, fmt_us, make_table, plain
 
 PHASE_LABELS = {
     "step_time": "step time",
@@ -178,6 +178,3 @@ def _signed(x: Delta) -> str:
 
 def _x(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
-
-
-__all__ = ["DiffReport", "fmt_pct"]

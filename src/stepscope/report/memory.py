@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
-from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, plain, shorten
+from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, plain
 from stepscope.runfolder.atomic import atomic_write_text
 
 if TYPE_CHECKING:
@@ -86,10 +86,10 @@ class MemoryView:
         self.report = report
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield from _memory_parts(self.report, options.max_width)
+        yield from _memory_parts(self.report)
 
 
-def _memory_parts(report: MemoryReport, width: int) -> Iterator[RenderableType]:
+def _memory_parts(report: MemoryReport) -> Iterator[RenderableType]:
     what = "CUDA memory snapshot" if report.kind == "snapshot" else "Memory timeline"
     # a long path is folded, never cut: every character of it is printed
     yield Text.assemble((what, "bold"), ": ", plain(report.source), overflow="fold")
@@ -111,12 +111,12 @@ def _memory_parts(report: MemoryReport, width: int) -> Iterator[RenderableType]:
             ]
             yield make_table("By category at the peak", ("category", "bytes", "share"), rows)
     if report.top_sites:
-        rows = [(shorten(s.site, width - 24), fmt_bytes(s.bytes), s.blocks) for s in report.top_sites]
+        rows = [(s.site, fmt_bytes(s.bytes), s.blocks) for s in report.top_sites]
         yield make_table("Call sites holding the most live memory", ("site", "live", "blocks"), rows)
     if report.top_blocks:
         rows = [
             (
-                shorten(b.site, width - 36),
+                b.site,
                 fmt_bytes(b.size),
                 fmt_bytes(b.requested_size),
                 _device_name(b.device),
@@ -129,7 +129,7 @@ def _memory_parts(report: MemoryReport, width: int) -> Iterator[RenderableType]:
         dev_by_id = {d.device: d for d in report.devices}
         rows = [
             (
-                shorten(o.site, width - 48),
+                o.site,
                 _device_name(o.device),
                 _time(dev_by_id[o.device], o.t_us),
                 fmt_bytes(o.requested),
@@ -142,8 +142,6 @@ def _memory_parts(report: MemoryReport, width: int) -> Iterator[RenderableType]:
                 "Out-of-memory events", ("site", "device", "when", "requested", "free on device"), rows
             )
         )
-    for note in report.notes:
-        yield Text(f"note: {plain(note)}")
 
 
 # ---------------------------------------------------------------------------------------------- HTML

@@ -116,13 +116,6 @@ def _cell_width(text: str) -> int:
 MIN_NAME_WIDTH = 12
 
 
-def shorten(name: str, width: int = 80) -> str:
-    """A name in at most `width` characters (stepscope.units.short_name)."""
-    return short_name(name, width)
-
-
-kernel_label = shorten
-
 __all__ = [
     "FitTable",
     "distinct_labels",
@@ -131,11 +124,9 @@ __all__ = [
     "fmt_ns",
     "fmt_pct",
     "fmt_us",
-    "kernel_label",
     "make_console",
     "make_table",
     "markup_safe",
     "plain",
     "short_name",
-    "shorten",
 ]
