@@ -32,6 +32,7 @@ from stepscope.analysis.findings import (
 from stepscope.analysis.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
+from stepscope.analysis.overview import StepCategories, step_categories
 from stepscope.analysis.run import RunFacts
 from stepscope.analysis.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.table import TraceTable
@@ -65,6 +66,8 @@ class RankAnalysis(msgspec.Struct):
     notes: list[str]
     collectives: list[CollectiveStats] = []  # per kind and process group, over the window
     clock_offset_us: float | None = None  # against the reference rank (null: a single rank)
+    # each step's wall time in TensorBoard's overview categories (kernel, memcpy, ..., other)
+    step_categories: list[StepCategories] = []
 
 
 class AnalysisResult(msgspec.Struct):
@@ -146,4 +149,5 @@ def analyze_rank(data: RankData, *, top: int = 10) -> RankAnalysis:
         top_kernels=top_kernels(gpu, top),
         steps=step_table(data.table, data.steps, busy, comm, effective_launch(all_gpu)),
         notes=data.notes,
+        step_categories=step_categories(data),
     )

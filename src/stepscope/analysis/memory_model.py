@@ -76,6 +76,8 @@ class DeviceMemory(msgspec.Struct, frozen=True):
     time_is_index: bool
     ooms: list[OomEvent]
     categories_at_peak: dict[str, int] | None = None
+    # memory timelines: bytes per category at each point of timeline_t_us (the categories add up to allocated)
+    timeline_by_category: dict[str, list[int]] | None = None
 
     @property
     def cached_unused(self) -> int | None:

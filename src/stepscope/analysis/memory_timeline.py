@@ -106,6 +106,9 @@ def analyze_timeline(obj: Sequence[Any], *, source: str = "", max_points: int = 
         time_is_index=False,
         ooms=[],
         categories_at_peak=dict(sorted(at_peak.items(), key=lambda kv: -kv[1])),
+        timeline_by_category={
+            category_name(c): col[keep].tolist() for c, col in sorted(cats.items()) if col.any()
+        },
     )
     notes.append(f"memory timeline: {fmt_bytes(int(levels[-1]))} still allocated at the end")
     return MemoryReport(source, "memory_timeline", [device], [], [], notes)

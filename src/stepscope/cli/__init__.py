@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "summary": ("summary", "Top CPU ops and GPU kernels of a trace, a folder of traces or a run folder."),
     "analyze": ("analyze", "Time breakdown, idle causes, overlap, stragglers and findings with advice."),
     "diff": ("diff", "What changed between two runs or traces."),
+    "report": ("report", "One self-contained HTML page of a run or trace (--compare TEST: of a diff)."),
     "merge": ("merge", "Every rank in one trace for Perfetto: clocks aligned, collectives linked."),
     "memory": ("memory", "Analyze a CUDA memory snapshot (never unpickles arbitrary objects)."),
 }

@@ -1,0 +1,119 @@
+"""The step-time breakdown of TensorBoard's profiler overview: every instant of a step goes to one category.
+
+The categories, in the order that wins when several are active at once (the one TensorBoard's overview used):
+kernel (a GPU kernel runs), memcpy, memset, runtime (the host is inside a CUDA runtime/driver call), data loader
+(a DataLoader range), CPU exec (any other CPU op or annotation), other (nothing traced). The parts of a step add
+up to its wall time. GPU activity counts wherever it runs inside the step's wall time, whichever step launched it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis import _intervals as iv
+from stepscope.analysis._rank import RankData
+from stepscope.analysis.steps import DATALOADER_RE, ns_to_us
+from stepscope.analysis.table import MISSING, TraceTable
+
+CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "data_loader", "cpu_exec", "other")
+CATEGORY_LABELS = {
+    "kernel": "Kernel",
+    "memcpy": "Memcpy",
+    "memset": "Memset",
+    "runtime": "Runtime",
+    "data_loader": "DataLoader",
+    "cpu_exec": "CPU Exec",
+    "other": "Other",
+}
+_RUNTIME = ("cuda_runtime", "cuda_driver")
+_CPU = ("cpu_op", "user_annotation")
+_X = ord("X")
+_STEP = re.compile(r"^ProfilerStep\s*#\s*\d+$")
+
+
+class StepCategories(msgspec.Struct):
+    """One profiled step of one rank, its wall time split over CATEGORIES (microseconds)."""
+
+    rank: int
+    step: int
+    dur_us: float
+    kernel_us: float
+    memcpy_us: float
+    memset_us: float
+    runtime_us: float
+    data_loader_us: float
+    cpu_exec_us: float
+    other_us: float
+
+
+def step_categories(data: RankData) -> list[StepCategories]:
+    """The overview breakdown of every step of the rank's window (empty without ProfilerStep spans)."""
+    steps = data.steps
+    if len(steps) == 0:
+        return []
+    table = data.table
+    gpu = data.gpu_all
+    kernel_cat = table.cat_id("kernel")
+    memcpy_cat = table.cat_id("gpu_memcpy")
+    memset_cat = table.cat_id("gpu_memset")
+
+    def gpu_union(cat: int) -> iv.Intervals:
+        if cat == MISSING:
+            return iv.merge(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        sel = gpu.cat == cat
+        return iv.merge(gpu.start[sel], gpu.end[sel])
+
+    sets = [
+        gpu_union(kernel_cat),
+        gpu_union(memcpy_cat),
+        gpu_union(memset_cat),
+        _host_union(table, _RUNTIME),
+        _host_union(table, _CPU, DATALOADER_RE),
+        _host_union(table, _CPU),
+    ]
+    lo, hi = steps.start, steps.end
+    taken: iv.Intervals = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    parts = []
+    for intervals in sets:
+        own = iv.subtract(intervals, taken)
+        parts.append(iv.covered_within(own, lo, hi))
+        taken = iv.merge(np.concatenate((taken[0], intervals[0])), np.concatenate((taken[1], intervals[1])))
+    dur = hi - lo
+    other = np.maximum(dur - np.sum(parts, axis=0), 0)
+    return [
+        StepCategories(
+            rank=data.rank,
+            step=int(steps.number[i]),
+            dur_us=ns_to_us(int(dur[i])),
+            kernel_us=ns_to_us(int(parts[0][i])),
+            memcpy_us=ns_to_us(int(parts[1][i])),
+            memset_us=ns_to_us(int(parts[2][i])),
+            runtime_us=ns_to_us(int(parts[3][i])),
+            data_loader_us=ns_to_us(int(parts[4][i])),
+            cpu_exec_us=ns_to_us(int(parts[5][i])),
+            other_us=ns_to_us(int(other[i])),
+        )
+        for i in range(len(steps))
+    ]
+
+
+def _host_union(
+    table: TraceTable, categories: tuple[str, ...], pattern: re.Pattern[str] | None = None
+) -> iv.Intervals:
+    """Union of the complete events of `categories` (names matching `pattern` only, when given), the
+    ProfilerStep spans themselves left out (they cover the whole step)."""
+    cats = [c for c in (table.cat_id(x) for x in categories) if c != MISSING]
+    rows = np.flatnonzero(np.isin(table.columns["cat"], cats) & (table.columns["ph"] == _X))
+    if len(rows):
+        name = table.columns["name"][rows]
+        keep = table.names_matching(
+            lambda n: _STEP.match(n) is None and (pattern is None or pattern.search(n) is not None),
+            key=("overview", pattern.pattern if pattern is not None else None),
+            among=name,
+        )
+        rows = rows[keep[name]]
+    start = table.columns["ts"][rows]
+    return iv.merge(start, start + table.columns["dur"][rows])

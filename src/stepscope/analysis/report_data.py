@@ -1,0 +1,257 @@
+"""Everything the HTML report shows, computed once: `collect_report(path) -> ReportData` (no rendering here).
+
+The report is a view of `analyze` (findings, breakdowns, collectives, ranks), of `summary` (top ops and kernels,
+more rows than the terminal shows) and, for a run folder, of the series the run recorded outside its traces:
+step wall times over the whole run, the memory log, the system samples, FLOPs per module, the memory timelines
+and snapshots. Series are downsampled so that the page stays small whatever the length of the run.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis.analyze import AnalysisResult, analyze
+from stepscope.analysis.memory_model import MemoryReport
+from stepscope.analysis.memory_timeline import downsample
+from stepscope.analysis.run import Run, load_run, run_facts
+from stepscope.analysis.summary import Summary, summarize
+from stepscope.analysis.table import TraceTable
+from stepscope.errors import StepscopeError
+from stepscope.runfolder import ArtifactKind, is_run_folder
+from stepscope.runfolder.payloads import FlopsReport
+
+REPORT_SCHEMA = "stepscope.report/1"
+TOP_ROWS = 200  # ops and kernels per rank in the report's tables
+MAX_POINTS = 600  # points per series (steps, memory rows, system samples) after downsampling
+MAX_MEMORY_FILES = 4  # memory timelines / snapshots analysed (the latest ones)
+
+
+class StepPoint(msgspec.Struct, array_like=True):
+    rank: int
+    step: int
+    wall_ms: float
+    phase: str  # none | warmup | record | record_and_save
+
+
+class MemoryPoint(msgspec.Struct):
+    rank: int
+    step: int
+    rss_bytes: int
+    cuda_allocated_bytes: int | None
+    cuda_reserved_bytes: int | None
+    cuda_peak_allocated_bytes: int | None
+
+
+class SystemPoint(msgspec.Struct):
+    rank: int
+    t_s: float
+    process_cpu_percent: float
+    system_cpu_percent: float
+    rss_bytes: int
+    gpu: int | None  # NVML index of the GPU the next fields describe (one row per GPU)
+    gpu_util_percent: float | None
+    gpu_mem_bytes: int | None
+    gpu_power_w: float | None
+
+
+class TraceFile(msgspec.Struct):
+    rank: int | None
+    step: int | None  # the last step of the window it holds (run folders)
+    path: str  # absolute
+    bytes: int
+
+
+class MemoryFile(msgspec.Struct):
+    kind: str  # memory_timeline | memory_snapshot
+    rank: int | None
+    step: int | None
+    path: str
+    report: MemoryReport | None
+    error: str | None  # why it could not be read
+
+
+class RunSeries(msgspec.Struct):
+    """What a run folder recorded outside its traces, as series for charts."""
+
+    steps: list[StepPoint]
+    windows: list[list[int]]  # [first, last] active step of each profiled window
+    memory: list[MemoryPoint]
+    system: list[SystemPoint]
+    flops: list[FlopsReport]
+    memory_files: list[MemoryFile]
+    config: dict[str, Any]
+
+
+class ReportData(msgspec.Struct):
+    """The document the HTML page is rendered from."""
+
+    schema: str
+    source: str  # the path the report is of
+    title: str
+    generated: str  # UTC, ISO 8601
+    versions: dict[str, str]
+    devices: list[str]  # device names the traces list (deviceProperties)
+    analysis: AnalysisResult
+    summary: Summary | None
+    run: RunSeries | None
+    traces: list[TraceFile]
+    notes: list[str]
+
+
+def collect_report(
+    path: str | Path,
+    *,
+    table: TraceTable | None = None,
+    step: int | None = None,
+    comm_patterns: Sequence[str] = (),
+    load: Any = None,
+) -> ReportData:
+    """Analyse PATH (a run folder, a trace, or a folder of traces) for the report.
+
+    `table`: the traces, already loaded; otherwise `load(path, step=step)` loads them (default: load_trace)."""
+    from stepscope import __version__
+    from stepscope.analysis.analyze import SCHEMA
+
+    path = Path(path)
+    run: Run | None = load_run(path) if is_run_folder(path) else None
+    notes: list[str] = []
+    if table is None and (run is None or run.has_traces):
+        if load is None:
+            from stepscope.analysis.loader import load_trace as load
+        table = load(path, step=step)
+    if table is not None:
+        result = analyze(table, comm_patterns=comm_patterns)
+        summary = summarize(table, top=TOP_ROWS)
+    else:
+        note = "the run has no traces (the job ended before its first window was exported)"
+        result = AnalysisResult(SCHEMA, [], None, None, [], [note])
+        summary = None
+    versions = {"stepscope": __version__}
+    title = path.name or str(path)
+    if run is not None:
+        result.run = run_facts(run)
+        versions = {**dict(run.manifest.versions), "report": __version__}
+        title = run.manifest.run_name or title
+        notes.extend(run.notes)
+    return ReportData(
+        schema=REPORT_SCHEMA,
+        source=str(path),
+        title=title,
+        generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        versions=versions,
+        devices=_devices(table),
+        analysis=result,
+        summary=summary,
+        run=_series(run) if run is not None else None,
+        traces=_trace_files(path, run, table),
+        notes=notes,
+    )
+
+
+def _devices(table: TraceTable | None) -> list[str]:
+    names: list[str] = []
+    for info in table.ranks.values() if table is not None else ():
+        for prop in info.device_properties:
+            name = prop.get("name")
+            if isinstance(name, str) and name and name not in names:
+                names.append(name)
+    return names
+
+
+def _trace_files(path: Path, run: Run | None, table: TraceTable | None) -> list[TraceFile]:
+    if run is not None:
+        out = []
+        for a in run.manifest.of_kind(ArtifactKind.TRACE):
+            file = path / a.path
+            out.append(TraceFile(a.rank, a.step, str(file.resolve()), _size(file)))
+        return out
+    if table is None:
+        return []
+    return [
+        TraceFile(rank, None, str(Path(info.source).resolve()), _size(Path(info.source)))
+        for rank, info in sorted(table.ranks.items())
+        if info.source
+    ]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _thin(n: int, max_points: int = MAX_POINTS) -> np.ndarray:
+    """Indices of at most `max_points` evenly spread rows (the first and last kept)."""
+    if n <= max_points:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
+
+
+def _series(run: Run) -> RunSeries:
+    facts = run_facts(run)
+    windows = facts.step_times[0].windows if facts.step_times else []
+    steps: list[StepPoint] = []
+    by_rank: dict[int, list[Any]] = {}
+    for line in run.metrics:
+        by_rank.setdefault(line.rank, []).append(line)
+    for rank, lines in sorted(by_rank.items()):
+        lines.sort(key=lambda m: m.step)
+        wall = np.array([m.wall_ms for m in lines], dtype=float)
+        for i in downsample(wall, MAX_POINTS):
+            m = lines[int(i)]
+            steps.append(StepPoint(rank, m.step, round(m.wall_ms, 4), m.phase))
+    memory = []
+    for rank, rows in sorted(run.memory.items()):
+        for i in _thin(len(rows)):
+            r = rows[int(i)]
+            memory.append(
+                MemoryPoint(
+                    rank,
+                    r.step,
+                    r.rss_bytes,
+                    r.cuda_allocated_bytes,
+                    r.cuda_reserved_bytes,
+                    r.cuda_peak_allocated_bytes,
+                )
+            )
+    system = []
+    for rank, samples in sorted(run.system.items()):
+        for i in _thin(len(samples)):
+            s = samples[int(i)]
+            base = (rank, round(s.t_s, 3), s.process_cpu_percent, s.system_cpu_percent, s.rss_bytes)
+            if not s.gpus:
+                system.append(SystemPoint(*base, None, None, None, None))
+            for g in s.gpus:
+                system.append(SystemPoint(*base, g.index, g.util_percent, g.mem_used_bytes, g.power_w))
+    return RunSeries(
+        steps=steps,
+        windows=windows,
+        memory=memory,
+        system=system,
+        flops=sorted(run.flops, key=lambda f: f.rank),
+        memory_files=_memory_files(run),
+        config=run.config,
+    )
+
+
+def _memory_files(run: Run) -> list[MemoryFile]:
+    from stepscope.analysis.snapshot import analyze_memory_file
+
+    out = []
+    for kind in (ArtifactKind.MEMORY_TIMELINE, ArtifactKind.MEMORY_SNAPSHOT):
+        artifacts = sorted(run.manifest.of_kind(kind), key=lambda a: (a.step or 0, a.rank or 0))
+        for a in artifacts[-MAX_MEMORY_FILES:]:
+            file = run.path / a.path
+            try:
+                report, error = analyze_memory_file(file, top=5, max_points=300), None
+            except (StepscopeError, OSError) as exc:
+                report, error = None, str(exc)
+            out.append(MemoryFile(str(kind), a.rank, a.step, str(file.resolve()), report, error))
+    return out

@@ -1,0 +1,103 @@
+"""`stepscope report PATH`: one self-contained HTML page of a run, a trace or a folder of traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stepscope.cli._common import comm_pattern_option, step_option
+
+
+@click.command(name="report")
+@click.argument("path", type=click.Path(path_type=Path, readable=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Where to write the page (default: report.html in a run folder, else PATH's name + .report.html).",
+)
+@click.option(
+    "--compare",
+    "compare",
+    type=click.Path(path_type=Path, readable=False),
+    default=None,
+    metavar="TEST",
+    help="Make the page of the diff of PATH (the base) and TEST instead.",
+)
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
+@step_option
+@comm_pattern_option
+def command(
+    path: Path,
+    output: Path | None,
+    compare: Path | None,
+    open_browser: bool,
+    step: int | None,
+    comm_patterns: tuple[str, ...],
+) -> None:
+    """Write one HTML page about PATH (a run folder, a trace file or a folder of traces) that works offline:
+    findings, step breakdown, kernels and ops, GPU time, communication, ranks, FLOPs, memory, system.
+
+    With --compare TEST, the page shows what changed from PATH to TEST."""
+    from stepscope.cli._common import comm_patterns as resolve_patterns
+    from stepscope.cli._common import load_traces, print_notes
+    from stepscope.report.html import render_compare, render_report, write_html
+
+    patterns = resolve_patterns(compare if compare is not None else path, comm_patterns)
+    if compare is not None:
+        from stepscope.analysis.diff import diff_tables
+
+        result = diff_tables(
+            load_traces(path, step=step),
+            load_traces(compare, step=step),
+            base_path=str(path),
+            test_path=str(compare),
+            comm_patterns=patterns,
+        )
+        html = render_compare(result)
+        target = output or Path(f"{_stem(path)}_vs_{_stem(compare)}.compare.html")
+        print_notes(result.notices)
+    else:
+        from stepscope.analysis.report_data import collect_report
+
+        data = collect_report(path, step=step, comm_patterns=patterns, load=load_traces)
+        html = render_report(data)
+        target = output or default_output(path)
+        print_notes(data.analysis.notices)
+        print_notes(data.notes)
+    write_html(html, target)
+    if target.parent == path and _is_run(path):
+        _index(path, target)
+    click.echo(f"report: {target}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(target.resolve().as_uri())
+
+
+def default_output(path: Path) -> Path:
+    if _is_run(path):
+        return path / "report.html"
+    return Path(f"{_stem(path)}.report.html")
+
+
+def _stem(path: Path) -> str:
+    name = path.resolve().name or "trace"
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _is_run(path: Path) -> bool:
+    from stepscope.runfolder import is_run_folder
+
+    return is_run_folder(path)
+
+
+def _index(run_dir: Path, report: Path) -> None:
+    """Record the page in the run folder's manifest (kind `report`)."""
+    from stepscope.runfolder import Artifact, ArtifactKind, relpath, update_manifest
+
+    update_manifest(run_dir, artifacts=[Artifact(str(ArtifactKind.REPORT), relpath(run_dir, report))])

@@ -1,0 +1,215 @@
+"""Vega-Lite specifications of the report's charts, built from the report's data (reshaping only, no analysis).
+
+Each function returns a spec with its data inline, or None when there is nothing to draw. Vega-Lite draws them
+in the browser; the page inlines the library once (report/_vega.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepscope.analysis.overview import CATEGORIES, CATEGORY_LABELS
+
+Spec = dict[str, Any]
+
+# One colour per overview category, in CATEGORIES order (kernel ... other), as TensorBoard's overview had them.
+CATEGORY_COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#bab0ac"]
+HEIGHT = 220
+
+
+def _base(values: list[dict[str, Any]], height: int = HEIGHT) -> Spec:
+    return {
+        "width": "container",
+        "height": height,
+        "data": {"values": values},
+        "config": {"view": {"stroke": None}, "axis": {"labelLimit": 260}},
+    }
+
+
+def step_times(points: list[dict[str, Any]], windows: list[list[int]]) -> Spec | None:
+    """Wall time of every step of the run, one line per rank, the profiled windows shaded."""
+    if not points:
+        return None
+    line = {
+        "mark": {"type": "line", "point": len(points) <= 200, "tooltip": True},
+        "encoding": {
+            "x": {"field": "step", "type": "quantitative", "title": "step"},
+            "y": {"field": "wall_ms", "type": "quantitative", "title": "step wall time (ms)"},
+            "color": {"field": "rank", "type": "nominal", "title": "rank"},
+            "tooltip": [
+                {"field": "rank", "type": "nominal"},
+                {"field": "step", "type": "quantitative"},
+                {"field": "wall_ms", "type": "quantitative", "title": "ms", "format": ".3f"},
+                {"field": "phase", "type": "nominal", "title": "profiler"},
+            ],
+        },
+    }
+    layers: list[Spec] = []
+    if windows:
+        layers.append(
+            {
+                "data": {"values": [{"first": w[0] - 0.5, "last": w[1] + 0.5} for w in windows]},
+                "mark": {"type": "rect", "color": "#f28e2b", "opacity": 0.18},
+                "encoding": {"x": {"field": "first", "type": "quantitative"}, "x2": {"field": "last"}},
+            }
+        )
+    layers.append(line)
+    spec = _base(points)
+    spec["layer"] = layers
+    return spec
+
+
+def step_categories(rows: list[dict[str, Any]], multi_rank: bool) -> Spec | None:
+    """Stacked bars: each profiled step's wall time in the overview categories."""
+    if not rows:
+        return None
+    values = []
+    for row in rows:
+        label = f"r{row['rank']} s{row['step']}" if multi_rank else str(row["step"])
+        for order, cat in enumerate(CATEGORIES):
+            values.append(
+                {
+                    "step": label,
+                    "category": CATEGORY_LABELS[cat],
+                    "order": order,
+                    "ms": round(row[f"{cat}_us"] / 1000, 4),
+                }
+            )
+    spec = _base(values, height=HEIGHT + 40)
+    spec.update(
+        {
+            "mark": {"type": "bar", "tooltip": True},
+            "encoding": {
+                "x": {"field": "step", "type": "ordinal", "title": "profiled step", "sort": None},
+                "y": {"field": "ms", "type": "quantitative", "title": "time (ms)", "stack": "zero"},
+                "color": {
+                    "field": "category",
+                    "type": "nominal",
+                    "title": "category",
+                    "scale": {
+                        "domain": [CATEGORY_LABELS[c] for c in CATEGORIES],
+                        "range": CATEGORY_COLORS,
+                    },
+                },
+                "order": {"field": "order", "type": "quantitative"},
+                "tooltip": [
+                    {"field": "step", "type": "ordinal"},
+                    {"field": "category", "type": "nominal"},
+                    {"field": "ms", "type": "quantitative", "format": ".3f"},
+                ],
+            },
+        }
+    )
+    return spec
+
+
+def horizontal_bars(
+    values: list[dict[str, Any]], *, label: str, value: str, value_title: str, color: str | None = None
+) -> Spec | None:
+    """One bar per row, largest first (kernel types, collectives, modules)."""
+    if not values:
+        return None
+    spec = _base(values, height=max(60, 22 * len(values)))
+    encoding: Spec = {
+        "y": {"field": label, "type": "nominal", "sort": "-x", "title": None},
+        "x": {"field": value, "type": "quantitative", "title": value_title},
+        "tooltip": [
+            {"field": k, "type": "quantitative" if isinstance(v, (int, float)) else "nominal"}
+            for k, v in values[0].items()
+        ],
+    }
+    if color is not None:
+        encoding["color"] = {"field": color, "type": "nominal"}
+    spec.update({"mark": {"type": "bar", "tooltip": True}, "encoding": encoding})
+    return spec
+
+
+def stacked_horizontal(values: list[dict[str, Any]], *, label: str, title: str) -> Spec | None:
+    """Rows of (label, part, ms), one stacked bar per label (idle causes per stream, per-rank step parts)."""
+    if not values:
+        return None
+    spec = _base(values, height=max(60, 28 * len({v[label] for v in values})))
+    spec.update(
+        {
+            "mark": {"type": "bar", "tooltip": True},
+            "encoding": {
+                "y": {"field": label, "type": "nominal", "title": None, "sort": None},
+                "x": {"field": "ms", "type": "quantitative", "title": title, "stack": "zero"},
+                "color": {"field": "part", "type": "nominal", "title": None},
+                "tooltip": [
+                    {"field": label, "type": "nominal"},
+                    {"field": "part", "type": "nominal"},
+                    {"field": "ms", "type": "quantitative", "format": ".3f"},
+                ],
+            },
+        }
+    )
+    return spec
+
+
+def heatmap(values: list[dict[str, Any]], n_ranks: int) -> Spec | None:
+    """Ranks x steps, coloured by step time: many ranks at a glance."""
+    if not values:
+        return None
+    spec = _base(values, height=min(600, max(80, 14 * n_ranks)))
+    spec.update(
+        {
+            "mark": {"type": "rect", "tooltip": True},
+            "encoding": {
+                "x": {"field": "step", "type": "ordinal", "title": "profiled step"},
+                "y": {"field": "rank", "type": "ordinal", "title": "rank"},
+                "color": {
+                    "field": "ms",
+                    "type": "quantitative",
+                    "title": "step (ms)",
+                    "scale": {"scheme": "orangered"},
+                },
+                "tooltip": [
+                    {"field": "rank", "type": "ordinal"},
+                    {"field": "step", "type": "ordinal"},
+                    {"field": "ms", "type": "quantitative", "format": ".3f"},
+                ],
+            },
+        }
+    )
+    return spec
+
+
+def lines(
+    values: list[dict[str, Any]],
+    *,
+    x: str,
+    x_title: str,
+    y_title: str,
+    series: str = "series",
+    area: bool = False,
+) -> Spec | None:
+    """Long-format rows (x, value, series) as lines (or stacked areas)."""
+    if not values:
+        return None
+    spec = _base(values)
+    spec.update(
+        {
+            "mark": {
+                "type": "area" if area else "line",
+                "tooltip": True,
+                **({} if area else {"point": False}),
+            },
+            "encoding": {
+                "x": {"field": x, "type": "quantitative", "title": x_title},
+                "y": {
+                    "field": "value",
+                    "type": "quantitative",
+                    "title": y_title,
+                    **({"stack": "zero"} if area else {}),
+                },
+                "color": {"field": series, "type": "nominal", "title": None},
+                "tooltip": [
+                    {"field": series, "type": "nominal"},
+                    {"field": x, "type": "quantitative"},
+                    {"field": "value", "type": "quantitative", "format": ".4~s"},
+                ],
+            },
+        }
+    )
+    return spec
