@@ -670,16 +670,24 @@ def overhead_checks(c: Checks, o: Overhead, cuda: bool) -> None:
 
 
 def report_check(c: Checks, run: TrainRun) -> None:
-    from stepscope.cli import COMMANDS
+    import re
 
     def report() -> tuple[bool, str]:
-        if "report" not in COMMANDS:
-            raise Skip("`stepscope report` does not exist yet")
+        at_close = run.run_dir / "report.html"
         html = run.run_dir.parent / "gpu_check_report.html"
         done = cli("report", str(run.run_dir), "-o", str(html))
         text = html.read_text() if html.exists() else ""
-        ok = done.returncode == 0 and "no CUDA activity" not in text and "kernel" in text.lower()
-        return ok, f"{html.name}: {len(text) / 1024:.0f} KiB, exit {done.returncode}"
+        sections = dict(re.findall(r'<section id="([a-z-]+)">(.*?)</section>', text, flags=re.S))
+        wanted = ("gpu", "ops", "flops", "memory", "system")
+        empty = [s for s in wanted if 'class="empty"' in sections.get(s, 'class="empty"')]
+        charts = {
+            s: sections.get(s, "").count('class="chart"') for s in ("overview", "gpu", "memory", "system")
+        }
+        ok = done.returncode == 0 and at_close.is_file() and not empty and all(charts.values())
+        return ok, (
+            f"written at close: {at_close.is_file()}; {html.name} {len(text) / 1e6:.2f} MB, exit "
+            f"{done.returncode}; charts per section {charts}; sections without data: {empty or 'none'}"
+        )
 
     c.run("report: renders the GPU sections", report, gpu=True)
 

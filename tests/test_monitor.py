@@ -119,7 +119,9 @@ def test_short_job_warns_and_leaves_a_valid_manifest(tmp_path: Path) -> None:
     assert losses == bare_losses(3)
     manifest = read_manifest(monitor.run_dir)
     assert any("before the first active window" in note for note in manifest.notes)
-    assert [a.kind for a in manifest.artifacts] == ["config", "metrics"]
+    # no trace; the report still shows the step times and says why there is nothing else
+    assert [a.kind for a in manifest.artifacts] == ["config", "metrics", "report"]
+    assert "the run has no traces" in (monitor.run_dir / "report.html").read_text()
     assert_manifest_complete(monitor.run_dir)
 
 

@@ -81,6 +81,11 @@ class ProfileConfig(BaseModel):
         True, description="Print the top-ops table of each window on the first profiled rank."
     )
     top_n: int = Field(10, ge=1, description="Rows of the console top-ops table.")
+    report: bool = Field(
+        True,
+        description="Write the run's HTML report (report.html) when the monitor closes, on the first profiled "
+        "rank, from what the run folder holds then.",
+    )
     comm_patterns: list[str] = Field(
         default_factory=list,
         description="Regexes naming more GPU kernels as communication when the run is analysed "

@@ -291,6 +291,11 @@ class PerformanceMonitor:
                 "the files of the run are in the folder",
                 StepscopeWarning,
             )
+            return
+        if self.config.report and self._ctx.is_first_profiled_rank:
+            from stepscope.capture.report import write_run_report
+
+            write_run_report(self._ctx.run_dir, console=self.config.console)
 
     # --- lifecycle --------------------------------------------------------------------------------
     def _resolve_identity(self) -> None:

@@ -21,6 +21,13 @@ def command(out_dir: str, steps: int) -> None:
     monitor = run_demo(out_dir=out_dir, steps=steps)
     click.echo(f"\nRun folder: {monitor.run_dir}")
     click.echo(f"  manifest:  {monitor.run_dir / 'manifest.json'}")
+    report = monitor.run_dir / "report.html"
+    if report.is_file():
+        click.echo(f"  report:    {report}  (open it in a browser; it works offline)")
+    else:
+        click.echo(
+            f"  report:    not written (see the warning above); make it with `stepscope report {monitor.run_dir}`"
+        )
     me = _this_command()
     click.echo(f"  next:      {me} analyze {monitor.run_dir}")
     click.echo(f"             {me} summary {monitor.run_dir}")

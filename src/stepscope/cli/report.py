@@ -68,7 +68,7 @@ def command(
         print_notes(data.analysis.notices)
         print_notes(data.notes)
     write_html(html, target)
-    if target.parent == path and _is_run(path):
+    if _is_run(path) and target.resolve().parent == path.resolve():
         _index(path, target)
     click.echo(f"report: {target}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
     if open_browser:

@@ -80,7 +80,13 @@ def step_categories(rows: list[dict[str, Any]], multi_rank: bool) -> Spec | None
         {
             "mark": {"type": "bar", "tooltip": True},
             "encoding": {
-                "x": {"field": "step", "type": "ordinal", "title": "profiled step", "sort": None},
+                "x": {
+                    "field": "step",
+                    "type": "ordinal",
+                    "title": "profiled step",
+                    "sort": None,
+                    "axis": {"labelAngle": 0},
+                },
                 "y": {"field": "ms", "type": "quantitative", "title": "time (ms)", "stack": "zero"},
                 "color": {
                     "field": "category",

@@ -198,7 +198,7 @@ def _ops(data: ReportData) -> Section:
     if kernel_rows:
         s.tables.append(
             Table(
-                "kernels",
+                "top-kernels",
                 [
                     *rank_col,
                     ("kernel", False),
@@ -229,7 +229,7 @@ def _ops(data: ReportData) -> Section:
     if op_rows:
         s.tables.append(
             Table(
-                "ops",
+                "top-ops",
                 [
                     *rank_col,
                     ("op", False),
@@ -426,7 +426,7 @@ def _ranks(data: ReportData, pc: Charts) -> Section:
     )
     s.tables.append(
         Table(
-            "ranks",
+            "rank-steps",
             [
                 ("rank", True),
                 ("steps", True),
@@ -498,8 +498,12 @@ def _flops(data: ReportData, pc: Charts) -> Section:
         )
     report = data.run.flops[0] if data.run is not None and data.run.flops else None
     if report is not None:
-        modules = [m for m in report.modules if m.depth == 1] or [m for m in report.modules if m.depth <= 1]
-        modules = sorted(modules, key=lambda m: -m.flops)[:25]
+        # the shallowest level with more than one module (below a model that wraps everything)
+        depths = sorted({m.depth for m in report.modules})
+        level = next(
+            (d for d in depths if sum(m.depth == d for m in report.modules) > 1), depths[0] if depths else 0
+        )
+        modules = sorted((m for m in report.modules if m.depth == level), key=lambda m: -m.flops)[:25]
         pc.add(
             s,
             charts.horizontal_bars(
@@ -508,7 +512,7 @@ def _flops(data: ReportData, pc: Charts) -> Section:
                 value="GFLOP",
                 value_title=f"GFLOP in step {report.step} (rank {report.rank})",
             ),
-            "FLOPs per top-level module (forward + backward of the counted step).",
+            "FLOPs per module at the first level that splits the model (forward + backward of the counted step).",
         )
         s.tables.append(
             Table(
@@ -719,7 +723,7 @@ def compare_sections(diff: Any, pc: Charts) -> list[Section]:
     pc.add(phases, spec, "Each phase per step, base and test.")
     phases.tables.append(
         Table(
-            "phases",
+            "phase-table",
             [
                 ("phase", False),
                 ("base", True),
