@@ -77,8 +77,11 @@ def paint(page: Path, loads: int) -> tuple[list[float], list[float]]:
                 )
                 done = pg.evaluate("performance.now()")
                 fcp = pg.evaluate(
-                    "performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null"
+                    "(performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint') "
+                    "|| performance.getEntriesByType('paint')[0] || {startTime: null}).startTime"
                 )
+                if fcp is None:
+                    raise SystemExit("the page recorded no paint timing")
                 firsts.append(fcp / 1000)
                 charts.append(done / 1000)
                 ctx.close()

@@ -24,6 +24,16 @@ def test_demo_profiles_and_prints_the_run_folder(tmp_path: Path, capsys: pytest.
     with gzip.open(run_dirs[0] / traces[0].path, "rt") as fh:
         names = {e.get("name") for e in json.load(fh)["traceEvents"]}
     assert {"forward", "backward", "optimizer", "ProfilerStep#7", "ProfilerStep#9"} <= names
+    # and the report, written at close, indexed, and printed
+    report = run_dirs[0] / "report.html"
+    assert f"report:    {report}" in out
+    assert [a.path for a in manifest.artifacts if a.kind == "report"] == ["report.html"]
+    # which opens in a browser with no console error and no request leaving the file
+    from ._browser import visit
+
+    with visit(report) as seen:
+        assert not seen.console_errors and not seen.remote_requests
+        assert seen.page.locator("div.chart svg.marks").count() >= 2
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:

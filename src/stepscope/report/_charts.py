@@ -208,6 +208,7 @@ def lines(
                     "type": "quantitative",
                     "title": y_title,
                     **({"stack": "zero"} if area else {}),
+                    **({"axis": {"format": "~s"}} if y_title == "bytes" else {}),
                 },
                 "color": {"field": series, "type": "nominal", "title": None},
                 "tooltip": [

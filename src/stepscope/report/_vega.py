@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from importlib import metadata
 from pathlib import Path
 
 # Each bundle ends by exporting the three libraries; a cached file without this ending is rebuilt.
@@ -29,7 +28,14 @@ def cache_dir() -> Path:
 @functools.cache
 def vega_bundle() -> str:
     """The JavaScript of Vega + Vega-Lite + vega-embed (window.vega, window.vegaLite, window.vegaEmbed)."""
-    version = metadata.version("vl-convert-python")
+    import vl_convert
+
+    # the module's own version (importlib.metadata would add ~30 ms of import to every report)
+    version = getattr(vl_convert, "__version__", None)
+    if not version:
+        from importlib import metadata
+
+        version = metadata.version("vl-convert-python")
     path = cache_dir() / f"vega-bundle-vl-convert-{version}.js"
     try:
         text = path.read_text(encoding="utf-8")
@@ -37,8 +43,6 @@ def vega_bundle() -> str:
             return text
     except (OSError, UnicodeDecodeError):
         pass
-    import vl_convert
-
     text = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # its stub marks the optional snippet required
     if "</script" in text.lower():  # never seen; inlining would then end the script element early
         raise RuntimeError("the Vega bundle contains '</script': it cannot be inlined")

@@ -74,6 +74,7 @@ def _environment() -> Any:
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("stepscope.report", "templates"),
+        bytecode_cache=_bytecode_cache(),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -81,6 +82,34 @@ def _environment() -> Any:
     )
     env.filters["json_data"] = _json_data
     return env
+
+
+def _bytecode_cache() -> Any:
+    """Compiled templates kept beside the Vega bundle: compiling them costs each report ~60 ms otherwise. A cache
+    that cannot be read or written is skipped."""
+    import jinja2
+
+    from stepscope.report._vega import cache_dir
+
+    class Cache(jinja2.FileSystemBytecodeCache):
+        def load_bytecode(self, bucket: Any) -> None:
+            try:
+                super().load_bytecode(bucket)
+            except (OSError, EOFError, ValueError):
+                bucket.reset()
+
+        def dump_bytecode(self, bucket: Any) -> None:
+            try:
+                super().dump_bytecode(bucket)
+            except OSError:
+                pass
+
+    folder = cache_dir() / "templates"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return Cache(str(folder))
 
 
 def _static(name: str) -> str:
