@@ -313,3 +313,23 @@ def test_report_json_data_cannot_close_its_script(tmp_path: Path) -> None:
     for block in re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', html, flags=re.S):
         assert "<" not in block and ">" not in block
         json.loads(block)
+
+
+def test_report_never_replaces_what_is_not_a_regular_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = hostile_trace(tmp_path / "t.json")
+    real = tmp_path / "real.html"
+    real.write_text("keep me")
+    link = tmp_path / "link.html"
+    link.symlink_to(real)
+    folder = tmp_path / "folder.html"
+    folder.mkdir()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for target in (link, folder, afile / "x.html"):
+        assert main(["report", str(trace), "-o", str(target)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and str(target) in err[0] and "Traceback" not in err[0], err
+    # THEN the symlink is still a symlink, and what it points to is untouched
+    assert link.is_symlink() and real.read_text() == "keep me" and folder.is_dir()

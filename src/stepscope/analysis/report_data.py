@@ -97,6 +97,7 @@ class ReportData(msgspec.Struct):
     generated: str  # UTC, ISO 8601
     versions: dict[str, str]
     devices: list[str]  # device names the traces list (deviceProperties)
+    world_sizes: list[int]  # world sizes the traces' distributedInfo gives
     analysis: AnalysisResult
     summary: Summary | None
     run: RunSeries | None
@@ -146,6 +147,7 @@ def collect_report(
         generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         versions=versions,
         devices=_devices(table),
+        world_sizes=sorted({i.world_size for i in table.ranks.values() if i.world_size} if table else set()),
         analysis=result,
         summary=summary,
         run=_series(run) if run is not None else None,

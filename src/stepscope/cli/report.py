@@ -14,7 +14,7 @@ from stepscope.cli._common import comm_pattern_option, step_option
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     default=None,
     help="Where to write the page (default: report.html in a run folder, else PATH's name + .report.html).",
 )
@@ -43,7 +43,7 @@ def command(
     With --compare TEST, the page shows what changed from PATH to TEST."""
     from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._common import load_traces, print_notes
-    from stepscope.report.html import render_compare, render_report, write_html
+    from stepscope.report.html import render_compare, render_report
 
     patterns = resolve_patterns(compare if compare is not None else path, comm_patterns)
     if compare is not None:
@@ -67,7 +67,7 @@ def command(
         target = output or default_output(path)
         print_notes(data.analysis.notices)
         print_notes(data.notes)
-    write_html(html, target)
+    _write(html, target)
     if _is_run(path) and target.resolve().parent == path.resolve():
         _index(path, target)
     click.echo(f"report: {target}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
@@ -75,6 +75,22 @@ def command(
         import webbrowser
 
         webbrowser.open(target.resolve().as_uri())
+
+
+def _write(html: str, target: Path) -> None:
+    """Write the page; an unusable target is one line and exit 2. Only a regular file is ever replaced (the page
+    is renamed into place, which would turn a device such as /dev/null or a symlink into a plain file)."""
+    from stepscope.errors import InputError
+    from stepscope.report.html import write_html
+
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise InputError(
+            target, "not a regular file: the report replaces only a regular file (choose another -o)"
+        )
+    try:
+        write_html(html, target)
+    except OSError as exc:
+        raise InputError(target, f"cannot write the report ({exc.strerror or exc})") from None
 
 
 def default_output(path: Path) -> Path:

@@ -202,13 +202,17 @@ def lines(
                 **({} if area else {"point": False}),
             },
             "encoding": {
-                "x": {"field": x, "type": "quantitative", "title": x_title},
+                "x": {
+                    "field": x,
+                    "type": "quantitative",
+                    "title": x_title,
+                    **({"axis": {"format": "d", "tickMinStep": 1}} if x == "step" else {}),
+                },
                 "y": {
                     "field": "value",
                     "type": "quantitative",
                     "title": y_title,
                     **({"stack": "zero"} if area else {}),
-                    **({"axis": {"format": "~s"}} if y_title == "bytes" else {}),
                 },
                 "color": {"field": series, "type": "nominal", "title": None},
                 "tooltip": [

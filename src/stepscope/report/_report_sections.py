@@ -38,7 +38,15 @@ def header_facts(data: ReportData) -> list[tuple[str, str]]:
     result = data.analysis
     facts: list[tuple[str, str]] = []
     run = result.run
-    facts.append(("devices", ", ".join(data.devices) if data.devices else "no GPU listed in the traces"))
+    has_gpu = any(r.temporal is not None for r in result.ranks)
+    if data.devices:
+        facts.append(("devices", ", ".join(data.devices)))
+    else:
+        facts.append(("devices", "not named in the traces" + ("" if has_gpu else " (and no GPU activity)")))
+    if run is None:
+        sizes = sorted({w for w in data.world_sizes if w})
+        if sizes:
+            facts.append(("world size", ", ".join(map(str, sizes)) + " (the traces' distributedInfo)"))
     if run is not None:
         facts.append(("world size", str(run.world_size)))
         facts.append(("profiled ranks", ", ".join(map(str, run.profiled_ranks)) or "-"))
@@ -507,7 +515,13 @@ def _flops(data: ReportData, pc: Charts) -> Section:
         pc.add(
             s,
             charts.horizontal_bars(
-                [{"module": m.label or "(model)", "GFLOP": round(m.flops / 1e9, 3)} for m in modules],
+                [
+                    {
+                        "module": f"{m.label or '(model)'} ({m.type})" if m.type else m.label or "(model)",
+                        "GFLOP": round(m.flops / 1e9, 3),
+                    }
+                    for m in modules
+                ],
                 label="module",
                 value="GFLOP",
                 value_title=f"GFLOP in step {report.step} (rank {report.rank})",
@@ -547,22 +561,26 @@ def _memory(data: ReportData, pc: Charts) -> Section:
             s.facts.append((f"rank {m.rank}: peak CUDA allocated", fmt_bytes(m.peak_cuda_allocated_bytes)))
     values = []
     for p in series.memory:
-        values.append({"step": p.step, "series": f"rank {p.rank} RSS", "value": p.rss_bytes})
+        values.append({"step": p.step, "series": f"rank {p.rank} RSS", "value": _mib(p.rss_bytes)})
         if p.cuda_allocated_bytes is not None:
             values.append(
-                {"step": p.step, "series": f"rank {p.rank} CUDA allocated", "value": p.cuda_allocated_bytes}
+                {
+                    "step": p.step,
+                    "series": f"rank {p.rank} CUDA allocated",
+                    "value": _mib(p.cuda_allocated_bytes),
+                }
             )
         if p.cuda_peak_allocated_bytes is not None:
             values.append(
                 {
                     "step": p.step,
                     "series": f"rank {p.rank} CUDA peak since last row",
-                    "value": p.cuda_peak_allocated_bytes,
+                    "value": _mib(p.cuda_peak_allocated_bytes),
                 }
             )
     pc.add(
         s,
-        charts.lines(values, x="step", x_title="step", y_title="bytes"),
+        charts.lines(values, x="step", x_title="step", y_title="MiB"),
         "The memory log: process RSS and CUDA memory after each logged step.",
     )
     rows = []
@@ -585,15 +603,13 @@ def _memory(data: ReportData, pc: Charts) -> Section:
             if dev.timeline_by_category and mf.kind == "memory_timeline":
                 t = dev.timeline_t_us
                 values = [
-                    {"ms": t[i] / 1000, "series": cat, "value": v}
+                    {"ms": t[i] / 1000, "series": cat, "value": _mib(v)}
                     for cat, levels in dev.timeline_by_category.items()
                     for i, v in enumerate(levels)
                 ]
                 pc.add(
                     s,
-                    charts.lines(
-                        values, x="ms", x_title="time in the window (ms)", y_title="bytes", area=True
-                    ),
+                    charts.lines(values, x="ms", x_title="time in the window (ms)", y_title="MiB", area=True),
                     f"Memory timeline by category, rank {mf.rank}, window ending at step {mf.step}.",
                 )
     if rows:
@@ -638,7 +654,7 @@ def _system(data: ReportData, pc: Charts) -> Section:
             seen.add(key)
             cpu.append({"s": p.t_s, "series": f"rank {p.rank} process", "value": p.process_cpu_percent})
             cpu.append({"s": p.t_s, "series": f"rank {p.rank} system", "value": p.system_cpu_percent})
-            mem.append({"s": p.t_s, "series": f"rank {p.rank} RSS", "value": p.rss_bytes})
+            mem.append({"s": p.t_s, "series": f"rank {p.rank} RSS", "value": _mib(p.rss_bytes)})
         if p.gpu is not None and p.gpu_util_percent is not None:
             gpu.append({"s": p.t_s, "series": f"rank {p.rank} GPU {p.gpu}", "value": p.gpu_util_percent})
     pc.add(
@@ -646,7 +662,7 @@ def _system(data: ReportData, pc: Charts) -> Section:
         charts.lines(cpu, x="s", x_title="seconds", y_title="CPU %"),
         "CPU use: the training process (% of one core) and the whole machine (% of all cores).",
     )
-    pc.add(s, charts.lines(mem, x="s", x_title="seconds", y_title="bytes"), "Resident memory of the process.")
+    pc.add(s, charts.lines(mem, x="s", x_title="seconds", y_title="MiB"), "Resident memory of the process.")
     if gpu:
         pc.add(
             s,
@@ -689,6 +705,10 @@ def _perfetto(data: ReportData) -> Section:
     return s
 
 
+def _mib(n: int | None) -> float | None:
+    return None if n is None else round(n / 2**20, 3)
+
+
 def _as_dict(obj: Any) -> dict[str, Any]:
     import msgspec
 
@@ -708,14 +728,32 @@ def compare_header(diff: Any) -> list[tuple[str, str]]:
     ]
 
 
+PHASE_LABELS = {
+    "step_time": "step time",
+    "data_loader": "data loader",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "communication": "communication",
+    "gpu_idle": "GPU idle",
+    "other": "other (outside phases)",
+}
+
+
 def compare_sections(diff: Any, pc: Charts) -> list[Section]:
     phases = Section("phases", "Step time and phases")
+    floor = fmt_us(diff.noise_floor_us)
+    phases.paragraphs.append(
+        f"Per step. A change smaller than the noise floor ({floor} per step: max(50 us, 1% of the base step)) "
+        "is not a change."
+    )
     values = []
     for p in diff.phases:
+        label = PHASE_LABELS.get(p.name, p.name)
         if p.base_ms is not None:
-            values.append({"phase": p.name, "run": "base", "ms": round(p.base_ms, 4)})
+            values.append({"phase": label, "run": "base", "ms": round(p.base_ms, 4)})
         if p.test_ms is not None:
-            values.append({"phase": p.name, "run": "test", "ms": round(p.test_ms, 4)})
+            values.append({"phase": label, "run": "test", "ms": round(p.test_ms, 4)})
     spec = charts.horizontal_bars(values, label="phase", value="ms", value_title="per step (ms)", color="run")
     if spec is not None:
         spec["encoding"]["yOffset"] = {"field": "run"}
@@ -734,7 +772,7 @@ def compare_sections(diff: Any, pc: Charts) -> list[Section]:
             ],
             [
                 [
-                    Cell(p.name),
+                    Cell(PHASE_LABELS.get(p.name, p.name)),
                     ms_cell(p.base_ms),
                     ms_cell(p.test_ms),
                     ms_cell(p.delta_ms),
@@ -747,33 +785,34 @@ def compare_sections(diff: Any, pc: Charts) -> list[Section]:
         )
     )
     found = Section("findings-diff", "Findings that appeared, disappeared or changed")
-    found.tables.append(
-        Table(
-            "finding-changes",
-            [
-                ("finding", False),
-                ("rank", True),
-                ("status", False),
-                ("severity", False),
-                ("base", True),
-                ("test", True),
-                ("message", False),
-            ],
-            [
+    if diff.findings:
+        found.tables.append(
+            Table(
+                "finding-changes",
                 [
-                    Cell(f.id),
-                    int_cell(f.rank),
-                    Cell(f.status),
-                    Cell(f.severity),
-                    ms_cell(f.base_cost_ms),
-                    ms_cell(f.test_cost_ms),
-                    name_cell(f.message),
-                ]
-                for f in diff.findings
-            ],
+                    ("finding", False),
+                    ("rank", True),
+                    ("status", False),
+                    ("severity", False),
+                    ("base", True),
+                    ("test", True),
+                    ("message", False),
+                ],
+                [
+                    [
+                        Cell(f.id),
+                        int_cell(f.rank),
+                        Cell(f.status),
+                        Cell(f.severity),
+                        ms_cell(f.base_cost_ms),
+                        ms_cell(f.test_cost_ms),
+                        name_cell(f.message),
+                    ]
+                    for f in diff.findings
+                ],
+            )
         )
-    )
-    if not diff.findings:
+    else:
         found.empty = "the same findings at the same price in both runs"
     tables = Section("changes", "Kernels and ops that changed")
     for tid, title, deltas in (("kernel-deltas", "kernel", diff.kernels), ("op-deltas", "op", diff.ops)):
@@ -790,6 +829,7 @@ def compare_sections(diff: Any, pc: Charts) -> list[Section]:
                         ("test total", True),
                         ("change per step", True),
                         ("mean ratio", True),
+                        ("above noise", False),
                     ],
                     [
                         [
@@ -803,11 +843,19 @@ def compare_sections(diff: Any, pc: Charts) -> list[Section]:
                             Cell(
                                 "-" if d.mean_ratio is None else f"{d.mean_ratio:.2f}x", d.mean_ratio or -1.0
                             ),
+                            Cell("yes" if d.significant else "no"),
                         ]
-                        for d in deltas[:300]
+                        # the changes above the noise floor first, each group by size
+                        for d in sorted(deltas, key=lambda d: not d.significant)[:300]
                     ],
                 )
             )
+            below = sum(not d.significant for d in deltas)
+            if below:
+                tables.paragraphs.append(
+                    f"{below} of the {len(deltas)} {title}s listed changed by less than the noise floor "
+                    f"({fmt_us(diff.noise_floor_us)} per step): 'above noise' says which; they are listed last."
+                )
     if not tables.tables:
         tables.empty = "no kernel or op changed"
     return [phases, found, tables]

@@ -9,6 +9,7 @@ escaped so that no string can close them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from importlib import resources
 from pathlib import Path
@@ -99,10 +100,8 @@ def _bytecode_cache() -> Any:
                 bucket.reset()
 
         def dump_bytecode(self, bucket: Any) -> None:
-            try:
+            with contextlib.suppress(OSError):
                 super().dump_bytecode(bucket)
-            except OSError:
-                pass
 
     folder = cache_dir() / "templates"
     try:
