@@ -48,6 +48,17 @@ PHASES = (
     "gpu_idle",
     "other",
 )
+# How the reports name each phase.
+PHASE_LABELS = {
+    "step_time": "step time",
+    "data_loader": "data loader",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "communication": "communication",
+    "gpu_idle": "GPU idle",
+    "other": "other (outside phases)",
+}
 
 
 class Side(msgspec.Struct):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from stepscope.analysis.diff import PHASE_LABELS
 from stepscope.analysis.overview import CATEGORIES, CATEGORY_LABELS
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
@@ -726,18 +727,6 @@ def compare_header(diff: Any) -> list[tuple[str, str]]:
         ("mean step", f"{fmt_us(diff.base.step_mean_us)} -> {fmt_us(diff.test.step_mean_us)}{ratio}"),
         ("noise floor", f"{fmt_us(diff.noise_floor_us)} per step"),
     ]
-
-
-PHASE_LABELS = {
-    "step_time": "step time",
-    "data_loader": "data loader",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "communication": "communication",
-    "gpu_idle": "GPU idle",
-    "other": "other (outside phases)",
-}
 
 
 def compare_sections(diff: Any, pc: Charts) -> list[Section]:

@@ -10,19 +10,8 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.text import Text
 
-from stepscope.analysis.diff import Delta, Diff
+from stepscope.analysis.diff import PHASE_LABELS, Delta, Diff
 from stepscope.report.terminal import fmt_ms, fmt_us, make_table, plain
-
-PHASE_LABELS = {
-    "step_time": "step time",
-    "data_loader": "data loader",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "communication": "communication",
-    "gpu_idle": "GPU idle",
-    "other": "other (outside phases)",
-}
 
 
 class DiffReport:
