@@ -32,7 +32,7 @@ MAX_POINTS = 600  # points per series (steps, memory rows, system samples) after
 MAX_MEMORY_FILES = 4  # memory timelines / snapshots analysed (the latest ones)
 
 
-class StepPoint(msgspec.Struct, array_like=True):
+class StepPoint(msgspec.Struct):
     rank: int
     step: int
     wall_ms: float

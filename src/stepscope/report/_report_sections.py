@@ -711,10 +711,7 @@ def _mib(n: int | None) -> float | None:
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
-    import msgspec
-
-    if isinstance(obj, msgspec.Struct) and getattr(type(obj), "array_like", False):
-        return {f: getattr(obj, f) for f in obj.__struct_fields__}
+    """A Struct's fields as the rows of a chart's inline data."""
     return {f: getattr(obj, f) for f in obj.__struct_fields__}
 
 
