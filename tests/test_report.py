@@ -17,6 +17,7 @@ from stepscope.runfolder import read_manifest
 
 from ._browser import visit
 from ._traces import SHARED_TRACES, cpu, launched, step, write_trace
+from .test_multirank import torchrun
 
 SECTIONS = [
     "findings",
@@ -83,6 +84,21 @@ def hostile_trace(path: Path) -> Path:
     return write_trace(path, events, rank=0, world_size=1)
 
 
+def findings_job(tmp_path: Path, job: str) -> Path:
+    """Run one job of the findings bench (a real CPU training under the monitor); its run folder."""
+    script = Path(__file__).with_name("_findings_jobs.py")
+    env = dict(os.environ, PYTHONPATH=str(script.parents[1]), OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), job],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return next((tmp_path / job).iterdir())
+
+
 # ------------------------------------------------------------------------------------------------ no browser
 def test_report_of_a_trace_is_one_offline_file_with_a_csp(tmp_path: Path) -> None:
     trace = hostile_trace(tmp_path / "hostile.json")
@@ -113,17 +129,7 @@ def test_report_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.
 
 
 def test_monitor_writes_the_report_at_close_and_indexes_it(tmp_path: Path) -> None:
-    job = Path(__file__).with_name("_findings_jobs.py")
-    env = dict(os.environ, PYTHONPATH=str(job.parents[1]), OMP_NUM_THREADS="1")
-    result = subprocess.run(
-        [sys.executable, str(job), str(tmp_path), "healthy"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    run_dir = next((tmp_path / "healthy").iterdir())
+    run_dir = findings_job(tmp_path, "healthy")
     manifest = read_manifest(run_dir)
     reports = [a for a in manifest.artifacts if a.kind == "report"]
     assert [a.path for a in reports] == ["report.html"]
@@ -180,17 +186,7 @@ def test_hostile_names_render_as_text_and_execute_nothing(tmp_path: Path) -> Non
 
 
 def test_report_of_a_cpu_run_in_the_browser(tmp_path: Path) -> None:
-    job = Path(__file__).with_name("_findings_jobs.py")
-    env = dict(os.environ, PYTHONPATH=str(job.parents[1]), OMP_NUM_THREADS="1")
-    result = subprocess.run(
-        [sys.executable, str(job), str(tmp_path), "loader_stall"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    run_dir = next((tmp_path / "loader_stall").iterdir())
+    run_dir = findings_job(tmp_path, "loader_stall")
     out = run_dir / "report.html"
     with visit(out) as seen:
         page = seen.page
@@ -228,21 +224,7 @@ def test_report_of_a_cpu_run_in_the_browser(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_report_of_a_two_rank_gloo_run(tmp_path: Path) -> None:
-    job = Path(__file__).with_name("_dist_job.py")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", PYTHONPATH=str(job.parents[1]))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(job),
-        str(tmp_path),
-        "all",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    torchrun(tmp_path, "all")
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     # the report the monitor wrote may predate rank 1's trace; the command reads the folder as it is now
     out = make_report(run_dir, run_dir / "report.html")
