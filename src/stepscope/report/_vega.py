@@ -50,16 +50,6 @@ def vega_bundle() -> str:
     return text
 
 
-def vega_versions() -> dict[str, str]:
-    import vl_convert
-
-    return {
-        "vega": vl_convert.get_vega_version(),
-        "vega-lite": vl_convert.get_vegalite_versions()[-1],
-        "vega-embed": vl_convert.get_vega_embed_version(),
-    }
-
-
 def _store(path: Path, text: str) -> None:
     from stepscope.runfolder.atomic import atomic_write_text
 
