@@ -86,6 +86,16 @@ class ProfileConfig(BaseModel):
         description="Write the run's HTML report (report.html) when the monitor closes, on the first profiled "
         "rank, from what the run folder holds then.",
     )
+    on_demand: bool = Field(
+        False,
+        description="Record nothing until asked: `stepscope trigger RUN_DIR` (or SIGUSR2) makes every profiled "
+        "rank record the next warmup + active window, from the same step; the wait/repeat schedule is unused.",
+    )
+    trigger_poll_steps: int = Field(
+        10,
+        ge=1,
+        description="With on_demand: look for a trigger request every N steps (one stat() of a file).",
+    )
     comm_patterns: list[str] = Field(
         default_factory=list,
         description="Regexes naming more GPU kernels as communication when the run is analysed "

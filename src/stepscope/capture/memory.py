@@ -211,7 +211,7 @@ class MemorySnapshotCollector(Collector):
                 StepscopeWarning,
             )
             return
-        if self.ctx.schedule.is_active(0):
+        if self.ctx.schedule.is_active(self.ctx.step):
             self._record(True)
 
     def after_step(self, step: int, wall_ms: float) -> None:

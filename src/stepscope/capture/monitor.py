@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
 import itertools
 import platform
@@ -95,6 +96,10 @@ class PerformanceMonitor:
         self.schedule = Schedule(
             wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat, skip_first=c.skip_first
         )
+        if c.on_demand:
+            from stepscope.capture.trigger import never_schedule
+
+            self.schedule = never_schedule(self.schedule)
         self.model = model
         self.rank = 0
         self.world_size = 1
@@ -112,6 +117,8 @@ class PerformanceMonitor:
         self._on_record: list[Callable[[StepMetrics], Any]] = []
         self._on_window: list[Callable[[Any], Any]] = []
         self._failed_hooks: list[Callable[[int, BaseException], Any]] = []
+        self._listeners: list[Callable[[StepMetrics], Any]] = []
+        self._windows_planned = 0
         self._guard = Guard()
         self._guard.on_disable = self._on_disable
         self._step_start = 0
@@ -191,9 +198,22 @@ class PerformanceMonitor:
         self.steps_done = step + 1
         return result
 
-    def start(self) -> PerformanceMonitor:
-        """Begin profiling; step 0 starts now. Entering `with monitor:` does this."""
+    def start(self, first_step: int = 0) -> PerformanceMonitor:
+        """Begin profiling; step `first_step` (default 0) starts now. Entering `with monitor:` does this.
+
+        A job resumed at step N passes `first_step=N`: steps keep the job's own numbers (in the traces and the
+        metrics) and the schedule counts from N, so the first window still comes `wait` steps after the start.
+        """
+        if first_step < 0:
+            from stepscope.errors import ConfigError
+
+            raise ConfigError(f"first_step must be >= 0 (got {first_step})")
         if self.enabled and self._state == "new":
+            if first_step:
+                self.steps_done = first_step
+                self.schedule = dataclasses.replace(
+                    self.schedule, skip_first=self.schedule.skip_first + first_step
+                )
             self._start_safely()
             if self.recording:
                 self._begin_step()
@@ -232,6 +252,12 @@ class PerformanceMonitor:
             return
         self._end_busy_step()
         self._begin_step()
+
+    def add_step_listener(self, listener: Callable[[StepMetrics], Any]) -> None:
+        """Call `listener(line)` with the metrics line of every step a collector worked at (the steps of each
+        window among them), on a recording rank. A listener that raises is dropped with one warning."""
+        self._listeners.append(listener)
+        self._rebuild_hooks()
 
     def region(self, name: str) -> Any:
         """A named range (record_function) inside a step: forward, backward, optimizer, ...
@@ -273,7 +299,13 @@ class PerformanceMonitor:
                 continue
             self._guard.call(collector, "close")
         notes = []
-        if self.steps_done <= self.schedule.first_window_end:
+        if self.config.on_demand:
+            if not self._windows_planned:
+                notes.append(
+                    "on_demand: no window was requested while the job ran (stepscope trigger RUN_DIR, or "
+                    "SIGUSR2 to a profiled rank)"
+                )
+        elif self.steps_done <= self.schedule.first_window_end:
             note = (
                 f"the job ended after {self.steps_done} step(s), before the first active window completed "
                 f"(it ends after step {self.schedule.first_window_end}: skip_first={self.schedule.skip_first}, "
@@ -388,11 +420,15 @@ class PerformanceMonitor:
                     "it is switched off for this run, training goes on",
                     StepscopeWarning,
                 )
+        if self.config.on_demand:
+            from stepscope.capture.trigger import TriggerCollector
+
+            self._collectors.append(TriggerCollector(self._ctx, self._replan, len(profiled)))
         self._trace = next((c for c in self._collectors if isinstance(c, TraceCollector)), None)
         for collector in self._collectors:
             self._guard.call(collector, "start")
         self._rebuild_hooks()
-        self._quiet_until = self._next_busy(0)
+        self._quiet_until = self._next_busy(self.steps_done)
         atexit.register(self.close)
 
     def _create_run_folder(self, profiled: list[int]) -> RunContext:
@@ -410,6 +446,7 @@ class PerformanceMonitor:
             writer=writer,
             model=self.model,
             is_first_profiled_rank=self.rank == profiled[0],
+            step=self.steps_done,
         )
         atomic_write_text(run_dir / CONFIG_NAME, self.config.to_yaml())
         (run_dir / METRICS_NAME).touch()
@@ -447,9 +484,43 @@ class PerformanceMonitor:
         # The trace collector opens a step first and closes it last: the others' work lies inside its span.
         self._before = hooks("before_step", ([trace] if trace else []) + others)
         self._after = hooks("after_step", others + ([trace] if trace else []))
-        self._on_record = hooks("on_record", others)
+        self._on_record = hooks("on_record", others) + [
+            functools.partial(self._tell_listener, listener) for listener in self._listeners
+        ]
         self._on_window = hooks("on_window", others)
         self._failed_hooks = hooks("step_failed", live)
+
+    def _tell_listener(self, listener: Callable[[StepMetrics], Any], line: StepMetrics) -> None:
+        try:
+            listener(line)
+        except Exception as exc:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+            self._rebuild_hooks()
+            warn_user(
+                f"stepscope: a step listener failed ({type(exc).__name__}: {exc}); it is dropped, training "
+                "goes on",
+                StepscopeWarning,
+            )
+
+    def _replan(self, schedule: Schedule, note: str = "") -> None:
+        """An on-demand window was requested: from now on the collectors follow `schedule` (the trigger
+        collector calls this at the step where it saw the request, before that step runs)."""
+        ctx, writer = self._ctx, self._writer
+        assert ctx is not None and writer is not None
+        self.schedule = schedule
+        ctx.schedule = schedule
+        writer.schedule = schedule
+        self._windows_planned += 1
+        first, last = schedule.windows()[0]
+        notes = [note] if note else []
+        if ctx.is_first_profiled_rank:
+            notes.append(
+                f"on-demand window {self._windows_planned}: warmup from step {schedule.skip_first}, active "
+                f"steps {first}-{last}"
+            )
+        with contextlib.suppress(Exception):  # the manifest says which window; the traces are what matter
+            writer.update(schedule=schedule.as_dict(), notes=notes)
 
     def _next_busy(self, step: int) -> int:
         """The first step >= `step` at which some live collector works."""

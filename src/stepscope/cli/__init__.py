@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report", "One self-contained HTML page of a run or trace (--compare TEST: of a diff)."),
     "merge": ("merge", "Every rank in one trace for Perfetto: clocks aligned, collectives linked."),
     "memory": ("memory", "Analyze a CUDA memory snapshot (never unpickles arbitrary objects)."),
+    "trigger": ("trigger", "Make a running on-demand job (on_demand=True) record its next window."),
 }
 
 

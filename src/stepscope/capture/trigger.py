@@ -1,0 +1,223 @@
+"""On-demand windows: a monitor started with `on_demand=True` records nothing until asked.
+
+The request is a file, `trigger.json` in the run folder, created exclusively (so one request is pending at a
+time) by `stepscope trigger` or by the SIGUSR2 handler of any profiled rank. Every profiled rank looks for it
+every `trigger_poll_steps` steps: one `stat()`, nothing else. The first rank that sees a request claims it by
+creating `.trigger-<id>.json` exclusively, with the step at which the window starts; the others read that
+claim, so every rank records the same steps. The start lies one poll interval past the step of the claim, so a
+rank that polled just before the request arrived still sees it in time. The first profiled rank removes the
+request once its window is exported; the next request can then be made.
+
+No torch here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
+from stepscope.capture.schedule import Schedule
+from stepscope.runfolder.atomic import temp_path_beside
+
+TRIGGER_NAME = "trigger.json"
+CLAIM_TEMPLATE = ".trigger-{id}.json"
+
+
+class TriggerRequest(msgspec.Struct, omit_defaults=True):
+    """What `stepscope trigger` (or SIGUSR2) asks for: a window of `active` steps (None: the config's)."""
+
+    id: str
+    requested: float  # unix time
+    source: str = "cli"
+    active: int | None = None
+
+
+class TriggerClaim(msgspec.Struct):
+    """The window every profiled rank records for one request: warmup from `start`, then `active` steps."""
+
+    id: str
+    start: int
+    warmup: int
+    active: int
+    claimed_by: int  # the rank that set the start
+
+    def schedule(self) -> Schedule:
+        return Schedule(wait=0, warmup=self.warmup, active=self.active, repeat=1, skip_first=self.start)
+
+
+def never_schedule(base: Schedule) -> Schedule:
+    """The schedule of an on-demand monitor before any request: nothing is ever traced."""
+    return Schedule(wait=0, warmup=base.warmup, active=base.active, repeat=1, skip_first=NEVER)
+
+
+def _create_exclusive(path: Path, data: bytes) -> bool:
+    """Write `data` to `path` only if no such file exists, all at once (a temp file, then a hard link, so a
+    reader never sees it half-written). False when the file already existed."""
+    tmp = temp_path_beside(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def request_window(run_dir: Path, active: int | None = None, source: str = "cli") -> tuple[bool, TriggerRequest]:
+    """Ask the profiled ranks of the run in `run_dir` for one window. Returns (made, request): made is False
+    when a request was already pending (it is returned instead; a second one is not queued)."""
+    request = TriggerRequest(id=uuid.uuid4().hex[:12], requested=time.time(), source=source, active=active)
+    path = run_dir / TRIGGER_NAME
+    if _create_exclusive(path, msgspec.json.encode(request)):
+        return True, request
+    pending = read_request(path)
+    return False, pending if pending is not None else request
+
+
+def read_request(path: Path) -> TriggerRequest | None:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=TriggerRequest)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def read_claim(run_dir: Path, request_id: str) -> TriggerClaim | None:
+    try:
+        return msgspec.json.decode(
+            (run_dir / CLAIM_TEMPLATE.format(id=request_id)).read_bytes(), type=TriggerClaim
+        )
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+class TriggerCollector(Collector):
+    """Polls for requests on a profiled rank of an on-demand monitor and plans the requested window."""
+
+    name = "trigger"
+
+    def __init__(self, ctx: RunContext, replan: Callable[[Schedule, str], None], profiled: int) -> None:
+        super().__init__(ctx)
+        self.path = ctx.run_dir / TRIGGER_NAME
+        self.poll = ctx.config.trigger_poll_steps
+        self._replan = replan
+        self._profiled = profiled
+        self._seen: set[str] = set()
+        self._last_stat: tuple[int, int, int] | None = None
+        self._busy_until = -1  # last step of the planned window: no polling before it is over
+        self._current: str | None = None  # the request whose window is planned or recording
+        self._previous_handler: Any = None
+        self._handler_installed = False
+
+    def start(self) -> None:
+        self._install_signal_handler()
+
+    def next_busy(self, step: int) -> int:
+        step = max(step, self._busy_until + 1)
+        return -(-step // self.poll) * self.poll
+
+    def before_step(self, step: int) -> None:
+        if step % self.poll or step <= self._busy_until:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._last_stat:
+            return
+        self._last_stat = key
+        request = read_request(self.path)
+        if request is None or request.id in self._seen:
+            return
+        self._seen.add(request.id)
+        claim = self._claim(request, step)
+        schedule = claim.schedule()
+        note = ""
+        if claim.start <= step:
+            late = step + 1
+            note = (
+                f"rank {self.ctx.rank} saw the request {request.id} at step {step}, after the agreed start "
+                f"{claim.start}; its window starts at {late} instead"
+            )
+            warn_user(f"stepscope: {note}", StepscopeWarning)
+            schedule = Schedule(wait=0, warmup=claim.warmup, active=claim.active, repeat=1, skip_first=late)
+        self._busy_until = schedule.first_window_end
+        self._current = request.id
+        self._replan(schedule, note)
+
+    def _claim(self, request: TriggerRequest, step: int) -> TriggerClaim:
+        config = self.ctx.config
+        margin = 1 if self._profiled <= 1 else self.poll + 1
+        mine = TriggerClaim(
+            id=request.id,
+            start=step + margin,
+            warmup=config.warmup,
+            active=request.active if request.active is not None else config.active,
+            claimed_by=self.ctx.rank,
+        )
+        path = self.ctx.run_dir / CLAIM_TEMPLATE.format(id=request.id)
+        if _create_exclusive(path, msgspec.json.encode(mine)):
+            return mine
+        theirs = read_claim(self.ctx.run_dir, request.id)
+        return theirs if theirs is not None else mine
+
+    def on_window(self, window: Window) -> None:
+        if self._current is None or window.last_step < self._busy_until:
+            return
+        done, self._current = self._current, None
+        if self.ctx.is_first_profiled_rank:
+            pending = read_request(self.path)
+            if pending is not None and pending.id == done:
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+
+    def close(self) -> None:
+        if self._handler_installed:
+            with contextlib.suppress(Exception):
+                signal.signal(signal.SIGUSR2, self._previous_handler)
+            self._handler_installed = False
+
+    # --- SIGUSR2 ----------------------------------------------------------------------------------
+    def _install_signal_handler(self) -> None:
+        """SIGUSR2 asks for a window, as `stepscope trigger` does. Installed only where SIGUSR2 still has its
+        default action (which would kill the process) and only from the main thread; a handler of the job's
+        own is never replaced."""
+        sigusr2 = getattr(signal, "SIGUSR2", None)
+        if sigusr2 is None or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(sigusr2) is not signal.SIG_DFL:
+            return
+        run_dir = self.ctx.run_dir
+
+        def on_sigusr2(signum: int, frame: Any) -> None:
+            with contextlib.suppress(Exception):
+                request_window(run_dir, source="SIGUSR2")
+
+        self._previous_handler = signal.signal(sigusr2, on_sigusr2)
+        self._handler_installed = True
+
+
+__all__ = [
+    "TRIGGER_NAME",
+    "TriggerClaim",
+    "TriggerCollector",
+    "TriggerRequest",
+    "never_schedule",
+    "read_claim",
+    "read_request",
+    "request_window",
+]

@@ -1,0 +1,125 @@
+"""`stepscope trigger`: ask a running on-demand job for one profiling window."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from stepscope.errors import InputError
+
+
+def _on_demand_config(run_dir: Path) -> dict | None:
+    from stepscope.analysis.run import read_config
+    from stepscope.runfolder import CONFIG_NAME
+
+    config = read_config(run_dir / CONFIG_NAME, [])
+    return config if config.get("on_demand") else None
+
+
+def resolve_run(path: Path) -> tuple[Path, dict]:
+    """The on-demand run folder PATH names: PATH itself, or the newest on-demand run folder in PATH."""
+    from stepscope.runfolder import is_run_folder
+
+    if not path.exists():
+        raise InputError(path, "no such file or folder")
+    if is_run_folder(path):
+        config = _on_demand_config(path)
+        if config is None:
+            raise InputError(
+                path, "this run was not started with on_demand=True, so nothing there listens for a trigger"
+            )
+        return path, config
+    if not path.is_dir():
+        raise InputError(path, "not a run folder or a folder of run folders")
+    candidates = []
+    for child in path.iterdir():
+        if child.is_dir() and is_run_folder(child):
+            config = _on_demand_config(child)
+            if config is not None:
+                candidates.append((child.stat().st_mtime, child.name, child, config))
+    if not candidates:
+        raise InputError(path, "no run folder of an on-demand monitor (on_demand=True) in this folder")
+    candidates.sort()
+    _, _, run_dir, config = candidates[-1]
+    if len(candidates) > 1:
+        sys.stderr.write(
+            f"stepscope: note: {len(candidates)} on-demand runs in {path}; triggering the newest, {run_dir.name}\n"
+        )
+    return run_dir, config
+
+
+@click.command(name="trigger")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--active",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Active steps of the window (default: the run's `active` option).",
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for every profiled rank's trace of the window and print their paths.",
+)
+def command(path: Path, active: int | None, wait_s: float) -> int:
+    """Make every profiled rank of a running on-demand job (on_demand=True) record the next window.
+
+    PATH is the job's run folder, or the out_dir that holds it (the newest on-demand run there is taken).
+    The ranks see the request within `trigger_poll_steps` steps and all start the window at the same step:
+    `warmup` steps, then the active ones. Sending SIGUSR2 to a profiled rank does the same.
+    """
+    from stepscope.capture.trigger import read_claim, request_window
+
+    run_dir, config = resolve_run(path)
+    made, request = request_window(run_dir, active=active)
+    steps = request.active or config.get("active")
+    poll = config.get("trigger_poll_steps")
+    if made:
+        click.echo(
+            f"requested a window of {steps} active step(s) in {run_dir} (id {request.id}); profiled ranks "
+            f"look every {poll} steps"
+        )
+    else:
+        click.echo(
+            f"a request is already pending in {run_dir} (id {request.id}, from {request.source}); its window "
+            "comes first, trigger again after it"
+        )
+    if wait_s <= 0:
+        return 0
+    deadline = time.monotonic() + wait_s
+    claim = None
+    while time.monotonic() < deadline:
+        claim = claim or read_claim(run_dir, request.id)
+        if claim is not None:
+            traces = _window_traces(run_dir, claim.start + claim.warmup + claim.active - 1)
+            if traces is not None:
+                first = claim.start + claim.warmup
+                click.echo(f"window recorded: active steps {first}-{first + claim.active - 1}")
+                for trace in traces:
+                    click.echo(f"  {trace}")
+                return 0
+        time.sleep(0.2)
+    state = "not yet seen by any rank" if claim is None else f"claimed (window from step {claim.start})"
+    click.echo(f"stepscope: the window was not recorded within {wait_s:g} s: the request is {state}", err=True)
+    return 1
+
+
+def _window_traces(run_dir: Path, last_step: int) -> list[Path] | None:
+    """The traces of the window ending at `last_step` once every profiled rank has one, else None."""
+    from stepscope.errors import StepscopeError
+    from stepscope.runfolder import ArtifactKind, read_manifest
+
+    try:
+        manifest = read_manifest(run_dir)
+    except StepscopeError:
+        return None
+    traces = {a.rank: a.path for a in manifest.of_kind(ArtifactKind.TRACE) if a.step == last_step}
+    if not manifest.profiled_ranks or any(r not in traces for r in manifest.profiled_ranks):
+        return None
+    return [run_dir / traces[r] for r in sorted(manifest.profiled_ranks)]
