@@ -54,10 +54,24 @@ def warn_user(message: str, category: type[Warning] = StepscopeWarning) -> None:
     warnings.warn(message, category, stacklevel=level)
 
 
+CONSOLE_ENV = "STEPSCOPE_CONSOLE"
+
+
+def capture_console() -> Any:
+    """The console capture prints its tables on: stdout, or stderr where STEPSCOPE_CONSOLE=stderr (set by
+    `stepscope run`, so that the script's stdout stays exactly its own)."""
+    from stepscope.report.terminal import make_console
+
+    return make_console(file=sys.stderr if os.environ.get(CONSOLE_ENV) == "stderr" else None)
+
+
 def _internal(filename: str) -> bool:
     path = os.path.abspath(filename)
     return (
-        path.startswith(_NOT_USER_CODE) or f"{os.sep}torch{os.sep}" in path or filename.startswith("<frozen")
+        path.startswith(_NOT_USER_CODE)
+        or f"{os.sep}torch{os.sep}" in path
+        or f"{os.sep}click{os.sep}" in path  # `stepscope run`: the command's own frames
+        or filename.startswith("<frozen")
     )
 
 

@@ -21,7 +21,7 @@ from stepscope.capture._instrument import (
     quiet_module_tracker,
     strip_ansi,
 )
-from stepscope.capture.collector import NEVER, Collector, RunContext
+from stepscope.capture.collector import NEVER, Collector, RunContext, capture_console
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import temp_path_beside
@@ -120,7 +120,7 @@ class CommCollector(Collector):
                 tmp.unlink()
         writer.add(ArtifactKind.COMM_JSON, json_path, step)
         if ctx.is_first_profiled_rank and cfg.console:
-            make_console().print(table)
+            capture_console().print(table)
 
 
 def _dist_ready() -> bool:

@@ -74,7 +74,16 @@ class ProfileConfig(BaseModel):
     system_sample_interval: float | None = Field(
         None, gt=0, description="Seconds between samples of CPU, RSS and GPU utilisation (background thread)."
     )
-    nsight: bool = Field(False, description="NVTX ranges and cudaProfilerStart/Stop around active windows.")
+    nsight: bool = Field(
+        False,
+        description="NVTX ranges (steps and regions) and cudaProfilerStart/Stop around active windows, for "
+        "`nsys profile --capture-range=cudaProfilerApi`.",
+    )
+    trace: bool = Field(
+        True,
+        description="Record torch.profiler traces of the windows; `stepscope run --nsys` turns it off, since "
+        "Nsight Systems and torch.profiler both need CUPTI.",
+    )
     tensorboard: bool = Field(False, description="Log scalars to TensorBoard in the run folder.")
     wandb: bool = Field(False, description="Log scalars and top ops to Weights & Biases.")
     console: bool = Field(

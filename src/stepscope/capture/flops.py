@@ -20,7 +20,7 @@ from stepscope.capture._instrument import (
     planned_steps,
     quiet_module_tracker,
 )
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, warn_user
+from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, capture_console, warn_user
 from stepscope.capture.peaks import Peak, lookup_peak, no_peak_reason
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
@@ -172,7 +172,7 @@ class FlopCollector(Collector):
         self._text = flop_table_text(self._report, cfg.flop_table_depth, names.root is not None)
         self._write()
         if ctx.is_first_profiled_rank and cfg.console:
-            console = make_console()
+            console = capture_console()
             console.print(flop_table(self._report, cfg.flop_table_depth, names.root is not None))
             if self.flops == 0:
                 console.print(self._report.note, markup=False, highlight=False)
@@ -198,7 +198,7 @@ class FlopCollector(Collector):
                 lines = lines[:1]  # the reason for no MFU was printed with the first figure
             self._printed_steps = result.steps_timed
             for line in lines:
-                make_console().print(prefix + line, markup=False, highlight=False)
+                capture_console().print(prefix + line, markup=False, highlight=False)
         return result
 
     def _write(self) -> None:

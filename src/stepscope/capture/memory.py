@@ -64,9 +64,9 @@ class MemoryLogCollector(Collector):
         self._cuda = cuda_available()
         self._file = self.ctx.writer.open_lines(ArtifactKind.MEMORY_LOG)
         if self.ctx.config.console and self.ctx.is_first_profiled_rank:
-            from stepscope.report.terminal import make_console
+            from stepscope.capture.collector import capture_console
 
-            self._console = make_console()
+            self._console = capture_console()
 
     def next_busy(self, step: int) -> int:
         """Steps N-1, 2N-1, ...: the first of them >= `step`."""

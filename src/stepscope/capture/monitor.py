@@ -123,6 +123,7 @@ class PerformanceMonitor:
         self._guard.on_disable = self._on_disable
         self._step_start = 0
         self._record_function: Any = None
+        self._nvtx: Callable[[str], Any] | None = None  # regions as record_function + NVTX (nsight on CUDA)
         self._metrics_off = False
         # Steps below this index need no collector: they cost a clock read and an append (the hot path).
         self._quiet_until = 0
@@ -265,6 +266,8 @@ class PerformanceMonitor:
         Outside warmup/active steps it is a no-op context, so it costs nothing while the profiler waits.
         """
         if self.recording and self._state == "running" and self.schedule.is_traced(self.steps_done):
+            if self._nvtx is not None:
+                return self._nvtx(name)
             return self._record_function(name)
         return _NULL_CONTEXT
 
@@ -410,7 +413,9 @@ class PerformanceMonitor:
         self.recording = True
         _recording = self
         self._collectors = []
-        classes: list[type[Collector]] = [*collector_classes(self.config), TraceCollector]
+        classes: list[type[Collector]] = [*collector_classes(self.config)]
+        if self.config.trace:
+            classes.append(TraceCollector)
         for cls in classes:
             try:
                 self._collectors.append(cls(self._ctx))
@@ -428,6 +433,11 @@ class PerformanceMonitor:
         for collector in self._collectors:
             self._guard.call(collector, "start")
         self._rebuild_hooks()
+        nsight = next((c for c in self._live() if c.name == "nsight"), None)
+        if nsight is not None and getattr(nsight, "cuda", False):
+            from stepscope.capture.nsight import nvtx_region
+
+            self._nvtx = nvtx_region
         self._quiet_until = self._next_busy(self.steps_done)
         atexit.register(self.close)
 

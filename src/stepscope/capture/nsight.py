@@ -3,6 +3,8 @@ so that `nsys profile --capture-range=cudaProfilerApi` records exactly the windo
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from stepscope.capture.collector import NEVER, Collector, StepscopeWarning, warn_user
@@ -63,3 +65,17 @@ class NsightCollector(Collector):
                 torch.cuda.nvtx.range_pop()
             torch.cuda.profiler.stop()
             self._in_window = False
+
+
+@contextlib.contextmanager
+def nvtx_region(name: str) -> Iterator[None]:
+    """A monitor region under nsight=True: torch.profiler's range and an NVTX range of the same name."""
+    import torch
+    from torch.profiler import record_function
+
+    with record_function(name):
+        torch.cuda.nvtx.range_push(name)
+        try:
+            yield
+        finally:
+            torch.cuda.nvtx.range_pop()

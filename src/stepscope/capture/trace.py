@@ -17,9 +17,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window, warn_user
+from stepscope.capture.collector import (
+    Collector,
+    RunContext,
+    StepscopeWarning,
+    Window,
+    capture_console,
+    warn_user,
+)
 from stepscope.capture.schedule import Phase
-from stepscope.report.terminal import fmt_bytes, fmt_us, make_console, make_table
+from stepscope.report.terminal import fmt_bytes, fmt_us, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
 
@@ -263,7 +270,7 @@ def print_top_ops(averages: Any, sort_key: str, top_n: int, title: str) -> None:
             row += [fmt_us(e.self_device_time_total), fmt_us(e.device_time_total)]
         row.append(f"{100.0 * getattr(e, sort_key, 0) / total_self:.1f}%")
         rows.append(row)
-    make_console().print(make_table(title, columns, rows))
+    capture_console().print(make_table(title, columns, rows))
 
 
 def memory_overview() -> str:

@@ -77,7 +77,9 @@ def _create_exclusive(path: Path, data: bytes) -> bool:
             tmp.unlink()
 
 
-def request_window(run_dir: Path, active: int | None = None, source: str = "cli") -> tuple[bool, TriggerRequest]:
+def request_window(
+    run_dir: Path, active: int | None = None, source: str = "cli"
+) -> tuple[bool, TriggerRequest]:
     """Ask the profiled ranks of the run in `run_dir` for one window. Returns (made, request): made is False
     when a request was already pending (it is returned instead; a second one is not queued)."""
     request = TriggerRequest(id=uuid.uuid4().hex[:12], requested=time.time(), source=source, active=active)

@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report", "One self-contained HTML page of a run or trace (--compare TEST: of a diff)."),
     "merge": ("merge", "Every rank in one trace for Perfetto: clocks aligned, collectives linked."),
     "memory": ("memory", "Analyze a CUDA memory snapshot (never unpickles arbitrary objects)."),
+    "run": ("run", "Profile an unmodified script: stepscope run [options] train.py args (or -m module)."),
+    "nsys-command": ("nsys", "Print the nsys command that records exactly the active windows of a command."),
     "trigger": ("trigger", "Make a running on-demand job (on_demand=True) record its next window."),
 }
 

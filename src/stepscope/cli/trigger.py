@@ -106,7 +106,9 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
                 return 0
         time.sleep(0.2)
     state = "not yet seen by any rank" if claim is None else f"claimed (window from step {claim.start})"
-    click.echo(f"stepscope: the window was not recorded within {wait_s:g} s: the request is {state}", err=True)
+    click.echo(
+        f"stepscope: the window was not recorded within {wait_s:g} s: the request is {state}", err=True
+    )
     return 1
 
 

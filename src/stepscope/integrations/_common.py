@@ -13,7 +13,9 @@ from stepscope.runfolder.payloads import StepMetrics
 PREFIX = "stepscope/"
 
 
-def resolve_options(config: ProfileConfig | str | Path | None, options: dict[str, Any], default_out: str | None):
+def resolve_options(
+    config: ProfileConfig | str | Path | None, options: dict[str, Any], default_out: str | None
+):
     """The callback's options with `out_dir` defaulting to `default_out` (the framework's output folder) when
     neither the keyword arguments nor the config set it. Validates them (ConfigError on a bad option)."""
     merged = dict(options)

@@ -21,9 +21,7 @@ from stepscope.integrations._common import Headline, resolve_options
 try:
     from transformers import TrainerCallback
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "stepscope.integrations.hf needs transformers: pip install 'stepscope[hf]'"
-    ) from exc
+    raise ImportError("stepscope.integrations.hf needs transformers: pip install 'stepscope[hf]'") from exc
 
 
 class StepscopeCallback(TrainerCallback):  # type: ignore[misc]
@@ -58,7 +56,9 @@ class StepscopeCallback(TrainerCallback):  # type: ignore[misc]
         if self._headline.pending:
             control.should_log = True  # the Trainer logs at the end of this step; on_log adds ours
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         if logs is not None and self._headline.pending:
             logs.update(self._headline.take())
 

@@ -53,7 +53,9 @@ class StepscopeCallback(Callback):  # type: ignore[misc]
         self._global_step = int(trainer.global_step)
         self.monitor.start(first_step=self._global_step)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.monitor is None:
             return
         global_step = int(trainer.global_step)

@@ -1,0 +1,165 @@
+"""`stepscope run [options] script.py args...` / `stepscope run [options] -m module args...`: profile an
+unmodified training script. Every option of the performance monitor is a flag here (`--wait 5`,
+`--profile-memory`, `--profiled-ranks all`, ...), generated from `ProfileConfig`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import typing
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stepscope.capture.config import ProfileConfig
+from stepscope.errors import InputError, StepscopeError
+
+# Fields that are not flags of `stepscope run` (it always profiles).
+_NOT_FLAGS = {"enabled"}
+
+
+def _ranks(text: str) -> list[int] | str:
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected 'all' or comma-separated ranks, got {text!r}") from None
+
+
+def config_options(fn: Any) -> Any:
+    """One click option per ProfileConfig field (`out_dir` -> `--out-dir`); a flag not given keeps the value
+    of --config (or the default). Booleans come as `--x/--no-x`."""
+    for name, field in reversed(list(ProfileConfig.model_fields.items())):
+        if name in _NOT_FLAGS:
+            continue
+        flag = "--" + name.replace("_", "-")
+        help_text = field.description or ""
+        annotation = field.annotation
+        args = typing.get_args(annotation)
+        if annotation is bool:
+            fn = click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=help_text)(fn)
+        elif name == "profiled_ranks":
+            fn = click.option(flag, name, default=None, metavar="all|R,R,...", help=help_text)(fn)
+        elif name == "comm_patterns":
+            fn = click.option(flag, name, multiple=True, metavar="REGEX", help=help_text + " Repeatable.")(fn)
+        elif typing.get_origin(annotation) is typing.Literal:
+            fn = click.option(flag, name, type=click.Choice(list(args)), default=None, help=help_text)(fn)
+        else:
+            kinds = [a for a in (args or (annotation,)) if a is not type(None)]
+            kind = kinds[0] if kinds and kinds[0] in (int, float, str) else str
+            fn = click.option(flag, name, type=kind, default=None, help=help_text)(fn)
+    return fn
+
+
+def build_config(config_path: Path | None, values: dict[str, Any]) -> ProfileConfig:
+    overrides: dict[str, Any] = {}
+    for name, value in values.items():
+        if value is None or (name == "comm_patterns" and not value):
+            continue
+        if name == "profiled_ranks":
+            value = _ranks(value)
+        elif name == "comm_patterns":
+            value = list(value)
+        overrides[name] = value
+    return ProfileConfig.build(config_path, enabled=True, **overrides)
+
+
+@click.command(
+    name="run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="YAML",
+    help="Read options from a YAML file first (flags given here override it).",
+)
+@click.option("-m", "module", default=None, metavar="MODULE", help="Run a module as `python -m MODULE` does.")
+@click.option(
+    "--nproc-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Launch N processes on this machine with torchrun (--standalone); one run folder for the job.",
+)
+@click.option(
+    "--nsys",
+    is_flag=True,
+    help="Launch under Nsight Systems (nsys on PATH), recording only the active windows "
+    "(see `stepscope nsys-command`).",
+)
+@config_options
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def command(
+    config_path: Path | None,
+    module: str | None,
+    nproc_per_node: int | None,
+    nsys: bool,
+    script_args: tuple[str, ...],
+    **values: Any,
+) -> int:
+    """Profile an unmodified script: `stepscope run [options] train.py args...` or `... -m pkg.train args...`.
+
+    Steps are the optimizer's steps (torch.optim); step 0 begins when the optimizer first steps. The script sees
+    its own argv, stdout, exit code and exceptions; stepscope's own messages go to stderr. Under torchrun:
+    `torchrun --nproc_per_node 2 -m stepscope run train.py ...`, or `--nproc-per-node 2` here.
+    """
+    if config_path is not None and not config_path.is_file():
+        raise InputError(config_path, "no such file")
+    config = build_config(config_path, values)
+    if module is None:
+        if not script_args:
+            raise click.UsageError("give a script (stepscope run [options] train.py args...) or -m MODULE")
+        target, args = script_args[0], list(script_args[1:])
+        if not Path(target).is_file():
+            raise InputError(target, "no such file (give a Python script, or -m MODULE)")
+    else:
+        target, args = module, list(script_args)
+    if nsys:
+        from stepscope.cli.nsys import nsys_argv
+
+        if shutil.which("nsys") is None:
+            raise StepscopeError(
+                "--nsys: nsys (Nsight Systems) is not on PATH; install it, or print the command with "
+                "`stepscope nsys-command` and run it where nsys is"
+            )
+        config = config.model_copy(update={"nsight": True, "trace": values.get("trace") or False})
+        inner = _launch_argv(config, target, args, module is not None, nproc_per_node)
+        return _run_child(nsys_argv(config, inner[0]), config, inner[1])
+    if nproc_per_node is not None:
+        argv, config_file = _launch_argv(config, target, args, module is not None, nproc_per_node)
+        return _run_child(argv, config, config_file)
+    from stepscope.capture.zero import run_target
+
+    return run_target(target, args, module=module is not None, config=config)
+
+
+def _launch_argv(
+    config: ProfileConfig, target: str, args: list[str], module: bool, nproc: int | None
+) -> tuple[list[str], Path]:
+    """The command that runs `stepscope run` again in a child (under torchrun when `nproc` is given), with the
+    resolved config in a temp YAML file (removed when the child ends)."""
+    fd, name = tempfile.mkstemp(prefix="stepscope-run-", suffix=".yaml")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(config.to_yaml())
+    inner = [sys.executable, "-m", "stepscope", "run", "--config", name]
+    inner += ["-m", target, *args] if module else [target, *args]
+    if nproc is None:
+        return inner, Path(name)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return launcher + inner[1:], Path(name)
+
+
+def _run_child(argv: list[str], config: ProfileConfig, config_file: Path) -> int:
+    try:
+        return subprocess.call(argv)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        config_file.unlink(missing_ok=True)
