@@ -15,6 +15,7 @@ __all__ = [
     "__version__",
     "add_profiling_args",
     "performance_monitor",
+    "profile_component",
 ]
 
 _LAZY = {
@@ -22,9 +23,11 @@ _LAZY = {
     "PerformanceMonitor": ("stepscope.capture.monitor", "PerformanceMonitor"),
     "ProfileConfig": ("stepscope.capture.config", "ProfileConfig"),
     "add_profiling_args": ("stepscope.integrations.args", "add_profiling_args"),
+    "profile_component": ("stepscope.capture.component", "profile_component"),
 }
 
 if TYPE_CHECKING:
+    from stepscope.capture.component import profile_component
     from stepscope.capture.config import ProfileConfig
     from stepscope.capture.monitor import PerformanceMonitor, performance_monitor
     from stepscope.integrations.args import add_profiling_args

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "memory": ("memory", "Analyze a CUDA memory snapshot (never unpickles arbitrary objects)."),
     "run": ("run", "Profile an unmodified script: stepscope run [options] train.py args (or -m module)."),
     "nsys-command": ("nsys", "Print the nsys command that records exactly the active windows of a command."),
+    "bench": ("bench", "Profile each variant of a registry of components in isolation and compare them."),
     "trigger": ("trigger", "Make a running on-demand job (on_demand=True) record its next window."),
 }
 
