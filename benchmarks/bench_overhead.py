@@ -185,6 +185,21 @@ def call_cost_ns(out_dir: str, repeat: int = 7) -> dict[str, float]:
     stepping.close()
     out["wait-phase monitor, call + step()"] = both["wait-phase monitor, call + step()"] - both["bare"] + out[
         "bare no-op call"]  # fmt: skip
+    # on_demand=True, waiting for a trigger: one stat() of the request file every trigger_poll_steps (10) steps
+    waiting_for_trigger = stepscope.performance_monitor(
+        out_dir=out_dir, on_demand=True, console=False, report=False
+    )
+    waiting_for_trigger.start()
+    trigger_step = waiting_for_trigger.step
+
+    def trigger_loop() -> None:
+        noop()
+        trigger_step()
+
+    both = best_of({"bare": noop, "on-demand monitor waiting for a trigger, call + step()": trigger_loop})
+    waiting_for_trigger.close()
+    key = "on-demand monitor waiting for a trigger, call + step()"
+    out[key] = both[key] - both["bare"] + out["bare no-op call"]
     return out
 
 
@@ -197,9 +212,15 @@ def main() -> None:
     parser.add_argument(
         "--small", action="store_true", help="a ~1 ms step (MLP 256x2, batch 32) instead of the demo"
     )
+    parser.add_argument(
+        "--calls-only", action="store_true", help="only the per-call costs (no-op steps), not the step rounds"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
+    if args.calls_only:
+        print_call_costs()
+        return
     results: dict[str, list[float]] = {k: [] for k in VARIANTS}
     with tempfile.TemporaryDirectory() as out_dir:
         # A first round warms up torch, the allocator and the profiler's own caches; it is not counted.
@@ -222,6 +243,10 @@ def main() -> None:
         f"{med['monitor, active window'] / med['raw torch.profiler, active']:.3f}x | raw torch.profiler |"
     )
     print()
+    print_call_costs()
+
+
+def print_call_costs() -> None:
     with tempfile.TemporaryDirectory() as out_dir:
         costs = call_cost_ns(out_dir)
     for name, ns in costs.items():

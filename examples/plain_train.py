@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -21,6 +22,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--exit-code", type=int, default=0, help="exit with this status at the end")
     parser.add_argument("--fail", action="store_true", help="raise an error after training")
+    parser.add_argument("--sleep", type=float, default=0.0, help="seconds of extra work per step")
     args = parser.parse_args()
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
@@ -43,6 +45,8 @@ def main() -> int:
         loss.backward()
         optimizer.step()
         steps += 1
+        if args.sleep:
+            time.sleep(args.sleep)
     rank = int(os.environ.get("RANK", "0"))
     print(f"rank {rank}: trained {steps} steps, argv {sys.argv[1:]}, module {__name__}")
     if distributed:

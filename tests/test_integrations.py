@@ -134,7 +134,9 @@ def test_stepscope_run_profiles_an_unmodified_script(tmp_path: Path) -> None:
     trace = load_chrome_trace(run_dir / "traces/rank0_step4.json.gz")["traceEvents"]
     assert profiler_steps(run_dir / "traces/rank0_step4.json.gz") == [2, 3, 4]
     # each optimizer step lies inside one ProfilerStep range (the boundary is made outside torch's range)
-    spans = [(e["ts"], e["ts"] + e["dur"]) for e in trace if str(e.get("name", "")).startswith("ProfilerStep#")]
+    spans = [
+        (e["ts"], e["ts"] + e["dur"]) for e in trace if str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     optimizer_steps = [e for e in trace if str(e.get("name", "")).startswith("Optimizer.step#")]
     assert len(optimizer_steps) == 3
     for e in optimizer_steps:
@@ -191,7 +193,9 @@ def test_stepscope_run_under_torchrun_gives_one_run_folder(tmp_path: Path, launc
     for rank in (0, 1):
         trace = run_dir / f"traces/rank{rank}_step4.json.gz"
         assert profiler_steps(trace) == [2, 3, 4]
-        assert any(str(e.get("name", "")).startswith("gloo:") for e in load_chrome_trace(trace)["traceEvents"])
+        assert any(
+            str(e.get("name", "")).startswith("gloo:") for e in load_chrome_trace(trace)["traceEvents"]
+        )
 
 
 def test_stepscope_run_failing_script_under_torchrun_fails(tmp_path: Path) -> None:
@@ -209,6 +213,9 @@ def test_stepscope_run_failing_script_under_torchrun_fails(tmp_path: Path) -> No
 def test_stepscope_run_bad_input_is_one_line(tmp_path: Path) -> None:
     done = run([*STEPSCOPE, "run", "missing.py"], tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip() == "stepscope: error: missing.py: no such file (give a Python script, or -m MODULE)"
+    assert (
+        done.stderr.strip()
+        == "stepscope: error: missing.py: no such file (give a Python script, or -m MODULE)"
+    )
     done = run([*STEPSCOPE, "run", "--wait", "-1", str(EXAMPLES / "plain_train.py")], tmp_path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "wait" in done.stderr

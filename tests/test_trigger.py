@@ -1,0 +1,155 @@
+"""On-demand windows: a job started with on_demand=True records nothing until `stepscope trigger` (or SIGUSR2)
+asks; then every profiled rank records one window, from the same step."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stepscope.runfolder import is_run_folder, read_manifest
+
+from .conftest import profiler_steps
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+
+def start(cmd: list[str], cwd: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1")
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_run_folder(out: Path, job: subprocess.Popen[str], timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = [p for p in out.iterdir() if is_run_folder(p)] if out.is_dir() else []
+        if runs and read_manifest(runs[0]).profiled_ranks:
+            return runs[0]
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        time.sleep(0.1)
+    raise AssertionError(f"no run folder in {out}")
+
+
+def test_trigger_records_one_window_on_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    job = start(
+        [
+            sys.executable,
+            "-m",
+            "stepscope",
+            "run",
+            "--nproc-per-node",
+            "2",
+            "--on-demand",
+            "--trigger-poll-steps",
+        ]
+        + ["5", "--warmup", "1", "--active", "2", "--profiled-ranks", "all", "--no-console", "--no-report"]
+        + ["--out-dir", str(out), str(EXAMPLES / "plain_train.py"), "--steps", "300", "--sleep", "0.02"],
+        tmp_path,
+    )
+    try:
+        run_dir = wait_for_run_folder(out, job)
+        assert not read_manifest(run_dir).of_kind("trace")  # waiting records nothing
+        trigger = subprocess.run(
+            [sys.executable, "-m", "stepscope", "trigger", str(out), "--active", "3", "--wait", "60"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert trigger.returncode == 0, trigger.stdout + trigger.stderr
+        assert "window recorded" in trigger.stdout
+    finally:
+        _, err = job.communicate(timeout=240)
+    assert job.returncode == 0, err[-3000:]
+    traces = sorted((a.rank, a.step) for a in read_manifest(run_dir).of_kind("trace"))
+    # exactly one window per rank, ending at the same step, with the --active 3 the trigger asked for
+    assert [rank for rank, _ in traces] == [0, 1]
+    assert traces[0][1] == traces[1][1]
+    last = traces[0][1]
+    for rank in (0, 1):
+        assert profiler_steps(run_dir / f"traces/rank{rank}_step{last}.json.gz") == [last - 2, last - 1, last]
+    # the request is gone once the window was recorded: the next one can be made
+    assert not (run_dir / "trigger.json").exists()
+
+
+def test_sigusr2_asks_for_a_window(tmp_path: Path) -> None:
+    job = start(
+        [
+            sys.executable,
+            str(EXAMPLES / "on_demand.py"),
+            "--steps",
+            "400",
+            "--out-dir",
+            str(tmp_path / "runs"),
+        ],
+        tmp_path,
+    )
+    try:
+        assert job.stdout is not None
+        line = job.stdout.readline()  # printed once the monitor has started (its handler is installed)
+        assert line.startswith("run folder: "), line + job.communicate()[1][-3000:]
+        run_dir = Path(line.removeprefix("run folder: ").strip())
+        job.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 60
+        while not read_manifest(run_dir).of_kind("trace") and time.monotonic() < deadline:
+            assert job.poll() is None, job.communicate()[1][-3000:]
+            time.sleep(0.1)
+    finally:
+        job.terminate()
+        job.communicate(timeout=60)
+    (trace,) = read_manifest(run_dir).of_kind("trace")
+    assert len(profiler_steps(run_dir / trace.path)) == 3  # examples/on_demand.py: active=3
+
+
+def test_waiting_costs_one_stat_every_poll_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stepscope
+    from stepscope.capture import trigger
+
+    monitor = stepscope.performance_monitor(
+        out_dir=str(tmp_path), on_demand=True, trigger_poll_steps=10, console=False, report=False
+    )
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counting_stat(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith(trigger.TRIGGER_NAME):
+            stats.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    with monitor:
+        monkeypatch.setattr(trigger.os, "stat", counting_stat)
+        for _ in range(100):
+            monitor.step()
+    assert len(stats) == 10  # steps 0, 10, ..., 90
+    assert not read_manifest(monitor.run_dir).of_kind("trace")
+    assert any("no window was requested" in note for note in read_manifest(monitor.run_dir).notes)
+
+
+def test_trigger_bad_input_is_one_line(tmp_path: Path) -> None:
+    import stepscope
+
+    plain = stepscope.performance_monitor(out_dir=str(tmp_path / "plain"), wait=0, warmup=0, active=1)
+    with plain:
+        plain.step()
+    for target, problem in [
+        (tmp_path / "nothing", "no such file or folder"),
+        (plain.run_dir, "was not started with on_demand=True"),
+        (tmp_path / "plain", "no run folder of an on-demand monitor"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "stepscope", "trigger", str(target)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 2
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and problem in lines[0] and str(target) in lines[0]
