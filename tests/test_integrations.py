@@ -203,8 +203,19 @@ def test_stepscope_run_failing_script_under_torchrun_fails(tmp_path: Path) -> No
     cmd = [*STEPSCOPE, "run", "--nproc-per-node", "2", *SCHEDULE, "--no-console", script, "--steps", "6"]
     done = run([*cmd, "--exit-code", "3"], tmp_path)
     plain = run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", script]
-        + ["--steps", "6", "--exit-code", "3"],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            script,
+            "--steps",
+            "6",
+            "--exit-code",
+            "3",
+        ],
         tmp_path,
     )
     assert done.returncode == plain.returncode != 0

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -306,3 +307,34 @@ def test_a_step_that_raises_while_waiting_reaches_step_failed(
     monitor.close()
     # THEN the collectors heard of it (an OOM snapshot is taken there), and the error reached the caller
     assert seen == [(1, "bad batch")]
+
+
+def test_a_resumed_job_keeps_its_step_numbers(tmp_path: Path) -> None:
+    # GIVEN a job resumed at step 100 (the callbacks pass the framework's global step)
+    monitor = stepscope.performance_monitor(out_dir=str(tmp_path), wait=1, warmup=1, active=2, console=False)
+    monitor.start(first_step=100)
+    for _ in range(5):
+        monitor.step()
+    monitor.close()
+    # THEN the schedule counts from 100 and the steps keep the job's numbers
+    run_dir = monitor.run_dir
+    assert run_dir is not None
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [100, 101, 102, 103, 104]
+    assert profiler_steps(run_dir / "traces/rank0_step103.json.gz") == [102, 103]
+
+
+def test_a_failing_step_listener_is_dropped_with_one_warning(tmp_path: Path) -> None:
+    monitor = stepscope.performance_monitor(out_dir=str(tmp_path), wait=0, warmup=0, active=3, console=False)
+    seen: list[int] = []
+
+    def listener(line: Any) -> None:
+        seen.append(line.step)
+        raise RuntimeError("listener bug")
+
+    monitor.add_step_listener(listener)
+    with pytest.warns(StepscopeWarning, match="listener bug") as caught, monitor:
+        for _ in range(3):
+            monitor.step()
+    assert seen == [0]
+    assert len([w for w in caught if "listener" in str(w.message)]) == 1

@@ -49,9 +49,23 @@ def test_trigger_records_one_window_on_every_rank_at_the_same_step(tmp_path: Pat
             "2",
             "--on-demand",
             "--trigger-poll-steps",
-        ]
-        + ["5", "--warmup", "1", "--active", "2", "--profiled-ranks", "all", "--no-console", "--no-report"]
-        + ["--out-dir", str(out), str(EXAMPLES / "plain_train.py"), "--steps", "300", "--sleep", "0.02"],
+            "5",
+            "--warmup",
+            "1",
+            "--active",
+            "2",
+            "--profiled-ranks",
+            "all",
+            "--no-console",
+            "--no-report",
+            "--out-dir",
+            str(out),
+            str(EXAMPLES / "plain_train.py"),
+            "--steps",
+            "300",
+            "--sleep",
+            "0.02",
+        ],
         tmp_path,
     )
     try:

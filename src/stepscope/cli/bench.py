@@ -78,7 +78,7 @@ class Schedule(_Strict):
 class Registry(_Strict):
     out_dir: str = "stepscope_runs/bench"
     device: str = "cpu"
-    schedule: Schedule = Field(default_factory=Schedule)
+    schedule: Schedule = Field(default_factory=lambda: Schedule.model_validate({}))
     components: list[Component] = Field(min_length=1)
 
 

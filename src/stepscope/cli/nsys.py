@@ -65,7 +65,7 @@ def profiled_command(config: ProfileConfig, cmd: list[str]) -> tuple[list[str], 
 
 def _flags(config: ProfileConfig) -> list[str]:
     """The options of `config` that differ from the defaults, as `stepscope run` flags."""
-    default = ProfileConfig()
+    default = ProfileConfig.build()
     flags: list[str] = []
     for name in ProfileConfig.model_fields:
         value, base = getattr(config, name), getattr(default, name)

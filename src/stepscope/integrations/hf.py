@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from stepscope.capture.config import ProfileConfig
@@ -77,7 +78,7 @@ def _log_before_the_loggers(callback: Any) -> None:
     callback in turn and the reporting ones (W&B, TensorBoard, ...) come first, so numbers added after them
     would never be logged. Called from inside the handler's loop: moving the current item to the front keeps
     the loop on the same next item."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(6):
         if frame is None:
             return
