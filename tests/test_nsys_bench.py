@@ -98,24 +98,12 @@ def test_bench_compares_two_variants(tmp_path: Path) -> None:
     registry = tmp_path / "components.yaml"
     registry.write_text((EXAMPLES / "components.yaml").read_text())
     shutil.copy(EXAMPLES / "components.py", tmp_path / "components.py")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stepscope",
-            "bench",
-            str(registry),
-            "--only",
-            "linear",
-            "--json",
-            "--out-dir",
-            str(tmp_path / "runs"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-    )
+
+    def bench(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "stepscope", "bench", str(registry), *args]
+        return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+
+    done = bench("--only", "linear", "--json", "--out-dir", str(tmp_path / "runs"))
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(done.stdout)
     assert document["schema"] == "stepscope.bench/1"
@@ -132,23 +120,7 @@ def test_bench_compares_two_variants(tmp_path: Path) -> None:
     assert rows[0]["vs_first"] == 1.0
     assert rows[1]["vs_first"] == pytest.approx(rows[1]["ms_per_call"] / rows[0]["ms_per_call"])
     # the terminal table names both variants
-    table = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stepscope",
-            "bench",
-            str(registry),
-            "--only",
-            "rmsnorm",
-            "--out-dir",
-            str(tmp_path / "runs2"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-    )
+    table = bench("--only", "rmsnorm", "--out-dir", str(tmp_path / "runs2"))
     assert table.returncode == 0, table.stderr[-3000:]
     assert "naive" in table.stdout and "fused" in table.stdout
 
