@@ -160,21 +160,7 @@ class ProfileConfig(BaseModel):
     @classmethod
     def from_yaml(cls, path: str | Path) -> ProfileConfig:
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(path, "no such file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(path, f"cannot read: {exc}") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            raise InputError(path, f"not valid YAML{where}: {problem}") from None
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise InputError(path, "expected a mapping of option: value at the top level")
+        data = read_yaml_mapping(path, "expected a mapping of option: value at the top level")
         return cls.validated(data, source=str(path), lines=_key_lines(path))
 
     def to_yaml(self) -> str:
@@ -187,6 +173,27 @@ class ProfileConfig(BaseModel):
         from stepscope.integrations.args import config_from_args
 
         return config_from_args(cls, args)
+
+
+def read_yaml_mapping(path: Path, not_a_mapping: str) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping (an empty file is {}); InputError naming the file, and the line
+    of a syntax error, otherwise."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise InputError(path, f"not valid YAML{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(path, not_a_mapping)
+    return data
 
 
 def _key_lines(path: Path) -> dict[str, int]:

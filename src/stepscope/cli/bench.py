@@ -105,18 +105,9 @@ class BenchResult(msgspec.Struct):
 
 
 def read_registry(path: Path) -> Registry:
-    import yaml
+    from stepscope.capture.config import read_yaml_mapping
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise InputError(path, "expected a mapping with `components:` at the top level")
+    data = read_yaml_mapping(path, "expected a mapping with `components:` at the top level")
     try:
         return Registry.model_validate(data)
     except ValidationError as exc:

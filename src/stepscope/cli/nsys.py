@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from stepscope.capture.config import ProfileConfig
-from stepscope.cli.run import build_config, config_options
+from stepscope.cli.run import build_config, config_file_option, config_options
 from stepscope.errors import InputError
 
 NSYS_TRACE = "cuda,nvtx,osrt"
@@ -84,15 +84,8 @@ def _flags(config: ProfileConfig) -> list[str]:
     return flags
 
 
-@click.command(name="nsys-command", context_settings={"ignore_unknown_options": False})
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="YAML",
-    help="Read options from a YAML file first (flags given here override it).",
-)
+@click.command(name="nsys-command")
+@config_file_option
 @config_options
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
 def command(config_path: Path | None, cmd: tuple[str, ...], **values: Any) -> int:

@@ -69,18 +69,23 @@ def build_config(config_path: Path | None, values: dict[str, Any]) -> ProfileCon
     return ProfileConfig.build(config_path, enabled=True, **overrides)
 
 
+def config_file_option(fn: Any) -> Any:
+    """`--config YAML`: the options from a file first; flags given on the command line override it."""
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path),
+        default=None,
+        metavar="YAML",
+        help="Read options from a YAML file first (flags given here override it).",
+    )(fn)
+
+
 @click.command(
     name="run",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    metavar="YAML",
-    help="Read options from a YAML file first (flags given here override it).",
-)
+@config_file_option
 @click.option("-m", "module", default=None, metavar="MODULE", help="Run a module as `python -m MODULE` does.")
 @click.option(
     "--nproc-per-node",
