@@ -127,6 +127,7 @@ def test_stepscope_run_profiles_an_unmodified_script(tmp_path: Path) -> None:
     assert profiled.stdout == plain.stdout
     assert "argv ['--steps', '12', '--workers', '2'], module __main__" in profiled.stdout
     assert "top ops" in profiled.stderr
+    assert f"stepscope: run folder: stepscope_runs{os.sep}" in profiled.stderr
     run_dir = only_run_folder(tmp_path / "stepscope_runs")
     # step 0 begins at the first optimizer step: 11 steps of 12 iterations; active steps 2-4
     assert [m["step"] for m in metrics(run_dir)] == list(range(11))
@@ -230,3 +231,9 @@ def test_stepscope_run_bad_input_is_one_line(tmp_path: Path) -> None:
     )
     done = run([*STEPSCOPE, "run", "--wait", "-1", str(EXAMPLES / "plain_train.py")], tmp_path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "wait" in done.stderr
+    done = run([*STEPSCOPE, "run", "-m", "no_such_module_here"], tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "stepscope: error: no_such_module_here: no module of that name (give a module importable from here, or "
+        "a script)"
+    )

@@ -46,16 +46,21 @@ NSYS = (
             NSYS.format(end="repeat", out="stepscope_runs")
             + " python -m stepscope run --nsight --no-trace --on-demand train.py",
         ),
+        (
+            ["--active", "2", "--", "python", "-u", "train.py"],
+            NSYS.format(end="stop", out="stepscope_runs")
+            + " python -u -m stepscope run --active 2 --nsight --no-trace train.py",
+        ),
         (["--", "./my_job", "--flag"], NSYS.format(end="stop", out="stepscope_runs") + " ./my_job --flag"),
     ],
-    ids=["script", "schedule", "module-memory", "on-demand", "other-command"],
+    ids=["script", "schedule", "module-memory", "on-demand", "interpreter-flags", "other-command"],
 )
 def test_nsys_command_snapshots(args: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["nsys-command", *args]) == 0
     captured = capsys.readouterr()
     assert captured.out.strip() == expected
     if args[-2:] == ["./my_job", "--flag"]:
-        assert "must run a stepscope monitor with nsight=True" in captured.err
+        assert "the options given here are not passed to it" in captured.err
 
 
 def test_run_nsys_without_nsys_says_so(tmp_path: Path) -> None:

@@ -167,3 +167,21 @@ def test_trigger_bad_input_is_one_line(tmp_path: Path) -> None:
         assert done.returncode == 2
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and problem in lines[0] and str(target) in lines[0]
+
+
+def test_a_second_request_while_one_is_pending_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import stepscope
+    from stepscope.cli import main
+
+    monitor = stepscope.performance_monitor(
+        out_dir=str(tmp_path), on_demand=True, console=False, report=False
+    )
+    with monitor:
+        monitor.step()
+        assert main(["trigger", str(monitor.run_dir)]) == 0
+        assert "requested a window of 3 active step(s)" in capsys.readouterr().out
+        assert main(["trigger", str(tmp_path), "--active", "5"]) == 1
+        err = capsys.readouterr().err
+        assert "a request is already pending" in err and str(monitor.run_dir / "trigger.json") in err

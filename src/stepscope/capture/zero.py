@@ -139,6 +139,9 @@ def _finish(steps: OptimizerSteps, monitor: Any) -> None:
     with contextlib.suppress(Exception):
         monitor.close()
     sys.stdout.flush()
+    if monitor.recording and monitor.run_dir is not None:
+        sys.stderr.write(f"stepscope: run folder: {monitor.run_dir}\n")
+        sys.stderr.flush()
 
 
 def _exit_status(exc: SystemExit) -> int:

@@ -48,17 +48,21 @@ def profiled_command(config: ProfileConfig, cmd: list[str]) -> tuple[list[str], 
     notes: list[str] = []
     python = None
     rest = list(cmd)
+    interpreter: list[str] = []
     if rest and Path(rest[0]).name.startswith("python"):
         python, rest = rest[0], rest[1:]
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+            interpreter.append(rest.pop(0))  # the interpreter's own flags (-u, -X dev, ...) stay with it
     if rest and (rest[0] == "-m" or rest[0].endswith(".py")):
         if rest[:3] == ["-m", "stepscope", "run"]:
             notes.append("CMD already runs `stepscope run`: add --nsight to its options")
             return list(cmd), notes
         flags = _flags(config)
-        return [python or "python", "-m", "stepscope", "run", *flags, *rest], notes
+        return [python or "python", *interpreter, "-m", "stepscope", "run", *flags, *rest], notes
     notes.append(
-        "CMD is not a Python script or module: it must run a stepscope monitor with nsight=True (and, "
-        "with CUDA, trace=False) for nsys to record its windows"
+        "CMD is not `[python] script.py ...` or `[python] -m module ...`, so the options given here are not "
+        "passed to it: it must run a stepscope monitor with nsight=True (and trace=False) itself, e.g. "
+        "`torchrun ... -m stepscope run --nsight --no-trace [options] train.py`"
     )
     return list(cmd), notes
 

@@ -125,6 +125,16 @@ def command(
         if not Path(target).is_file():
             raise InputError(target, "no such file (give a Python script, or -m MODULE)")
     else:
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise InputError(
+                module, "no module of that name (give a module importable from here, or a script)"
+            )
         target, args = module, list(script_args)
     if nsys:
         from stepscope.cli.nsys import nsys_argv

@@ -65,7 +65,7 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
     type=click.FloatRange(min=0),
     default=0.0,
     metavar="SECONDS",
-    help="Wait up to SECONDS for every profiled rank's trace of the window and print their paths.",
+    help="Wait up to SECONDS (not steps) for every profiled rank's trace of the window and print their paths.",
 )
 def command(path: Path, active: int | None, wait_s: float) -> int:
     """Make every profiled rank of a running on-demand job (on_demand=True) record the next window.
@@ -86,10 +86,14 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
             f"look every {poll} steps"
         )
     else:
+        age = time.time() - request.requested
         click.echo(
-            f"a request is already pending in {run_dir} (id {request.id}, from {request.source}); its window "
-            "comes first, trigger again after it"
+            f"a request is already pending in {run_dir} (id {request.id}, from {request.source}, made {age:.0f} s "
+            "ago); its window comes first, trigger again after it. If the job is no longer running, delete "
+            f"{run_dir / 'trigger.json'}",
+            err=True,
         )
+        return 1
     if wait_s <= 0:
         return 0
     deadline = time.monotonic() + wait_s
@@ -105,7 +109,11 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
                     click.echo(f"  {trace}")
                 return 0
         time.sleep(0.2)
-    state = "not yet seen by any rank" if claim is None else f"claimed (window from step {claim.start})"
+    state = (
+        "not yet seen by any rank (is the job still running?)"
+        if claim is None
+        else f"claimed (window from step {claim.start})"
+    )
     click.echo(
         f"stepscope: the window was not recorded within {wait_s:g} s: the request is {state}", err=True
     )
