@@ -173,33 +173,24 @@ def call_cost_ns(out_dir: str, repeat: int = 7) -> dict[str, float]:
     waiting.close()
     out["wait-phase monitor decorated call"] = both["wait-phase monitor decorated call"] - both["bare"] + out[
         "bare no-op call"]  # fmt: skip
-    stepping = stepscope.performance_monitor(out_dir=out_dir, wait=10**9, warmup=1, active=1, console=False)
-    stepping.start()
-    step = stepping.step
 
-    def step_loop() -> None:
-        noop()
-        step()
+    def step_cost(key: str, **options: Any) -> None:
+        """A no-op plus `monitor.step()` of a started `with monitor:`, over the bare call."""
+        monitor = stepscope.performance_monitor(out_dir=out_dir, console=False, report=False, **options)
+        monitor.start()
+        step = monitor.step
 
-    both = best_of({"bare": noop, "wait-phase monitor, call + step()": step_loop})
-    stepping.close()
-    out["wait-phase monitor, call + step()"] = both["wait-phase monitor, call + step()"] - both["bare"] + out[
-        "bare no-op call"]  # fmt: skip
+        def step_loop() -> None:
+            noop()
+            step()
+
+        both = best_of({"bare": noop, key: step_loop})
+        monitor.close()
+        out[key] = both[key] - both["bare"] + out["bare no-op call"]
+
+    step_cost("wait-phase monitor, call + step()", wait=10**9, warmup=1, active=1)
     # on_demand=True, waiting for a trigger: one stat() of the request file every trigger_poll_steps (10) steps
-    waiting_for_trigger = stepscope.performance_monitor(
-        out_dir=out_dir, on_demand=True, console=False, report=False
-    )
-    waiting_for_trigger.start()
-    trigger_step = waiting_for_trigger.step
-
-    def trigger_loop() -> None:
-        noop()
-        trigger_step()
-
-    both = best_of({"bare": noop, "on-demand monitor waiting for a trigger, call + step()": trigger_loop})
-    waiting_for_trigger.close()
-    key = "on-demand monitor waiting for a trigger, call + step()"
-    out[key] = both[key] - both["bare"] + out["bare no-op call"]
+    step_cost("on-demand monitor waiting for a trigger, call + step()", on_demand=True)
     return out
 
 

@@ -27,7 +27,7 @@ import msgspec
 
 from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.capture.schedule import Schedule
-from stepscope.runfolder.atomic import temp_path_beside
+from stepscope.runfolder.atomic import create_exclusive
 
 TRIGGER_NAME = "trigger.json"
 CLAIM_TEMPLATE = ".trigger-{id}.json"
@@ -60,23 +60,6 @@ def never_schedule(base: Schedule) -> Schedule:
     return Schedule(wait=0, warmup=base.warmup, active=base.active, repeat=1, skip_first=NEVER)
 
 
-def _create_exclusive(path: Path, data: bytes) -> bool:
-    """Write `data` to `path` only if no such file exists, all at once (a temp file, then a hard link, so a
-    reader never sees it half-written). False when the file already existed."""
-    tmp = temp_path_beside(path)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
-
 def request_window(
     run_dir: Path, active: int | None = None, source: str = "cli"
 ) -> tuple[bool, TriggerRequest]:
@@ -84,7 +67,7 @@ def request_window(
     when a request was already pending (it is returned instead; a second one is not queued)."""
     request = TriggerRequest(id=uuid.uuid4().hex[:12], requested=time.time(), source=source, active=active)
     path = run_dir / TRIGGER_NAME
-    if _create_exclusive(path, msgspec.json.encode(request)):
+    if create_exclusive(path, msgspec.json.encode(request)):
         return True, request
     pending = read_request(path)
     return False, pending if pending is not None else request
@@ -172,7 +155,7 @@ class TriggerCollector(Collector):
             claimed_by=self.ctx.rank,
         )
         path = self.ctx.run_dir / CLAIM_TEMPLATE.format(id=request.id)
-        if _create_exclusive(path, msgspec.json.encode(mine)):
+        if create_exclusive(path, msgspec.json.encode(mine)):
             return mine
         theirs = read_claim(self.ctx.run_dir, request.id)
         return theirs if theirs is not None else mine

@@ -146,10 +146,10 @@ def command(
             )
         config = config.model_copy(update={"nsight": True, "trace": values.get("trace") or False})
         inner = _launch_argv(config, target, args, module is not None, nproc_per_node)
-        return _run_child(nsys_argv(config, inner[0]), config, inner[1])
+        return _run_child(nsys_argv(config, inner[0]), inner[1])
     if nproc_per_node is not None:
         argv, config_file = _launch_argv(config, target, args, module is not None, nproc_per_node)
-        return _run_child(argv, config, config_file)
+        return _run_child(argv, config_file)
     from stepscope.capture.zero import run_target
 
     return run_target(target, args, module=module is not None, config=config)
@@ -171,7 +171,7 @@ def _launch_argv(
     return launcher + inner[1:], Path(name)
 
 
-def _run_child(argv: list[str], config: ProfileConfig, config_file: Path) -> int:
+def _run_child(argv: list[str], config_file: Path) -> int:
     try:
         return subprocess.call(argv)
     except KeyboardInterrupt:

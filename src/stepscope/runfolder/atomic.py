@@ -35,6 +35,24 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def create_exclusive(path: str | Path, data: bytes) -> bool:
+    """Write `data` to `path` only if no such file exists, all at once (a temp file, then a hard link: a reader
+    never sees it half-written, and of several writers exactly one wins). False when the file already existed."""
+    path = Path(path)
+    tmp = temp_path_beside(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
 def temp_path_beside(path: str | Path) -> Path:
     """A fresh temp file name in the same folder as `path`, for writers that need a path (os.replace it after)."""
     import tempfile
