@@ -77,3 +77,20 @@ def prepare_rank(
     if len(gpu_all) == 0:
         notes.append("no GPU activity in the trace: GPU breakdowns are empty")
     return RankData(rank, sub, kept, n, lo, hi, gpu_all, gpu, notes)
+
+
+@dataclass
+class RankSummary:
+    """What the cross-rank analysis needs of one rank, small enough to come back from a worker process.
+
+    `op_inside[i, j]`: self time in ns of the CPU ops named `op_names[i]` that start inside step j of the
+    window; `op_gap[i, j]`: of those starting after step j ends and before step j + 1 starts."""
+
+    rank: int
+    lo: int
+    hi: int
+    steps: StepSpans
+    world_size: int | None
+    op_names: list[str] = field(default_factory=list)
+    op_inside: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    op_gap: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))

@@ -7,11 +7,12 @@ docs/analysis.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import msgspec
 
 from stepscope.analysis import _intervals as iv
-from stepscope.analysis._rank import RankData, effective_launch, prepare_rank
+from stepscope.analysis._rank import RankData, RankSummary, effective_launch, prepare_rank
 from stepscope.analysis.breakdown import (
     KernelTypes,
     Temporal,
@@ -20,8 +21,8 @@ from stepscope.analysis.breakdown import (
     temporal_breakdown,
     top_kernels,
 )
-from stepscope.analysis.collectives import CollectiveStats, collective_stats, rank_instances
-from stepscope.analysis.distributed import CrossRank, Straggler, cross_rank_analysis
+from stepscope.analysis.collectives import CollectiveStats, Instances, collective_stats, rank_instances
+from stepscope.analysis.distributed import CrossRank, Straggler, cross_rank_analysis, summarize_rank
 from stepscope.analysis.findings import (
     Finding,
     comm_findings,
@@ -82,6 +83,17 @@ class AnalysisResult(msgspec.Struct):
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
 
 
+@dataclass
+class RankPart:
+    """One rank's share of `analyze`: its sections, its own findings, its collectives and what the cross-rank
+    analysis needs. Small (no rows of the trace): this is what a worker process sends back."""
+
+    analysis: RankAnalysis
+    findings: list[Finding]
+    instances: Instances
+    summary: RankSummary
+
+
 def analyze(
     table: TraceTable,
     *,
@@ -92,19 +104,38 @@ def analyze(
     """Analyse every rank of `table` over its profiler-step window (the last step dropped on request).
 
     `comm_patterns`: regexes; GPU kernels whose names match one are communication (docs/analysis.md)."""
-    patterns = compile_patterns(comm_patterns)
-    ranks: list[RankAnalysis] = []
-    findings: list[Finding] = []
-    prepared = {}
-    instances = {}
-    for rank in table.rank_ids():
-        data = prepare_rank(table, rank, drop_last_step=drop_last_step, comm_patterns=patterns)
-        result = analyze_rank(data, top=top)
-        ranks.append(result)
-        prepared[rank] = data
-        instances[rank] = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
-        findings.extend(rank_findings(data, result.temporal, result.communication))
-    dist = cross_rank_analysis(prepared, instances, {r.rank: r.steps for r in ranks})
+    parts = [
+        analyze_rank_part(table, rank, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns)
+        for rank in table.rank_ids()
+    ]
+    return combine_ranks(parts, table.notices)
+
+
+def analyze_rank_part(
+    table: TraceTable,
+    rank: int,
+    *,
+    drop_last_step: bool = False,
+    top: int = 10,
+    comm_patterns: Sequence[str] = (),
+) -> RankPart:
+    """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_files`)."""
+    data = prepare_rank(
+        table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns)
+    )
+    result = analyze_rank(data, top=top)
+    instances = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
+    findings = rank_findings(data, result.temporal, result.communication)
+    return RankPart(result, findings, instances, summarize_rank(data))
+
+
+def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:
+    """The cross-rank view and the ranked findings from every rank's part (parts in rank order)."""
+    ranks = [p.analysis for p in parts]
+    findings = [f for p in parts for f in p.findings]
+    instances = {p.analysis.rank: p.instances for p in parts}
+    summaries = {p.analysis.rank: p.summary for p in parts}
+    dist = cross_rank_analysis(summaries, instances, {r.rank: r.steps for r in ranks})
     matched = dist.alignment is not None and dist.alignment.matched > 0
     for result in ranks:
         result.collectives = collective_stats(
@@ -112,13 +143,12 @@ def analyze(
         )
         if dist.alignment is not None:
             result.clock_offset_us = round(dist.offsets_ns[result.rank] / 1e3, 3)
-    findings.extend(comm_findings(instances, dist.wait_ns, prepared))
+    findings.extend(comm_findings(instances, dist.wait_ns, summaries))
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
     findings = rank_by_cost(findings)
-    notices = [*table.notices, *dist.notices]
-    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, notices)
+    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices])
 
 
 def analyze_rank(data: RankData, *, top: int = 10) -> RankAnalysis:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from stepscope.analysis._rank import RankData
+from stepscope.analysis._rank import RankData, RankSummary
 from stepscope.analysis._stats import quantile
 from stepscope.analysis.collectives import Instances
 from stepscope.analysis.comm_names import cpu_collective
@@ -211,7 +211,7 @@ def clock_offsets(instances: dict[int, Instances], match: Matching) -> tuple[dic
 
 
 def cross_rank_analysis(
-    data: dict[int, RankData],
+    data: dict[int, RankSummary],
     instances: dict[int, Instances],
     step_rows: dict[int, list[StepRow]],
 ) -> Distributed:
@@ -249,7 +249,7 @@ def cross_rank_analysis(
             notices.append(
                 f"ranks {_list(lost)} share no matched collective with the others: raw clocks used"
             )
-    world = {d.table.ranks[r].world_size for r, d in data.items() if r in d.table.ranks} - {None}
+    world = {d.world_size for d in data.values()} - {None}
     if len(world) == 1 and (size := next(iter(world))) is not None and size > len(ranks):
         notices.append(
             f"{len(ranks)} of {size} ranks loaded: waiting and the straggler are judged among these ranks only"
@@ -318,7 +318,7 @@ def _list(values: list[int]) -> str:
 
 
 def _cross_table(
-    data: dict[int, RankData],
+    data: dict[int, RankSummary],
     instances: dict[int, Instances],
     step_rows: dict[int, list[StepRow]],
     wait_ns: dict[int, np.ndarray],
@@ -359,7 +359,7 @@ def _cross_table(
 
 
 def _straggler(
-    data: dict[int, RankData],
+    data: dict[int, RankSummary],
     step_rows: dict[int, list[StepRow]],
     delay: dict[int, dict[int, float]],
     match: Matching,
@@ -386,7 +386,7 @@ def _straggler(
 
 
 def _cause(
-    data: dict[int, RankData],
+    data: dict[int, RankSummary],
     step_rows: dict[int, list[StepRow]],
     rank: int,
     steps: set[int],
@@ -425,30 +425,22 @@ def _excess(phase: str, name: str | None, per_rank_ms: dict[int, float], rank: i
     return StragglerCause(phase, name, round(mine, 3), round(others, 3), round(mine - others, 3))
 
 
-def _op_cause(data: dict[int, RankData], rank: int, steps: set[int]) -> StragglerCause | None:
-    """The op whose self time per step exceeds the other ranks' most (collectives and step spans left out)."""
+def _op_cause(data: dict[int, RankSummary], rank: int, steps: set[int]) -> StragglerCause | None:
+    """The op whose self time per step exceeds the other ranks' most (collectives and step spans left out):
+    CPU ops starting between the first and the end of the last of `steps` in each rank's window."""
     per_rank: dict[int, dict[str, float]] = {}
     for r, d in data.items():
-        keep = np.isin(d.steps.number, list(steps))
-        if not keep.any():
+        keep = np.flatnonzero(np.isin(d.steps.number, list(steps)))
+        if not len(keep):
             continue
-        lo, hi = int(d.steps.start[keep].min()), int(d.steps.end[keep].max())
-        table = d.table
-        selfs = self_times(table)
-        rows = np.flatnonzero(
-            (table.columns["ts"] >= lo)
-            & (table.columns["ts"] < hi)
-            & table.cat_mask(*CPU_OP_CATEGORIES)
-            & (selfs > 0)
-        )
-        sums: dict[str, float] = {}
-        names = table.columns["name"][rows]
-        for code in np.unique(names).tolist():
-            name = table.names[code]
-            if STEP_RE.match(name) or cpu_collective(name) or "wait" in name.lower():
-                continue
-            sums[name] = int(selfs[rows[names == code]].sum()) / 1e6 / int(keep.sum())
-        per_rank[r] = sums
+        first, last = int(keep[0]), int(keep[-1])
+        ns = d.op_inside[:, first : last + 1].sum(axis=1) + d.op_gap[:, first:last].sum(axis=1)
+        ns = ns.reshape(len(d.op_names))
+        per_rank[r] = {
+            name: int(total) / 1e6 / len(keep)
+            for name, total in zip(d.op_names, ns.tolist(), strict=True)
+            if total > 0
+        }
     if rank not in per_rank or len(per_rank) < 2:
         return None
     best: StragglerCause | None = None
@@ -458,3 +450,41 @@ def _op_cause(data: dict[int, RankData], rank: int, steps: set[int]) -> Straggle
         if best is None or found.excess_ms_per_step > best.excess_ms_per_step:
             best = found
     return best
+
+
+def summarize_rank(data: RankData, *, ops: bool = True) -> RankSummary:
+    """The cross-rank inputs of one prepared rank (`ops`: with the CPU ops' self time per step, which only the
+    straggler's cause needs)."""
+    info = data.table.ranks.get(data.rank)
+    summary = RankSummary(data.rank, data.lo, data.hi, data.steps, info.world_size if info else None)
+    n = len(data.steps)
+    if not ops or n == 0:
+        return summary
+    table = data.table
+    selfs = self_times(table)
+    ts = table.columns["ts"]
+    rows = np.flatnonzero(
+        (ts >= int(data.steps.start[0]))
+        & (ts < int(data.steps.end[-1]))
+        & table.cat_mask(*CPU_OP_CATEGORIES)
+        & (selfs > 0)
+    )
+    step = np.searchsorted(data.steps.start, ts[rows], side="right") - 1  # the step started last
+    gap = ts[rows] >= data.steps.end[step]
+    codes = table.columns["name"][rows]
+    kept = [
+        code
+        for code in np.unique(codes).tolist()
+        if not (STEP_RE.match(name := table.names[code]) or cpu_collective(name) or "wait" in name.lower())
+    ]
+    index = np.full(len(table.names) + 1, -1, dtype=np.int64)
+    index[kept] = np.arange(len(kept))
+    op = index[codes]
+    use = op >= 0
+    inside = np.zeros((len(kept), n), dtype=np.int64)
+    between = np.zeros((len(kept), n), dtype=np.int64)
+    np.add.at(inside, (op[use & ~gap], step[use & ~gap]), selfs[rows][use & ~gap])
+    np.add.at(between, (op[use & gap], step[use & gap]), selfs[rows][use & gap])
+    summary.op_names = [table.names[c] for c in kept]
+    summary.op_inside, summary.op_gap = inside, between
+    return summary

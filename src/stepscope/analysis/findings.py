@@ -21,7 +21,7 @@ import numpy as np
 
 from stepscope.analysis import _host
 from stepscope.analysis import _intervals as iv
-from stepscope.analysis._rank import RankData
+from stepscope.analysis._rank import RankData, RankSummary
 from stepscope.analysis._stats import quantile
 from stepscope.analysis.breakdown import Temporal
 from stepscope.analysis.collectives import Instances
@@ -155,7 +155,7 @@ def _priced(
     )
 
 
-def _price_of(data: RankData, total_ns: int) -> _Price:
+def _price_of(data: RankData | RankSummary, total_ns: int) -> _Price:
     """`total_ns` over the window as a price per step; never more than the window (GPU work running past the
     window's end costs the steps after it)."""
     steps = max(len(data.steps), 1)
@@ -751,7 +751,7 @@ def straggler_finding(straggler: Straggler | None) -> Finding | None:
 
 
 def comm_findings(
-    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], ranks: dict[int, RankData]
+    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], ranks: dict[int, RankSummary]
 ) -> list[Finding]:
     """Findings on collectives: CPU-backend communication that takes a large share of the step
     (`comm_bound`; GPU communication is judged per rank from the kernels) and `collective_slow`."""
@@ -784,7 +784,7 @@ def comm_findings(
 
 
 def _collective_slow(
-    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], ranks: dict[int, RankData]
+    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], ranks: dict[int, RankSummary]
 ) -> list[Finding]:
     """Instances whose bandwidth is far below the reference of the same kind and size across the run."""
     samples: dict[tuple[str, int, int], list[tuple[int, int, float, int]]] = {}

@@ -22,7 +22,7 @@ import msgspec
 from stepscope.analysis._decode import read_json_bytes
 from stepscope.analysis._rank import prepare_rank
 from stepscope.analysis.collectives import Instances, rank_instances
-from stepscope.analysis.distributed import ClockAlignment, Matching, cross_rank_analysis
+from stepscope.analysis.distributed import ClockAlignment, Matching, cross_rank_analysis, summarize_rank
 from stepscope.analysis.kernels import compile_patterns
 from stepscope.analysis.table import GPU_CATEGORIES, OLD_CATEGORIES, TraceTable
 from stepscope.errors import InputError
@@ -70,7 +70,8 @@ def merge_traces(
     patterns = compile_patterns(comm_patterns)
     prepared = {r: prepare_rank(table, r, comm_patterns=patterns) for r in ranks}
     instances = {r: rank_instances(d, table.ranks[r].world_size) for r, d in prepared.items()}
-    dist = cross_rank_analysis(prepared, instances, {r: [] for r in ranks})
+    summaries = {r: summarize_rank(d, ops=False) for r, d in prepared.items()}
+    dist = cross_rank_analysis(summaries, instances, {r: [] for r in ranks})
     match = dist.match
     offsets = dist.offsets_ns
     info = MergeInfo(

@@ -61,6 +61,47 @@ def load_traces(path: Any, *, step: int | None = None) -> Any:
         return load_trace(path, step=step, progress=bar)
 
 
+def analyze_traces(path: Any, **options: Any) -> Any:
+    """`analyze_path` with a progress bar on the terminal; an executor that cannot run is a usage error."""
+    import click
+
+    from stepscope.analysis.parallel import ExecutorError, analyze_path
+    from stepscope.cli._progress import ProgressBar
+
+    try:
+        with ProgressBar() as bar:
+            return analyze_path(path, progress=bar, **options)
+    except ExecutorError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def jobs_options(fn):  # type: ignore[no-untyped-def]
+    """`--jobs N`, `--executor local|dask`, `--scheduler ADDRESS`: where the per-rank analyses run."""
+    import click
+
+    fn = click.option(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="With --executor dask: the scheduler (tcp://host:8786); the workers must see PATH at the same "
+        "path. Default: a local cluster.",
+    )(fn)
+    fn = click.option(
+        "--executor",
+        type=click.Choice(["local", "dask"]),
+        default="local",
+        show_default=True,
+        help="Where the per-rank analyses run: local processes, or a Dask cluster (stepscope[dask]).",
+    )(fn)
+    return click.option(
+        "--jobs",
+        "-j",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Local processes analysing ranks side by side (default: all CPUs; 1: none).",
+    )(fn)
+
+
 def comm_pattern_option(fn):  # type: ignore[no-untyped-def]
     """`--comm-pattern REGEX` (repeatable): more GPU kernel names that are communication."""
     import click

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stepscope.cli._common import comm_pattern_option, step_option, wide_option
+from stepscope.cli._common import comm_pattern_option, jobs_options, step_option, wide_option
 
 
 @click.command(name="analyze")
@@ -22,6 +22,7 @@ from stepscope.cli._common import comm_pattern_option, step_option, wide_option
     "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
 )
 @comm_pattern_option
+@jobs_options
 @wide_option
 def command(
     path: Path,
@@ -30,38 +31,35 @@ def command(
     drop_last_step: bool,
     top: int,
     comm_patterns: tuple[str, ...],
+    jobs: int | None,
+    executor: str,
+    scheduler: str | None,
     wide: bool,
 ) -> None:
     """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder).
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
-    from stepscope.analysis.analyze import analyze
+    from stepscope.cli._common import analyze_traces
     from stepscope.cli._common import comm_patterns as resolve_patterns
-    from stepscope.cli._common import load_traces
     from stepscope.runfolder import is_run_folder
 
     patterns = resolve_patterns(path, comm_patterns)
+    how = {"jobs": jobs, "executor": executor, "scheduler": scheduler}
+    options = {"step": step, "drop_last_step": drop_last_step, "top": top, "comm_patterns": patterns, **how}
     if is_run_folder(path):
         from stepscope.analysis.analyze import SCHEMA, AnalysisResult
         from stepscope.analysis.run import load_run, run_facts
 
         run = load_run(path)
         if run.has_traces:
-            result = analyze(
-                load_traces(path, step=step),
-                drop_last_step=drop_last_step,
-                top=top,
-                comm_patterns=patterns,
-            )
+            result = analyze_traces(path, **options)
         else:
             note = f"{path}: the run has no traces (the job ended before its first window was exported)"
             result = AnalysisResult(SCHEMA, [], None, None, [], [note])
         result.run = run_facts(run)
     else:
-        result = analyze(
-            load_traces(path, step=step), drop_last_step=drop_last_step, top=top, comm_patterns=patterns
-        )
+        result = analyze_traces(path, **options)
     if as_json:
         from stepscope.cli._common import print_json
 

@@ -1,0 +1,308 @@
+"""`analyze_path`: `analyze` for many files, one rank per task, on a pool of local processes or a Dask cluster.
+
+A folder (or run folder) of per-rank traces is analysed file by file: each task loads one file, analyses its
+rank on its own (`analyze_rank_part`) and sends back only the small `RankPart` (sections, findings,
+collective instances, a summary for the cross-rank view), never the rows. The parent then gives every file its
+rank (the loader's rules: declared ranks first, the lowest free ranks for the rest) and runs the cross-rank
+analysis on the parts (`combine_ranks`). Memory is bounded by workers x one rank; the result is the same
+whichever executor ran the tasks and in whatever order they finished.
+
+Executors: "local" (`jobs` processes; 1: in this process, one file after the other) and "dask" (the tasks go to
+the Dask scheduler at `scheduler`, whose workers must see the files at the same paths: shared storage).
+A single file is loaded and analysed in this process (its columns are the unit of work).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
+from stepscope.analysis.loader import (
+    ProgressCallback,
+    _assign_ranks,
+    _estimated_json_bytes,
+    _find_traces,
+    _is_run_folder,
+    _Skipped,
+    _split_merged,
+    load_trace,
+)
+from stepscope.analysis.table import MISSING, RankInfo
+from stepscope.errors import InputError
+
+__all__ = ["EXECUTORS", "ExecutorError", "analyze_path", "default_jobs"]
+
+EXECUTORS = ("local", "dask")
+
+
+class ExecutorError(Exception):
+    """The executor could not run (Dask missing, scheduler unreachable, a worker lost for good)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every task needs to know besides its file (picklable: it travels to the workers)."""
+
+    drop_last_step: bool = False
+    top: int = 10
+    comm_patterns: tuple[str, ...] = ()
+
+
+@dataclass
+class FileResult:
+    """What one task sends back: the file's ranks (a merged trace holds several), its notices, or the problem
+    that stopped it."""
+
+    path: str
+    hint: int | None
+    parts: list[tuple[int | None, RankPart]] = field(default_factory=list)  # (declared rank, part)
+    notices: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+
+def default_jobs() -> int:
+    """All the CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def analyze_path(
+    path: str | Path,
+    *,
+    step: int | None = None,
+    drop_last_step: bool = False,
+    top: int = 10,
+    comm_patterns: Sequence[str] = (),
+    jobs: int | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> AnalysisResult:
+    """Analyse a trace file, a folder of per-rank traces or a run folder (`step`: its window ending there).
+
+    `jobs`: worker processes of the local executor (default: all CPUs). `executor="dask"` sends the per-file
+    tasks to the Dask scheduler at `scheduler` (None: a cluster of this machine's cores). `progress` is called
+    with (bytes done, bytes in all, file at work). Raises InputError (a bad file) or ExecutorError."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
+    options = Options(drop_last_step, top, tuple(comm_patterns))
+    files, window_notices = _find_traces(Path(path), step)
+    if len(files) == 1 and executor == "local":
+        table = load_trace(path, step=step, progress=progress)
+        return analyze(table, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns)
+    skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
+    sizes = [_estimated_json_bytes(f) for f, _ in files]
+    tasks = [(str(f), hint) for f, hint in files]
+    if executor == "dask":
+        results = _run_dask(tasks, sizes, options, scheduler, progress)
+    else:
+        results = _run_local(tasks, sizes, options, jobs if jobs is not None else default_jobs(), progress)
+    by_path = {r.path: r for r in results}
+    ordered = [by_path[p] for p, _ in tasks]
+    for result in ordered:
+        if result.problem is not None:
+            skipped.skip_or_raise(InputError(result.path, result.problem))
+    kept = [r for r in ordered if r.problem is None]
+    if not kept:
+        raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
+    return _combine(kept, [*window_notices, *skipped.notices])
+
+
+# --- one task ----------------------------------------------------------------------------------------
+def analyze_file(path: str, hint: int | None, options: Options) -> FileResult:
+    """Load one file and analyse each of its ranks on its own (the task every executor runs)."""
+    from stepscope.analysis._stream import load_file
+    from stepscope.analysis.loader import _merge
+
+    try:
+        file_table = load_file(path, hint)
+    except InputError as exc:
+        return FileResult(path, hint, problem=exc.problem)
+    result = FileResult(path, hint, notices=list(file_table.notices))
+    for piece in _split_merged([file_table]):
+        declared = piece.declared_rank
+        piece.notices = []
+        table = _merge([piece])  # one rank: its declared rank, else 0 until the parent numbers the files
+        rank = table.rank_ids()[0]
+        part = analyze_rank_part(
+            table,
+            rank,
+            drop_last_step=options.drop_last_step,
+            top=options.top,
+            comm_patterns=options.comm_patterns,
+        )
+        result.parts.append((declared, part))
+    return result
+
+
+# --- numbering and combining ---------------------------------------------------------------------------
+@dataclass
+class _Entry:
+    """A rank of a file, as the loader's rank assignment sees a FileTable."""
+
+    path: str
+    declared_rank: int | None
+    info: RankInfo
+    part: RankPart
+
+
+def _combine(results: list[FileResult], notices: list[str]) -> AnalysisResult:
+    entries = []
+    for result in results:
+        for declared, part in result.parts:
+            info = RankInfo(rank=MISSING, source=part.analysis.source)
+            entries.append(_Entry(result.path, declared, info, part))
+    rank_notices = _assign_ranks(entries)  # type: ignore[arg-type]
+    for entry in entries:
+        _renumber(entry.part, entry.info.rank)
+    file_notices = [n for r in sorted(results, key=lambda r: _first_rank(r, entries)) for n in r.notices]
+    parts = [e.part for e in sorted(entries, key=lambda e: e.info.rank)]
+    return combine_ranks(parts, [*notices, *rank_notices, *file_notices])
+
+
+def _first_rank(result: FileResult, entries: list[_Entry]) -> int:
+    return min((e.info.rank for e in entries if e.path == result.path), default=0)
+
+
+def _renumber(part: RankPart, rank: int) -> None:
+    """Give a part the rank the parent chose for its file."""
+    part.analysis.rank = rank
+    for row in part.analysis.step_categories:
+        row.rank = rank
+    for finding in part.findings:
+        if finding.rank is not None:
+            finding.rank = rank
+    part.instances.rank = rank
+    part.summary.rank = rank
+
+
+# --- executors -----------------------------------------------------------------------------------------
+def _run_local(
+    tasks: list[tuple[str, int | None]],
+    sizes: list[int],
+    options: Options,
+    jobs: int,
+    progress: ProgressCallback | None,
+) -> list[FileResult]:
+    jobs = max(1, min(jobs, len(tasks)))
+    if jobs > 1:
+        results = _run_pool(tasks, sizes, options, jobs, progress)
+        if results is not None:
+            return results
+    out = []
+    done = 0
+    total = max(sum(sizes), 1)
+    for (path, hint), size in zip(tasks, sizes, strict=True):
+        if progress is not None:
+            progress(done, total, Path(path).name)
+        out.append(analyze_file(path, hint, options))
+        done += size
+    if progress is not None:
+        progress(total, total, "")
+    return out
+
+
+def _run_pool(
+    tasks: list[tuple[str, int | None]],
+    sizes: list[int],
+    options: Options,
+    jobs: int,
+    progress: ProgressCallback | None,
+) -> list[FileResult] | None:
+    """The tasks on `jobs` forked processes (largest files first); None when no pool can run."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    order = sorted(range(len(tasks)), key=lambda i: -sizes[i])
+    try:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
+        futures = {pool.submit(analyze_file, *tasks[i], options): i for i in order}
+    except (OSError, RuntimeError):
+        return None
+    results = []
+    with pool:
+        try:
+            for done, i in _progressed(as_completed(futures), futures, sizes, tasks, progress):
+                results.append(done.result())
+                del i
+        except (BrokenProcessPool, OSError):
+            return None
+    return results
+
+
+def _progressed(
+    finished: Iterator[Any],
+    futures: dict[Any, int],
+    sizes: list[int],
+    tasks: list[tuple[str, int | None]],
+    progress: ProgressCallback | None,
+) -> Iterator[tuple[Any, int]]:
+    """Yield (future, task index) as tasks finish, reporting bytes done after each."""
+    total = max(sum(sizes), 1)
+    done = 0
+    for future in finished:
+        i = futures[future]
+        done += sizes[i]
+        if progress is not None:
+            progress(done, total, Path(tasks[i][0]).name)
+        yield future, i
+
+
+def _run_dask(
+    tasks: list[tuple[str, int | None]],
+    sizes: list[int],
+    options: Options,
+    scheduler: str | None,
+    progress: ProgressCallback | None,
+) -> list[FileResult]:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise ExecutorError(
+            "the dask executor needs dask.distributed: pip install 'stepscope[dask]'"
+        ) from None
+    try:
+        client = (
+            Client(scheduler, timeout=30) if scheduler else Client(processes=True, dashboard_address=None)
+        )
+    except (OSError, TimeoutError) as exc:
+        raise ExecutorError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+    try:
+        return _gather_dask(client, as_completed, tasks, sizes, options, progress)
+    finally:
+        client.close()
+
+
+def _gather_dask(
+    client: Any,
+    as_completed: Callable[..., Any],
+    tasks: list[tuple[str, int | None]],
+    sizes: list[int],
+    options: Options,
+    progress: ProgressCallback | None,
+) -> list[FileResult]:
+    order = sorted(range(len(tasks)), key=lambda i: -sizes[i])
+    futures = {
+        client.submit(
+            analyze_file, *tasks[i], options, key=f"stepscope-{i}-{Path(tasks[i][0]).name}", pure=False
+        ): i
+        for i in order
+    }
+    results = []
+    try:
+        for future, i in _progressed(iter(as_completed(list(futures))), futures, sizes, tasks, progress):
+            try:
+                results.append(future.result())
+            except Exception as exc:  # KilledWorker, a lost connection: the task could not be run
+                raise ExecutorError(
+                    f"{tasks[i][0]}: the Dask task failed ({type(exc).__name__}: {exc})"
+                ) from None
+    finally:
+        for future in futures:
+            future.cancel()
+    return results
