@@ -268,7 +268,7 @@ def _run_dask(
         ) from None
     try:
         client = (
-            Client(scheduler, timeout=30) if scheduler else Client(processes=True, dashboard_address=None)
+            Client(scheduler, timeout=10) if scheduler else Client(processes=True, dashboard_address=None)
         )
     except (OSError, TimeoutError) as exc:
         raise ExecutorError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
