@@ -7,6 +7,7 @@ import gzip
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,70 @@ def test_a_bad_file_among_ranks_is_named(
     assert code == 2
     assert "rank3.json.gz" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+# --- limits on hostile input ------------------------------------------------------------------------
+def _gzip_stream(path: Path, parts: list[bytes], repeat: int = 1) -> Path:
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with open(path, "wb") as fh:
+        fh.write(packer.compress(parts[0]))
+        for _ in range(repeat):
+            fh.write(packer.compress(parts[1]))
+        fh.write(packer.compress(parts[2]))
+        fh.write(packer.flush())
+    return path
+
+
+def _cli_subprocess(path: Path, **env: str) -> tuple[int, str, int]:
+    """`stepscope analyze PATH` in a child: exit status, stderr, the child's own peak RSS in MB."""
+    import os
+
+    with tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "stepscope", "analyze", str(path)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, **env},
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return child.returncode, err.read().decode(), usage.ru_maxrss // 1024
+
+
+def test_a_gzip_bomb_ends_in_one_line_with_bounded_memory(tmp_path: Path) -> None:
+    # 1 GiB of spaces inside a valid start: ~1 MB on disk
+    bomb = _gzip_stream(tmp_path / "bomb.json.gz", [b'{"traceEvents": [', b" " * (1 << 24), b"]}"], 64)
+    assert bomb.stat().st_size < 4 << 20
+    code, err, peak_mb = _cli_subprocess(bomb)
+    assert code == 2
+    assert err.startswith(f"stepscope: error: {bomb}: gzip data inflates to more than 200 times")
+    assert "STEPSCOPE_MAX_GZIP_RATIO" in err and len(err.strip().splitlines()) == 1
+    assert peak_mb < 400
+
+
+@pytest.mark.parametrize(
+    ("filler", "problem"),
+    [
+        (b"A", "no end of an event in 1048576 bytes"),
+        (b"},{", "no place to split the events found in 1048576 bytes"),
+    ],
+)
+def test_a_string_longer_than_the_limit_is_refused(tmp_path: Path, filler: bytes, problem: str) -> None:
+    """A 12 MB string (raw and gzipped) against a 1 MiB event limit: refused without reading it all."""
+    start = b'{"traceEvents": [{"ph": "X", "name": "'
+    for gz in (False, True):
+        path = tmp_path / ("long.json.gz" if gz else "long.json")
+        body = filler * ((12 << 20) // len(filler))
+        if gz:
+            _gzip_stream(path, [start, body, b'"}]}'])
+        else:
+            path.write_bytes(start + body + b'"}]}')
+        code, err, _ = _cli_subprocess(
+            path, STEPSCOPE_MAX_EVENT_BYTES=str(1 << 20), STEPSCOPE_MAX_GZIP_RATIO="100000"
+        )
+        assert code == 2, err
+        assert problem in err and "STEPSCOPE_MAX_EVENT_BYTES" in err, err
+        assert len(err.strip().splitlines()) == 1

@@ -234,7 +234,13 @@ def gc_paused() -> Iterator[None]:
 
 # --- the whole file at once: the reference path, and every error message ---------------------------------
 def read_json_bytes(path: Path) -> bytes:
-    from stepscope.analysis._limits import DEFAULT_MAX_TRACE_BYTES, LIMIT_ENV, gunzip_bounded, max_input_bytes
+    from stepscope.analysis._limits import (
+        DEFAULT_MAX_TRACE_BYTES,
+        LIMIT_ENV,
+        gunzip_bounded,
+        max_gzip_ratio,
+        max_input_bytes,
+    )
 
     limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
     try:
@@ -245,7 +251,7 @@ def read_json_bytes(path: Path) -> bytes:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if data[:2] != b"\x1f\x8b":
         return data
-    return gunzip_bounded(path, data, limit)
+    return gunzip_bounded(path, data, limit, ratio=max_gzip_ratio())
 
 
 def decode_whole(path: Path, data: bytes) -> _Trace:

@@ -33,17 +33,51 @@ def max_events() -> int:
     return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_MAX_EVENTS
 
 
-def gunzip_bounded(path: str | Path, data: bytes, limit: int) -> bytes:
+MAX_EVENT_BYTES_ENV = "STEPSCOPE_MAX_EVENT_BYTES"
+DEFAULT_MAX_EVENT_BYTES = 256 << 20  # one event's JSON, strings included (real ones: a few KB)
+MAX_GZIP_RATIO_ENV = "STEPSCOPE_MAX_GZIP_RATIO"
+DEFAULT_MAX_GZIP_RATIO = 200  # text per compressed byte; real traces: 10-30 (ours 13-28), deflate's cap ~1032
+GZIP_RATIO_FREE_BYTES = 64 << 20  # text inflated before the ratio is judged (small files may compress well)
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name, "")
+    return int(text) if text.isdigit() and int(text) > 0 else default
+
+
+def max_event_bytes() -> int:
+    """The longest one event may be (`STEPSCOPE_MAX_EVENT_BYTES`, else 256 MiB): a string of gigabytes ends
+    in an error once this much text holds no end of an event."""
+    return _env_int(MAX_EVENT_BYTES_ENV, DEFAULT_MAX_EVENT_BYTES)
+
+
+def max_gzip_ratio() -> int:
+    """How many times its compressed size a gzip trace may inflate to (`STEPSCOPE_MAX_GZIP_RATIO`, else 200)."""
+    return _env_int(MAX_GZIP_RATIO_ENV, DEFAULT_MAX_GZIP_RATIO)
+
+
+def gzip_bomb_problem(ratio: int) -> str:
+    return (
+        f"gzip data inflates to more than {ratio} times its compressed size (a gzip bomb? real traces inflate "
+        f"10-30 times; {MAX_GZIP_RATIO_ENV} raises the limit)"
+    )
+
+
+def gunzip_bounded(path: str | Path, data: bytes, limit: int, *, ratio: int | None = None) -> bytes:
     """Inflate gzip `data` (every member; zero padding after the last is allowed), or raise InputError naming
-    `path`: truncated, corrupt (CRC included), or inflating past `limit` bytes."""
+    `path`: truncated, corrupt (CRC included), or inflating past `limit` bytes (or past `ratio` times its
+    size, once GZIP_RATIO_FREE_BYTES are out)."""
+    by_ratio = max(ratio * len(data), GZIP_RATIO_FREE_BYTES) if ratio else limit
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
-            text = fh.read(limit + 1)
+            text = fh.read(min(limit, by_ratio) + 1)
     except EOFError:
         raise InputError(path, "truncated gzip file") from None
     except (OSError, zlib.error) as exc:
         problem = "CRC check failed" if str(exc).startswith("CRC check failed") else str(exc)
         raise InputError(path, f"corrupt gzip data ({problem})") from None
+    if len(text) > by_ratio and by_ratio < limit:
+        raise InputError(path, gzip_bomb_problem(ratio or 0))
     if len(text) > limit:
         raise InputError(
             path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"

@@ -47,7 +47,16 @@ from stepscope.analysis._decode import (
     shapes_of_array,
     shapes_of_trace,
 )
-from stepscope.analysis._limits import DEFAULT_MAX_TRACE_BYTES, LIMIT_ENV, max_input_bytes
+from stepscope.analysis._limits import (
+    DEFAULT_MAX_TRACE_BYTES,
+    GZIP_RATIO_FREE_BYTES,
+    LIMIT_ENV,
+    MAX_EVENT_BYTES_ENV,
+    gzip_bomb_problem,
+    max_event_bytes,
+    max_gzip_ratio,
+    max_input_bytes,
+)
 from stepscope.analysis._numparse import NotANumber
 from stepscope.errors import InputError
 
@@ -101,6 +110,14 @@ class _OverLimit(Exception):
     """The text is longer than the input limit."""
 
 
+class _TooLong(Exception):
+    """The rest of the file, to be decoded in one piece, is longer than the event limit."""
+
+
+class _Bomb(Exception):
+    """The text is longer than the gzip ratio limit allows."""
+
+
 def load_file(
     path: str | Path,
     rank_hint: int | None = None,
@@ -151,6 +168,8 @@ class _Text:
         self._pending = fh.read(2)  # input not yet consumed
         self._inflate = INFLATE.decompressobj(wbits=31) if self._pending == b"\x1f\x8b" else None
         self._error = INFLATE.error
+        self._ratio = max_gzip_ratio()
+        self._next_ratio_check = GZIP_RATIO_FREE_BYTES
         self.eof = False
 
     @property
@@ -183,17 +202,26 @@ class _Text:
             self._total += len(out)
             if self._total > self._limit:
                 raise _OverLimit
+            if self._total > self._next_ratio_check:
+                self._next_ratio_check += GZIP_RATIO_FREE_BYTES
+                if self._total > self._ratio * max(self._fh.tell() - len(self._pending), 1):
+                    raise _Bomb
             if out:
                 with memoryview(buf) as view:  # (a bytearray's own slice assignment copies `out` twice)
                     view[at : at + len(out)] = out
                 return len(out)
         return 0
 
-    def read_all(self) -> bytes:
+    def read_all(self, most: int) -> bytes:
+        """The rest of the text; _TooLong past `most` bytes."""
         parts = []
         buf = bytearray(_OUT_BYTES)
+        total = 0
         while got := self.read_into(buf, 0, _OUT_BYTES):
             parts.append(bytes(buf[:got]))
+            total += got
+            if total > most:
+                raise _TooLong
         return b"".join(parts)
 
 
@@ -216,6 +244,14 @@ def _load_chunked(
             raise InputError(
                 path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
             ) from None
+        except _Bomb:
+            raise InputError(path, gzip_bomb_problem(reader.text._ratio)) from None
+        except _TooLong:
+            raise InputError(
+                path,
+                f"no place to split the events found in {reader.max_event} bytes (an event or a string longer "
+                f"than that; {MAX_EVENT_BYTES_ENV} raises the limit)",
+            ) from None
         return reader.builder.finish(rank_hint)
 
 
@@ -227,7 +263,7 @@ class _ChunkReader:
     `[` and `]` (both are a comma or whitespace, which the piece does not need)."""
 
     def __init__(self, path: Path, text: _Text, chunk_bytes: int) -> None:
-        self.text = text
+        self.text: _Text = text
         self.chunk_bytes = max(chunk_bytes, 1)
         self.builder = ColumnBuilder(path)
         self.buf = bytearray(self.chunk_bytes + _LOOKAHEAD + 2 * _OUT_BYTES)
@@ -235,6 +271,16 @@ class _ChunkReader:
         self.strict = True
         self.strict_failures = 0
         self.text_ts = False
+        self.max_event = max_event_bytes()
+
+    def _too_long(self, piece: int) -> None:
+        """A piece with no end of an event in it grew past the event limit: stop before reading more."""
+        if piece > self.chunk_bytes + self.max_event:
+            raise InputError(
+                self.builder.path,
+                f"no end of an event in {self.max_event} bytes (an event or a string longer than that; "
+                f"{MAX_EVENT_BYTES_ENV} raises the limit)",
+            )
 
     def _fill(self, size: int) -> bool:
         """Read until `buf[:end]` holds `size` bytes or the text ends; False when nothing more came."""
@@ -311,6 +357,7 @@ class _ChunkReader:
             m = _CUT.search(self.buf, at, self.end)
             while m is None:
                 searched = self.end
+                self._too_long(self.end - pos)
                 if not self._fill(self.end + _READ_BYTES):
                     break
                 # Only the new text, and a little before it for a cut that straddles the old end: searching
@@ -367,7 +414,7 @@ class _ChunkReader:
 
     def _decode_tail(self, pos: int, head: Any) -> None:
         """The rest of the file: the last events, the end of the array and the header keys after it."""
-        rest = bytes(self.buf[pos : self.end]) + self.text.read_all()
+        rest = bytes(self.buf[pos : self.end]) + self.text.read_all(self.max_event + self.chunk_bytes)
         self.buf = bytearray()
         if (_KEY in rest or b"\\u" in rest) and _ANOTHER_KEY.search(rest):
             raise _Fallback
