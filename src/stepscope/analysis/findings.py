@@ -30,6 +30,7 @@ from stepscope.analysis.distributed import Straggler
 from stepscope.analysis.kernels import MEMORY, MISSING_TS
 from stepscope.analysis.overlap import CommOverlap
 from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct
+from stepscope.analysis.summary import _parents
 from stepscope.analysis.table import TraceTable
 from stepscope.units import fmt_ms, fmt_ns, fmt_pct
 
@@ -331,18 +332,44 @@ def _enclosing_op(table: TraceTable, rows: np.ndarray) -> tuple[str, int] | None
     ops): (name, how many of the rows)."""
     if len(rows) == 0:
         return None
+    rows = rows[:10_000]
     cat, ts, dur, tid = (table.columns[c] for c in ("cat", "ts", "dur", "tid"))
+    is_op = cat[rows] == table.cat_id("cpu_op")
+    around = np.where(is_op, rows, -1)
+    queries = np.flatnonzero(~is_op)
     ops = np.flatnonzero((cat == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
+    if len(queries) and len(ops):
+        # ops by thread, start, longest first; each query starts from the last op that starts no later than
+        # it on its thread and climbs that op's ancestors until one ends no earlier than the query
+        order = np.lexsort((-(ts[ops] + dur[ops]), ts[ops], tid[ops]))
+        ops = ops[order]
+        start, end, thread = ts[ops], ts[ops] + dur[ops], tid[ops]
+        fresh = np.ones(len(ops), dtype=bool)
+        fresh[1:] = thread[1:] != thread[:-1]
+        parent = _parents(start, end, fresh)
+        q = rows[queries]
+        q_start, q_end, q_thread = ts[q], ts[q] + dur[q], tid[q]
+        cand = np.full(len(q), -1, dtype=np.int64)
+        for t in np.unique(q_thread).tolist():
+            lo, hi = np.searchsorted(thread, t, "left"), np.searchsorted(thread, t, "right")
+            mine = q_thread == t
+            if hi > lo:
+                at = np.searchsorted(start[lo:hi], q_start[mine], "right") - 1
+                cand[mine] = np.where(at >= 0, at + lo, -1)
+        while True:
+            climb = np.flatnonzero(cand >= 0)
+            climb = climb[end[cand[climb]] < q_end[climb]]
+            if not len(climb):
+                break
+            cand[climb] = parent[cand[climb]]
+        around[queries] = np.where(cand >= 0, ops[np.maximum(cand, 0)], q)
+    elif len(queries):
+        around[queries] = rows[queries]
+    codes, counts = np.unique(table.columns["name"][around], return_counts=True)
     found: dict[str, int] = {}
-    for row in rows[:10_000].tolist():
-        if cat[row] == table.cat_id("cpu_op"):
-            name = table.name_of(row)
-        else:
-            around = ops[
-                (tid[ops] == tid[row]) & (ts[ops] <= ts[row]) & (ts[ops] + dur[ops] >= ts[row] + dur[row])
-            ]
-            name = table.name_of(int(around[np.argmin(dur[around])])) if len(around) else table.name_of(row)
-        found[name] = found.get(name, 0) + 1
+    for code, n in zip(codes.tolist(), counts.tolist(), strict=True):
+        name = table.names[code]
+        found[name] = found.get(name, 0) + n
     name, n = max(found.items(), key=lambda kv: (kv[1], kv[0]))
     return name, n
 
