@@ -187,3 +187,30 @@ def test_a_string_longer_than_the_limit_is_refused(tmp_path: Path, filler: bytes
         assert code == 2, err
         assert problem in err and "STEPSCOPE_MAX_EVENT_BYTES" in err, err
         assert len(err.strip().splitlines()) == 1
+
+
+# --- runs in sub-folders ------------------------------------------------------------------------------
+def test_runs_in_sub_folders_are_analyzed_separately(capsys: pytest.CaptureFixture[str]) -> None:
+    folder = SHARED_TRACES / "tracelens_qwen1.5_h100_mi300"
+    code, out, err = _cli(capsys, "analyze", str(folder), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "stepscope.analysis-runs/1"
+    assert [Path(r["path"]).name for r in doc["runs"]] == ["h100", "mi300"]
+    # each run on its own: one rank each, never two ranks of one job
+    assert [[rank["rank"] for rank in r["analysis"]["ranks"]] for r in doc["runs"]] == [[0], [0]]
+    assert doc["runs"][0]["analysis"] == _analyze_json(capsys, str(folder / "h100"))
+    assert "2 runs in sub-folders (h100, mi300), analyzed separately" in doc["notices"][0]
+    code, out, err = _cli(capsys, "analyze", str(folder))
+    assert code == 0
+    assert "analyzed separately" in err and "h100" in out and "mi300" in out
+
+
+def test_other_commands_ask_for_one_run_of_a_folder_of_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    folder = SHARED_TRACES / "tracelens_qwen1.5_h100_mi300"
+    code, _, err = _cli(capsys, "summary", str(folder))
+    assert code == 2
+    assert (
+        err.strip()
+        == f"stepscope: error: {folder}: holds 2 runs in sub-folders (h100, mi300): give one of them"
+    )

@@ -19,7 +19,7 @@ from stepscope.analysis._stream import FileTable, load_file
 from stepscope.analysis.table import COLUMNS, INT_ARGS, MISSING, STRING_ARGS, RankInfo, TraceTable
 from stepscope.errors import InputError
 
-__all__ = ["load_trace", "trace_files"]
+__all__ = ["load_trace", "run_folders", "trace_files"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Use worker processes when at least this many bytes of JSON (estimated) are spread over several files.
@@ -62,8 +62,51 @@ def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None
         if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
     )
     if not files:
+        runs = run_folders(p)
+        if runs:
+            listed = ", ".join(str(r.relative_to(p)) for r in runs[:8]) + (", ..." if len(runs) > 8 else "")
+            raise InputError(p, f"holds {len(runs)} runs in sub-folders ({listed}): give one of them")
         raise InputError(p, "directory has no trace files (*.json, *.json.gz)")
     return [(f, None) for f in files], []
+
+
+MAX_RUN_DEPTH = 3  # sub-folder levels searched for runs
+
+
+def run_folders(path: str | Path) -> list[Path]:
+    """The runs below a folder that holds no trace of its own: sub-folders (up to MAX_RUN_DEPTH levels down)
+    that are run folders or hold trace files, each taken whole (its own sub-folders are its business).
+    Empty for a run folder, a folder with traces of its own, or a file."""
+    from stepscope.runfolder import is_run_folder
+
+    p = Path(path)
+    if not p.is_dir() or is_run_folder(p) or _holds_traces(p):
+        return []
+    found: list[Path] = []
+
+    def walk(folder: Path, depth: int) -> None:
+        try:
+            subs = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+        except OSError:
+            return
+        for sub in subs:
+            if is_run_folder(sub) or _holds_traces(sub):
+                found.append(sub)
+            elif depth < MAX_RUN_DEPTH:
+                walk(sub, depth + 1)
+
+    walk(p, 1)
+    return found
+
+
+def _holds_traces(folder: Path) -> bool:
+    try:
+        return any(
+            f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".") and f.is_file()
+            for f in folder.iterdir()
+        )
+    except OSError:
+        return False
 
 
 def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -40,10 +41,27 @@ def command(
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
+    from stepscope.analysis.loader import run_folders
     from stepscope.cli._common import analyze_traces
     from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.runfolder import is_run_folder
 
+    runs = run_folders(path)
+    if runs:
+        _analyze_runs(
+            path,
+            runs,
+            as_json,
+            comm_patterns,
+            wide,
+            step=step,
+            drop_last_step=drop_last_step,
+            top=top,
+            jobs=jobs,
+            executor=executor,
+            scheduler=scheduler,
+        )
+        return
     patterns = resolve_patterns(path, comm_patterns)
     how = {"jobs": jobs, "executor": executor, "scheduler": scheduler}
     options = {"step": step, "drop_last_step": drop_last_step, "top": top, "comm_patterns": patterns, **how}
@@ -73,3 +91,43 @@ def command(
     if result.run is not None:
         print_notes(result.run.notes)
     console(wide).print(AnalysisReport(result, wide=wide))
+
+
+RUNS_SCHEMA = "stepscope.analysis-runs/1"
+
+
+def _analyze_runs(
+    path: Path, runs: list[Path], as_json: bool, comm_patterns: tuple[str, ...], wide: bool, **options: Any
+) -> None:
+    """PATH holds runs in sub-folders (h100/, mi300/): each is analysed on its own, never mixed as ranks."""
+    from stepscope.cli._common import analyze_traces
+    from stepscope.cli._common import comm_patterns as resolve_patterns
+
+    names = ", ".join(str(r.relative_to(path)) for r in runs)
+    notice = (
+        f"{path}: {len(runs)} runs in sub-folders ({names}), analyzed separately (not as ranks of one job)"
+    )
+    results = [
+        (run, analyze_traces(run, comm_patterns=resolve_patterns(run, comm_patterns), **options))
+        for run in runs
+    ]
+    if as_json:
+        from stepscope.cli._common import print_json
+
+        print_json(
+            {
+                "schema": RUNS_SCHEMA,
+                "runs": [{"path": str(run), "analysis": result} for run, result in results],
+                "notices": [notice],
+            }
+        )
+        return
+    from stepscope.cli._common import console, print_notes
+    from stepscope.report.analysis import AnalysisReport
+
+    print_notes([notice])
+    for run, result in results:
+        console(wide).rule(str(run))
+        print_notes(result.notices)
+        print_notes(f"rank {r.rank}: {note}" for r in result.ranks for note in r.notes)
+        console(wide).print(AnalysisReport(result, wide=wide))
