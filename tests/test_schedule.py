@@ -41,6 +41,14 @@ def test_windows_and_first_window_end() -> None:
     assert Schedule(repeat=0).last_step() is None
 
 
+@pytest.mark.parametrize("kw", SETTINGS)
+def test_window_end_is_the_last_active_step_of_each_traced_step(kw: dict[str, int]) -> None:
+    s = Schedule(**kw)
+    for first, last in s.windows(limit=4):
+        for step in range(first - s.warmup, last + 1):
+            assert s.window_end(step) == last
+
+
 @pytest.mark.parametrize(
     ("kw", "option"),
     [

@@ -65,6 +65,12 @@ def fmt_bytes(n: float | None) -> str:
     return f"{value:.2f} TiB"
 
 
+def fmt_mb(n: float) -> str:
+    """Bytes in decimal megabytes (10^6 bytes, as `trace_budget_mb` counts them): 0.078 MB, 4.56 MB, 48.3 MB."""
+    value = n / 1e6
+    return f"{value:.3f} MB" if abs(value) < 1 else f"{_three_digits(value)} MB"
+
+
 _OPEN = {"(": ")", "<": ">", "[": "]"}
 _CLOSE = {v: k for k, v in _OPEN.items()}
 

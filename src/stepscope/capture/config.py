@@ -84,6 +84,12 @@ class ProfileConfig(BaseModel):
         description="Record torch.profiler traces of the windows; `stepscope run --nsys` turns it off, since "
         "Nsight Systems and torch.profiler both need CUPTI.",
     )
+    trace_budget_mb: float | None = Field(
+        None,
+        gt=0,
+        description="Warn once, before a window is exported, when its trace would exceed this many MB of JSON "
+        "(10^6 bytes), saying which options to drop and how many active steps fit (measured at a warmup step).",
+    )
     tensorboard: bool = Field(False, description="Log scalars to TensorBoard in the run folder.")
     wandb: bool = Field(False, description="Log scalars and top ops to Weights & Biases.")
     console: bool = Field(

@@ -67,6 +67,11 @@ class Schedule:
         """True when the profiler runs during `step` (warmup or active)."""
         return self.phase(step) is not Phase.NONE
 
+    def window_end(self, step: int) -> int:
+        """The last active step of the cycle that traced `step` belongs to."""
+        k = step - self.skip_first
+        return step - k % self.cycle + self.cycle - 1
+
     def windows(self, limit: int | None = None) -> list[tuple[int, int]]:
         """(first, last) active step of each window, in order; `limit` bounds the count when repeat=0."""
         count = self.repeat if self.repeat > 0 else (limit if limit is not None else 1)

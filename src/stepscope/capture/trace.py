@@ -3,6 +3,7 @@
 At the end of each window it writes the chrome trace (gzipped, named by rank and step), a per-rank summary
 text file (top ops + memory overview) and, on the first profiled rank, a top-ops table on the console; then
 the monitor hands the window (its profiler and key averages) to the collectors that work per window.
+With `trace_budget_mb`, the first profiled rank also checks each window's size as it begins (budget.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from stepscope.capture.budget import TraceBudget
 from stepscope.capture.collector import (
     Collector,
     RunContext,
@@ -52,6 +54,14 @@ class TraceCollector(Collector):
         self._distributed = False
         self._activities: list[Any] = []
         self.window: Window | None = None  # exported by the last after_step / close, until taken
+        # trace_budget_mb: checked on the first profiled rank only (one warning per job, not one per rank)
+        self.budget = (
+            TraceBudget(ctx.config)
+            if ctx.config.trace_budget_mb is not None and ctx.is_first_profiled_rank
+            else None
+        )
+        # a profiler recording one warmup step alone, to measure a step for the budget
+        self._probe: Any = None
 
     def start(self) -> None:
         import torch
@@ -63,10 +73,16 @@ class TraceCollector(Collector):
         self._distributed = bool(torch.distributed.is_available() and torch.distributed.is_initialized())
         # torch warns at every window that events are cleared between cycles: that is what we want.
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+        if self.budget is not None and self.ctx.config.warmup == 0:
+            warn_user(
+                "stepscope: trace_budget_mb measures a step at a warmup step; with warmup=0 the first window is "
+                "exported unchecked and later windows are checked against its size",
+                StepscopeWarning,
+            )
 
     def next_busy(self, step: int) -> int:
         schedule = self.ctx.schedule
-        if self.prof is not None or schedule.is_traced(step):
+        if self.prof is not None or self._probe is not None or schedule.is_traced(step):
             return step
         return schedule.next_traced_step(step)
 
@@ -80,8 +96,14 @@ class TraceCollector(Collector):
                     "another torch.profiler is recording in this process (torch runs one at a time); this "
                     "run's traces are off"
                 )
-            self._open()
-        if phase is not Phase.WARMUP and not self._recording:
+            if self.budget is not None:
+                if phase is Phase.WARMUP and self.budget.wants_measurement:
+                    self._start_probe()
+                else:
+                    self._check_budget(step)  # a window begins: nothing records yet
+            if self._probe is None:
+                self._open()
+        if self.prof is not None and phase is not Phase.WARMUP and not self._recording:
             self.prof.start_trace()
             self._recording = True
             self._first_active = step
@@ -92,16 +114,22 @@ class TraceCollector(Collector):
 
     def after_step(self, step: int, wall_ms: float) -> None:
         self._end_step_range()
+        if self._probe is not None:
+            self._finish_probe()
+            self._check_budget(step)
+            return
         if self.ctx.schedule.phase(step) is Phase.RECORD_AND_SAVE:
             self._finish_window(step, partial=False)
 
     def step_failed(self, step: int, exc: BaseException) -> None:
         with contextlib.suppress(Exception):
             self._end_step_range()
+        self._drop_probe()
 
     def close(self) -> None:
         """Stopping inside an active window exports what was recorded so far (a partial window)."""
         self._end_step_range()
+        self._drop_probe()
         if self.prof is not None:
             self._finish_window(max(self.ctx.step - 1, 0), partial=True)
 
@@ -109,6 +137,7 @@ class TraceCollector(Collector):
         """After a failure: drop the profiler untouched. torch raised inside its own state change (e.g. another
         profiler is enabled on this thread), and stop() on such a profiler has crashed the interpreter."""
         self.prof = None
+        self._probe = None
         self._recording = False
         step_range, self._step_range = self._step_range, None
         if step_range is not None:
@@ -117,10 +146,17 @@ class TraceCollector(Collector):
 
     # --- the profiler -----------------------------------------------------------------------------
     def _open(self) -> None:
+        prof = self._new_profiler()
+        prof.prepare_trace()
+        self.prof = prof
+        self._recording = False
+        self._first_active = None
+
+    def _new_profiler(self) -> Any:
         from torch.profiler import profile
 
         cfg = self.ctx.config
-        prof = profile(
+        return profile(
             activities=self._activities,
             record_shapes=cfg.record_shapes,
             profile_memory=cfg.profile_memory,
@@ -128,10 +164,75 @@ class TraceCollector(Collector):
             with_flops=cfg.with_flops,
             with_modules=cfg.with_modules,
         )
-        prof.prepare_trace()
-        self.prof = prof
-        self._recording = False
-        self._first_active = None
+
+    # --- trace_budget_mb ----------------------------------------------------------------------------
+    def _start_probe(self) -> None:
+        """Record this warmup step alone (the window's profiler is prepared at the next traced step)."""
+        try:
+            probe = self._new_profiler()
+            probe.prepare_trace()
+            probe.start_trace()
+        except Exception as exc:  # dropped untouched (see abandon); the window's profiler opens as usual
+            self._budget_failed("starting the profiler that measures a step", exc)
+            return
+        self._probe = probe
+
+    def _finish_probe(self) -> None:
+        probe, self._probe = self._probe, None
+        if self._distributed:
+            time.sleep(COMM_SETTLE_S)  # as in _finish_window
+        try:
+            probe.stop_trace()
+        except Exception as exc:
+            _disable_profiler_quietly()
+            self._budget_failed("stopping the profiler that measured a step", exc)
+            return
+        except BaseException:
+            _disable_profiler_quietly()
+            raise
+        assert self.budget is not None
+        plain: Path | None = None
+        try:
+            plain = temp_path_beside(self.ctx.writer.path(ArtifactKind.TRACE, self.ctx.step).with_suffix(""))
+            probe.export_chrome_trace(str(plain))
+            self.budget.measured(plain.read_bytes())
+        except Exception as exc:
+            self._budget_failed("measuring a step", exc)
+        finally:
+            if plain is not None:
+                with contextlib.suppress(OSError):
+                    plain.unlink()
+
+    def _drop_probe(self) -> None:
+        """The job stopped (or the step failed) while a step was measured: stop without measuring."""
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            try:
+                probe.stop_trace()
+            except Exception:
+                _disable_profiler_quietly()
+
+    def _check_budget(self, step: int) -> None:
+        """Before the window of traced `step` records: warn (once per run) if it will exceed the budget. Here,
+        rather than inside the window, the warning's own work (Python frames with with_stack) is not traced."""
+        assert self.budget is not None
+        schedule = self.ctx.schedule
+        try:
+            message = self.budget.check(schedule.active, schedule.window_end(step))
+        except Exception as exc:
+            self._budget_failed("estimating the window's size", exc)
+            return
+        if message:
+            warn_user(message, StepscopeWarning)
+
+    def _budget_failed(self, what: str, exc: Exception) -> None:
+        assert self.budget is not None
+        self.budget.done = True
+        warn_user(
+            f"stepscope: the trace budget check failed while {what} ({type(exc).__name__}: {exc}); it is off "
+            "for this run, traces go on",
+            StepscopeWarning,
+        )
 
     def _end_step_range(self) -> None:
         step_range, self._step_range = self._step_range, None
@@ -165,9 +266,14 @@ class TraceCollector(Collector):
         ctx = self.ctx
         writer = ctx.writer
         trace_path = writer.path(ArtifactKind.TRACE, step)
-        write_gzipped_trace(prof, trace_path)
+        json_bytes = write_gzipped_trace(prof, trace_path)
         writer.add(ArtifactKind.TRACE, trace_path, step)
         self.windows_written += 1
+        if self.budget is not None and not self.budget.done:
+            try:
+                self.budget.exported(json_bytes, trace_path.stat().st_size, step - first + 1)
+            except Exception as exc:
+                self._budget_failed("measuring the exported window", exc)
         averages, sort_key = None, "self_cpu_time_total"
         if not self._summary_failed:
             try:
@@ -232,8 +338,9 @@ def _another_profiler_records() -> bool:
     return bool(torch._C._autograd._profiler_enabled())
 
 
-def write_gzipped_trace(prof: Any, path: Path) -> None:
-    """Export the window's chrome trace to `path` (.json.gz) through temp files beside it.
+def write_gzipped_trace(prof: Any, path: Path) -> int:
+    """Export the window's chrome trace to `path` (.json.gz) through temp files beside it; returns the size of
+    the JSON torch wrote.
 
     torch would gzip by suffix through an uncompressed copy in the system temp folder, which a killed job leaves
     there; here both temp files are hidden files in the traces folder (loaders skip names starting with '.'),
@@ -242,10 +349,12 @@ def write_gzipped_trace(prof: Any, path: Path) -> None:
     packed = temp_path_beside(path.with_name(path.name + ".part"))
     try:
         prof.export_chrome_trace(str(plain))
+        json_bytes = plain.stat().st_size
         with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=GZIP_LEVEL) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.chmod(packed, FILE_MODE)
         os.replace(packed, path)
+        return json_bytes
     finally:
         for tmp in (plain, packed):
             with contextlib.suppress(FileNotFoundError):

@@ -21,7 +21,7 @@ import runpy
 import sys
 import traceback
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stepscope.capture.collector import StepscopeWarning, warn_user
@@ -29,10 +29,11 @@ from stepscope.capture.config import ProfileConfig
 
 
 class OptimizerSteps:
-    """Turns the steps of the job's lead optimizer into monitor steps."""
+    """Turns the steps of the job's lead optimizer into monitor steps; `on_step` (if given) runs after each."""
 
-    def __init__(self, monitor: Any) -> None:
+    def __init__(self, monitor: Any, on_step: Callable[[], None] | None = None) -> None:
         self.monitor = monitor
+        self.on_step = on_step
         self._lead: weakref.ReferenceType[Any] | None = None
         self._started = False
         self._handle: Any = None
@@ -87,6 +88,8 @@ class OptimizerSteps:
     def _boundary(self) -> None:
         if self._started:
             self.monitor.step()
+            if self.on_step is not None:
+                self.on_step()
         else:  # step 0 is traced: it begins when this step returns, outside torch's range
             self._start()
 
@@ -107,8 +110,25 @@ def run_target(target: str, args: Sequence[str], *, module: bool, config: Profil
             f"stepscope: cannot hook the optimizer ({type(exc).__name__}: {exc}); the script runs unprofiled",
             StepscopeWarning,
         )
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     status = 0
+    try:
+        run_as_main(target, args, module=module)
+    except SystemExit as exc:
+        status = _exit_status(exc)
+    except KeyboardInterrupt:
+        _finish(steps, monitor)
+        raise
+    except BaseException as exc:
+        print_user_traceback(exc)
+        status = 1
+    _finish(steps, monitor)
+    return status
+
+
+def run_as_main(target: str, args: Sequence[str], *, module: bool) -> None:
+    """Run a script path (or a module name) as `__main__` with `args`, as `python [-m] target args` would;
+    its exceptions go on up, `sys.argv` and `sys.path[0]` are restored after."""
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     try:
         if module:
             sys.argv = [target, *args]  # runpy puts the module's file name in argv[0]
@@ -118,20 +138,10 @@ def run_target(target: str, args: Sequence[str], *, module: bool, config: Profil
             sys.argv = [target, *args]
             sys.path[0] = os.path.dirname(os.path.abspath(target))  # as `python script.py`
             runpy.run_path(os.path.abspath(target), run_name="__main__")  # __file__ absolute, as Python's
-    except SystemExit as exc:
-        status = _exit_status(exc)
-    except KeyboardInterrupt:
-        _finish(steps, monitor)
-        raise
-    except BaseException as exc:
-        _print_user_traceback(exc)
-        status = 1
     finally:
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
-    _finish(steps, monitor)
-    return status
 
 
 def _finish(steps: OptimizerSteps, monitor: Any) -> None:
@@ -156,7 +166,7 @@ def _exit_status(exc: SystemExit) -> int:
     return 1
 
 
-def _print_user_traceback(exc: BaseException) -> None:
+def print_user_traceback(exc: BaseException) -> None:
     """The traceback Python would print for the script: stepscope's and runpy's frames left out."""
     tb = exc.__traceback__
     skip = (

@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("merge", "Every rank in one trace for Perfetto: clocks aligned, collectives linked."),
     "memory": ("memory", "Analyze a CUDA memory snapshot (never unpickles arbitrary objects)."),
     "run": ("run", "Profile an unmodified script: stepscope run [options] train.py args (or -m module)."),
+    "estimate": (
+        "estimate",
+        "Expected trace size per window for a config, from a short dry run of a script.",
+    ),
     "nsys-command": ("nsys", "Print the nsys command that records exactly the active windows of a command."),
     "bench": ("bench", "Profile each variant of a registry of components in isolation and compare them."),
     "trigger": ("trigger", "Make a running on-demand job (on_demand=True) record its next window."),

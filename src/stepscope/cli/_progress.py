@@ -1,4 +1,4 @@
-"""The progress bar of long loads: a rich bar on stderr, drawn from the loader's progress callback, shown only
+"""The progress bar of long loads: a rich bar on stderr (bytes done, time so far, ETA), drawn from the loader's progress callback, shown only
 on a terminal and only once loading turns out to take more than a second."""
 
 from __future__ import annotations
@@ -33,7 +33,14 @@ class ProgressBar:
 
     def _show(self, total: int) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         console = Console(stderr=True)
         if self.enabled is None and not console.is_terminal:
@@ -44,6 +51,8 @@ class ProgressBar:
             BarColumn(),
             DownloadColumn(),
             TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
             console=console,
             transient=True,
         )

@@ -118,24 +118,7 @@ def command(
     if config_path is not None and not config_path.is_file():
         raise InputError(config_path, "no such file")
     config = build_config(config_path, values)
-    if module is None:
-        if not script_args:
-            raise click.UsageError("give a script (stepscope run [options] train.py args...) or -m MODULE")
-        target, args = script_args[0], list(script_args[1:])
-        if not Path(target).is_file():
-            raise InputError(target, "no such file (give a Python script, or -m MODULE)")
-    else:
-        import importlib.util
-
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise InputError(
-                module, "no module of that name (give a module importable from here, or a script)"
-            )
-        target, args = module, list(script_args)
+    target, args = resolve_target(module, script_args)
     if nsys:
         from stepscope.cli.nsys import nsys_argv
 
@@ -153,6 +136,29 @@ def command(
     from stepscope.capture.zero import run_target
 
     return run_target(target, args, module=module is not None, config=config)
+
+
+def resolve_target(module: str | None, script_args: tuple[str, ...]) -> tuple[str, list[str]]:
+    """The script (or module) to run and its arguments; InputError when it does not exist."""
+    command = click.get_current_context().info_name or "run"
+    if module is None:
+        if not script_args:
+            raise click.UsageError(
+                f"give a script (stepscope {command} [options] train.py args...) or -m MODULE"
+            )
+        target, args = script_args[0], list(script_args[1:])
+        if not Path(target).is_file():
+            raise InputError(target, "no such file (give a Python script, or -m MODULE)")
+        return target, args
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise InputError(module, "no module of that name (give a module importable from here, or a script)")
+    return module, list(script_args)
 
 
 def _launch_argv(

@@ -65,6 +65,7 @@ _FLAGS: list[tuple[str, str, str]] = [
     ("--memory-timeline", "memory_timeline", "flag"),
     ("--system-sample-interval", "system_sample_interval", "float"),
     ("--nsight", "nsight", "flag"),
+    ("--profiler-trace-budget-mb", "trace_budget_mb", "float"),
     ("--profiler-tensorboard", "tensorboard", "flag"),
     ("--profiler-wandb", "wandb", "flag"),
 ]
