@@ -73,3 +73,20 @@ def run_demo(out_dir: str | Path = "stepscope_runs", steps: int = 20, **options:
         step(make_batch())
     monitor.close()
     return monitor
+
+
+def train_plain(steps: int = 20) -> None:
+    """The demo's training without a monitor (what `stepscope estimate -m stepscope.capture.demo` runs)."""
+    import torch
+
+    torch.set_num_threads(1)
+    model, optimizer, make_batch = build_demo()
+    step = make_train_step(model, optimizer)
+    for _ in range(steps):
+        step(make_batch())
+
+
+if __name__ == "__main__":
+    import sys
+
+    train_plain(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
