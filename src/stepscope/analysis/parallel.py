@@ -227,9 +227,8 @@ def _run_pool(
     results = []
     with pool:
         try:
-            for done, i in _progressed(as_completed(futures), futures, sizes, tasks, progress):
-                results.append(done.result())
-                del i
+            for future, _ in _progressed(as_completed(futures), futures, sizes, tasks, progress):
+                results.append(future.result())
         except (BrokenProcessPool, OSError):
             return None
     return results

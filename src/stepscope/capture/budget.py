@@ -212,7 +212,7 @@ def over_budget_message(
         f"{fmt_mb(size.json_fixed)})."
     )
     fit = size.steps_within(budget)
-    advice = [f"{steps_fit(fit)} in it (active={fit})" if fit else "not even one active step fits in it"]
+    advice = [f"{steps_fit(fit)} in it (active={fit})" if fit else "Not even one active step fits in it"]
     options = enabled_droppable(config)
     costs = {option: size.option_bytes.get(option) for option in options}
     options.sort(key=lambda option: -(costs[option] or 0.0))
@@ -227,7 +227,7 @@ def over_budget_message(
             drops.append(option)
     costly = [option for option in options if costs[option]]
     if drops:
-        advice.append("or drop " + ", ".join(drops))
+        advice.append("to make steps smaller, drop " + ", ".join(drops))
         if len(costly) > 1:
             both = "both" if len(costly) == 2 else f"all {len(costly)}"
             advice.append(f"without {both}, {steps_fit(size.steps_within(budget, costly))}")
