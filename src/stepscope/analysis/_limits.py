@@ -37,7 +37,7 @@ MAX_EVENT_BYTES_ENV = "STEPSCOPE_MAX_EVENT_BYTES"
 DEFAULT_MAX_EVENT_BYTES = 256 << 20  # one event's JSON, strings included (real ones: a few KB)
 MAX_GZIP_RATIO_ENV = "STEPSCOPE_MAX_GZIP_RATIO"
 DEFAULT_MAX_GZIP_RATIO = 200  # text per compressed byte; real traces: 10-30 (ours 13-28), deflate's cap ~1032
-GZIP_RATIO_FREE_BYTES = 256 << 20  # text inflated before the ratio is judged (small files may compress well)
+GZIP_RATIO_FREE_BYTES = 128 << 20  # text inflated before the ratio is judged (small files may compress well)
 
 
 def _env_int(name: str, default: int) -> int:
