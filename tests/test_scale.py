@@ -7,7 +7,6 @@ import gzip
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -136,21 +135,30 @@ def _gzip_stream(path: Path, parts: list[bytes], repeat: int = 1) -> Path:
     return path
 
 
+# Runs the command given as its arguments and prints that child's peak RSS in KiB. A child forked straight from
+# pytest would report pytest's own peak (ru_maxrss survives fork and exec); one forked from this small process
+# reports its own.
+_PEAK_OF = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n"
+)
+
+
 def _cli_subprocess(path: Path, **env: str) -> tuple[int, str, int]:
     """`stepscope analyze PATH` in a child: exit status, stderr, the child's own peak RSS in MB."""
     import os
 
-    with tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "stepscope", "analyze", str(path)],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env={**os.environ, **env},
-        )
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        return child.returncode, err.read().decode(), usage.ru_maxrss // 1024
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF, sys.executable, "-m", "stepscope", "analyze", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    code, peak_kib = done.stdout.split()[-2:]
+    return int(code), done.stderr, int(peak_kib) // 1024
 
 
 def test_a_gzip_bomb_ends_in_one_line_with_bounded_memory(tmp_path: Path) -> None:
