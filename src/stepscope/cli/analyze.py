@@ -42,47 +42,45 @@ def command(
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
     from stepscope.analysis.loader import run_folders
-    from stepscope.cli._common import analyze_traces
-    from stepscope.cli._common import comm_patterns as resolve_patterns
-    from stepscope.runfolder import is_run_folder
 
+    options: dict[str, Any] = {"step": step, "drop_last_step": drop_last_step, "top": top}
+    options |= {"jobs": jobs, "executor": executor, "scheduler": scheduler}
     runs = run_folders(path)
     if runs:
-        _analyze_runs(
-            path,
-            runs,
-            as_json,
-            comm_patterns,
-            wide,
-            step=step,
-            drop_last_step=drop_last_step,
-            top=top,
-            jobs=jobs,
-            executor=executor,
-            scheduler=scheduler,
-        )
+        _analyze_runs(path, runs, as_json, comm_patterns, wide, **options)
         return
-    patterns = resolve_patterns(path, comm_patterns)
-    how = {"jobs": jobs, "executor": executor, "scheduler": scheduler}
-    options = {"step": step, "drop_last_step": drop_last_step, "top": top, "comm_patterns": patterns, **how}
-    if is_run_folder(path):
-        from stepscope.analysis.analyze import SCHEMA, AnalysisResult
-        from stepscope.analysis.run import load_run, run_facts
-
-        run = load_run(path)
-        if run.has_traces:
-            result = analyze_traces(path, **options)
-        else:
-            note = f"{path}: the run has no traces (the job ended before its first window was exported)"
-            result = AnalysisResult(SCHEMA, [], None, None, [], [note])
-        result.run = run_facts(run)
-    else:
-        result = analyze_traces(path, **options)
+    result = _analyze_one(path, comm_patterns, **options)
     if as_json:
         from stepscope.cli._common import print_json
 
         print_json(result)
         return
+    _print(result, wide)
+
+
+def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> Any:
+    """The AnalysisResult of one trace, folder of rank traces or run folder (with what the run measured)."""
+    from stepscope.cli._common import analyze_traces
+    from stepscope.cli._common import comm_patterns as resolve_patterns
+    from stepscope.runfolder import is_run_folder
+
+    patterns = resolve_patterns(path, comm_patterns)
+    if not is_run_folder(path):
+        return analyze_traces(path, comm_patterns=patterns, **options)
+    from stepscope.analysis.analyze import SCHEMA, AnalysisResult
+    from stepscope.analysis.run import load_run, run_facts
+
+    run = load_run(path)
+    if run.has_traces:
+        result = analyze_traces(path, comm_patterns=patterns, **options)
+    else:
+        note = f"{path}: the run has no traces (the job ended before its first window was exported)"
+        result = AnalysisResult(SCHEMA, [], None, None, [], [note])
+    result.run = run_facts(run)
+    return result
+
+
+def _print(result: Any, wide: bool) -> None:
     from stepscope.cli._common import console, print_notes
     from stepscope.report.analysis import AnalysisReport
 
@@ -100,17 +98,13 @@ def _analyze_runs(
     path: Path, runs: list[Path], as_json: bool, comm_patterns: tuple[str, ...], wide: bool, **options: Any
 ) -> None:
     """PATH holds runs in sub-folders (h100/, mi300/): each is analysed on its own, never mixed as ranks."""
-    from stepscope.cli._common import analyze_traces
-    from stepscope.cli._common import comm_patterns as resolve_patterns
+    from stepscope.cli._common import console, print_notes
 
     names = ", ".join(str(r.relative_to(path)) for r in runs)
     notice = (
         f"{path}: {len(runs)} runs in sub-folders ({names}), analyzed separately (not as ranks of one job)"
     )
-    results = [
-        (run, analyze_traces(run, comm_patterns=resolve_patterns(run, comm_patterns), **options))
-        for run in runs
-    ]
+    results = [(run, _analyze_one(run, comm_patterns, **options)) for run in runs]
     if as_json:
         from stepscope.cli._common import print_json
 
@@ -122,12 +116,7 @@ def _analyze_runs(
             }
         )
         return
-    from stepscope.cli._common import console, print_notes
-    from stepscope.report.analysis import AnalysisReport
-
     print_notes([notice])
     for run, result in results:
         console(wide).rule(str(run))
-        print_notes(result.notices)
-        print_notes(f"rank {r.rank}: {note}" for r in result.ranks for note in r.notes)
-        console(wide).print(AnalysisReport(result, wide=wide))
+        _print(result, wide)
