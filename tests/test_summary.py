@@ -96,6 +96,58 @@ def test_self_time_edge_cases() -> None:
     assert self_times(table).tolist() == [0, 9999, 0, 1, 1000, 0]
 
 
+def _self_times_by_stack(events: list[dict]) -> list[int]:
+    """Self time in ns per event by the definition: on each thread, events in order of start (longest first,
+    then as given), a stack of the open ones; an event's parent is the top of the stack once the events that
+    ended by its start are popped; a child takes from its parent the part of it before the parent's end."""
+    spans = [(round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in events]
+    order = sorted(range(len(events)), key=lambda i: (events[i]["tid"], spans[i][0], -spans[i][1], i))
+    children = [0] * len(events)
+    stack: list[int] = []
+    thread = None
+    for i in order:
+        if events[i]["tid"] != thread:
+            thread, stack = events[i]["tid"], []
+        while stack and spans[stack[-1]][1] <= spans[i][0]:
+            stack.pop()
+        if stack:
+            parent = stack[-1]
+            children[parent] += min(spans[i][1], spans[parent][1]) - spans[i][0]
+        stack.append(i)
+    return [max(end - start - children[i], 0) for i, (start, end) in enumerate(spans)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_self_times_match_the_stack_definition_on_random_ops(seed: int) -> None:
+    # ops that nest, ops that nest but for a few, ops at random; zero-length and identical ones; several threads
+    rng = np.random.default_rng(seed)
+    events = []
+    for tid in range(int(rng.integers(1, 4))):
+        for _ in range(int(rng.integers(1, 120))):
+            start = int(rng.integers(0, 400)) / 4
+            length = 0.0 if rng.random() < 0.1 else int(rng.integers(1, 200)) / 4
+            events.append(cpu("op", start, length, tid=tid))
+    if seed % 3 != 2:  # nesting only, by dropping whatever crosses an earlier op of its thread
+        kept: list[dict] = []
+        for e in events:
+            s, t = e["ts"], e["ts"] + e["dur"]
+            if all(
+                t <= k["ts"]
+                or s >= k["ts"] + k["dur"]
+                or (k["ts"] <= s and t <= k["ts"] + k["dur"])
+                or (s <= k["ts"] and k["ts"] + k["dur"] <= t)
+                for k in kept
+                if k["tid"] == e["tid"]
+            ):
+                kept.append(e)
+        events = kept
+    if seed % 3 == 1:  # then a few ops made longer: overlaps in a thread that otherwise nests
+        for i in rng.integers(0, len(events), 3).tolist():
+            events[i] = {**events[i], "dur": events[i]["dur"] + int(rng.integers(1, 40)) / 4}
+    table = table_of({0: events})
+    assert self_times(table).tolist() == _self_times_by_stack(events)
+
+
 def test_empty_trace_summary(tmp_path: Path) -> None:
     summary = summarize(load_trace(write(tmp_path / "t.json", trace([]))))
     assert [(r.rank, r.ops, r.kernels, r.cpu_self_us) for r in summary.ranks] == [(0, [], [], 0.0)]

@@ -113,13 +113,70 @@ def self_times(table: TraceTable, categories: tuple[str, ...] = CPU_OP_CATEGORIE
 
 def _parents(start: np.ndarray, end: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
     """Index of each interval's innermost enclosing interval (-1: none), intervals sorted by thread,
-    start, then longest first: one pass with a stack of the open intervals."""
+    start, then longest first: what one pass with a stack of the open intervals gives (`_parents_loop`).
+
+    Per thread, vectorized: the depth of an interval is the number of intervals still open when it starts
+    (earlier ones with a duration, less those that ended by then), and its parent the last earlier interval
+    one level up. That is the stack's answer when the thread's intervals nest (each inside its parent,
+    siblings apart), which is checked; a thread where they do not (overlaps without nesting) is left to the
+    loop."""
+    n = len(start)
+    parent = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return parent
+    bounds = np.append(np.flatnonzero(new_thread), n)
+    if bounds[0] != 0:
+        bounds = np.insert(bounds, 0, 0)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if b - a == 1:
+            continue
+        s, e = start[a:b], end[a:b]
+        found = _nested_parents(s, e)
+        parent[a:b] = _parents_loop(s, e) if found is None else found
+        parent[a:b][parent[a:b] >= 0] += a
+    return parent
+
+
+def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
+    """`_parents` of one thread's intervals when they nest; None when they do not."""
+    n = len(s)
+    lasting = e > s  # only an interval with a duration can hold another
+    before: np.ndarray = np.cumsum(lasting) - lasting  # lasting intervals earlier in the order
+    ended = np.searchsorted(np.sort(e[lasting]), s, side="right")  # lasting ones ended by each start
+    depth = before - ended
+    # the parent: the last earlier lasting interval of depth - 1
+    index = np.arange(n, dtype=np.int64)
+    key = depth * (n + 1) + index
+    candidates = np.sort(key[lasting])
+    if not len(candidates):  # nothing lasts: nothing holds anything
+        return np.full(n, -1, dtype=np.int64)
+    at = np.searchsorted(candidates, (depth - 1) * (n + 1) + index, side="left") - 1
+    parent = np.full(n, -1, dtype=np.int64)
+    ok = (at >= 0) & (depth > 0)
+    hit = candidates[np.maximum(at, 0)]
+    ok &= hit // (n + 1) == depth - 1
+    parent[ok] = hit[ok] % (n + 1)
+    if ((depth > 0) & ~ok).any():
+        return None
+    # check that this tree nests: each interval inside its parent (and opened while it is open), siblings
+    # (the same parent, in order of start) apart from each other
+    child = np.flatnonzero(parent >= 0)
+    p = parent[child]
+    if (e[child] > e[p]).any() or (s[child] >= e[p]).any():
+        return None
+    order = np.lexsort((index, parent))  # siblings together, in order
+    same = parent[order][1:] == parent[order][:-1]
+    if (e[order][:-1][same] > s[order][1:][same]).any():
+        return None
+    return parent
+
+
+def _parents_loop(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """`_parents` of one thread's intervals by one pass with a stack of the open intervals (the reference)."""
     parent = [-1] * len(start)
     stack: list[int] = []
     ends = end.tolist()
-    for k, (s, fresh) in enumerate(zip(start.tolist(), new_thread.tolist(), strict=True)):
-        if fresh:
-            stack.clear()
+    for k, s in enumerate(start.tolist()):
         while stack and ends[stack[-1]] <= s:
             stack.pop()
         if stack:
