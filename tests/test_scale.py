@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+import numpy as np
 import pytest
 
 from stepscope.cli import main
@@ -75,7 +77,6 @@ def test_dask_local_cluster_gives_the_local_json(ranks4: Path, capsys: pytest.Ca
         address = cluster.scheduler_address
         assert _analyze_json(capsys, str(ranks4), "--executor", "dask", "--scheduler", address) == local
         # the tasks ran on the cluster's workers, not in this process
-        import msgspec
 
         seen: list[str] = []
         via_api = analyze_path(
@@ -222,3 +223,39 @@ def test_other_commands_ask_for_one_run_of_a_folder_of_runs(capsys: pytest.Captu
         err.strip()
         == f"stepscope: error: {folder}: holds 2 runs in sub-folders (h100, mi300): give one of them"
     )
+
+
+def _symbols(symbols: list[str], codes: np.ndarray) -> np.ndarray:
+    return np.array([*symbols, ""], dtype=object)[codes]
+
+
+SETS_WITH_FLOWS = (
+    "hta_nccl_parser_config/nccl_data.json.gz",
+    "hta_cupti_profiler",
+    "kineto_resnet50_num_workers_4",
+)
+
+
+@pytest.mark.parametrize("name", SETS_WITH_FLOWS)
+def test_analysis_without_flow_events_is_the_same(name: str) -> None:
+    # analyze reads no flow ('s'/'f') rows: leaving them out changes no figure, and they are many rows
+    from stepscope.analysis.analyze import analyze
+    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.parallel import analyze_path
+
+    path = SHARED_TRACES / name
+    with_flows = load_trace(path, workers=1)
+    without = load_trace(path, workers=1, flows=False)
+    is_flow = np.isin(with_flows.ph, [ord("s"), ord("f")])
+    assert is_flow.sum() > len(with_flows) // 10
+    assert len(without) == len(with_flows) - is_flow.sum()
+    for key, column in without.columns.items():
+        expected = with_flows.columns[key][~is_flow]
+        if key == "cat":  # codes of each table's own symbols: compared as the strings
+            column, expected = _symbols(without.cats, column), _symbols(with_flows.cats, expected)
+        elif key == "name" or key in ("args_collective", "args_dtype", "args_pg_name"):
+            column, expected = _symbols(without.names, column), _symbols(with_flows.names, expected)
+        assert np.array_equal(column, expected), key
+    full = msgspec.json.encode(analyze(with_flows))
+    assert msgspec.json.encode(analyze(without)) == full
+    assert msgspec.json.encode(analyze_path(path, jobs=1)) == full

@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis._limits import MAX_EVENTS_ENV, MAX_NAME_CHARS, max_events
-from stepscope.analysis._numparse import us_texts_to_ns
+from stepscope.analysis._numparse import NotANumber, us_texts_to_ns
 from stepscope.analysis.table import (
     COLUMNS,
     GPU_CATEGORIES,
@@ -94,8 +94,9 @@ class Chunk:
 class ColumnBuilder:
     """Accumulates the columns of one file chunk by chunk; `finish` gives its FileTable."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, flows: bool = True) -> None:
         self.path = path
+        self._left_out = _LEFT_OUT if flows else _LEFT_OUT_WITH_FLOWS  # phases (ord) the table leaves out
         self.info = RankInfo(rank=MISSING, source=str(path))
         self.names: dict[str, int] = {}
         self.cats: dict[str, int] = {}
@@ -142,16 +143,36 @@ class ColumnBuilder:
         n = len(events)
         if n == 0:
             return
+        if self.n_events + n > self._max_events:
+            raise InputError(
+                self.path, f"more than {self._max_events} events (the limit; {MAX_EVENTS_ENV} raises it)"
+            )
         strict = chunk.strict
         cols: dict[str, np.ndarray] = {}  # dense columns of this chunk
         sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # key -> (rows, values): -1 elsewhere
-        ph = cols["ph"] = _ph_column([e.ph for e in events])
-        dropped = np.flatnonzero(ph == 0)
+        ph = _ph_column([e.ph for e in events], self._left_out)
+        kept = np.flatnonzero(ph)
+        first = self.n_events  # (error messages number events in the file)
+        self.n_events += n
+        index: np.ndarray | None = None
+        if (
+            len(kept) < n
+        ):  # rows the table leaves out ('M' metadata, odd phases; flows when asked): gone first
+            if not len(kept):
+                return
+            ph, chunk, index = ph[kept], _rows_of(chunk, kept), kept
+            events = chunk.events
+            n = len(kept)
+        cols["ph"] = ph
         cols["name"] = _codes([e.name for e in events], self._name_codes, self._add_name, np.int32)
         cat = cols["cat"] = _codes([e.cat for e in events], self._cat_codes, self._add_cat, np.int32)
         cols["pid"] = self._ids([e.pid for e in events], strict=strict)
         cols["tid"] = self._ids([e.tid for e in events], strict=strict)
-        cols["ts"] = self._timestamps(chunk)
+        try:
+            cols["ts"] = self._timestamps(chunk)
+        except NotANumber as exc:  # numbered within the file
+            exc.index = first + (exc.index if index is None else int(index[exc.index]))
+            raise
         cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events], strict=strict)[0], 0)
         args: list[Any] = [e.args for e in events]
         if not chunk.strict and None in args:  # "args": null
@@ -167,25 +188,12 @@ class ColumnBuilder:
         cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
         self._rare_columns(sparse, args)
         self._shape_messages(sparse, cols["name"], chunk)
-        if len(dropped):  # rows the table leaves out ('M' metadata, odd phases)
-            keep = ph != 0
-            cols = {key: column[keep] for key, column in cols.items()}
-            position = np.cumsum(keep) - 1
-            sparse = {
-                key: (position[rows[keep[rows]]], values[keep[rows]])
-                for key, (rows, values) in sparse.items()
-            }
         for key, column in cols.items():
             self._parts[key].append(column)
         for key, (rows, values) in sparse.items():
             if len(rows):
                 self._sparse[key].append((rows + self.n_rows, values))
-        self.n_rows += n - len(dropped)
-        self.n_events += n
-        if self.n_events > self._max_events:
-            raise InputError(
-                self.path, f"more than {self._max_events} events (the limit; {MAX_EVENTS_ENV} raises it)"
-            )
+        self.n_rows += n
 
     def _timestamps(self, chunk: Chunk) -> np.ndarray:
         timestamps = [e.ts for e in chunk.events]
@@ -289,15 +297,41 @@ class ColumnBuilder:
 
 
 # --- column helpers --------------------------------------------------------------------------------
-def _ph_column(phs: list[str]) -> np.ndarray:
-    """ord() of one-letter ASCII phases; 0 for what the table leaves out ('M' metadata, anything else)."""
+# By ord() of a phase letter: True for phases the table leaves out ('M' metadata; flows 's' 'f' when asked).
+_LEFT_OUT = np.zeros(256, dtype=bool)
+_LEFT_OUT[ord("M")] = True
+_LEFT_OUT_WITH_FLOWS = _LEFT_OUT.copy()
+_LEFT_OUT_WITH_FLOWS[[ord("s"), ord("f")]] = True
+
+
+def _ph_column(phs: list[str], left_out: np.ndarray = _LEFT_OUT) -> np.ndarray:
+    """ord() of one-letter ASCII phases; 0 for what the table leaves out (`left_out`, and anything that is
+    not one ASCII letter)."""
     joined = "".join(phs)
     if len(joined) == len(phs) and joined.isascii():  # (then every phase is one letter)
-        codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).copy()
-        codes[codes == ord("M")] = 0
-        return codes
-    lookup = {p: ord(p) if len(p) == 1 and p != "M" and p.isascii() else 0 for p in set(phs)}
+        codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        return np.where(left_out[codes], np.uint8(0), codes)
+    lookup = {p: ord(p) if len(p) == 1 and p.isascii() and not left_out[ord(p)] else 0 for p in set(phs)}
     return np.fromiter(map(lookup.__getitem__, phs), dtype=np.uint8, count=len(phs))
+
+
+def _rows_of(chunk: Chunk, rows: np.ndarray) -> Chunk:
+    """The chunk with only these events (its second-pass readers indexed alike)."""
+    take = rows.tolist()
+    events = list(operator.itemgetter(*take)(chunk.events)) if len(take) > 1 else [chunk.events[take[0]]]
+    exact_ts, shapes = chunk.exact_ts, chunk.shapes
+    return Chunk(
+        events,
+        chunk.strict,
+        chunk.text_ts,
+        lambda: exact_ts()[rows],
+        chunk.no_args,
+        lambda: _pick(shapes(), take),
+    )
+
+
+def _pick(values: list[Any], rows: list[int]) -> list[Any]:
+    return [values[i] for i in rows]
 
 
 def _codes(values: list[Any], lookup: dict[Any, int], add: Callable[[Any], int], dtype: type) -> np.ndarray:

@@ -279,11 +279,11 @@ def decode_whole(path: Path, data: bytes) -> _Trace:
     return trace
 
 
-def load_whole(path: Path, rank_hint: int | None) -> FileTable:
+def load_whole(path: Path, rank_hint: int | None, *, flows: bool = True) -> FileTable:
     """A file's table from one decode of all its text (more memory than the chunked reader, same table)."""
     data = read_json_bytes(path)
     trace = decode_whole(path, data)
-    builder = ColumnBuilder(path)
+    builder = ColumnBuilder(path, flows=flows)
     read_header(builder.info, {key: getattr(trace, key) for key in HEADER_FIELDS})
     decoders = DECODERS[(False, isinstance(trace, _TextTsTrace))]
     add_events(
@@ -300,7 +300,7 @@ def add_events(builder: ColumnBuilder, chunk: Chunk) -> None:
     except NotANumber as exc:
         raise InputError(
             builder.path,
-            f"wrong field type: `ts` of event {builder.n_events + exc.index} is {exc.text[:30]!r}",
+            f"wrong field type: `ts` of event {exc.index} is {exc.text[:30]!r}",
         ) from None
 
 

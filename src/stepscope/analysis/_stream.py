@@ -124,11 +124,13 @@ def load_file(
     progress: Callable[[float], None] | None = None,
     *,
     chunk_bytes: int | None = None,
+    flows: bool = True,
 ) -> FileTable:
     """Decode one trace file into columns with local symbol tables (the unit of work of the pool).
 
     `progress(fraction)` is called as the file is read. `chunk_bytes`: JSON text decoded at a time
-    (default CHUNK_BYTES). Raises InputError naming the file and the problem."""
+    (default CHUNK_BYTES). `flows`: keep the flow events ('s', 'f': arrows in a viewer, which no analysis
+    reads). Raises InputError naming the file and the problem."""
     report = progress or (lambda fraction: None)
     p = Path(path)
     report(0.0)
@@ -136,9 +138,9 @@ def load_file(
     try:
         with gc_paused():
             with contextlib.suppress(_Fallback):
-                table = _load_chunked(p, rank_hint, report, chunk_bytes or CHUNK_BYTES)
+                table = _load_chunked(p, rank_hint, report, chunk_bytes or CHUNK_BYTES, flows)
             if table is None:  # outside the except block: the failed attempt's buffers are already freed
-                table = load_whole(p, rank_hint)
+                table = load_whole(p, rank_hint, flows=flows)
     except RecursionError:
         raise InputError(p, "JSON nested too deeply") from None
     _check_times(table, p)
@@ -226,7 +228,7 @@ class _Text:
 
 
 def _load_chunked(
-    path: Path, rank_hint: int | None, report: Callable[[float], None], chunk_bytes: int
+    path: Path, rank_hint: int | None, report: Callable[[float], None], chunk_bytes: int, flows: bool
 ) -> FileTable:
     try:
         fh = open(path, "rb")  # noqa: SIM115 (closed below; errors are reported by the whole-file path)
@@ -237,7 +239,7 @@ def _load_chunked(
         limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
         if size > limit:
             raise InputError(path, f"larger than the input limit of {limit} bytes ({LIMIT_ENV} raises it)")
-        reader = _ChunkReader(path, _Text(fh, size, limit), chunk_bytes)
+        reader = _ChunkReader(path, _Text(fh, size, limit), chunk_bytes, flows)
         try:
             reader.run(report)
         except _OverLimit:
@@ -262,10 +264,10 @@ class _ChunkReader:
     piece is decoded in place: the byte before it and the byte after its last `}` are overwritten with
     `[` and `]` (both are a comma or whitespace, which the piece does not need)."""
 
-    def __init__(self, path: Path, text: _Text, chunk_bytes: int) -> None:
+    def __init__(self, path: Path, text: _Text, chunk_bytes: int, flows: bool = True) -> None:
         self.text: _Text = text
         self.chunk_bytes = max(chunk_bytes, 1)
-        self.builder = ColumnBuilder(path)
+        self.builder = ColumnBuilder(path, flows=flows)
         self.buf = bytearray(self.chunk_bytes + _LOOKAHEAD + 2 * _OUT_BYTES)
         self.end = 0
         self.strict = True

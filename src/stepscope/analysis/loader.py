@@ -151,6 +151,7 @@ def load_trace(
     step: int | None = None,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    flows: bool = True,
 ) -> TraceTable:
     """Load a trace file, a folder of per-rank traces or a run folder into one TraceTable.
 
@@ -159,7 +160,8 @@ def load_trace(
     or repeating a rank already taken, get the lowest free ranks in path order and a notice in `notices`.
     `workers`: processes for multi-file loads (None: decide from the amount of data; 1: no pool).
     `progress`: called as loading proceeds with (bytes done, bytes in all, name of the file at work); the CLI
-    draws its progress bar from it.
+    draws its progress bar from it. `flows`: keep flow events ('s' / 'f' rows: arrows for a viewer, which
+    no analysis reads; leaving them out saves about a third of the rows of a GPU trace).
     Raises InputError naming the file and the problem.
     """
     files, window_notices = _find_traces(Path(path), step)
@@ -167,7 +169,7 @@ def load_trace(
     skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     n_workers = _choose_workers(workers, sizes)
-    tables = _load_in_pool(files, sizes, n_workers, progress, skipped) if n_workers > 1 else None
+    tables = _load_in_pool(files, sizes, n_workers, progress, skipped, flows) if n_workers > 1 else None
     if tables is None:
         skipped.notices.clear()
         bar = _Progress(sum(sizes), progress)
@@ -175,7 +177,7 @@ def load_trace(
         done = 0
         for (file, hint), size in zip(files, sizes, strict=True):
             try:
-                tables.append(load_file(file, hint, bar.reporter(file.name, done, size)))
+                tables.append(load_file(file, hint, bar.reporter(file.name, done, size), flows=flows))
             except InputError as exc:
                 skipped.skip_or_raise(exc)
             done += size
@@ -234,10 +236,10 @@ def _choose_workers(workers: int | None, sizes: list[int]) -> int:
     return max(2, min(len(sizes), int(idle), 8))
 
 
-def _load_or_error(path: Path, hint: int | None) -> FileTable | tuple[str, str]:
+def _load_or_error(path: Path, hint: int | None, flows: bool) -> FileTable | tuple[str, str]:
     """Pool worker: InputError comes back as (path, problem), which pickles without surprises."""
     try:
-        return load_file(path, hint)
+        return load_file(path, hint, flows=flows)
     except InputError as exc:
         return (exc.path, exc.problem)
 
@@ -248,6 +250,7 @@ def _load_in_pool(
     n_workers: int,
     progress: ProgressCallback | None,
     skipped: _Skipped,
+    flows: bool,
 ) -> list[FileTable] | None:
     """Decode the files in worker processes; None when no pool can run (the caller loads serially)."""
     import multiprocessing
@@ -260,7 +263,7 @@ def _load_in_pool(
     results: dict[int, FileTable | None] = {}
     try:
         pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=multiprocessing.get_context(method))
-        futures = {pool.submit(_load_or_error, f, hint): i for i, (f, hint) in enumerate(files)}
+        futures = {pool.submit(_load_or_error, f, hint, flows): i for i, (f, hint) in enumerate(files)}
     except (OSError, RuntimeError):
         return None
     bar = _Progress(sum(sizes), progress)

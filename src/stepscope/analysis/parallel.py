@@ -91,7 +91,7 @@ def analyze_path(
     options = Options(drop_last_step, top, tuple(comm_patterns))
     files, window_notices = _find_traces(Path(path), step)
     if len(files) == 1 and executor == "local":
-        table = load_trace(path, step=step, progress=progress)
+        table = load_trace(path, step=step, progress=progress, flows=False)
         return analyze(table, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns)
     skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
@@ -118,7 +118,7 @@ def analyze_file(path: str, hint: int | None, options: Options) -> FileResult:
     from stepscope.analysis.loader import _merge
 
     try:
-        file_table = load_file(path, hint)
+        file_table = load_file(path, hint, flows=False)
     except InputError as exc:
         return FileResult(path, hint, problem=exc.problem)
     result = FileResult(path, hint, notices=list(file_table.notices))
