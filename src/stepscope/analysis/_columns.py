@@ -277,6 +277,10 @@ class ColumnBuilder:
 
     # --- the file ----------------------------------------------------------------------------------
     def finish(self, rank_hint: int | None) -> FileTable:
+        return join_parts(str(self.path), [self.part()], self.info, rank_hint)
+
+    def part(self) -> PartTable:
+        """The columns built so far, with this builder's own symbols (see join_parts); the builder is spent."""
         columns = {}
         for key, dtype in _DTYPES.items():
             if key in _SPARSE:
@@ -288,12 +292,61 @@ class ColumnBuilder:
                 column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0)
                 del parts  # the chunks' arrays go as soon as their column is joined
             columns[key] = column.astype(dtype, copy=False)
-        for key, strings in self._arg_strings.items():
-            if strings:
-                codes = [self.names.setdefault(value, len(self.names)) for value in strings]
-                columns["args_" + key] = np.array([*codes, MISSING], dtype=np.int32)[columns["args_" + key]]
-        declared = self.info.rank if self.info.rank != MISSING else rank_hint
-        return FileTable(str(self.path), list(self.names), list(self.cats), columns, self.info, declared)
+        arg_strings = {key: list(strings) for key, strings in self._arg_strings.items()}
+        return PartTable(list(self.names), list(self.cats), arg_strings, columns, self.n_events)
+
+
+@dataclass
+class PartTable:
+    """The columns of a stretch of a file's events with the symbols of that stretch: `names` (event names),
+    `cats`, and by string arg the strings its `args_<key>` column indexes."""
+
+    names: list[str]
+    cats: list[str]
+    arg_strings: dict[str, list[str]]
+    columns: dict[str, np.ndarray]
+    n_events: int
+
+
+def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int | None) -> FileTable:
+    """One file's table from the tables of its stretches, in file order: the same table one builder reading
+    the whole file gives (symbols numbered in order of first appearance; arg strings after every event name,
+    key by key). The parts' columns are freed as they are joined."""
+    names: dict[str, int] = {}
+    cats: dict[str, int] = {}
+    name_maps = [np.array([names.setdefault(s, len(names)) for s in p.names], dtype=np.int32) for p in parts]
+    cat_maps = [np.array([cats.setdefault(s, len(cats)) for s in p.cats], dtype=np.int32) for p in parts]
+    arg_maps: dict[str, list[np.ndarray]] = {}
+    for key in STRING_ARGS:
+        arg_maps[key] = [
+            np.array([names.setdefault(s, len(names)) for s in p.arg_strings[key]], dtype=np.int32)
+            for p in parts
+        ]
+    columns: dict[str, np.ndarray] = {}
+    for key, dtype in _DTYPES.items():
+        pieces = []
+        for i, p in enumerate(parts):
+            column = p.columns.pop(key)
+            if key == "name":
+                column = _mapped(column, name_maps[i])
+            elif key == "cat":
+                column = _mapped(column, cat_maps[i])
+            elif key.startswith("args_") and key[5:] in STRING_ARGS:
+                column = _mapped(column, arg_maps[key[5:]][i], identity=False)
+            pieces.append(column)
+        columns[key] = (pieces[0] if len(pieces) == 1 else np.concatenate(pieces)).astype(dtype, copy=False)
+        del pieces
+    declared = info.rank if info.rank != MISSING else rank_hint
+    return FileTable(path, list(names), list(cats), columns, info, declared)
+
+
+def _mapped(codes: np.ndarray, mapping: np.ndarray, *, identity: bool = True) -> np.ndarray:
+    """`mapping[codes]`, -1 staying -1; the codes themselves when `mapping` is the identity."""
+    if identity and np.array_equal(mapping, np.arange(len(mapping))):
+        return codes
+    if not len(mapping):
+        return codes  # (no symbol: every code is -1)
+    return np.append(mapping, np.int32(MISSING))[codes]
 
 
 # --- column helpers --------------------------------------------------------------------------------

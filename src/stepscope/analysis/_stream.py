@@ -162,13 +162,22 @@ class _Text:
     by its magic bytes. Damaged or unusual gzip data (truncated, corrupt, several members, trailing bytes)
     raises _Fallback: gzip.decompress, in the whole-file path, says which."""
 
-    def __init__(self, fh: io.BufferedReader, size: int, limit: int) -> None:
+    def __init__(
+        self, fh: io.BufferedReader, size: int, limit: int, start: int = 0, stop: int | None = None
+    ) -> None:
+        """`start` / `stop`: a stretch of a plain (not gzipped) file, `stop` excluded."""
         self._fh = fh
+        self._start = start
         self._size = max(size, 1)
         self._limit = limit
         self._total = 0  # text handed out so far
-        self._pending = fh.read(2)  # input not yet consumed
-        self._inflate = INFLATE.decompressobj(wbits=31) if self._pending == b"\x1f\x8b" else None
+        if start:
+            fh.seek(start)
+        self._left = (size if stop is None else stop) - start  # bytes of a plain file left to hand out
+        self._pending = fh.read(min(2, self._left))  # input not yet consumed
+        self._inflate = (
+            INFLATE.decompressobj(wbits=31) if self._pending == b"\x1f\x8b" and not start else None
+        )
         self._error = INFLATE.error
         self._ratio = max_gzip_ratio()
         self._next_ratio_check = GZIP_RATIO_FREE_BYTES
@@ -176,15 +185,17 @@ class _Text:
 
     @property
     def fraction(self) -> float:
-        return min(self._fh.tell() / self._size, 1.0)
+        return min((self._fh.tell() - self._start) / self._size, 1.0)
 
     def read_into(self, buf: bytearray, at: int, n: int) -> int:
         """Write up to `n` bytes of text at `buf[at:]` (which must have room); how many (0: the end)."""
         if self._inflate is None:
+            n = min(n, self._left)
             head, self._pending = self._pending[:n], self._pending[n:]
             with memoryview(buf) as view:
                 view[at : at + len(head)] = head
                 got = len(head) + (self._fh.readinto(view[at + len(head) : at + n]) or 0)
+            self._left -= got
             self.eof = got == 0
             return got
         while not self.eof:
@@ -264,7 +275,22 @@ class _ChunkReader:
     piece is decoded in place: the byte before it and the byte after its last `}` are overwritten with
     `[` and `]` (both are a comma or whitespace, which the piece does not need)."""
 
-    def __init__(self, path: Path, text: _Text, chunk_bytes: int, flows: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        text: _Text,
+        chunk_bytes: int,
+        flows: bool = True,
+        *,
+        first: bool = True,
+        last: bool = True,
+    ) -> None:
+        """`first` / `last`: the text is a stretch of the events array (see _split) that holds its start (the
+        header keys before it) / its end (the header keys after it); a stretch that is not first begins
+        with an event's `{`, one that is not last ends with an event's `}`."""
+        self.first, self.last = first, last
+        self.head: Any = None
+        self.tail_header: dict[str, Any] = {}  # header keys after the array, those present
         self.text: _Text = text
         self.chunk_bytes = max(chunk_bytes, 1)
         self.builder = ColumnBuilder(path, flows=flows)
@@ -294,8 +320,13 @@ class _ChunkReader:
         return self.end > before
 
     def run(self, report: Callable[[float], None]) -> None:
-        pos = self._find_array()
-        head = self._decode_head(pos)
+        if self.first:
+            pos = self._find_array()
+            self.head = self._decode_head(pos)
+        else:  # a byte before the first event, for the piece's `[`
+            self.buf[0] = ord(" ")
+            self.end = pos = 1
+            self._fill(pos + SNIFF_BYTES)
         self.text_ts = EPOCH_FLOAT_TS.search(self.buf, pos, min(pos + SNIFF_BYTES, self.end)) is not None
         while True:
             self._fill(pos + self.chunk_bytes + _LOOKAHEAD)
@@ -310,7 +341,10 @@ class _ChunkReader:
             self.end -= nxt - 1
             pos = 1
             report(0.95 * self.text.fraction)
-        self._decode_tail(pos, head)
+        if self.last:
+            self._decode_tail(pos, self.head)
+        else:
+            self._decode_rest(pos)
 
     def _find_array(self) -> int:
         """Offset just after the `[` of the top-level traceEvents array."""
@@ -424,10 +458,20 @@ class _ChunkReader:
         if not self._decode_and_add(_TAIL_PREFIX + rest, "tail"):
             raise _Fallback
 
+    def _decode_rest(self, pos: int) -> None:
+        """The last events of a stretch that ends inside the array: they must decode as a list of events."""
+        rest = bytes(self.buf[pos : self.end]) + self.text.read_all(self.max_event + self.chunk_bytes)
+        self.buf = bytearray()
+        if not self._decode_and_add(b"[" + rest + b"]", "events"):
+            raise _Fallback
+
     def _read_header(self, tail: Any) -> None:
+        self.tail_header = {
+            key: getattr(tail, key) for key in HEADER_FIELDS if getattr(tail, key) is not UNSET
+        }
         header = {}
         for key in HEADER_FIELDS:
             value = getattr(tail, key)
-            value = getattr(self.head, key) if value is UNSET else value
+            value = getattr(self.head, key, UNSET) if value is UNSET else value
             header[key] = None if value is UNSET else value
         read_header(self.builder.info, header)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.analysis._split import load_file_split
 from stepscope.analysis._stream import FileTable, load_file
 from stepscope.analysis.table import COLUMNS, INT_ARGS, MISSING, STRING_ARGS, RankInfo, TraceTable
 from stepscope.errors import InputError
@@ -158,7 +159,8 @@ def load_trace(
     `step`: for a run folder, the window ending at that step (default: each rank's latest window).
     Ranks come from each file's `distributedInfo.rank` (or the run folder's manifest); files without one,
     or repeating a rank already taken, get the lowest free ranks in path order and a notice in `notices`.
-    `workers`: processes for multi-file loads (None: decide from the amount of data; 1: no pool).
+    `workers`: processes for multi-file loads (None: decide from the amount of data; 1: no pool). One big
+    plain-JSON file is read by `workers` processes side by side when `workers` is given (see _split).
     `progress`: called as loading proceeds with (bytes done, bytes in all, name of the file at work); the CLI
     draws its progress bar from it. `flows`: keep flow events ('s' / 'f' rows: arrows for a viewer, which
     no analysis reads; leaving them out saves about a third of the rows of a GPU trace).
@@ -170,6 +172,9 @@ def load_trace(
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     n_workers = _choose_workers(workers, sizes)
     tables = _load_in_pool(files, sizes, n_workers, progress, skipped, flows) if n_workers > 1 else None
+    if tables is None and len(files) == 1 and workers is not None and workers > 1:
+        (file, hint), bar = files[0], _Progress(sizes[0], progress)
+        tables = [load_file_split(file, hint, workers, bar.reporter(file.name, 0, sizes[0]), flows=flows)]
     if tables is None:
         skipped.notices.clear()
         bar = _Progress(sum(sizes), progress)

@@ -91,7 +91,8 @@ def analyze_path(
     options = Options(drop_last_step, top, tuple(comm_patterns))
     files, window_notices = _find_traces(Path(path), step)
     if len(files) == 1 and executor == "local":
-        table = load_trace(path, step=step, progress=progress, flows=False)
+        workers = jobs if jobs is not None else default_jobs()
+        table = load_trace(path, step=step, workers=workers, progress=progress, flows=False)
         return analyze(table, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns)
     skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
