@@ -181,7 +181,8 @@ class ColumnBuilder:
         is_gpu[[i for c, i in self.cats.items() if c in GPU_CATEGORIES]] = True
         gpu = np.flatnonzero(is_gpu[cat])
         gpu_args = [args[i] for i in gpu.tolist()]
-        sparse["stream"] = gpu, _int_column([a.stream for a in gpu_args], strict=strict)
+        stream = _int_column([a.stream for a in gpu_args], strict=strict)
+        sparse["stream"] = gpu, np.where(np.abs(stream) < 2**31, stream, MISSING)
         device = _int_column([a.device for a in gpu_args], strict=strict)
         sparse["device"] = gpu, np.where(np.abs(device) < 2**31, device, MISSING)
         sparse["bytes"] = gpu, _int_column([a.bytes for a in gpu_args], strict=False)

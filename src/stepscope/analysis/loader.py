@@ -376,9 +376,12 @@ def _merge(tables: list[FileTable]) -> TraceTable:
         for key, column in columns.items():
             parts.setdefault(key, []).append(column)
         notices.extend(t.notices)
-    dtypes = {c: d for c, (d, _) in COLUMNS.items()}
-    keys = [*COLUMNS, *(f"args_{k}" for k in STRING_ARGS), *(f"args_{k}" for k in INT_ARGS)]
-    merged = {key: _join(parts.pop(key, []), dtypes.get(key, "int64")) for key in keys}
+    dtypes = {
+        **{c: d for c, (d, _) in COLUMNS.items()},
+        **{f"args_{k}": "int32" for k in STRING_ARGS},  # codes into `names`
+        **{f"args_{k}": "int64" for k in INT_ARGS},
+    }
+    merged = {key: _join(parts.pop(key, []), dtype) for key, dtype in dtypes.items()}
     ranks = {t.info.rank: t.info for t in tables}
     return TraceTable(list(names), list(cats), merged, ranks, notices)
 

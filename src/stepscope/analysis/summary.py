@@ -90,7 +90,18 @@ def summarize(table: TraceTable, top: int = 10) -> Summary:
 
 def self_times(table: TraceTable, categories: tuple[str, ...] = CPU_OP_CATEGORIES) -> np.ndarray:
     """Self time in ns of every row (0 for rows that are not complete events of `categories`); children are
-    the events of `categories` nested on the same thread."""
+    the events of `categories` nested on the same thread. Computed once per table and categories (the result
+    is shared: do not modify it)."""
+    cached = table.row_cache.get(("self_times", categories))
+    if cached is not None and len(cached) == len(table):
+        return cached
+    out = _self_times(table, categories)
+    out.flags.writeable = False
+    table.row_cache[("self_times", categories)] = out
+    return out
+
+
+def _self_times(table: TraceTable, categories: tuple[str, ...]) -> np.ndarray:
     out = np.zeros(len(table), dtype=np.int64)
     rows = np.flatnonzero((table.ph == ord("X")) & table.cat_mask(*categories))
     if len(rows) == 0:

@@ -46,7 +46,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "tid": ("int64", "thread id (GPU events: stream); '5555' -> 5555, 'stream 7' -> 7; else -1"),
     "ts": ("int64", "start, integer ns since the epoch of the trace clock"),
     "dur": ("int64", "duration in ns; 0 for events without one"),
-    "stream": ("int64", "args.stream of GPU events, else -1"),
+    "stream": ("int32", "args.stream of GPU events, else -1"),
     "device": ("int32", "args.device of GPU events, else -1"),
     "correlation": ("int64", "args.correlation (runtime call <-> GPU activity), else -1"),
     "bytes": (
@@ -131,6 +131,8 @@ class TraceTable:
     symbol_cache: dict[Any, tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    # per-row results computed once for this table's rows (see summary.self_times); not shared by `select`
+    row_cache: dict[Any, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.columns["ts"])
