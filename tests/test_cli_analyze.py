@@ -99,3 +99,41 @@ def test_bad_input_is_one_line_and_exit_2(
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0]
     assert captured.out == ""
+
+
+NCCL_TRACE = (
+    Path(__file__).resolve().parents[1]
+    / ".."
+    / "shared"
+    / "traces"
+    / "hta_nccl_parser_config"
+    / "nccl_data.json.gz"
+)
+
+
+def _analysis(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main(["analyze", str(NCCL_TRACE), "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("given", "numbers"), [("5:6", [5, 6]), ("6", [6]), ("5:", [5, 6]), (":4", [4])])
+def test_steps_picks_the_window(capsys: pytest.CaptureFixture[str], given: str, numbers: list[int]) -> None:
+    whole = _analysis(capsys)["ranks"][0]
+    assert [s["step"] for s in whole["steps"]] == [4, 5, 6]
+    part = _analysis(capsys, "--steps", given)["ranks"][0]
+    assert [s["step"] for s in part["steps"]] == numbers
+    same = [{**s, "start_us": None} for s in whole["steps"] if s["step"] in numbers]
+    assert [{**s, "start_us": None} for s in part["steps"]] == same  # each step as in the whole
+    assert part["window"]["dur_us"] == pytest.approx(sum(s["dur_us"] for s in part["steps"]), rel=1e-3)
+    assert part["window"]["dur_us"] < whole["window"]["dur_us"]
+    assert sum(k["count"] for k in part["top_kernels"]) < sum(k["count"] for k in whole["top_kernels"])
+
+
+def test_steps_outside_the_trace_and_bad_ranges(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(NCCL_TRACE), "--steps", "10:12"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nccl_data.json.gz" in err
+    assert "no ProfilerStep in --steps 10:12 (the trace has #4 to #6)" in err
+    for bad in ("7:5", "a:b", ":"):
+        assert main(["analyze", str(NCCL_TRACE), "--steps", bad]) == 2
+        assert "--steps" in capsys.readouterr().err

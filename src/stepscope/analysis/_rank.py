@@ -15,6 +15,7 @@ import numpy as np
 from stepscope.analysis.kernels import MISSING_TS, GpuEvents, gpu_events
 from stepscope.analysis.steps import StepSpans, find_steps
 from stepscope.analysis.table import TraceTable
+from stepscope.errors import InputError
 
 
 @dataclass
@@ -41,37 +42,60 @@ def effective_launch(gpu: GpuEvents) -> np.ndarray:
     return np.where(gpu.launch == MISSING_TS, gpu.start, gpu.launch)
 
 
+def _steps_between(
+    table: TraceTable, rank: int, steps: StepSpans, first: int | None, last: int | None
+) -> StepSpans:
+    """The steps numbered `first` to `last` (inclusive; None: open); InputError when there are none."""
+    keep = np.ones(len(steps), dtype=bool)
+    if first is not None:
+        keep &= steps.number >= first
+    if last is not None:
+        keep &= steps.number <= last
+    if not keep.any():
+        info = table.ranks.get(rank)
+        have = f"#{steps.number[0]} to #{steps.number[-1]}" if len(steps) else "none"
+        asked = f"{'' if first is None else first}:{'' if last is None else last}"
+        raise InputError(
+            info.source if info else "trace", f"no ProfilerStep in --steps {asked} (the trace has {have})"
+        )
+    return StepSpans(steps.number[keep], steps.start[keep], steps.end[keep])
+
+
 def prepare_rank(
     table: TraceTable,
     rank: int,
     *,
     drop_last_step: bool = False,
     comm_patterns: Sequence[re.Pattern[str]] = (),
+    steps: tuple[int | None, int | None] | None = None,
 ) -> RankData:
     """Select one rank, find its steps and window, and gather its GPU activity (`comm_patterns`: see
-    kernels.gpu_events)."""
+    kernels.gpu_events; `steps`: only the ProfilerSteps numbered first to last, see analyze)."""
     rank_col = table.columns["rank"]
     sub = table if bool((rank_col == rank).all()) else table.select(rank_col == rank)
-    steps = find_steps(sub)
+    spans = find_steps(sub)
     notes: list[str] = []
+    if steps is not None:
+        spans = _steps_between(sub, rank, spans, *steps)
+        notes.append(f"ProfilerStep#{spans.number[0]} to #{spans.number[-1]} analysed (--steps)")
     gpu_all = gpu_events(sub, comm_patterns)
-    n = len(steps)
+    n = len(spans)
     if n == 0:
         ts = sub.columns["ts"]
         lo = int(ts.min()) if len(ts) else 0
         hi = int((ts + sub.columns["dur"]).max()) + 1 if len(ts) else 0
-        kept = steps
+        kept = spans
         notes.append("no ProfilerStep spans: the whole trace is analysed")
     else:
         if drop_last_step and n > 1:
-            kept = steps.head(n - 1)
-            hi = int(steps.start[-1])
+            kept = spans.head(n - 1)
+            hi = int(spans.start[-1])
         else:
-            kept = steps
-            hi = int(steps.end[-1])
+            kept = spans
+            hi = int(spans.end[-1])
             if drop_last_step:
                 notes.append("only one ProfilerStep: --drop-last-step keeps it")
-        lo = int(steps.start[0])
+        lo = int(spans.start[0])
     launch = effective_launch(gpu_all)
     gpu = gpu_all.select((launch >= lo) & (launch < hi))
     if len(gpu_all) == 0:

@@ -100,12 +100,17 @@ def analyze(
     drop_last_step: bool = False,
     top: int = 10,
     comm_patterns: Sequence[str] = (),
+    steps: tuple[int | None, int | None] | None = None,
 ) -> AnalysisResult:
     """Analyse every rank of `table` over its profiler-step window (the last step dropped on request).
 
-    `comm_patterns`: regexes; GPU kernels whose names match one are communication (docs/analysis.md)."""
+    `comm_patterns`: regexes; GPU kernels whose names match one are communication (docs/analysis.md).
+    `steps`: (first, last) step numbers, inclusive (None: open): only those ProfilerSteps form the window;
+    InputError when a rank has none of them."""
     parts = [
-        analyze_rank_part(table, rank, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns)
+        analyze_rank_part(
+            table, rank, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns, steps=steps
+        )
         for rank in table.rank_ids()
     ]
     return combine_ranks(parts, table.notices)
@@ -118,10 +123,11 @@ def analyze_rank_part(
     drop_last_step: bool = False,
     top: int = 10,
     comm_patterns: Sequence[str] = (),
+    steps: tuple[int | None, int | None] | None = None,
 ) -> RankPart:
     """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_files`)."""
     data = prepare_rank(
-        table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns)
+        table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
     )
     result = analyze_rank(data, top=top)
     instances = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)

@@ -50,6 +50,7 @@ class Options:
     drop_last_step: bool = False
     top: int = 10
     comm_patterns: tuple[str, ...] = ()
+    steps: tuple[int | None, int | None] | None = None
 
 
 @dataclass
@@ -80,20 +81,24 @@ def analyze_path(
     executor: str = "local",
     scheduler: str | None = None,
     progress: ProgressCallback | None = None,
+    steps: tuple[int | None, int | None] | None = None,
 ) -> AnalysisResult:
     """Analyse a trace file, a folder of per-rank traces or a run folder (`step`: its window ending there).
 
     `jobs`: worker processes of the local executor (default: all CPUs). `executor="dask"` sends the per-file
     tasks to the Dask scheduler at `scheduler` (None: a cluster of this machine's cores). `progress` is called
-    with (bytes done, bytes in all, file at work). Raises InputError (a bad file) or ExecutorError."""
+    with (bytes done, bytes in all, file at work). `steps`: (first, last) ProfilerStep numbers to analyse (see
+    analyze). Raises InputError (a bad file, or no step in `steps`) or ExecutorError."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
-    options = Options(drop_last_step, top, tuple(comm_patterns))
+    options = Options(drop_last_step, top, tuple(comm_patterns), steps)
     files, window_notices = _find_traces(Path(path), step)
     if len(files) == 1 and executor == "local":
         workers = jobs if jobs is not None else default_jobs()
         table = load_trace(path, step=step, workers=workers, progress=progress, flows=False)
-        return analyze(table, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns)
+        return analyze(
+            table, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns, steps=steps
+        )
     skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     tasks = [(str(f), hint) for f, hint in files]
@@ -116,13 +121,23 @@ def analyze_path(
 def analyze_file(path: str, hint: int | None, options: Options) -> FileResult:
     """Load one file and analyse each of its ranks on its own (the task every executor runs)."""
     from stepscope.analysis._stream import load_file
-    from stepscope.analysis.loader import _merge
 
     try:
         file_table = load_file(path, hint, flows=False)
     except InputError as exc:
         return FileResult(path, hint, problem=exc.problem)
     result = FileResult(path, hint, notices=list(file_table.notices))
+    try:
+        _analyze_pieces(file_table, options, result)
+    except InputError as exc:  # (no step in --steps)
+        return FileResult(path, hint, problem=exc.problem)
+    return result
+
+
+def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> None:
+    """Each rank of a loaded file (a merged trace holds several) analysed on its own, into `result`."""
+    from stepscope.analysis.loader import _merge
+
     for piece in _split_merged([file_table]):
         declared = piece.declared_rank
         piece.notices = []
@@ -134,9 +149,9 @@ def analyze_file(path: str, hint: int | None, options: Options) -> FileResult:
             drop_last_step=options.drop_last_step,
             top=options.top,
             comm_patterns=options.comm_patterns,
+            steps=options.steps,
         )
         result.parts.append((declared, part))
-    return result
 
 
 # --- numbering and combining ---------------------------------------------------------------------------

@@ -98,7 +98,8 @@ def jobs_options(fn):  # type: ignore[no-untyped-def]
         "-j",
         type=click.IntRange(min=1),
         default=None,
-        help="Local processes analysing ranks side by side (default: all CPUs; 1: none).",
+        help="Local processes analysing ranks side by side, or reading one big plain-JSON file in stretches "
+        "(default: all CPUs; 1: none).",
     )(fn)
 
 

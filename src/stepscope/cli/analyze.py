@@ -20,6 +20,13 @@ from stepscope.cli._common import comm_pattern_option, jobs_options, step_option
     "--drop-last-step", is_flag=True, help="Leave the last ProfilerStep out of the window (HTA's default)."
 )
 @click.option(
+    "--steps",
+    "step_range",
+    metavar="A:B",
+    callback=lambda ctx, param, value: _step_range(value),
+    help="Analyse only ProfilerStep#A to #B (inclusive; A: or :B leave one end open).",
+)
+@click.option(
     "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
 )
 @comm_pattern_option
@@ -30,6 +37,7 @@ def command(
     step: int | None,
     as_json: bool,
     drop_last_step: bool,
+    step_range: tuple[int | None, int | None] | None,
     top: int,
     comm_patterns: tuple[str, ...],
     jobs: int | None,
@@ -43,7 +51,12 @@ def command(
     memory and system samples."""
     from stepscope.analysis.loader import run_folders
 
-    options: dict[str, Any] = {"step": step, "drop_last_step": drop_last_step, "top": top}
+    options: dict[str, Any] = {
+        "step": step,
+        "drop_last_step": drop_last_step,
+        "top": top,
+        "steps": step_range,
+    }
     options |= {"jobs": jobs, "executor": executor, "scheduler": scheduler}
     runs = run_folders(path)
     if runs:
@@ -56,6 +69,22 @@ def command(
         print_json(result)
         return
     _print(result, wide)
+
+
+def _step_range(value: str | None) -> tuple[int | None, int | None] | None:
+    """`A:B`, `A:`, `:B` or `A` -> (first, last), inclusive."""
+    if value is None:
+        return None
+    first, sep, last = value.partition(":")
+    try:
+        bounds = (int(first) if first.strip() else None, int(last) if last.strip() else None)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not A:B (step numbers)") from None
+    if not sep:
+        bounds = (bounds[0], bounds[0])
+    if bounds == (None, None) or (None not in bounds and bounds[0] > bounds[1]):  # type: ignore[operator]
+        raise click.BadParameter(f"{value!r}: give A <= B") from None
+    return bounds
 
 
 def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> Any:
