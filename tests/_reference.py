@@ -89,7 +89,8 @@ def reference_table(
             dur = _us_to_ns(ev.get("dur"))
             rows["dur"].append(max(dur, 0))
             is_gpu = cat in GPU_CATEGORIES
-            rows["stream"].append(_as_int(args.get("stream")) if is_gpu else MISSING)
+            stream = _as_int(args.get("stream")) if is_gpu else MISSING
+            rows["stream"].append(stream if -(2**31) <= stream < 2**31 else MISSING)  # int32 column
             device = _as_int(args.get("device")) if is_gpu else MISSING
             rows["device"].append(device if -(2**31) <= device < 2**31 else MISSING)
             rows["correlation"].append(_as_int(args.get("correlation")))

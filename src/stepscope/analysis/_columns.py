@@ -155,9 +155,8 @@ class ColumnBuilder:
         first = self.n_events  # (error messages number events in the file)
         self.n_events += n
         index: np.ndarray | None = None
-        if (
-            len(kept) < n
-        ):  # rows the table leaves out ('M' metadata, odd phases; flows when asked): gone first
+        # rows the table leaves out ('M' metadata, odd phases; flows when asked) go before any column is built
+        if len(kept) < n:
             if not len(kept):
                 return
             ph, chunk, index = ph[kept], _rows_of(chunk, kept), kept
@@ -182,9 +181,9 @@ class ColumnBuilder:
         gpu = np.flatnonzero(is_gpu[cat])
         gpu_args = [args[i] for i in gpu.tolist()]
         stream = _int_column([a.stream for a in gpu_args], strict=strict)
-        sparse["stream"] = gpu, np.where(np.abs(stream) < 2**31, stream, MISSING)
+        sparse["stream"] = gpu, np.where((stream >= -(2**31)) & (stream < 2**31), stream, MISSING)
         device = _int_column([a.device for a in gpu_args], strict=strict)
-        sparse["device"] = gpu, np.where(np.abs(device) < 2**31, device, MISSING)
+        sparse["device"] = gpu, np.where((device >= -(2**31)) & (device < 2**31), device, MISSING)
         sparse["bytes"] = gpu, _int_column([a.bytes for a in gpu_args], strict=False)
         cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
         self._rare_columns(sparse, args)

@@ -174,7 +174,11 @@ def load_trace(
     tables = _load_in_pool(files, sizes, n_workers, progress, skipped, flows) if n_workers > 1 else None
     if tables is None and len(files) == 1 and workers is not None and workers > 1:
         (file, hint), bar = files[0], _Progress(sizes[0], progress)
-        tables = [load_file_split(file, hint, workers, bar.reporter(file.name, 0, sizes[0]), flows=flows)]
+        try:
+            tables = [load_file_split(file, hint, workers, bar.reporter(file.name, 0, sizes[0]), flows=flows)]
+        except InputError as exc:
+            skipped.skip_or_raise(exc)
+            tables = []
     if tables is None:
         skipped.notices.clear()
         bar = _Progress(sum(sizes), progress)

@@ -106,19 +106,30 @@ def _self_times(table: TraceTable, categories: tuple[str, ...]) -> np.ndarray:
     rows = np.flatnonzero((table.ph == ord("X")) & table.cat_mask(*categories))
     if len(rows) == 0:
         return out
+    # (temporaries are dropped as soon as they are used: on a big trace each is tens of MB)
     start = table.ts[rows]
     end = start + table.dur[rows]
     rank, pid, tid = table.rank[rows], table.pid[rows], table.tid[rows]
     order = np.lexsort((-end, start, tid, pid, rank))  # by thread, then start, outermost first
+    rows = rows[order]
     start, end = start[order], end[order]
-    new_thread = np.ones(len(rows), dtype=bool)
-    new_thread[1:] = (np.diff(rank[order]) != 0) | (np.diff(pid[order]) != 0) | (np.diff(tid[order]) != 0)
+    new_thread = np.zeros(len(rows), dtype=bool)
+    new_thread[0] = True
+    for key in (rank, pid, tid):
+        new_thread[1:] |= np.diff(key[order]) != 0
+    del rank, pid, tid, order
     parent = _parents(start, end, new_thread)
+    del new_thread
     child = np.flatnonzero(parent >= 0)
-    inside = np.minimum(end[child], end[parent[child]]) - start[child]
+    parent = parent[child]
+    inside = np.minimum(end[child], end[parent]) - start[child]
+    del child
     children_ns = np.zeros(len(rows), dtype=np.int64)
-    np.add.at(children_ns, parent[child], inside)
-    out[rows[order]] = np.maximum(end - start - children_ns, 0)
+    np.add.at(children_ns, parent, inside)
+    del parent, inside
+    end -= start
+    end -= children_ns
+    out[rows] = np.maximum(end, 0)
     return out
 
 
@@ -161,23 +172,28 @@ def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     candidates = np.sort(key[lasting])
     if not len(candidates):  # nothing lasts: nothing holds anything
         return np.full(n, -1, dtype=np.int64)
+    del before, ended, key
     at = np.searchsorted(candidates, (depth - 1) * (n + 1) + index, side="left") - 1
+    del index
     parent = np.full(n, -1, dtype=np.int64)
     ok = (at >= 0) & (depth > 0)
     hit = candidates[np.maximum(at, 0)]
+    del at, candidates
     ok &= hit // (n + 1) == depth - 1
     parent[ok] = hit[ok] % (n + 1)
     if ((depth > 0) & ~ok).any():
         return None
+    del hit, ok, depth
     # check that this tree nests: each interval inside its parent (and opened while it is open), siblings
     # (the same parent, in order of start) apart from each other
     child = np.flatnonzero(parent >= 0)
     p = parent[child]
     if (e[child] > e[p]).any() or (s[child] >= e[p]).any():
         return None
-    order = np.lexsort((index, parent))  # siblings together, in order
+    del child, p
+    order = np.argsort(parent, kind="stable")  # siblings together, in order
     same = parent[order][1:] == parent[order][:-1]
-    if (e[order][:-1][same] > s[order][1:][same]).any():
+    if (e[order[:-1][same]] > s[order[1:][same]]).any():
         return None
     return parent
 
