@@ -145,3 +145,32 @@ def test_analyze_with_jobs_reads_one_big_file_in_stretches(
     assert outputs[0] == outputs[1]
     assert outputs[0]["ranks"][0]["steps"]
     assert runs == [True]
+
+
+def test_stretches_kept_in_memory_when_no_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: list[bool]
+) -> None:
+    # the workers write their columns to a temporary folder; without one they send them back whole
+    def no_folder(**_: object) -> str:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(split.tempfile, "mkdtemp", no_folder)
+    path = _plain(SHARED_TRACES / "hta_nccl_parser_config/nccl_data.json.gz", tmp_path / "t.json")
+    _same(load_trace(path, workers=3), load_trace(path, workers=1))
+    assert runs == [True]
+
+
+def test_the_temporary_folder_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(split.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    made: list[str] = []
+    original = split.tempfile.mkdtemp
+    monkeypatch.setattr(split.tempfile, "mkdtemp", lambda **kw: made.append(original(**kw)) or made[-1])
+    path = _plain(SHARED_TRACES / "hta_nccl_parser_config/nccl_data.json.gz", tmp_path / "t.json")
+    load_trace(path, workers=2)
+    events = trace(_events(200, {}))
+    events["traceEvents"][-5]["ts"] = "soon"
+    with pytest.raises(InputError):
+        load_trace(write(tmp_path / "bad.json", events), workers=2)
+    assert len(made) == 2 and all(m.startswith(str(tmp_path / "tmp")) for m in made)
+    assert list((tmp_path / "tmp").iterdir()) == []

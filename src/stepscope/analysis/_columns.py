@@ -94,8 +94,12 @@ class Chunk:
 class ColumnBuilder:
     """Accumulates the columns of one file chunk by chunk; `finish` gives its FileTable."""
 
-    def __init__(self, path: Path, *, flows: bool = True) -> None:
+    def __init__(self, path: Path, *, flows: bool = True, spill: Path | None = None) -> None:
+        """`spill`: a folder where the dense columns are written chunk by chunk instead of kept (a worker
+        reading a stretch of a big file: see _split); `part()` then refers to the files."""
         self.path = path
+        self._spill = spill
+        self._spilled: dict[str, Any] = {}  # key -> open file, in spill mode
         self._left_out = _LEFT_OUT if flows else _LEFT_OUT_WITH_FLOWS  # phases (ord) the table leaves out
         self.info = RankInfo(rank=MISSING, source=str(path))
         self.names: dict[str, int] = {}
@@ -189,7 +193,10 @@ class ColumnBuilder:
         self._rare_columns(sparse, args)
         self._shape_messages(sparse, cols["name"], chunk)
         for key, column in cols.items():
-            self._parts[key].append(column)
+            if self._spill is None:
+                self._parts[key].append(column)
+            else:
+                self._write_spilled(key, column)
         for key, (rows, values) in sparse.items():
             if len(rows):
                 self._sparse[key].append((rows + self.n_rows, values))
@@ -279,8 +286,29 @@ class ColumnBuilder:
     def finish(self, rank_hint: int | None) -> FileTable:
         return join_parts(str(self.path), [self.part()], self.info, rank_hint)
 
+    def _write_spilled(self, key: str, column: np.ndarray) -> None:
+        out = self._spilled.get(key)
+        if out is None:
+            assert self._spill is not None
+            out = self._spilled[key] = open(self._spill / key, "wb")  # noqa: SIM115 (closed in part())
+        column.astype(_DTYPES[key], copy=False).tofile(out)
+
     def part(self) -> PartTable:
-        """The columns built so far, with this builder's own symbols (see join_parts); the builder is spent."""
+        """The columns built so far, with this builder's own symbols (see join_parts); the builder is spent.
+        In spill mode the dense columns are files and the sparse ones stay (rows, values) pieces."""
+        if self._spill is not None:
+            for out in self._spilled.values():
+                out.close()
+            columns: dict[str, Any] = {}
+            for key, dtype in _DTYPES.items():
+                if key in _SPARSE:
+                    columns[key] = SparseColumn(self._sparse.pop(key))
+                else:
+                    columns[key] = SpilledColumn(str(self._spill / key), dtype, self.n_rows)
+            arg_strings = {key: list(strings) for key, strings in self._arg_strings.items()}
+            return PartTable(
+                list(self.names), list(self.cats), arg_strings, columns, self.n_events, self.n_rows
+            )
         columns = {}
         for key, dtype in _DTYPES.items():
             if key in _SPARSE:
@@ -293,25 +321,44 @@ class ColumnBuilder:
                 del parts  # the chunks' arrays go as soon as their column is joined
             columns[key] = column.astype(dtype, copy=False)
         arg_strings = {key: list(strings) for key, strings in self._arg_strings.items()}
-        return PartTable(list(self.names), list(self.cats), arg_strings, columns, self.n_events)
+        return PartTable(list(self.names), list(self.cats), arg_strings, columns, self.n_events, self.n_rows)
+
+
+@dataclass
+class SpilledColumn:
+    """A dense column written to a file (raw values of `dtype`, `rows` of them)."""
+
+    path: str
+    dtype: str
+    rows: int
+
+
+@dataclass
+class SparseColumn:
+    """A column that is -1 but on the rows of its (rows, values) pieces."""
+
+    pieces: list[tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass
 class PartTable:
     """The columns of a stretch of a file's events with the symbols of that stretch: `names` (event names),
-    `cats`, and by string arg the strings its `args_<key>` column indexes."""
+    `cats`, and by string arg the strings its `args_<key>` column indexes. Columns are arrays, or (from a
+    spilling builder) SpilledColumn / SparseColumn."""
 
     names: list[str]
     cats: list[str]
     arg_strings: dict[str, list[str]]
-    columns: dict[str, np.ndarray]
+    columns: dict[str, Any]
     n_events: int
+    n_rows: int
 
 
 def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int | None) -> FileTable:
     """One file's table from the tables of its stretches, in file order: the same table one builder reading
     the whole file gives (symbols numbered in order of first appearance; arg strings after every event name,
-    key by key). The parts' columns are freed as they are joined."""
+    key by key). Each column is allocated once and filled part by part; the parts' columns are freed (their
+    files read) as they are joined."""
     names: dict[str, int] = {}
     cats: dict[str, int] = {}
     name_maps = [np.array([names.setdefault(s, len(names)) for s in p.names], dtype=np.int32) for p in parts]
@@ -322,22 +369,46 @@ def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int
             np.array([names.setdefault(s, len(names)) for s in p.arg_strings[key]], dtype=np.int32)
             for p in parts
         ]
+    maps: dict[str, list[np.ndarray]] = {"name": name_maps, "cat": cat_maps}
+    maps |= {f"args_{key}": value for key, value in arg_maps.items()}
+    total = sum(p.n_rows for p in parts)
     columns: dict[str, np.ndarray] = {}
     for key, dtype in _DTYPES.items():
-        pieces = []
+        first = parts[0].columns[key] if len(parts) == 1 else None
+        if isinstance(first, np.ndarray):  # one part in memory: its column as it is, mapped if need be
+            column = parts[0].columns.pop(key)
+            if key in maps:
+                column = _mapped(column, maps[key][0], identity=not key.startswith("args_"))
+            columns[key] = column.astype(dtype, copy=False)
+            continue
+        out = np.full(total, MISSING, dtype=dtype) if key in _SPARSE else np.empty(total, dtype=dtype)
+        at = 0
         for i, p in enumerate(parts):
-            column = p.columns.pop(key)
-            if key == "name":
-                column = _mapped(column, name_maps[i])
-            elif key == "cat":
-                column = _mapped(column, cat_maps[i])
-            elif key.startswith("args_") and key[5:] in STRING_ARGS:
-                column = _mapped(column, arg_maps[key[5:]][i], identity=False)
-            pieces.append(column)
-        columns[key] = (pieces[0] if len(pieces) == 1 else np.concatenate(pieces)).astype(dtype, copy=False)
-        del pieces
+            _fill(out, at, p.columns.pop(key))
+            if key in maps:
+                mapping = maps[key][i]
+                if not (key in ("name", "cat") and np.array_equal(mapping, np.arange(len(mapping)))):
+                    view = out[at : at + p.n_rows]
+                    view[:] = np.append(mapping, np.int32(MISSING))[view] if len(mapping) else view
+            at += p.n_rows
+        columns[key] = out
     declared = info.rank if info.rank != MISSING else rank_hint
     return FileTable(path, list(names), list(cats), columns, info, declared)
+
+
+def _fill(out: np.ndarray, at: int, column: Any) -> None:
+    """Write one part's column into `out` from row `at`."""
+    if isinstance(column, SpilledColumn):
+        view = out[at : at + column.rows]
+        with open(column.path, "rb") as fh:
+            got = fh.readinto(view.view(np.uint8).data)
+        if got != view.nbytes:
+            raise OSError(f"{column.path}: {got} of {view.nbytes} bytes")
+    elif isinstance(column, SparseColumn):
+        for rows, values in column.pieces:
+            out[rows + at] = values
+    else:
+        out[at : at + len(column)] = column
 
 
 def _mapped(codes: np.ndarray, mapping: np.ndarray, *, identity: bool = True) -> np.ndarray:

@@ -18,6 +18,8 @@ Only plain JSON is split: a gzip stream can only be inflated from its start.
 from __future__ import annotations
 
 import multiprocessing
+import shutil
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -83,16 +85,30 @@ def load_file_split(
     stretches = _stretches(p, parts, least) if parts > 1 else None
     if stretches is None:
         return load_file(p, rank_hint, progress, chunk_bytes=chunk_bytes, flows=flows)
-    results = _run(p, stretches, progress, flows, chunk_bytes or CHUNK_BYTES)
+    try:
+        spill = Path(tempfile.mkdtemp(prefix="stepscope-split-"))
+    except OSError:
+        spill = None
+    try:
+        results = _run(p, stretches, progress, flows, chunk_bytes or CHUNK_BYTES, spill)
+        if results is not None:
+            n_events = sum(r.part.n_events for r in results)
+            if n_events > max_events():
+                raise InputError(
+                    p, f"more than {max_events()} events (the limit; {MAX_EVENTS_ENV} raises it)"
+                )
+            header = {**results[0].head, **results[-1].tail}  # keys after the array win, as in one reading
+            info = RankInfo(rank=MISSING, source=str(p))
+            read_header(info, {key: header.get(key) for key in HEADER_FIELDS})
+            try:
+                table = join_parts(str(p), [r.part for r in results], info, rank_hint)
+            except OSError:  # a spilled column could not be read back
+                results = None
+    finally:
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
     if results is None:  # a stretch could not vouch for its text: one process gives the table or the error
         return load_file(p, rank_hint, progress, chunk_bytes=chunk_bytes, flows=flows)
-    n_events = sum(r.part.n_events for r in results)
-    if n_events > max_events():
-        raise InputError(p, f"more than {max_events()} events (the limit; {MAX_EVENTS_ENV} raises it)")
-    header = {**results[0].head, **results[-1].tail}  # keys after the array win, as in one reading
-    info = RankInfo(rank=MISSING, source=str(p))
-    read_header(info, {key: header.get(key) for key in HEADER_FIELDS})
-    table = join_parts(str(p), [r.part for r in results], info, rank_hint)
     _check_times(table, p)
     if progress is not None:
         progress(1.0)
@@ -161,6 +177,7 @@ def _run(
     progress: Callable[[float], None] | None,
     flows: bool,
     chunk_bytes: int,
+    spill: Path | None,
 ) -> list[_StretchResult] | None:
     """The stretches' results in order, each read in a worker process; None when any failed."""
     global _FRACTIONS
@@ -170,7 +187,12 @@ def _run(
     try:
         _FRACTIONS = context.Array("d", len(stretches), lock=False) if method == "fork" else None
         pool = ProcessPoolExecutor(max_workers=len(stretches), mp_context=context)
-        futures = [pool.submit(_read_stretch, str(path), s, flows, chunk_bytes) for s in stretches]
+        futures = [
+            pool.submit(
+                _read_stretch, str(path), s, flows, chunk_bytes, None if spill is None else str(spill)
+            )
+            for s in stretches
+        ]
     except (OSError, RuntimeError):
         return None
     try:
@@ -191,8 +213,12 @@ def _run(
         _FRACTIONS = None
 
 
-def _read_stretch(path: str, stretch: _Stretch, flows: bool, chunk_bytes: int) -> _StretchResult | None:
-    """Worker: the columns of one stretch; None when it cannot vouch for its text (see the module's doc)."""
+def _read_stretch(
+    path: str, stretch: _Stretch, flows: bool, chunk_bytes: int, spill: str | None
+) -> _StretchResult | None:
+    """Worker: the columns of one stretch; None when it cannot vouch for its text (see the module's doc).
+    With `spill` (a folder), its dense columns are written to files there as they are built, so that
+    neither the worker nor the pipe back holds them whole."""
     p = Path(path)
     fractions = _FRACTIONS
 
@@ -204,7 +230,13 @@ def _read_stretch(path: str, stretch: _Stretch, flows: bool, chunk_bytes: int) -
         with open(p, "rb") as fh, gc_paused():
             size = stretch.stop - stretch.start
             text = _Text(fh, size, max_input_bytes(DEFAULT_MAX_TRACE_BYTES), stretch.start, stretch.stop)
-            reader = _ChunkReader(p, text, chunk_bytes, flows, first=stretch.first, last=stretch.last)
+            folder = None
+            if spill is not None:
+                folder = Path(spill) / str(stretch.index)
+                folder.mkdir()
+            reader = _ChunkReader(
+                p, text, chunk_bytes, flows, first=stretch.first, last=stretch.last, spill=folder
+            )
             reader.run(report)
             head = {}
             if stretch.first:

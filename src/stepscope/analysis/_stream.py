@@ -284,6 +284,7 @@ class _ChunkReader:
         *,
         first: bool = True,
         last: bool = True,
+        spill: Path | None = None,
     ) -> None:
         """`first` / `last`: the text is a stretch of the events array (see _split) that holds its start (the
         header keys before it) / its end (the header keys after it); a stretch that is not first begins
@@ -293,7 +294,7 @@ class _ChunkReader:
         self.tail_header: dict[str, Any] = {}  # header keys after the array, those present
         self.text: _Text = text
         self.chunk_bytes = max(chunk_bytes, 1)
-        self.builder = ColumnBuilder(path, flows=flows)
+        self.builder = ColumnBuilder(path, flows=flows, spill=spill)
         self.buf = bytearray(self.chunk_bytes + _LOOKAHEAD + 2 * _OUT_BYTES)
         self.end = 0
         self.strict = True
