@@ -85,8 +85,14 @@ def test_two_ranks_without_delay_have_no_straggler(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # GIVEN 2 ranks doing the same work (every forward sleeps 15 ms: steps of a realistic length)
-    issued = torchrun(tmp_path, 2, "none", 0, 15)
-    doc = analyze_json(Path(issued[0]["run_dir"]), capsys)
+    # (a job is run again once when the first finds a straggler: on 2 oversubscribed CPUs, process scheduling
+    # once made rank 1 last in every step by 3.4 ms, 14% of such short steps, in a clean-clone CI run; a false
+    # straggler that the analysis makes up would show in both jobs)
+    for attempt in range(2):
+        issued = torchrun(tmp_path / f"job{attempt}", 2, "none", 0, 15)
+        doc = analyze_json(Path(issued[0]["run_dir"]), capsys)
+        if doc["straggler"] is None:
+            break
     assert doc["straggler"] is None
     assert "straggler" not in [f["id"] for f in doc["findings"]]
     assert doc["cross_rank"]["alignment"]["method"] == "collectives"
