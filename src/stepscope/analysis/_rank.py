@@ -77,7 +77,9 @@ def prepare_rank(
     notes: list[str] = []
     if steps is not None:
         spans = _steps_between(sub, rank, spans, *steps)
-        notes.append(f"ProfilerStep#{spans.number[0]} to #{spans.number[-1]} analysed (--steps)")
+        first, last = int(spans.number[0]), int(spans.number[-1])
+        which = f"ProfilerStep#{first}" + (f" to #{last}" if last != first else "")
+        notes.append(f"{which} analysed (--steps)")
     gpu_all = gpu_events(sub, comm_patterns)
     n = len(spans)
     if n == 0:
