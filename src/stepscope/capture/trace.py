@@ -236,7 +236,10 @@ class TraceCollector(Collector):
 
     def _end_step_range(self) -> None:
         step_range, self._step_range = self._step_range, None
-        if step_range is not None:
+        # A KeyboardInterrupt can land inside record_function.__enter__ after torch's op ran but before the
+        # handle was kept (`record` still None): exiting it would raise, fail the collector in close, and leave
+        # the profiler running into interpreter exit (a SIGSEGV, about 1 Ctrl-C in 50). Nothing to exit then.
+        if step_range is not None and getattr(step_range, "record", True) is not None:
             step_range.__exit__(None, None, None)
 
     def _finish_window(self, step: int, partial: bool) -> None:
