@@ -378,7 +378,7 @@ def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int
         if isinstance(first, np.ndarray):  # one part in memory: its column as it is, mapped if need be
             column = parts[0].columns.pop(key)
             if key in maps:
-                column = _mapped(column, maps[key][0], identity=not key.startswith("args_"))
+                column = _mapped(column, maps[key][0])
             columns[key] = column.astype(dtype, copy=False)
             continue
         out = np.full(total, MISSING, dtype=dtype) if key in _SPARSE else np.empty(total, dtype=dtype)
@@ -386,10 +386,8 @@ def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int
         for i, p in enumerate(parts):
             _fill(out, at, p.columns.pop(key))
             if key in maps:
-                mapping = maps[key][i]
-                if not (key in ("name", "cat") and np.array_equal(mapping, np.arange(len(mapping)))):
-                    view = out[at : at + p.n_rows]
-                    view[:] = np.append(mapping, np.int32(MISSING))[view] if len(mapping) else view
+                view = out[at : at + p.n_rows]
+                view[:] = _mapped(view, maps[key][i])
             at += p.n_rows
         columns[key] = out
     declared = info.rank if info.rank != MISSING else rank_hint
@@ -411,12 +409,11 @@ def _fill(out: np.ndarray, at: int, column: Any) -> None:
         out[at : at + len(column)] = column
 
 
-def _mapped(codes: np.ndarray, mapping: np.ndarray, *, identity: bool = True) -> np.ndarray:
-    """`mapping[codes]`, -1 staying -1; the codes themselves when `mapping` is the identity."""
-    if identity and np.array_equal(mapping, np.arange(len(mapping))):
+def _mapped(codes: np.ndarray, mapping: np.ndarray) -> np.ndarray:
+    """`mapping[codes]`, -1 staying -1; the codes themselves when `mapping` is the identity (or empty: every
+    code is then -1)."""
+    if np.array_equal(mapping, np.arange(len(mapping))):
         return codes
-    if not len(mapping):
-        return codes  # (no symbol: every code is -1)
     return np.append(mapping, np.int32(MISSING))[codes]
 
 
