@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stepscope.analysis.loader import load_trace
-from stepscope.analysis.summary import SUMMARY_SCHEMA, self_times, summarize
+from stepscope.analysis.summary import SUMMARY_SCHEMA, self_times, summarize, thread_order
 from stepscope.cli import main
 from stepscope.units import short_name as kernel_label
 
@@ -216,3 +216,20 @@ def test_shared_trace_self_times_are_consistent() -> None:
     assert r0.kernel_us == round(int(table.dur[kernels].sum()) / 1000, 3)
     assert sum(k.count for k in summary.ranks[0].kernels) <= int(kernels.sum())
     assert np.isclose(sum(k.pct for k in summarize(table, top=0).ranks[0].kernels), 100.0, atol=0.1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_thread_order_is_the_lexsort_order(seed: int) -> None:
+    # by thread keys, then start, longest first; ties kept as given; constant and varying keys, negative ids
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    start = rng.integers(0, 50 if seed % 2 else 5000, n)
+    start[: n // 2] = np.sort(start[: n // 2])  # partly in order, as traces are
+    end = start + rng.integers(0, 20, n)
+    keys = [
+        np.full(n, 3, dtype=np.int32),
+        rng.choice(np.array([7, -549452224], dtype=np.int64), n),
+        rng.choice(np.array([2910249, 5, -1], dtype=np.int64), n) if seed % 3 else np.full(n, 5),
+    ]
+    expected = np.lexsort((-end, start, *reversed(keys)))
+    assert thread_order(keys, start, end).tolist() == expected.tolist()

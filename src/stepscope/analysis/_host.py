@@ -22,7 +22,7 @@ from stepscope.analysis.steps import (
     STEP_RE,
     region_union,
 )
-from stepscope.analysis.summary import _parents, self_times
+from stepscope.analysis.summary import op_tree, self_times
 from stepscope.analysis.table import MISSING, TraceTable
 
 # The phases of a training step, in the order they run; "other" is the rest of the step.
@@ -166,14 +166,13 @@ def small_top_level_ops(table: TraceTable, lo: int, hi: int, max_ns: int) -> tup
     """Top-level cpu_ops (no enclosing cpu_op on their thread) starting in [lo, hi): (how many, how many are
     shorter than `max_ns`, the time they take). That time is the union of the short ops and of the gaps shorter
     than `max_ns` between consecutive short ops of a thread: the Python that issues them one after another."""
-    ops = np.flatnonzero((table.columns["cat"] == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
+    tree = op_tree(table, ("cpu_op",))
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    if len(ops) == 0:
+    if len(tree.rows) == 0:
         return 0, 0, empty
-    ts, dur = table.columns["ts"][ops], table.columns["dur"][ops]
-    order, new_thread = _by_thread(table, ops, ts, ts + dur)
-    ts, dur = ts[order], dur[order]
-    top = _parents(ts, ts + dur, new_thread) < 0
+    ts, dur = table.columns["ts"][tree.rows], table.columns["dur"][tree.rows]
+    new_thread = tree.new_thread(table)
+    top = tree.parent < 0
     inside = top & (ts >= lo) & (ts < hi)
     small = inside & (dur < max_ns)
     idx = np.flatnonzero(small)
@@ -192,17 +191,6 @@ def _cpu_op_self(table: TraceTable) -> tuple[np.ndarray, np.ndarray]:
     """Rows of cpu_op events and their self time among cpu_ops alone (runtime calls count as the op's own)."""
     rows = np.flatnonzero((table.columns["cat"] == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
     return rows, self_times(table, ("cpu_op",))[rows]
-
-
-def _by_thread(
-    table: TraceTable, rows: np.ndarray, start: np.ndarray, end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Order of `rows` by thread, then start, outermost first; and where each new thread begins in that order."""
-    pid, tid = table.columns["pid"][rows], table.columns["tid"][rows]
-    order = np.lexsort((-end, start, tid, pid))
-    new_thread = np.ones(len(rows), dtype=bool)
-    new_thread[1:] = (np.diff(pid[order]) != 0) | (np.diff(tid[order]) != 0)
-    return order, new_thread
 
 
 def _step_threads(table: TraceTable) -> np.ndarray:

@@ -13,6 +13,7 @@ waiting on the host (`host_bound` / `launch_bound`) and the launch latency betwe
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from stepscope.analysis.distributed import Straggler
 from stepscope.analysis.kernels import MEMORY, MISSING_TS
 from stepscope.analysis.overlap import CommOverlap
 from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct
-from stepscope.analysis.summary import _parents
+from stepscope.analysis.summary import op_tree
 from stepscope.analysis.table import TraceTable
 from stepscope.units import fmt_ms, fmt_ns, fmt_pct
 
@@ -337,23 +338,20 @@ def _enclosing_op(table: TraceTable, rows: np.ndarray) -> tuple[str, int] | None
     is_op = cat[rows] == table.cat_id("cpu_op")
     around = np.where(is_op, rows, -1)
     queries = np.flatnonzero(~is_op)
-    ops = np.flatnonzero((cat == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
+    tree = op_tree(table, ("cpu_op",))
+    ops, parent = tree.rows, tree.parent
     if len(queries) and len(ops):
         # ops by thread, start, longest first; each query starts from the last op that starts no later than
         # it on its thread and climbs that op's ancestors until one ends no earlier than the query
-        order = np.lexsort((-(ts[ops] + dur[ops]), ts[ops], tid[ops]))
-        ops = ops[order]
-        start, end, thread = ts[ops], ts[ops] + dur[ops], tid[ops]
-        fresh = np.ones(len(ops), dtype=bool)
-        fresh[1:] = thread[1:] != thread[:-1]
-        parent = _parents(start, end, fresh)
+        start, end = ts[ops], ts[ops] + dur[ops]
+        pid = table.columns["pid"]
+        bounds = np.append(np.flatnonzero(tree.new_thread(table)), len(ops)).tolist()
         q = rows[queries]
-        q_start, q_end, q_thread = ts[q], ts[q] + dur[q], tid[q]
+        q_start, q_end, q_pid, q_tid = ts[q], ts[q] + dur[q], pid[q], tid[q]
         cand = np.full(len(q), -1, dtype=np.int64)
-        for t in np.unique(q_thread).tolist():
-            lo, hi = np.searchsorted(thread, t, "left"), np.searchsorted(thread, t, "right")
-            mine = q_thread == t
-            if hi > lo:
+        for lo, hi in itertools.pairwise(bounds):
+            mine = (q_pid == pid[ops[lo]]) & (q_tid == tid[ops[lo]])
+            if mine.any():
                 at = np.searchsorted(start[lo:hi], q_start[mine], "right") - 1
                 cand[mine] = np.where(at >= 0, at + lo, -1)
         while True:

@@ -10,6 +10,7 @@ parent's end counts only up to that end, and self time is never negative. `pytho
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -94,42 +95,96 @@ def self_times(table: TraceTable, categories: tuple[str, ...] = CPU_OP_CATEGORIE
     is shared: do not modify it)."""
     cached = table.row_cache.get(("self_times", categories))
     if cached is not None and len(cached) == len(table):
-        return cached
+        return cached  # type: ignore[no-any-return]
     out = _self_times(table, categories)
     out.flags.writeable = False
     table.row_cache[("self_times", categories)] = out
     return out
 
 
+@dataclass(frozen=True)
+class OpTree:
+    """The complete events of some categories in the order of `thread_order`, with each one's innermost
+    enclosing event among them (what one pass with a stack of the open events gives, thread by thread)."""
+
+    rows: np.ndarray  # table rows, in that order
+    parent: np.ndarray  # position in `rows` of the enclosing event, -1 for none
+
+    def new_thread(self, table: TraceTable) -> np.ndarray:
+        """True where a thread's events begin in `rows`."""
+        return _new_thread([table.columns[k][self.rows] for k in _THREAD_KEYS])
+
+
+_THREAD_KEYS = ("rank", "pid", "tid")
+
+
+def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
+    """The `OpTree` of the events of `categories` (computed once per table and categories; do not modify)."""
+    key = ("op_tree", categories)
+    cached = table.row_cache.get(key)
+    if isinstance(cached, OpTree):
+        return cached
+    rows = np.flatnonzero((table.columns["ph"] == ord("X")) & table.cat_mask(*categories))
+    start = table.columns["ts"][rows]
+    end = start + table.columns["dur"][rows]
+    keys = [table.columns[k][rows] for k in _THREAD_KEYS]
+    order = thread_order(keys, start, end)
+    keys = [k[order] for k in keys]
+    tree = OpTree(rows[order], _parents(start[order], end[order], _new_thread(keys)))
+    tree.rows.flags.writeable = tree.parent.flags.writeable = False
+    table.row_cache[key] = tree
+    return tree
+
+
+def thread_order(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The order of events by thread (`keys`, most significant first), then start, then longest first:
+    np.lexsort((-end, start, *reversed(keys))), but cheaper on what traces hold (events almost in order of
+    start, few threads): stable sorts of the start, then of each thread key that is not constant."""
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    tie = s[1:] == s[:-1]
+    if tie.any():  # events starting together: longest first
+        tied = np.zeros(len(s), dtype=bool)
+        tied[1:] = tie
+        tied[:-1] |= tie
+        at = np.flatnonzero(tied)
+        order[at] = order[at][np.lexsort((-end[order[at]], s[at]))]
+    del s, tie
+    for key in reversed(keys):
+        if len(key) and key.min() != key.max():
+            order = order[np.argsort(key[order], kind="stable")]
+    return order
+
+
+def _new_thread(keys: list[np.ndarray]) -> np.ndarray:
+    """True where a thread's events begin, in an order grouped by thread (`keys`: the thread columns)."""
+    n = len(keys[0]) if keys else 0
+    new = np.zeros(n, dtype=bool)
+    if n:
+        new[0] = True
+        for key in keys:
+            new[1:] |= key[1:] != key[:-1]
+    return new
+
+
 def _self_times(table: TraceTable, categories: tuple[str, ...]) -> np.ndarray:
     out = np.zeros(len(table), dtype=np.int64)
-    rows = np.flatnonzero((table.ph == ord("X")) & table.cat_mask(*categories))
-    if len(rows) == 0:
+    tree = op_tree(table, categories)
+    if len(tree.rows) == 0:
         return out
     # (temporaries are dropped as soon as they are used: on a big trace each is tens of MB)
-    start = table.ts[rows]
-    end = start + table.dur[rows]
-    rank, pid, tid = table.rank[rows], table.pid[rows], table.tid[rows]
-    order = np.lexsort((-end, start, tid, pid, rank))  # by thread, then start, outermost first
-    rows = rows[order]
-    start, end = start[order], end[order]
-    new_thread = np.zeros(len(rows), dtype=bool)
-    new_thread[0] = True
-    for key in (rank, pid, tid):
-        new_thread[1:] |= np.diff(key[order]) != 0
-    del rank, pid, tid, order
-    parent = _parents(start, end, new_thread)
-    del new_thread
-    child = np.flatnonzero(parent >= 0)
-    parent = parent[child]
+    start = table.columns["ts"][tree.rows]
+    end = start + table.columns["dur"][tree.rows]
+    child = np.flatnonzero(tree.parent >= 0)
+    parent = tree.parent[child]
     inside = np.minimum(end[child], end[parent]) - start[child]
     del child
-    children_ns = np.zeros(len(rows), dtype=np.int64)
+    children_ns = np.zeros(len(start), dtype=np.int64)
     np.add.at(children_ns, parent, inside)
     del parent, inside
     end -= start
     end -= children_ns
-    out[rows] = np.maximum(end, 0)
+    out[tree.rows] = np.maximum(end, 0)
     return out
 
 
@@ -164,26 +219,28 @@ def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     n = len(s)
     lasting = e > s  # only an interval with a duration can hold another
     before: np.ndarray = np.cumsum(lasting) - lasting  # lasting intervals earlier in the order
-    ended = np.searchsorted(np.sort(e[lasting]), s, side="right")  # lasting ones ended by each start
+    # (the sorts are stable: timsort and radix sort are quick on what is almost in order, or small ints)
+    ended = np.searchsorted(
+        np.sort(e[lasting], kind="stable"), s, side="right"
+    )  # lasting ones ended by each start
     depth = before - ended
-    # the parent: the last earlier lasting interval of depth - 1
-    index = np.arange(n, dtype=np.int64)
-    key = depth * (n + 1) + index
-    candidates = np.sort(key[lasting])
+    del before, ended
+    # the parent: the last earlier lasting interval of depth - 1. By depth, then position: `key`, ascending
+    by_depth = np.argsort(depth.astype(np.int16) if depth.max() < 2**15 else depth, kind="stable")
+    key = depth[by_depth] * (n + 1) + by_depth
+    candidates = key[lasting[by_depth]]
     if not len(candidates):  # nothing lasts: nothing holds anything
         return np.full(n, -1, dtype=np.int64)
-    del before, ended, key
-    at = np.searchsorted(candidates, (depth - 1) * (n + 1) + index, side="left") - 1
-    del index
-    parent = np.full(n, -1, dtype=np.int64)
-    ok = (at >= 0) & (depth > 0)
+    at = np.searchsorted(candidates, key - (n + 1), side="left") - 1
     hit = candidates[np.maximum(at, 0)]
-    del at, candidates
-    ok &= hit // (n + 1) == depth - 1
-    parent[ok] = hit[ok] % (n + 1)
-    if ((depth > 0) & ~ok).any():
+    ok = (at >= 0) & (hit // (n + 1) == key // (n + 1) - 1)
+    del at, key
+    parent = np.full(n, -1, dtype=np.int64)
+    parent[by_depth[ok]] = hit[ok] % (n + 1)
+    del hit, ok, by_depth
+    if ((depth > 0) & (parent < 0)).any():
         return None
-    del hit, ok, depth
+    del depth
     # check that this tree nests: each interval inside its parent (and opened while it is open), siblings
     # (the same parent, in order of start) apart from each other
     child = np.flatnonzero(parent >= 0)

@@ -131,8 +131,8 @@ class TraceTable:
     symbol_cache: dict[Any, tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False, compare=False
     )
-    # per-row results computed once for this table's rows (see summary.self_times); not shared by `select`
-    row_cache: dict[Any, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    # results about this table's rows computed once (see summary.self_times); not shared by `select`
+    row_cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.columns["ts"])
