@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.analysis import _intervals as iv
+from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis.comm_names import cpu_collective
 from stepscope.analysis.steps import (
     AUTOGRAD_RE,
@@ -92,7 +93,7 @@ def ops_during(table: TraceTable, within: iv.Intervals, top: int = 3) -> list[Op
     share = np.where(dur > 0, self_ns / np.maximum(dur, 1), 0.0)
     inside = (covered * share)[hit]
     names = table.columns["name"][rows][hit]
-    uniq, inverse = np.unique(names, return_inverse=True)
+    uniq, inverse = unique_inverse(names)
     total = np.bincount(inverse, weights=inside)
     calls = np.bincount(inverse)
     durs = np.bincount(inverse, weights=dur[hit])
@@ -196,7 +197,7 @@ def _cpu_op_self(table: TraceTable) -> tuple[np.ndarray, np.ndarray]:
 def _step_threads(table: TraceTable) -> np.ndarray:
     steps = table.names_matching(lambda n: STEP_RE.match(n) is not None, key="profiler_step_any")
     rows = np.flatnonzero(steps[table.columns["name"]] & (table.columns["ph"] == _X))
-    return np.unique(table.columns["tid"][rows])
+    return unique_inverse(table.columns["tid"][rows])[0]
 
 
 __all__ = [

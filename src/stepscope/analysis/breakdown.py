@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import _intervals as iv
+from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis.kernels import COMPUTATION, KIND_NAMES, GpuEvents
 from stepscope.analysis.steps import ns_to_us, pct
 
@@ -112,7 +113,7 @@ def top_kernels(gpu: GpuEvents, n: int = 10) -> list[TopKernel]:
     if len(gpu) == 0:
         return []
     dur = gpu.end - gpu.start
-    ids, inverse = np.unique(gpu.name, return_inverse=True)
+    ids, inverse = unique_inverse(gpu.name)
     total = np.bincount(inverse, weights=dur).astype(np.int64)
     count = np.bincount(inverse)
     everything = int(dur.sum())

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis._rank import RankData, RankSummary
 from stepscope.analysis._stats import quantile
 from stepscope.analysis.collectives import Instances
@@ -474,7 +475,7 @@ def summarize_rank(data: RankData, *, ops: bool = True) -> RankSummary:
     codes = table.columns["name"][rows]
     kept = [
         code
-        for code in np.unique(codes).tolist()
+        for code in unique_inverse(codes)[0].tolist()
         if not (STEP_RE.match(name := table.names[code]) or cpu_collective(name) or "wait" in name.lower())
     ]
     index = np.full(len(table.names) + 1, -1, dtype=np.int64)

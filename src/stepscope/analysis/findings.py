@@ -22,6 +22,7 @@ import numpy as np
 
 from stepscope.analysis import _host
 from stepscope.analysis import _intervals as iv
+from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis._rank import RankData, RankSummary
 from stepscope.analysis._stats import quantile
 from stepscope.analysis.breakdown import Temporal
@@ -363,7 +364,8 @@ def _enclosing_op(table: TraceTable, rows: np.ndarray) -> tuple[str, int] | None
         around[queries] = np.where(cand >= 0, ops[np.maximum(cand, 0)], q)
     elif len(queries):
         around[queries] = rows[queries]
-    codes, counts = np.unique(table.columns["name"][around], return_counts=True)
+    codes, inverse = unique_inverse(table.columns["name"][around])
+    counts = np.bincount(inverse)
     found: dict[str, int] = {}
     for code, n in zip(codes.tolist(), counts.tolist(), strict=True):
         name = table.names[code]

@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import _intervals as iv
+from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis.kernels import MISSING_TS, GpuEvents
 from stepscope.analysis.steps import ns_to_us
 
@@ -37,17 +38,22 @@ def idle_by_stream(gpu: GpuEvents) -> list[StreamIdle]:
     """One row per (device, stream), streams in order of their busy time (largest first)."""
     if len(gpu) == 0:
         return []
-    keys = np.stack((gpu.device, gpu.stream), axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    order = np.lexsort((gpu.start, inverse))  # grouped by stream, by start inside a stream
+    # (device, stream) as one code, ordered as the pairs are
+    devices, device_code = unique_inverse(gpu.device)
+    streams, stream_code = unique_inverse(gpu.stream)
+    uniq, inverse = unique_inverse(device_code * len(streams) + stream_code)
+    del devices, device_code, streams, stream_code
+    # grouped by stream, by start inside a stream (stable sorts: starts come almost in order)
+    order = np.argsort(gpu.start, kind="stable")
+    order = order[
+        np.argsort(inverse[order].astype(np.int16) if len(uniq) < 2**15 else inverse[order], kind="stable")
+    ]
     bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
     rows = []
     for k in range(len(uniq)):
         sel = order[bounds[k] : bounds[k + 1]]
-        rows.append(
-            _one_stream(int(uniq[k, 0]), int(uniq[k, 1]), gpu.start[sel], gpu.end[sel], gpu.launch[sel])
-        )
+        device, stream = int(gpu.device[sel[0]]), int(gpu.stream[sel[0]])
+        rows.append(_one_stream(device, stream, gpu.start[sel], gpu.end[sel], gpu.launch[sel]))
     rows.sort(key=lambda r: (-r.busy_us, r.device, r.stream))
     return rows
 

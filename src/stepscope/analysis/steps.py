@@ -13,6 +13,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import _intervals as iv
+from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis.table import MISSING, TraceTable
 
 STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
@@ -83,7 +84,7 @@ def find_steps(table: TraceTable) -> StepSpans:
     )
     start = table.columns["ts"][rows]
     end = start + table.columns["dur"][rows]
-    uniq, inverse = np.unique(numbers, return_inverse=True)
+    uniq, inverse = unique_inverse(numbers)
     first = np.full(len(uniq), np.iinfo(np.int64).max)
     last = np.full(len(uniq), np.iinfo(np.int64).min)
     np.minimum.at(first, inverse, start)
