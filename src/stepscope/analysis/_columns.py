@@ -40,8 +40,10 @@ from stepscope.analysis.table import (
     OLD_CATEGORIES,
     OUT_OF_RANGE_NS,
     SHAPED_RANGE_RE,
+    SPARSE_COLUMNS,
     STRING_ARGS,
     RankInfo,
+    SparseColumn,
     _as_int,
     _id_as_int,
     shapes_message,
@@ -302,7 +304,7 @@ class ColumnBuilder:
             columns: dict[str, Any] = {}
             for key, dtype in _DTYPES.items():
                 if key in _SPARSE:
-                    columns[key] = SparseColumn(self._sparse.pop(key))
+                    columns[key] = SparsePieces(self._sparse.pop(key))
                 else:
                     columns[key] = SpilledColumn(str(self._spill / key), dtype, self.n_rows)
             arg_strings = {key: list(strings) for key, strings in self._arg_strings.items()}
@@ -311,6 +313,9 @@ class ColumnBuilder:
             )
         columns = {}
         for key, dtype in _DTYPES.items():
+            if key in SPARSE_COLUMNS:
+                columns[key] = _sparse_column(self.n_rows, self._sparse.pop(key), dtype)
+                continue
             if key in _SPARSE:
                 column = np.full(self.n_rows, MISSING, dtype=dtype)
                 for rows, values in self._sparse.pop(key):
@@ -334,7 +339,7 @@ class SpilledColumn:
 
 
 @dataclass
-class SparseColumn:
+class SparsePieces:
     """A column that is -1 but on the rows of its (rows, values) pieces."""
 
     pieces: list[tuple[np.ndarray, np.ndarray]]
@@ -344,7 +349,7 @@ class SparseColumn:
 class PartTable:
     """The columns of a stretch of a file's events with the symbols of that stretch: `names` (event names),
     `cats`, and by string arg the strings its `args_<key>` column indexes. Columns are arrays, or (from a
-    spilling builder) SpilledColumn / SparseColumn."""
+    spilling builder) SpilledColumn / SparsePieces."""
 
     names: list[str]
     cats: list[str]
@@ -374,6 +379,10 @@ def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int
     total = sum(p.n_rows for p in parts)
     columns: dict[str, np.ndarray] = {}
     for key, dtype in _DTYPES.items():
+        if key in SPARSE_COLUMNS:
+            pieces = [(p.columns.pop(key), p.n_rows) for p in parts]
+            columns[key] = _joined_sparse(pieces, maps.get(key), dtype)  # type: ignore[assignment]  # reads as one
+            continue
         first = parts[0].columns[key] if len(parts) == 1 else None
         if isinstance(first, np.ndarray):  # one part in memory: its column as it is, mapped if need be
             column = parts[0].columns.pop(key)
@@ -394,6 +403,31 @@ def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int
     return FileTable(path, list(names), list(cats), columns, info, declared)
 
 
+def _sparse_column(n: int, pieces: list[tuple[np.ndarray, np.ndarray]], dtype: str) -> SparseColumn:
+    """A SparseColumn of `n` rows from (rows, values) pieces."""
+    if not pieces:
+        return SparseColumn(n, np.zeros(0, np.int64), np.zeros(0, dtype=dtype))
+    rows = np.concatenate([r for r, _ in pieces])
+    values = np.concatenate([v for _, v in pieces]).astype(dtype, copy=False)
+    return SparseColumn(n, rows, values)
+
+
+def _joined_sparse(parts: list[tuple[Any, int]], maps: list[np.ndarray] | None, dtype: str) -> SparseColumn:
+    """One SparseColumn from the parts' columns (in memory: SparseColumn; spilled: SparsePieces) and their
+    numbers of rows, string codes mapped."""
+    pieces: list[tuple[np.ndarray, np.ndarray]] = []
+    at = 0
+    for i, (column, n_rows) in enumerate(parts):
+        if isinstance(column, SparsePieces):
+            column = _sparse_column(n_rows, column.pieces, dtype)
+        values = column.values.astype(dtype, copy=False)
+        if maps is not None and len(values):
+            values = _mapped(values, maps[i])
+        pieces.append((column.rows + at, values))
+        at += n_rows
+    return _sparse_column(at, pieces, dtype)
+
+
 def _fill(out: np.ndarray, at: int, column: Any) -> None:
     """Write one part's column into `out` from row `at`."""
     if isinstance(column, SpilledColumn):
@@ -402,7 +436,7 @@ def _fill(out: np.ndarray, at: int, column: Any) -> None:
             got = fh.readinto(view.view(np.uint8).data)
         if got != view.nbytes:
             raise OSError(f"{column.path}: {got} of {view.nbytes} bytes")
-    elif isinstance(column, SparseColumn):
+    elif isinstance(column, SparsePieces):
         for rows, values in column.pieces:
             out[rows + at] = values
     else:

@@ -17,7 +17,16 @@ import numpy as np
 
 from stepscope.analysis._split import load_file_split
 from stepscope.analysis._stream import FileTable, load_file
-from stepscope.analysis.table import COLUMNS, INT_ARGS, MISSING, STRING_ARGS, RankInfo, TraceTable
+from stepscope.analysis.table import (
+    COLUMNS,
+    INT_ARGS,
+    MISSING,
+    STRING_ARGS,
+    RankInfo,
+    SparseColumn,
+    TraceTable,
+    concatenate_columns,
+)
 from stepscope.errors import InputError
 
 __all__ = ["load_trace", "run_folders", "trace_files"]
@@ -376,7 +385,8 @@ def _merge(tables: list[FileTable]) -> TraceTable:
         if not first:
             columns["cat"] = cat_map[columns["cat"]]
             for key in ("name", *(f"args_{k}" for k in STRING_ARGS)):
-                columns[key] = name_map[columns[key]]
+                column = columns[key]
+                columns[key] = column.map(name_map) if isinstance(column, SparseColumn) else name_map[column]
         for key, column in columns.items():
             parts.setdefault(key, []).append(column)
         notices.extend(t.notices)
@@ -390,9 +400,9 @@ def _merge(tables: list[FileTable]) -> TraceTable:
     return TraceTable(list(names), list(cats), merged, ranks, notices)
 
 
-def _join(parts: list[np.ndarray], dtype: str) -> np.ndarray:
+def _join(parts: list[Any], dtype: str) -> Any:
     """One column from the files' parts (a single file's column is used as it is, not copied)."""
-    column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0)
+    column = parts[0] if len(parts) == 1 else concatenate_columns(parts) if parts else np.zeros(0)
     return column.astype(dtype, copy=False)
 
 

@@ -51,23 +51,26 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "correlation": ("int64", "args.correlation (runtime call <-> GPU activity), else -1"),
     "bytes": (
         "int64",
-        "args.bytes of GPU activities (memcpy/memset; collective kernels when given), else -1",
+        "args.bytes of GPU activities (memcpy/memset; collective kernels when given), else -1 (sparse)",
     ),
 }
 
-# String-valued args kept per row as an index into `names` (-1 when absent): "args_<key>" columns.
+# String-valued args kept per row as an index into `names` (-1 when absent): "args_<key>" columns (sparse).
 STRING_ARGS: dict[str, str] = {
     "collective": "Collective name",  # record_param_comms and NCCL kernels
     "dtype": "dtype",
     "pg_name": "Process Group Name",
 }
-# Integer args kept per row (-1 when absent). On gloo/mpi/ucc ranges (`gloo:all_reduce`) without them,
+# Integer args kept per row (-1 when absent; sparse). On gloo/mpi/ucc ranges (`gloo:all_reduce`) without them,
 # `args_in_nelems` / `args_dtype` come from the recorded shapes instead (see shapes_message).
 INT_ARGS: dict[str, str] = {
     "in_nelems": "In msg nelems",
     "out_nelems": "Out msg nelems",
     "group_size": "Group size",
 }
+# Columns -1 on almost every row, kept as a SparseColumn (the rows that have a value, and the values): the
+# args of collectives and the bytes of GPU memory activities.
+SPARSE_COLUMNS = frozenset({"bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
 # Args read only on the ranges a CPU communication backend opens around each collective (`gloo:all_reduce`):
 # traces recorded with record_shapes give their tensors there, the only message size gloo leaves.
 RAW_ARGS: dict[str, str] = {"input_dims": "Input Dims", "input_type": "Input type"}
@@ -103,6 +106,135 @@ def shapes_message(dims: Any, types: Any) -> tuple[int, str | None] | None:
     if isinstance(first, str) and first and first not in ("TensorList", "Tensor", "Scalar", "ScalarList"):
         dtype = first
     return total, dtype
+
+
+class SparseColumn:
+    """An integer column that is -1 (MISSING) but on a few rows: those rows, ascending, and their values.
+
+    It reads like the numpy column it stands for: `column[row]` is a value, `column[rows]` (an array of row
+    numbers) a numpy array, np.asarray(column) the whole column, comparisons give boolean arrays. A boolean
+    mask or a slice gives a SparseColumn of the rows kept (what `TraceTable.select` does to every column)."""
+
+    __slots__ = ("n", "rows", "values")
+    __hash__ = None  # type: ignore[assignment]
+    ndim = 1
+
+    def __init__(self, n: int, rows: np.ndarray, values: np.ndarray) -> None:
+        self.n = int(n)
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.values = np.asarray(values)
+        if len(self.rows) > 1 and (np.diff(self.rows) <= 0).any():
+            order = np.argsort(self.rows, kind="stable")
+            self.rows, self.values = self.rows[order], self.values[order]
+
+    @classmethod
+    def of(cls, dense: np.ndarray) -> SparseColumn:
+        rows = np.flatnonzero(dense != MISSING)
+        return cls(len(dense), rows, dense[rows])
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.values.dtype
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.n,)
+
+    @property
+    def size(self) -> int:
+        return self.n
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes + self.values.nbytes)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"SparseColumn(n={self.n}, {len(self.rows)} set, dtype={self.dtype})"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.full(self.n, MISSING, dtype=self.dtype)
+        out[self.rows] = self.values
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def tolist(self) -> list[Any]:
+        return np.asarray(self).tolist()
+
+    def astype(self, dtype: Any, copy: bool = True) -> SparseColumn:
+        if not copy and np.dtype(dtype) == self.dtype:
+            return self
+        return SparseColumn(self.n, self.rows, self.values.astype(dtype))
+
+    def map(self, lookup: np.ndarray) -> SparseColumn:
+        """The column with each value v replaced by lookup[v] (codes renumbered)."""
+        return SparseColumn(self.n, self.rows, lookup[self.values])
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (int, np.integer)):
+            row = int(key) + self.n if key < 0 else int(key)
+            if not 0 <= row < self.n:
+                raise IndexError(f"index {int(key)} is out of bounds for a column of {self.n} rows")
+            at = int(np.searchsorted(self.rows, row))
+            if at < len(self.rows) and self.rows[at] == row:
+                return self.values[at]
+            return self.dtype.type(MISSING)
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.n)
+            if step != 1:
+                return np.asarray(self)[key]
+            stop = max(stop, start)
+            lo, hi = np.searchsorted(self.rows, [start, stop])
+            return SparseColumn(stop - start, self.rows[lo:hi] - start, self.values[lo:hi])
+        key = np.asarray(key)
+        if key.dtype == bool:
+            if key.shape != (self.n,):
+                raise IndexError(f"a mask of {key.shape} for a column of {self.n} rows")
+            kept = key[self.rows]
+            new_rows = np.cumsum(key, dtype=np.int64)[self.rows[kept]] - 1
+            return SparseColumn(int(np.count_nonzero(key)), new_rows, self.values[kept])
+        rows = np.where(key < 0, key + self.n, key).astype(np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.n):
+            raise IndexError(f"an index out of bounds for a column of {self.n} rows")
+        if not len(self.rows):
+            return np.full(key.shape, MISSING, dtype=self.dtype)
+        at = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
+        return np.where(self.rows[at] == rows, self.values[at], self.dtype.type(MISSING))
+
+    def _compare(self, other: Any, op: Any) -> np.ndarray:
+        return op(np.asarray(self), np.asarray(other) if isinstance(other, SparseColumn) else other)  # type: ignore[no-any-return]
+
+    def __eq__(self, other: Any) -> np.ndarray:  # type: ignore[override]
+        return self._compare(other, np.equal)
+
+    def __ne__(self, other: Any) -> np.ndarray:  # type: ignore[override]
+        return self._compare(other, np.not_equal)
+
+    def __lt__(self, other: Any) -> np.ndarray:
+        return self._compare(other, np.less)
+
+    def __le__(self, other: Any) -> np.ndarray:
+        return self._compare(other, np.less_equal)
+
+    def __gt__(self, other: Any) -> np.ndarray:
+        return self._compare(other, np.greater)
+
+    def __ge__(self, other: Any) -> np.ndarray:
+        return self._compare(other, np.greater_equal)
+
+
+def concatenate_columns(parts: list[Any]) -> Any:
+    """np.concatenate of columns, SparseColumns staying sparse."""
+    if not any(isinstance(p, SparseColumn) for p in parts):
+        return np.concatenate(parts)
+    sparse = [p if isinstance(p, SparseColumn) else SparseColumn.of(p) for p in parts]
+    offsets = np.cumsum([0, *(p.n for p in sparse)])
+    return SparseColumn(
+        int(offsets[-1]),
+        np.concatenate([p.rows + at for p, at in zip(sparse, offsets[:-1].tolist(), strict=True)]),
+        np.concatenate([p.values for p in sparse]),
+    )
 
 
 @dataclass
