@@ -125,13 +125,17 @@ def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
     cached = table.row_cache.get(key)
     if isinstance(cached, OpTree):
         return cached
-    rows = np.flatnonzero((table.columns["ph"] == ord("X")) & table.cat_mask(*categories))
+    # (on a big trace every array here is tens of MB: each goes as soon as it is used, indices are int32)
+    index = np.int32 if len(table) < 2**31 else np.int64
+    rows = np.flatnonzero((table.columns["ph"] == ord("X")) & table.cat_mask(*categories)).astype(index)
     start = table.columns["ts"][rows]
     end = start + table.columns["dur"][rows]
-    keys = [table.columns[k][rows] for k in _THREAD_KEYS]
+    keys = [key for key in (table.columns[k][rows] for k in _THREAD_KEYS) if len(key) and key.min() != key.max()]
     order = thread_order(keys, start, end)
-    keys = [k[order] for k in keys]
-    tree = OpTree(rows[order], _parents(start[order], end[order], _new_thread(keys)))
+    rows, start, end = rows[order], start[order], end[order]
+    new_thread = _new_thread([k[order] for k in keys]) if keys else _new_thread([np.zeros(len(rows), np.int8)])
+    del keys, order
+    tree = OpTree(rows, _parents(start, end, new_thread).astype(index))
     tree.rows.flags.writeable = tree.parent.flags.writeable = False
     table.row_cache[key] = tree
     return tree
@@ -219,26 +223,32 @@ def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     """`_parents` of one thread's intervals when they nest; None when they do not."""
     n = len(s)
     lasting = e > s  # only an interval with a duration can hold another
-    before: np.ndarray = np.cumsum(lasting) - lasting  # lasting intervals earlier in the order
-    # (the sorts are stable: timsort and radix sort are quick on what is almost in order, or small ints)
-    ended = np.searchsorted(
-        np.sort(e[lasting], kind="stable"), s, side="right"
-    )  # lasting ones ended by each start
-    depth = before - ended
-    del before, ended
+    # (the sorts are stable: timsort and radix sort are quick on what is almost in order, or small ints;
+    # temporaries are n long and go as soon as they are used)
+    ends = np.sort(e[lasting], kind="stable")
+    depth = np.searchsorted(ends, s, side="right")  # lasting ones ended by each start
+    del ends
+    before = np.cumsum(lasting) - lasting  # lasting intervals earlier in the order
+    np.subtract(before, depth, out=depth)  # the depth: lasting ones still open
+    del before
     # the parent: the last earlier lasting interval of depth - 1. By depth, then position: `key`, ascending
     by_depth = np.argsort(depth.astype(np.int16) if depth.max() < 2**15 else depth, kind="stable")
     key = depth[by_depth] * (n + 1) + by_depth
     candidates = key[lasting[by_depth]]
     if not len(candidates):  # nothing lasts: nothing holds anything
         return np.full(n, -1, dtype=np.int64)
-    at = np.searchsorted(candidates, key - (n + 1), side="left") - 1
-    hit = candidates[np.maximum(at, 0)]
-    ok = (at >= 0) & (hit // (n + 1) == key // (n + 1) - 1)
-    del at, key
+    key -= n + 1
+    at = np.searchsorted(candidates, key, side="left")
+    del key
+    at -= 1
+    found = at >= 0
+    np.maximum(at, 0, out=at)
+    hit = candidates[at]
+    del at, candidates
+    found &= hit // (n + 1) == depth[by_depth] - 1
     parent = np.full(n, -1, dtype=np.int64)
-    parent[by_depth[ok]] = hit[ok] % (n + 1)
-    del hit, ok, by_depth
+    parent[by_depth[found]] = hit[found] % (n + 1)
+    del hit, found, by_depth
     if ((depth > 0) & (parent < 0)).any():
         return None
     del depth
