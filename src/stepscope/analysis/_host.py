@@ -36,6 +36,7 @@ PHASE_LABELS = {
     "other": "other code (outside the annotated phases)",
 }
 _X = ord("X")
+_BATCH = 1 << 18  # ops per batch where a pass over all of them makes n-long temporaries
 
 
 def phase_unions(table: TraceTable, lo: int, hi: int) -> dict[str, iv.Intervals]:
@@ -84,19 +85,25 @@ def ops_during(table: TraceTable, within: iv.Intervals, top: int = 3) -> list[Op
     rows, self_ns = _cpu_op_self(table)
     if len(rows) == 0 or len(within[0]) == 0:
         return []
-    start = table.columns["ts"][rows]
-    dur = table.columns["dur"][rows]
-    covered = iv.covered_within(within, start, start + dur)
-    hit = covered > 0
-    if not hit.any():
+    ts, durations, codes = table.columns["ts"], table.columns["dur"], table.columns["name"]
+    # a batch of ops at a time: the temporaries of a big trace's ops would be hundreds of MB
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (name, inside, dur) of the ops inside
+    for at in range(0, len(rows), _BATCH):
+        batch = rows[at : at + _BATCH]
+        start, dur = ts[batch], durations[batch]
+        covered = iv.covered_within(within, start, start + dur)
+        hit = covered > 0
+        if hit.any():
+            share = np.where(dur > 0, self_ns[at : at + _BATCH] / np.maximum(dur, 1), 0.0)
+            found.append((codes[batch][hit], (covered * share)[hit], dur[hit]))
+    if not found:
         return []
-    share = np.where(dur > 0, self_ns / np.maximum(dur, 1), 0.0)
-    inside = (covered * share)[hit]
-    names = table.columns["name"][rows][hit]
+    names, inside, dur = (np.concatenate(column) for column in zip(*found, strict=True))
+    del found
     uniq, inverse = unique_inverse(names)
     total = np.bincount(inverse, weights=inside)
     calls = np.bincount(inverse)
-    durs = np.bincount(inverse, weights=dur[hit])
+    durs = np.bincount(inverse, weights=dur)
     order = np.argsort(-total, kind="stable")[:top]
     return [
         OpTime(table.names[int(uniq[i])], int(total[i]), int(calls[i]), float(durs[i] / calls[i]))

@@ -17,15 +17,25 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     """Union of intervals as disjoint, sorted (starts, ends); touching intervals are joined."""
     if len(starts) == 0:
         return _EMPTY, _EMPTY
-    order = np.argsort(starts, kind="stable")
-    s = np.asarray(starts, dtype=np.int64)[order]
-    e = np.maximum(np.asarray(ends, dtype=np.int64)[order], s)
-    reach = np.maximum.accumulate(e)
+    # (on big inputs every temporary is tens of MB: they are reused or dropped as soon as they are used)
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    if (s[1:] < s[:-1]).any():
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        del order
+    else:
+        e = e.copy()
+    np.maximum(e, s, out=e)
+    reach = np.maximum.accumulate(e, out=e)
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
-    new_group[1:] = s[1:] > reach[:-1]
+    np.greater(s[1:], reach[:-1], out=new_group[1:])
     first = np.flatnonzero(new_group)
-    last = np.r_[first[1:] - 1, len(s) - 1]
+    del new_group
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = len(s) - 1
     return s[first], reach[last]
 
 

@@ -470,22 +470,28 @@ def summarize_rank(data: RankData, *, ops: bool = True) -> RankSummary:
         & table.cat_mask(*CPU_OP_CATEGORIES)
         & (selfs > 0)
     )
-    step = np.searchsorted(data.steps.start, ts[rows], side="right") - 1  # the step started last
-    gap = ts[rows] >= data.steps.end[step]
     codes = table.columns["name"][rows]
     kept = [
         code
         for code in unique_inverse(codes)[0].tolist()
         if not (STEP_RE.match(name := table.names[code]) or cpu_collective(name) or "wait" in name.lower())
     ]
-    index = np.full(len(table.names) + 1, -1, dtype=np.int64)
+    index = np.full(len(table.names) + 1, -1, dtype=np.int32)
     index[kept] = np.arange(len(kept))
     op = index[codes]
-    use = op >= 0
+    del codes
+    use = np.flatnonzero(op >= 0)
+    rows, op = rows[use], op[use]
+    del use
+    start = ts[rows]
+    step = np.searchsorted(data.steps.start, start, side="right") - 1  # the step started last
+    gap = start >= data.steps.end[step]
+    del start
+    value = selfs[rows]
     inside = np.zeros((len(kept), n), dtype=np.int64)
     between = np.zeros((len(kept), n), dtype=np.int64)
-    np.add.at(inside, (op[use & ~gap], step[use & ~gap]), selfs[rows][use & ~gap])
-    np.add.at(between, (op[use & gap], step[use & gap]), selfs[rows][use & gap])
+    np.add.at(inside, (op[~gap], step[~gap]), value[~gap])
+    np.add.at(between, (op[gap], step[gap]), value[gap])
     summary.op_names = [table.names[c] for c in kept]
     summary.op_inside, summary.op_gap = inside, between
     return summary

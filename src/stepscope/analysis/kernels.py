@@ -64,7 +64,9 @@ class GpuEvents:
         return len(self.start)
 
     def select(self, mask: np.ndarray) -> GpuEvents:
-        """The events where `mask` is true."""
+        """The events where `mask` is true (these events themselves when it holds everywhere: not a copy)."""
+        if isinstance(mask, np.ndarray) and mask.dtype == bool and len(mask) == len(self) and mask.all():
+            return self
         return GpuEvents(
             names=self.names,
             start=self.start[mask],

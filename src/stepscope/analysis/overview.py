@@ -66,18 +66,19 @@ def step_categories(data: RankData) -> list[StepCategories]:
         sel = gpu.cat == cat
         return iv.merge(gpu.start[sel], gpu.end[sel])
 
-    sets = [
-        gpu_union(kernel_cat),
-        gpu_union(memcpy_cat),
-        gpu_union(memset_cat),
-        _host_union(table, _RUNTIME),
-        _host_union(table, _CPU, DATALOADER_RE),
-        _host_union(table, _CPU),
+    sets = [  # made one at a time: on a big trace each is tens of MB
+        lambda: gpu_union(kernel_cat),
+        lambda: gpu_union(memcpy_cat),
+        lambda: gpu_union(memset_cat),
+        lambda: _host_union(table, _RUNTIME),
+        lambda: _host_union(table, _CPU, DATALOADER_RE),
+        lambda: _host_union(table, _CPU),
     ]
     lo, hi = steps.start, steps.end
     taken: iv.Intervals = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     parts = []
-    for intervals in sets:
+    for make in sets:
+        intervals = make()
         own = iv.subtract(intervals, taken)
         parts.append(iv.covered_within(own, lo, hi))
         taken = iv.merge(np.concatenate((taken[0], intervals[0])), np.concatenate((taken[1], intervals[1])))

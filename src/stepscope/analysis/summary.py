@@ -130,11 +130,18 @@ def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
     rows = np.flatnonzero((table.columns["ph"] == ord("X")) & table.cat_mask(*categories)).astype(index)
     start = table.columns["ts"][rows]
     end = start + table.columns["dur"][rows]
-    keys = [key for key in (table.columns[k][rows] for k in _THREAD_KEYS) if len(key) and key.min() != key.max()]
+    keys = [
+        key for key in (table.columns[k][rows] for k in _THREAD_KEYS) if len(key) and key.min() != key.max()
+    ]
     order = thread_order(keys, start, end)
-    rows, start, end = rows[order], start[order], end[order]
-    new_thread = _new_thread([k[order] for k in keys]) if keys else _new_thread([np.zeros(len(rows), np.int8)])
-    del keys, order
+    new_thread = (
+        _new_thread([k[order] for k in keys]) if keys else _new_thread([np.zeros(len(rows), np.int8)])
+    )
+    del keys
+    rows = rows[order]
+    start = start[order]
+    end = end[order]
+    del order
     tree = OpTree(rows, _parents(start, end, new_thread).astype(index))
     tree.rows.flags.writeable = tree.parent.flags.writeable = False
     table.row_cache[key] = tree
@@ -228,7 +235,7 @@ def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     ends = np.sort(e[lasting], kind="stable")
     depth = np.searchsorted(ends, s, side="right")  # lasting ones ended by each start
     del ends
-    before = np.cumsum(lasting) - lasting  # lasting intervals earlier in the order
+    before: np.ndarray = np.cumsum(lasting) - lasting  # lasting intervals earlier in the order
     np.subtract(before, depth, out=depth)  # the depth: lasting ones still open
     del before
     # the parent: the last earlier lasting interval of depth - 1. By depth, then position: `key`, ascending
