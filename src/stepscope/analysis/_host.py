@@ -24,7 +24,7 @@ from stepscope.analysis.steps import (
     region_union,
 )
 from stepscope.analysis.summary import op_tree, self_times
-from stepscope.analysis.table import MISSING, TraceTable
+from stepscope.analysis.table import TraceTable
 
 # The phases of a training step, in the order they run; "other" is the rest of the step.
 PHASES = ("data_loader", "forward", "backward", "optimizer")
@@ -114,8 +114,7 @@ def ops_during(table: TraceTable, within: iv.Intervals, top: int = 3) -> list[Op
 
 def op_rows_outside_python(table: TraceTable) -> np.ndarray:
     """Rows of complete cpu_op / user_annotation events other than ProfilerStep spans."""
-    cats = [c for c in (table.cat_id("cpu_op"), table.cat_id("user_annotation")) if c != MISSING]
-    rows = np.flatnonzero(np.isin(table.columns["cat"], cats) & (table.columns["ph"] == _X))
+    rows = table.complete_rows("cpu_op", "user_annotation")
     if len(rows) == 0:
         return rows
     steps = table.names_matching(lambda n: STEP_RE.match(n) is not None, key="profiler_step_any")
@@ -197,7 +196,7 @@ def small_top_level_ops(table: TraceTable, lo: int, hi: int, max_ns: int) -> tup
 
 def _cpu_op_self(table: TraceTable) -> tuple[np.ndarray, np.ndarray]:
     """Rows of cpu_op events and their self time among cpu_ops alone (runtime calls count as the op's own)."""
-    rows = np.flatnonzero((table.columns["cat"] == table.cat_id("cpu_op")) & (table.columns["ph"] == _X))
+    rows = table.complete_rows("cpu_op")
     return rows, self_times(table, ("cpu_op",))[rows]
 
 

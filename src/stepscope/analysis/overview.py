@@ -106,8 +106,7 @@ def _host_union(
 ) -> iv.Intervals:
     """Union of the complete events of `categories` (names matching `pattern` only, when given), the
     ProfilerStep spans themselves left out (they cover the whole step)."""
-    cats = [c for c in (table.cat_id(x) for x in categories) if c != MISSING]
-    rows = np.flatnonzero(np.isin(table.columns["cat"], cats) & (table.columns["ph"] == _X))
+    rows = table.complete_rows(*categories)
     if len(rows):
         name = table.columns["name"][rows]
         keep = table.names_matching(

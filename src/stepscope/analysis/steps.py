@@ -95,8 +95,7 @@ def find_steps(table: TraceTable) -> StepSpans:
 
 def region_union(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
     """Union of the CPU spans whose names match `pattern` (cpu_op / user_annotation); None when there are none."""
-    cats = [c for c in (table.cat_id(x) for x in REGION_CATEGORIES) if c != MISSING]
-    spans = np.flatnonzero(np.isin(table.columns["cat"], cats) & (table.columns["ph"] == _X))
+    spans = table.complete_rows(*REGION_CATEGORIES)
     if len(spans) == 0:
         return None
     name = table.columns["name"][spans]

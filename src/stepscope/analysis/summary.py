@@ -127,7 +127,7 @@ def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
         return cached
     # (on a big trace every array here is tens of MB: each goes as soon as it is used, indices are int32)
     index = np.int32 if len(table) < 2**31 else np.int64
-    rows = np.flatnonzero((table.columns["ph"] == ord("X")) & table.cat_mask(*categories)).astype(index)
+    rows = table.complete_rows(*categories).astype(index, copy=False)
     start = table.columns["ts"][rows]
     end = start + table.columns["dur"][rows]
     keys = [

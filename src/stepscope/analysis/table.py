@@ -115,11 +115,12 @@ class SparseColumn:
     numbers) a numpy array, np.asarray(column) the whole column, comparisons give boolean arrays. A boolean
     mask or a slice gives a SparseColumn of the rows kept (what `TraceTable.select` does to every column)."""
 
-    __slots__ = ("n", "rows", "values")
+    __slots__ = ("_at", "n", "rows", "values")
     __hash__ = None  # type: ignore[assignment]
     ndim = 1
 
     def __init__(self, n: int, rows: np.ndarray, values: np.ndarray) -> None:
+        self._at: dict[int, Any] | None = None  # row -> value, for reading one row at a time
         self.n = int(n)
         self.rows = np.asarray(rows, dtype=np.int64)
         self.values = np.asarray(values)
@@ -176,10 +177,10 @@ class SparseColumn:
             row = int(key) + self.n if key < 0 else int(key)
             if not 0 <= row < self.n:
                 raise IndexError(f"index {int(key)} is out of bounds for a column of {self.n} rows")
-            at = int(np.searchsorted(self.rows, row))
-            if at < len(self.rows) and self.rows[at] == row:
-                return self.values[at]
-            return self.dtype.type(MISSING)
+            at = getattr(self, "_at", None)  # (unset in a column unpickled from an older stepscope)
+            if at is None:
+                at = self._at = dict(zip(self.rows.tolist(), self.values, strict=True))
+            return at.get(row, self.dtype.type(MISSING))
         if isinstance(key, slice):
             start, stop, step = key.indices(self.n)
             if step != 1:
@@ -284,8 +285,26 @@ class TraceTable:
             return MISSING
 
     def cat_mask(self, *categories: str) -> np.ndarray:
+        """Which rows are events of one of `categories`."""
         ids = [i for i in (self.cat_id(c) for c in categories) if i != MISSING]
-        return np.isin(self.columns["cat"], ids) if ids else np.zeros(len(self), dtype=bool)
+        if not ids:
+            return np.zeros(len(self), dtype=bool)
+        lookup = np.zeros(len(self.cats) + 1, dtype=bool)  # by category code; the last is -1 (none)
+        lookup[ids] = True
+        return lookup[self.columns["cat"]]  # type: ignore[no-any-return]
+
+    def complete_rows(self, *categories: str) -> np.ndarray:
+        """The rows of the complete ('X') events of `categories`, ascending (computed once per table and
+        categories; read-only)."""
+        key = ("complete_rows", categories)
+        rows = self.row_cache.get(key)
+        if rows is None:
+            rows = np.flatnonzero(self.cat_mask(*categories) & (self.columns["ph"] == ord("X")))
+            if len(self) < 2**31:
+                rows = rows.astype(np.int32)
+            rows.flags.writeable = False
+            self.row_cache[key] = rows
+        return rows  # type: ignore[no-any-return]
 
     def name_of(self, row: int) -> str:
         return self.names[int(self.columns["name"][row])]
