@@ -67,6 +67,24 @@ def test_a_shared_trace_read_in_stretches_is_the_same_table(
     assert runs == [True, True]
 
 
+def test_more_stretches_than_processes_are_taken_in_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: list[bool]
+) -> None:
+    # a big file is cut into several stretches per process (a slow process then takes fewer of them)
+    path = _plain(SHARED_TRACES / "hta_nccl_parser_config/nccl_data.json.gz", tmp_path / "t.json")
+    monkeypatch.setattr(split, "_MIN_STRETCH", 1 << 10)
+    seen: list[tuple[int, int]] = []
+    counted = split._run
+
+    def run(path, stretches, processes, *rest):  # type: ignore[no-untyped-def]
+        seen.append((len(stretches), processes))
+        return counted(path, stretches, processes, *rest)
+
+    monkeypatch.setattr(split, "_run", run)
+    _same(load_trace(path, workers=2), load_trace(path, workers=1))
+    assert seen == [(2 * split.STRETCHES_PER_PROCESS, 2)] and runs == [True]
+
+
 def _events(n: int, filler: dict) -> list[dict]:
     events = []
     for i in range(n):

@@ -45,6 +45,10 @@ from stepscope.analysis.table import MISSING, RankInfo
 from stepscope.errors import InputError
 
 SPLIT_MIN_BYTES = 64 << 20  # below this a file is read by one process: a pool costs more than it saves
+# Stretches per process, each of at least _MIN_STRETCH bytes: a process that runs slower than the others (a
+# busy CPU) then takes fewer of them, instead of all waiting for its one.
+STRETCHES_PER_PROCESS = 4
+_MIN_STRETCH = 16 << 20
 _CUT_WINDOW = 1 << 20  # text searched for a cut after each split point
 _POLL_S = 0.2  # how often the parent reports the stretches' progress
 
@@ -79,10 +83,13 @@ def load_file_split(
     min_bytes: int | None = None,
 ) -> FileTable:
     """`_stream.load_file` of one file, with up to `parts` processes reading stretches of it side by side
-    (a file smaller than `min_bytes`, gzipped, or without cuts to be found is read by this process)."""
+    (a file smaller than `min_bytes`, gzipped, or without cuts to be found is read by this process). A big
+    file is cut into up to STRETCHES_PER_PROCESS stretches per process, which the processes take in turn."""
     p = Path(path)
     least = SPLIT_MIN_BYTES if min_bytes is None else min_bytes
-    stretches = _stretches(p, parts, least) if parts > 1 else None
+    size = p.stat().st_size if p.is_file() else 0
+    pieces = max(parts, min(parts * STRETCHES_PER_PROCESS, size // _MIN_STRETCH))
+    stretches = _stretches(p, pieces, least) if parts > 1 else None
     if stretches is None:
         return load_file(p, rank_hint, progress, chunk_bytes=chunk_bytes, flows=flows)
     try:
@@ -90,7 +97,7 @@ def load_file_split(
     except OSError:
         spill = None
     try:
-        results = _run(p, stretches, progress, flows, chunk_bytes or CHUNK_BYTES, spill)
+        results = _run(p, stretches, parts, progress, flows, chunk_bytes or CHUNK_BYTES, spill)
         if results is not None:
             n_events = sum(r.part.n_events for r in results)
             if n_events > max_events():
@@ -174,6 +181,7 @@ def _event_gap(text: bytes) -> tuple[int, int] | None:
 def _run(
     path: Path,
     stretches: list[_Stretch],
+    processes: int,
     progress: Callable[[float], None] | None,
     flows: bool,
     chunk_bytes: int,
@@ -186,7 +194,7 @@ def _run(
     sizes = [s.stop - s.start for s in stretches]
     try:
         _FRACTIONS = context.Array("d", len(stretches), lock=False) if method == "fork" else None
-        pool = ProcessPoolExecutor(max_workers=len(stretches), mp_context=context)
+        pool = ProcessPoolExecutor(max_workers=min(processes, len(stretches)), mp_context=context)
         futures = [
             pool.submit(
                 _read_stretch, str(path), s, flows, chunk_bytes, None if spill is None else str(spill)
