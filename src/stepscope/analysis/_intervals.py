@@ -98,23 +98,29 @@ def exclusive_time_by_mask(sets: list[Intervals]) -> np.ndarray:
 
 
 def _boundaries(sets: list[Intervals]) -> tuple[np.ndarray, np.ndarray]:
-    """Start/end boundaries of several disjoint interval sets, sorted by time; bit values +2^i / -2^i."""
-    times = [np.concatenate((s, e)) for s, e in sets]
-    bits = [
-        np.concatenate((np.full(len(s), 1 << i), np.full(len(e), -(1 << i)))) for i, (s, e) in enumerate(sets)
-    ]
-    if not times:
+    """Start/end boundaries of several disjoint interval sets, sorted by time; bit values +2^i / -2^i
+    (int16 for fewer than 15 sets: on big sets every array here is tens of MB)."""
+    if not sets:
         return _EMPTY, _EMPTY
-    t = np.concatenate(times).astype(np.int64)
-    b = np.concatenate(bits).astype(np.int64)
+    t = np.concatenate([x for s, e in sets for x in (s, e)]).astype(np.int64, copy=False)
+    b = np.empty(len(t), dtype=np.int16 if len(sets) < 15 else np.int64)
+    at = 0
+    for i, (s, e) in enumerate(sets):
+        b[at : at + len(s)] = 1 << i
+        b[at + len(s) : at + len(s) + len(e)] = -(1 << i)
+        at += len(s) + len(e)
     order = np.argsort(t, kind="stable")
-    return t[order], b[order]
+    t = t[order]
+    b = b[order]
+    return t, b
 
 
 def _sweep(sets: list[Intervals], keep: object) -> Intervals:
     times, bits = _boundaries(sets)
     if len(times) < 2:
         return _EMPTY, _EMPTY
-    mask = np.cumsum(bits)[:-1]
+    mask = np.cumsum(bits, dtype=bits.dtype)[:-1]  # the sets open after each boundary
+    del bits
     sel = keep(mask) & (times[1:] > times[:-1])  # type: ignore[operator]
+    del mask
     return merge(times[:-1][sel], times[1:][sel])

@@ -129,10 +129,15 @@ def analyze_rank_part(
     data = prepare_rank(
         table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
     )
+    # The cross-rank summary first: the nesting of every host op it computes is needed by nothing after it,
+    # and the table's row caches are dropped once it is done (on a big trace they are a hundred MB or more,
+    # which would add to the peaks of what follows; what the rest needs again it computes again)
+    summary = summarize_rank(data)
+    data.table.row_cache.clear()
     result = analyze_rank(data, top=top)
     instances = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
     findings = rank_findings(data, result.temporal, result.communication)
-    return RankPart(result, findings, instances, summarize_rank(data))
+    return RankPart(result, findings, instances, summary)
 
 
 def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:

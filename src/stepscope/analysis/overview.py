@@ -77,11 +77,15 @@ def step_categories(data: RankData) -> list[StepCategories]:
     lo, hi = steps.start, steps.end
     taken: iv.Intervals = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     parts = []
+    covered = np.zeros(len(lo), dtype=np.int64)  # of `taken`, in each step
     for make in sets:
         intervals = make()
-        own = iv.subtract(intervals, taken)
-        parts.append(iv.covered_within(own, lo, hi))
+        # what this category adds to the union of those before it: its own time, nothing counted twice
         taken = iv.merge(np.concatenate((taken[0], intervals[0])), np.concatenate((taken[1], intervals[1])))
+        del intervals
+        now = iv.covered_within(taken, lo, hi)
+        parts.append(now - covered)
+        covered = now
     dur = hi - lo
     other = np.maximum(dur - np.sum(parts, axis=0), 0)
     return [
