@@ -8,8 +8,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stepscope.analysis import summary
 from stepscope.analysis.loader import load_trace
-from stepscope.analysis.summary import SUMMARY_SCHEMA, self_times, summarize, thread_order
+from stepscope.analysis.summary import (
+    CPU_OP_CATEGORIES,
+    SUMMARY_SCHEMA,
+    keep_op_trees,
+    op_tree,
+    self_times,
+    summarize,
+    thread_order,
+)
+from stepscope.analysis.summary import _sub_tree as sub_tree
 from stepscope.cli import main
 from stepscope.units import short_name as kernel_label
 
@@ -216,6 +226,50 @@ def test_shared_trace_self_times_are_consistent() -> None:
     assert r0.kernel_us == round(int(table.dur[kernels].sum()) / 1000, 3)
     assert sum(k.count for k in summary.ranks[0].kernels) <= int(kernels.sum())
     assert np.isclose(sum(k.pct for k in summarize(table, top=0).ranks[0].kernels), 100.0, atol=0.1)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_cpu_op_nesting_taken_from_all_host_ops_is_what_cpu_ops_alone_give(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the cpu_op tree is derived from the tree of all host ops when that one nests (keep_op_trees); the
+    # parents and self times must be those of a tree built from the cpu_ops alone, nesting or not
+    rng = np.random.default_rng(1000 + seed)
+    events = []
+    for tid in range(int(rng.integers(1, 3))):
+        for _ in range(int(rng.integers(1, 80))):
+            start = int(rng.integers(0, 300)) / 4
+            length = 0.0 if rng.random() < 0.1 else int(rng.integers(1, 120)) / 4
+            cat = str(rng.choice(["cpu_op", "cpu_op", "user_annotation", "cuda_runtime"]))
+            events.append(cpu("op", start, length, cat=cat, tid=tid))
+    if seed % 2 == 0:  # nesting only (odd seeds keep their overlaps: no tree is derived then)
+        kept: list[dict] = []
+        for e in events:
+            s, t = e["ts"], e["ts"] + e["dur"]
+            if all(
+                t <= k["ts"]
+                or s >= k["ts"] + k["dur"]
+                or (k["ts"] <= s and t <= k["ts"] + k["dur"])
+                or (s <= k["ts"] and k["ts"] + k["dur"] <= t)
+                for k in kept
+                if k["tid"] == e["tid"]
+            ):
+                kept.append(e)
+        events = kept
+    alone = table_of({0: events})
+    direct = op_tree(alone, ("cpu_op",))
+    derived_from = table_of({0: events})
+    everything = op_tree(derived_from, CPU_OP_CATEGORIES)
+    made = []
+    monkeypatch.setattr(summary, "_sub_tree", lambda *a: made.append(1) or sub_tree(*a))
+    keep_op_trees(derived_from, ("cpu_op",))
+    derived = op_tree(derived_from, ("cpu_op",))
+    assert len(made) == everything.nested
+    assert derived.rows.tolist() == direct.rows.tolist()
+    assert derived.parent.tolist() == direct.parent.tolist()
+    assert self_times(derived_from, ("cpu_op",)).tolist() == self_times(alone, ("cpu_op",)).tolist()
+    if seed % 2 == 0:
+        assert made  # the derivation was exercised
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -36,6 +36,7 @@ from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
 from stepscope.analysis.overview import StepCategories, step_categories
 from stepscope.analysis.run import RunFacts
 from stepscope.analysis.steps import StepRow, ns_to_us, step_table
+from stepscope.analysis.summary import keep_op_trees
 from stepscope.analysis.table import TraceTable
 
 SCHEMA = "stepscope.analysis/4"
@@ -129,11 +130,11 @@ def analyze_rank_part(
     data = prepare_rank(
         table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
     )
-    # The cross-rank summary first: the nesting of every host op it computes is needed by nothing after it,
-    # and the table's row caches are dropped once it is done (on a big trace they are a hundred MB or more,
-    # which would add to the peaks of what follows; what the rest needs again it computes again)
+    # The cross-rank summary first: the nesting of every host op it computes is needed after it only for the
+    # cpu_ops (derived from it now); the table's other row caches are dropped (on a big trace they are a
+    # hundred MB or more, which would add to the peaks of what follows)
     summary = summarize_rank(data)
-    data.table.row_cache.clear()
+    keep_op_trees(data.table, ("cpu_op",))
     result = analyze_rank(data, top=top)
     instances = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
     findings = rank_findings(data, result.temporal, result.communication)

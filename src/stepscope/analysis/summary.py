@@ -110,6 +110,7 @@ class OpTree:
 
     rows: np.ndarray  # table rows, in that order
     parent: np.ndarray  # position in `rows` of the enclosing event, -1 for none
+    nested: bool = False  # every thread's events nest (each inside its parent, siblings apart)
 
     def new_thread(self, table: TraceTable) -> np.ndarray:
         """True where a thread's events begin in `rows`."""
@@ -125,6 +126,10 @@ def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
     cached = table.row_cache.get(key)
     if isinstance(cached, OpTree):
         return cached
+    for other, bigger in list(table.row_cache.items()):
+        if isinstance(bigger, OpTree) and bigger.nested and set(categories) < set(other[1]):
+            table.row_cache[key] = tree = _sub_tree(table, bigger, categories)
+            return tree
     # (on a big trace every array here is tens of MB: each goes as soon as it is used, indices are int32)
     index = np.int32 if len(table) < 2**31 else np.int64
     rows = table.complete_rows(*categories).astype(index, copy=False)
@@ -142,10 +147,41 @@ def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
     start = start[order]
     end = end[order]
     del order
-    tree = OpTree(rows, _parents(start, end, new_thread).astype(index))
+    parent, nested = _tree_parents(start, end, new_thread)
+    tree = OpTree(rows, parent.astype(index), nested)
     tree.rows.flags.writeable = tree.parent.flags.writeable = False
     table.row_cache[key] = tree
     return tree
+
+
+def _sub_tree(table: TraceTable, bigger: OpTree, categories: tuple[str, ...]) -> OpTree:
+    """The tree of some of the categories of a tree whose threads all nest: each event's parent is its nearest
+    ancestor among them. (Where events nest, the stack's answer on a subset is that ancestor; the order of
+    the subset's events is the bigger tree's, as `thread_order` sorts on the same keys.)"""
+    mine = table.cat_mask(*categories)[bigger.rows]
+    ancestor = bigger.parent.astype(np.int64)
+    climb = np.flatnonzero(ancestor >= 0)
+    climb = climb[~mine[ancestor[climb]]]
+    while len(climb):  # up past the ancestors of other categories (a few levels: runtime calls, annotations)
+        ancestor[climb] = bigger.parent[ancestor[climb]]
+        climb = climb[ancestor[climb] >= 0]
+        climb = climb[~mine[ancestor[climb]]]
+    kept = np.flatnonzero(mine)
+    position = np.full(len(bigger.rows), -1, dtype=np.int64)
+    position[kept] = np.arange(len(kept))
+    ancestor = ancestor[kept]
+    parent = np.where(ancestor >= 0, position[np.maximum(ancestor, 0)], -1).astype(bigger.parent.dtype)
+    tree = OpTree(bigger.rows[kept], parent, nested=True)
+    tree.rows.flags.writeable = tree.parent.flags.writeable = False
+    return tree
+
+
+def keep_op_trees(table: TraceTable, *category_sets: tuple[str, ...]) -> None:
+    """Drop what the table's row caches hold but the op trees of `category_sets` (made now, from a bigger tree
+    when one nests): on a big trace the caches are a hundred MB or more."""
+    kept = {("op_tree", categories): op_tree(table, categories) for categories in category_sets}
+    table.row_cache.clear()
+    table.row_cache.update(kept)
 
 
 def thread_order(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -209,10 +245,16 @@ def _parents(start: np.ndarray, end: np.ndarray, new_thread: np.ndarray) -> np.n
     one level up. That is the stack's answer when the thread's intervals nest (each inside its parent,
     siblings apart), which is checked; a thread where they do not (overlaps without nesting) is left to the
     loop."""
+    return _tree_parents(start, end, new_thread)[0]
+
+
+def _tree_parents(start: np.ndarray, end: np.ndarray, new_thread: np.ndarray) -> tuple[np.ndarray, bool]:
+    """`_parents`, and whether every thread's intervals nest."""
     n = len(start)
     parent = np.full(n, -1, dtype=np.int64)
+    nested = True
     if n == 0:
-        return parent
+        return parent, nested
     bounds = np.append(np.flatnonzero(new_thread), n)
     if bounds[0] != 0:
         bounds = np.insert(bounds, 0, 0)
@@ -221,9 +263,10 @@ def _parents(start: np.ndarray, end: np.ndarray, new_thread: np.ndarray) -> np.n
             continue
         s, e = start[a:b], end[a:b]
         found = _nested_parents(s, e)
+        nested = nested and found is not None
         parent[a:b] = _parents_loop(s, e) if found is None else found
         parent[a:b][parent[a:b] >= 0] += a
-    return parent
+    return parent, nested
 
 
 def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
