@@ -127,6 +127,23 @@ def _self_times_by_stack(events: list[dict]) -> list[int]:
     return [max(end - start - children[i], 0) for i, (start, end) in enumerate(spans)]
 
 
+def _nesting_only(events: list[dict]) -> list[dict]:
+    """The events but those crossing an earlier event of their thread: what is left nests."""
+    kept: list[dict] = []
+    for e in events:
+        s, t = e["ts"], e["ts"] + e["dur"]
+        if all(
+            t <= k["ts"]
+            or s >= k["ts"] + k["dur"]
+            or (k["ts"] <= s and t <= k["ts"] + k["dur"])
+            or (s <= k["ts"] and k["ts"] + k["dur"] <= t)
+            for k in kept
+            if k["tid"] == e["tid"]
+        ):
+            kept.append(e)
+    return kept
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_self_times_match_the_stack_definition_on_random_ops(seed: int) -> None:
     # ops that nest, ops that nest but for a few, ops at random; zero-length and identical ones; several threads
@@ -137,20 +154,8 @@ def test_self_times_match_the_stack_definition_on_random_ops(seed: int) -> None:
             start = int(rng.integers(0, 400)) / 4
             length = 0.0 if rng.random() < 0.1 else int(rng.integers(1, 200)) / 4
             events.append(cpu("op", start, length, tid=tid))
-    if seed % 3 != 2:  # nesting only, by dropping whatever crosses an earlier op of its thread
-        kept: list[dict] = []
-        for e in events:
-            s, t = e["ts"], e["ts"] + e["dur"]
-            if all(
-                t <= k["ts"]
-                or s >= k["ts"] + k["dur"]
-                or (k["ts"] <= s and t <= k["ts"] + k["dur"])
-                or (s <= k["ts"] and k["ts"] + k["dur"] <= t)
-                for k in kept
-                if k["tid"] == e["tid"]
-            ):
-                kept.append(e)
-        events = kept
+    if seed % 3 != 2:
+        events = _nesting_only(events)
     if seed % 3 == 1:  # then a few ops made longer: overlaps in a thread that otherwise nests
         for i in rng.integers(0, len(events), 3).tolist():
             events[i] = {**events[i], "dur": events[i]["dur"] + int(rng.integers(1, 40)) / 4}
@@ -242,20 +247,8 @@ def test_cpu_op_nesting_taken_from_all_host_ops_is_what_cpu_ops_alone_give(
             length = 0.0 if rng.random() < 0.1 else int(rng.integers(1, 120)) / 4
             cat = str(rng.choice(["cpu_op", "cpu_op", "user_annotation", "cuda_runtime"]))
             events.append(cpu("op", start, length, cat=cat, tid=tid))
-    if seed % 2 == 0:  # nesting only (odd seeds keep their overlaps: no tree is derived then)
-        kept: list[dict] = []
-        for e in events:
-            s, t = e["ts"], e["ts"] + e["dur"]
-            if all(
-                t <= k["ts"]
-                or s >= k["ts"] + k["dur"]
-                or (k["ts"] <= s and t <= k["ts"] + k["dur"])
-                or (s <= k["ts"] and k["ts"] + k["dur"] <= t)
-                for k in kept
-                if k["tid"] == e["tid"]
-            ):
-                kept.append(e)
-        events = kept
+    if seed % 2 == 0:  # (odd seeds keep their overlaps: no tree is derived then)
+        events = _nesting_only(events)
     alone = table_of({0: events})
     direct = op_tree(alone, ("cpu_op",))
     derived_from = table_of({0: events})
