@@ -15,6 +15,7 @@ from stepscope.analysis import _intervals as iv
 from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis.kernels import MISSING_TS, GpuEvents
 from stepscope.analysis.steps import ns_to_us
+from stepscope.analysis.summary import thread_order
 
 # Gaps shorter than this between an already-queued activity and the previous one are launch overhead. HTA's
 # default is 30 in trace units (its docstring says ns, but HTA compares against microsecond timestamps).
@@ -43,11 +44,7 @@ def idle_by_stream(gpu: GpuEvents) -> list[StreamIdle]:
     streams, stream_code = unique_inverse(gpu.stream)
     uniq, inverse = unique_inverse(device_code * len(streams) + stream_code)
     del devices, device_code, streams, stream_code
-    # grouped by stream, by start inside a stream (stable sorts: starts come almost in order)
-    order = np.argsort(gpu.start, kind="stable")
-    order = order[
-        np.argsort(inverse[order].astype(np.int16) if len(uniq) < 2**15 else inverse[order], kind="stable")
-    ]
+    order = thread_order([inverse], gpu.start, gpu.start)  # grouped by stream, by start inside a stream
     bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
     rows = []
     for k in range(len(uniq)):

@@ -114,7 +114,7 @@ class OpTree:
 
     def new_thread(self, table: TraceTable) -> np.ndarray:
         """True where a thread's events begin in `rows`."""
-        return _new_thread([table.columns[k][self.rows] for k in _THREAD_KEYS])
+        return _new_thread([table.columns[k][self.rows] for k in _THREAD_KEYS], len(self.rows))
 
 
 _THREAD_KEYS = ("rank", "pid", "tid")
@@ -139,9 +139,7 @@ def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
         key for key in (table.columns[k][rows] for k in _THREAD_KEYS) if len(key) and key.min() != key.max()
     ]
     order = thread_order(keys, start, end)
-    new_thread = (
-        _new_thread([k[order] for k in keys]) if keys else _new_thread([np.zeros(len(rows), np.int8)])
-    )
+    new_thread = _new_thread([k[order] for k in keys], len(rows))
     del keys
     rows = rows[order]
     start = start[order]
@@ -204,9 +202,8 @@ def thread_order(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> 
     return order
 
 
-def _new_thread(keys: list[np.ndarray]) -> np.ndarray:
-    """True where a thread's events begin, in an order grouped by thread (`keys`: the thread columns)."""
-    n = len(keys[0]) if keys else 0
+def _new_thread(keys: list[np.ndarray], n: int) -> np.ndarray:
+    """True where a thread's events begin among `n` events grouped by thread (`keys`: the thread columns)."""
     new = np.zeros(n, dtype=bool)
     if n:
         new[0] = True
