@@ -2,7 +2,8 @@
 
 Run with torchrun --standalone --nproc_per_node N _straggler_job.py OUT_DIR WHERE SLOW_RANK DELAY_MS, where
 WHERE is `data` (the slow rank's DataLoader sleeps DELAY_MS per batch), `forward` (its model's forward
-sleeps), `none` (every rank's forward sleeps DELAY_MS: no rank slower), or `idle` (no model: every rank sleeps DELAY_MS, then all-reduces and all-gathers, so the
+sleeps), `op` (after its optimizer step the slow rank multiplies matrices for DELAY_MS: time in no annotated
+phase, spent in one op, `aten::mm`), `none` (every rank's forward sleeps DELAY_MS: no rank slower), or `idle` (no model: every rank sleeps DELAY_MS, then all-reduces and all-gathers, so the
 collectives find the CPUs free even with more ranks than cores). Every step runs one DDP all-reduce of the gradients and one all_gather of 256 floats; each
 rank writes what it issued to OUT_DIR/issued_rank{R}.json.
 """
@@ -68,6 +69,7 @@ def main() -> None:
         console=False,
         profiled_ranks="all",
     )
+    square = torch.randn(128, 128)
     gathered = [torch.zeros(GATHER) for _ in range(dist.get_world_size())]
     with monitor:
         for x in loader:
@@ -80,6 +82,10 @@ def main() -> None:
                 loss.backward()
                 opt.step()
                 opt.zero_grad()
+                if where == "op" and delay_s:
+                    busy_until = time.perf_counter() + delay_s
+                    while time.perf_counter() < busy_until:
+                        torch.mm(square, square)
             dist.all_gather(gathered, torch.full((GATHER,), float(rank)))
             monitor.step()
     params = sum(p.numel() for p in model.parameters())

@@ -81,6 +81,23 @@ def test_two_ranks_straggler_in_forward(tmp_path: Path, capsys: pytest.CaptureFi
     assert doc["straggler"]["cause"]["rank_ms_per_step"] >= 40
 
 
+def test_two_ranks_straggler_in_one_op(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN 2 ranks where rank 1 multiplies matrices for 40 ms after each optimizer step (in no annotated phase)
+    issued = torchrun(tmp_path / "job", 2, "op", 1, 40)
+    run_dir = Path(issued[0]["run_dir"])
+    # WHEN the run folder (one file per rank) and the two ranks merged into one file are analyzed
+    merged = tmp_path / "merged.json.gz"
+    assert main(["merge", str(run_dir / "traces"), "-o", str(merged)]) == 0
+    capsys.readouterr()
+    for path in (run_dir, merged):
+        doc = analyze_json(path, capsys)
+        # THEN rank 1 is the straggler, and its cause is the op that took the time
+        cause = doc["straggler"]["cause"]
+        assert doc["straggler"]["rank"] == 1, path
+        assert (cause["phase"], cause["name"]) == ("op", "aten::mm"), path
+        assert cause["rank_ms_per_step"] >= 30 > cause["others_ms_per_step"] + 20, path
+
+
 def test_two_ranks_without_delay_have_no_straggler(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -108,11 +108,18 @@ def analyze(
     `comm_patterns`: regexes; GPU kernels whose names match one are communication (docs/analysis.md).
     `steps`: (first, last) step numbers, inclusive (None: open): only those ProfilerSteps form the window;
     InputError when a rank has none of them."""
+    ranks = table.rank_ids()
     parts = [
         analyze_rank_part(
-            table, rank, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns, steps=steps
+            table,
+            rank,
+            drop_last_step=drop_last_step,
+            top=top,
+            comm_patterns=comm_patterns,
+            steps=steps,
+            cross_rank=len(ranks) > 1,
         )
-        for rank in table.rank_ids()
+        for rank in ranks
     ]
     return combine_ranks(parts, table.notices)
 
@@ -125,15 +132,19 @@ def analyze_rank_part(
     top: int = 10,
     comm_patterns: Sequence[str] = (),
     steps: tuple[int | None, int | None] | None = None,
+    cross_rank: bool = True,
 ) -> RankPart:
-    """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_files`)."""
+    """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_files`).
+
+    `cross_rank=False`: no other rank will be compared with this one, so its summary leaves out the CPU ops'
+    self time per step (only a straggler's cause reads it; on a big trace it is a quarter of the analysis)."""
     data = prepare_rank(
         table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
     )
     # The cross-rank summary first: the nesting of every host op it computes is needed after it only for the
     # cpu_ops (derived from it now); the table's other row caches are dropped (on a big trace they are a
     # hundred MB or more, which would add to the peaks of what follows)
-    summary = summarize_rank(data)
+    summary = summarize_rank(data, ops=cross_rank)
     keep_op_trees(data.table, ("cpu_op",))
     result = analyze_rank(data, top=top)
     instances = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
