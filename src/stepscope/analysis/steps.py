@@ -94,7 +94,17 @@ def find_steps(table: TraceTable) -> StepSpans:
 
 
 def region_union(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
-    """Union of the CPU spans whose names match `pattern` (cpu_op / user_annotation); None when there are none."""
+    """Union of the CPU spans whose names match `pattern` (cpu_op / user_annotation); None when there are none.
+    Kept in the table's row cache: the step table, the step breakdown and the findings each ask for the phases."""
+    key = ("region_union", pattern)
+    if key not in table.row_cache:
+        union = table.row_cache[key] = _region_union(table, pattern)
+        for column in union or ():
+            column.flags.writeable = False  # (shared by every caller)
+    return table.row_cache[key]  # type: ignore[no-any-return]
+
+
+def _region_union(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
     spans = table.complete_rows(*REGION_CATEGORIES)
     if len(spans) == 0:
         return None
