@@ -49,3 +49,21 @@ def test_empty_inputs() -> None:
     assert iv.length(empty) == 0
     assert iv.covered_within(empty, np.array([0]), np.array([10])).tolist() == [0]
     assert iv.exclusive_time_by_mask([empty, empty]).tolist() == [0, 0, 0, 0]
+
+
+windows = st.lists(st.tuples(st.integers(-10, SIZE + 50), st.integers(-5, SIZE)), min_size=1, max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, SIZE), st.integers(0, 12)), max_size=30), windows, st.booleans())
+def test_covered_within_many_windows(
+    a: list[tuple[int, int]], w: list[tuple[int, int]], ordered: bool
+) -> None:
+    # windows in trace order (sorted starts) or not, short ones and ones across many intervals, empty and reversed
+    if ordered:
+        w = sorted(w)
+    union, bits = iv.merge(*arrays(a)), bitmap(a)
+    lo = np.array([start for start, _ in w], dtype=np.int64)
+    hi = lo + np.array([width for _, width in w], dtype=np.int64)
+    expected = [int(bits[max(x, 0) : max(y, 0)].sum()) if y > x else 0 for x, y in zip(lo, hi, strict=True)]
+    assert iv.covered_within(union, lo, hi).tolist() == expected
