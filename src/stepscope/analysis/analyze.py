@@ -134,16 +134,16 @@ def analyze_rank_part(
     steps: tuple[int | None, int | None] | None = None,
     cross_rank: bool = True,
 ) -> RankPart:
-    """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_files`).
+    """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_path`'s tasks).
 
     `cross_rank=False`: no other rank will be compared with this one, so its summary leaves out the CPU ops'
-    self time per step (only a straggler's cause reads it; on a big trace it is a quarter of the analysis)."""
+    self time per step (only a straggler's cause reads it; on a big trace it is a third of the analysis)."""
     data = prepare_rank(
         table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
     )
-    # The cross-rank summary first: the nesting of every host op it computes is needed after it only for the
-    # cpu_ops (derived from it now); the table's other row caches are dropped (on a big trace they are a
-    # hundred MB or more, which would add to the peaks of what follows)
+    # The cross-rank summary first: the nesting of every host op it computes for the ops' self times is needed
+    # after it only for the cpu_ops (derived from it now); the table's other row caches are dropped (on a big
+    # trace they are a hundred MB or more, which would add to the peaks of what follows)
     summary = summarize_rank(data, ops=cross_rank)
     keep_op_trees(data.table, ("cpu_op",))
     result = analyze_rank(data, top=top)
