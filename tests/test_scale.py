@@ -66,6 +66,34 @@ def test_jobs_give_the_same_json_and_find_the_slow_rank(
     assert any(f["id"] == "straggler" and f["rank"] == 2 for f in one["findings"])
 
 
+def test_ten_ranks_on_two_workers_in_batches(tmp_path: Path) -> None:
+    """Ten ranks on two workers go in batches of two, then one by one: the same result as one process, progress
+    that only grows and ends at the total, the slow rank found."""
+    from stepscope.analysis.parallel import analyze_path
+
+    make = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "make_big_trace.py"),
+        "--ranks",
+        "10",
+        "--slow-ms",
+        "100",
+    ]
+    subprocess.run(
+        [*make, "--base", str(BASE), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    calls: list[tuple[int, int, str]] = []
+    two = analyze_path(tmp_path, jobs=2, progress=lambda done, total, name: calls.append((done, total, name)))
+    one = analyze_path(tmp_path, jobs=1)
+    assert msgspec.json.encode(two) == msgspec.json.encode(one)
+    assert two.straggler is not None and two.straggler.rank == 5
+    done = [c[0] for c in calls]
+    assert done == sorted(done) and done[-1] == calls[-1][1] > 0
+    assert len(calls) < 10  # (the first batches hold two files: fewer reports than files)
+
+
 def test_dask_local_cluster_gives_the_local_json(ranks4: Path, capsys: pytest.CaptureFixture[str]) -> None:
     distributed = pytest.importorskip("distributed")
     from stepscope.analysis.parallel import analyze_path

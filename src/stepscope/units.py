@@ -11,6 +11,14 @@ from collections.abc import Sequence
 
 ELLIPSIS = "…"
 
+# C0 and C1 control characters and DEL, shown as visible escapes: a name from a trace never drives the terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def plain(value: object) -> str:
+    """`value` as printable text: control characters (ESC, BEL, ...) become visible escapes like \\x1b."""
+    return str(value).translate(_CONTROLS)
+
 
 def fmt_us(us: float | None) -> str:
     """Microseconds as a short human duration with three significant digits: 12.3 us, 812 us, 3.41 ms,

@@ -13,3 +13,15 @@ def quantile(values: list[float] | list[int], q: float) -> float:
     low = int(at)
     high = min(low + 1, len(ordered) - 1)
     return float(ordered[low] + (ordered[high] - ordered[low]) * (at - low))
+
+
+def median(values: list[float] | list[int]) -> float:
+    """The median, as np.median (the mean of the two middle values for an even count); np.median imports
+    numpy.ma on its first call (~20 ms of a combine that takes 40)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if not n:
+        raise ValueError("median of nothing")
+    if n % 2:
+        return float(ordered[n // 2])
+    return (ordered[n // 2 - 1] + ordered[n // 2]) / 2

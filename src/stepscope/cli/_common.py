@@ -1,4 +1,5 @@
-"""Helpers shared by the CLI subcommands: JSON output and the console."""
+"""Helpers shared by the CLI subcommands: JSON output and the console (rich is imported only for a console:
+`--json` runs do without it)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from stepscope.report.terminal import make_console, plain
+from stepscope.units import plain
 
 
 def print_json(document: Any) -> None:
@@ -21,6 +22,8 @@ WIDE_CONSOLE = 4096  # --wide: tables as wide as their longest name; free text s
 
 
 def console(wide: bool = False):  # type: ignore[no-untyped-def]
+    from stepscope.report.terminal import make_console
+
     return make_console(width=WIDE_CONSOLE) if wide else make_console()
 
 

@@ -3,6 +3,8 @@ on a terminal and only once loading turns out to take more than a second."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from typing import Any
 
@@ -32,6 +34,10 @@ class ProgressBar:
         self._bar.update(self._task, completed=done, total=total, description=f"loading {label}".rstrip())
 
     def _show(self, total: int) -> None:
+        forced = os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE")
+        if self.enabled is None and not (forced or sys.stderr.isatty()):
+            self.enabled = False  # not a terminal: known without importing rich (25 ms)
+            return
         from rich.console import Console
         from rich.progress import (
             BarColumn,

@@ -10,15 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stepscope.units import distinct_labels, fmt_bytes, fmt_ms, fmt_ns, fmt_pct, fmt_us, short_name
-
-# C0 and C1 control characters and DEL, shown as visible escapes: a name from a trace never drives the terminal.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-
-
-def plain(value: object) -> str:
-    """`value` as printable text: control characters (ESC, BEL, ...) become visible escapes like \\x1b."""
-    return str(value).translate(_CONTROLS)
+from stepscope.units import distinct_labels, fmt_bytes, fmt_ms, fmt_ns, fmt_pct, fmt_us, plain, short_name
 
 
 def markup_safe(value: object) -> str:
