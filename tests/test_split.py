@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -172,18 +173,18 @@ def test_stretches_kept_in_memory_when_no_temporary_folder(
     def no_folder(**_: object) -> str:
         raise OSError("no space left on device")
 
-    monkeypatch.setattr(split.tempfile, "mkdtemp", no_folder)
+    monkeypatch.setattr(tempfile, "mkdtemp", no_folder)
     path = _plain(SHARED_TRACES / "hta_nccl_parser_config/nccl_data.json.gz", tmp_path / "t.json")
     _same(load_trace(path, workers=3), load_trace(path, workers=1))
     assert runs == [True]
 
 
 def test_the_temporary_folder_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(split.tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     made: list[str] = []
-    original = split.tempfile.mkdtemp
-    monkeypatch.setattr(split.tempfile, "mkdtemp", lambda **kw: made.append(original(**kw)) or made[-1])
+    original = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: made.append(original(**kw)) or made[-1])
     path = _plain(SHARED_TRACES / "hta_nccl_parser_config/nccl_data.json.gz", tmp_path / "t.json")
     load_trace(path, workers=2)
     events = trace(_events(200, {}))

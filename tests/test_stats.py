@@ -3,12 +3,14 @@ numpy's."""
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepscope.analysis._stats import median, quantile
+from stepscope.analysis._stats import fmean, median, quantile
 
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False)
 
@@ -31,3 +33,8 @@ def test_quantile_is_numpys(values: list[float], q: float) -> None:
 def test_nothing_is_an_error() -> None:
     with pytest.raises(ValueError):
         median([])
+
+
+@given(st.lists(finite, min_size=1, max_size=50))
+def test_fmean_is_the_standard_librarys(values: list[float]) -> None:
+    assert fmean(iter(values)) == statistics.fmean(values)

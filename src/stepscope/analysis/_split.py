@@ -17,11 +17,7 @@ Only plain JSON is split: a gzip stream can only be inflated from its start.
 
 from __future__ import annotations
 
-import multiprocessing
-import shutil
-import tempfile
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -92,6 +88,9 @@ def load_file_split(
     stretches = _stretches(p, pieces, least) if parts > 1 else None
     if stretches is None:
         return load_file(p, rank_hint, progress, chunk_bytes=chunk_bytes, flows=flows)
+    import shutil  # (here, not at the top: the many files that are read whole need none of these modules)
+    import tempfile
+
     try:
         spill = Path(tempfile.mkdtemp(prefix="stepscope-split-"))
     except OSError:
@@ -189,6 +188,9 @@ def _run(
 ) -> list[_StretchResult] | None:
     """The stretches' results in order, each read in a worker process; None when any failed."""
     global _FRACTIONS
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     sizes = [s.stop - s.start for s in stretches]

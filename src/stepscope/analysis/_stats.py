@@ -1,6 +1,10 @@
-"""Small statistics without numpy (importing numpy, or np.percentile's numpy.ma, costs readers that need neither)."""
+"""Small statistics without numpy or `statistics` (importing numpy, np.percentile's numpy.ma or statistics's
+random, fractions and decimal costs readers that need none of them)."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
 
 
 def quantile(values: list[float] | list[int], q: float) -> float:
@@ -25,3 +29,12 @@ def median(values: list[float] | list[int]) -> float:
     if n % 2:
         return float(ordered[n // 2])
     return (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def fmean(values: Iterable[float]) -> float:
+    """The mean, as statistics.fmean (a correctly rounded sum over the count); `statistics` imports random,
+    fractions and decimal (3 ms of a command's start)."""
+    items = list(values)
+    if not items:
+        raise ValueError("mean of nothing")
+    return math.fsum(items) / len(items)

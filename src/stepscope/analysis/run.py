@@ -10,7 +10,6 @@ A damaged artifact never stops the reading: it is left out with a note naming th
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from stepscope.analysis._limits import max_input_bytes
-from stepscope.analysis._stats import quantile
+from stepscope.analysis._stats import fmean, median, quantile
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest, read_manifest
 from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
 
@@ -284,17 +283,17 @@ def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -
     trend = None
     if len(plain) >= MIN_TREND_STEPS:
         quarter = len(plain) // 4
-        head, tail = statistics.median(plain[:quarter]), statistics.median(plain[-quarter:])
+        head, tail = median(plain[:quarter]), median(plain[-quarter:])
         trend = 100.0 * (tail - head) / head if head > 0 else None
     slowest = sorted(lines, key=lambda m: -m.wall_ms)[:SLOWEST_STEPS]
     return StepTimes(
         rank=rank,
         steps=len(lines),
         plain_steps=len(plain),
-        median_ms=statistics.median(plain) if plain else None,
+        median_ms=median(plain) if plain else None,
         p90_ms=quantile(plain, 0.9) if plain else None,
-        mean_ms=statistics.fmean(plain) if plain else None,
-        traced_median_ms=statistics.median(traced) if traced else None,
+        mean_ms=fmean(plain) if plain else None,
+        traced_median_ms=median(traced) if traced else None,
         first_step_ms=first,
         trend_pct=trend,
         slowest=[SlowStep(m.step, m.wall_ms, m.phase) for m in slowest],
@@ -329,7 +328,7 @@ def _slope(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of ys over xs; None with fewer than two distinct xs."""
     if len(xs) < 2:
         return None
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    mx, my = fmean(xs), fmean(ys)
     var = sum((x - mx) ** 2 for x in xs)
     if var == 0:
         return None
@@ -377,7 +376,7 @@ def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
         gpu_facts.append(
             GpuFacts(
                 index=index,
-                util_mean_percent=_stat(util, statistics.fmean),
+                util_mean_percent=_stat(util, fmean),
                 util_max_percent=_stat(util, max),
                 mem_max_bytes=int(max(mem)) if mem else None,
                 power_max_w=_stat(power, max),
@@ -387,9 +386,9 @@ def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
         rank=rank,
         samples=len(rows),
         seconds=rows[-1].t_s - rows[0].t_s,
-        process_cpu_mean_percent=statistics.fmean(r.process_cpu_percent for r in rows),
+        process_cpu_mean_percent=fmean(r.process_cpu_percent for r in rows),
         process_cpu_max_percent=max(r.process_cpu_percent for r in rows),
-        system_cpu_mean_percent=statistics.fmean(r.system_cpu_percent for r in rows),
+        system_cpu_mean_percent=fmean(r.system_cpu_percent for r in rows),
         peak_rss_bytes=max(r.rss_bytes for r in rows),
         gpus=gpu_facts,
     )
