@@ -228,17 +228,40 @@ def _run_pool(
     jobs: int,
     progress: ProgressCallback | None,
 ) -> list[FileResult] | None:
-    """The tasks on `jobs` forked processes (largest files first, in batches: see `_batches`); None when no
-    pool can run."""
+    """The tasks on `jobs` processes, largest files first, in batches (see `_batches`): forked children where
+    there is fork (`_forked`), else a spawned ProcessPoolExecutor. None when no pool can run or a worker is lost
+    (the caller then runs them here)."""
+    from stepscope.analysis import _forked
+
+    order = sorted(range(len(tasks)), key=lambda i: -sizes[i])
+    batches = _batches(order, jobs)
+    batch_sizes = [sum(sizes[i] for i in b) for b in batches]
+    labels = [tasks[b[-1]] for b in batches]
+    report = _Progress(batch_sizes, labels, progress)
+    if not _forked.available():
+        return _run_spawned(tasks, batches, options, jobs, report)
+    try:
+        done = _forked.run_forked(
+            lambda i: analyze_file(*tasks[i], options), batches, jobs, lambda k, _: report(k)
+        )
+    except (_forked.ChildLost, OSError):
+        return None
+    return [r for batch in done for r in batch]
+
+
+def _run_spawned(
+    tasks: list[tuple[str, int | None]],
+    batches: list[list[int]],
+    options: Options,
+    jobs: int,
+    report: _Progress,
+) -> list[FileResult] | None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    order = sorted(range(len(tasks)), key=lambda i: -sizes[i])
-    batches = _batches(order, jobs)
     try:
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method))
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
         futures = {
             pool.submit(_analyze_batch, [tasks[i] for i in b], options): k for k, b in enumerate(batches)
         }
@@ -247,13 +270,28 @@ def _run_pool(
     results = []
     with pool:
         try:
-            batch_sizes = [sum(sizes[i] for i in b) for b in batches]
-            labels = [tasks[b[-1]] for b in batches]
-            for future, _ in _progressed(as_completed(futures), futures, batch_sizes, labels, progress):
+            for future in as_completed(futures):
                 results.extend(future.result())
+                report(futures[future])
         except (BrokenProcessPool, OSError):
             return None
     return results
+
+
+class _Progress:
+    """Reports bytes done to a progress callback as batches finish, in whatever order."""
+
+    def __init__(
+        self, sizes: list[int], labels: list[tuple[str, int | None]], progress: ProgressCallback | None
+    ) -> None:
+        self.sizes, self.labels, self.progress = sizes, labels, progress
+        self.total = max(sum(sizes), 1)
+        self.done = 0
+
+    def __call__(self, k: int) -> None:
+        self.done += self.sizes[k]
+        if self.progress is not None:
+            self.progress(self.done, self.total, Path(self.labels[k][0]).name)
 
 
 def _batches(order: list[int], jobs: int) -> list[list[int]]:
