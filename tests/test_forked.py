@@ -138,3 +138,11 @@ def test_without_fork_a_spawned_pool_gives_the_same_result(
     one = msgspec.json.encode(analyze_path(ranks6, jobs=1))
     monkeypatch.setattr(_forked, "available", lambda: False)
     assert msgspec.json.encode(analyze_path(ranks6, jobs=2)) == one
+
+
+def test_the_collector_is_left_as_it_was() -> None:
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    _forked.run_forked(lambda i: i, [[0], [1]], 2)
+    assert gc.get_freeze_count() == 0  # (frozen for the forks only)

@@ -66,13 +66,17 @@ def run_forked(
     results: dict[int, list[Any]] = {}
     try:
         # The objects there are now, out of the children's collections: a collection writes to every object it
-        # visits, and each page so written is copied in the child (slow on a VM that hands back free memory)
-        gc.freeze()
+        # visits, and each page so written is copied in the child (slow on a VM that hands back free memory).
+        # Not if the program froze some itself: unfreezing would undo that too.
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         try:
             for _ in range(min(workers, len(batches))):
                 children.append(_fork(fn, batches, children))
         finally:
-            gc.unfreeze()  # (in this process: back to the oldest generation)
+            if freeze:
+                gc.unfreeze()  # (in this process: back to the oldest generation)
         with selectors.DefaultSelector() as selector:
             handed = 0
             for child in children:
