@@ -229,8 +229,9 @@ def _run_pool(
     progress: ProgressCallback | None,
 ) -> list[FileResult] | None:
     """The tasks on `jobs` processes, largest files first, in batches (see `_batches`): forked children where
-    there is fork (`_forked`), else a spawned ProcessPoolExecutor. None when no pool can run or a worker is lost
-    (the caller then runs them here)."""
+    fork is safe (`_forked`), else a spawned ProcessPoolExecutor. When the forked pool fails (no process to be
+    had, a worker killed), the batches it did not bring back run in this process. None when no spawned pool can
+    run (the caller then runs every task here)."""
     from stepscope.analysis import _forked
 
     order = sorted(range(len(tasks)), key=lambda i: -sizes[i])
@@ -244,8 +245,14 @@ def _run_pool(
         done = _forked.run_forked(
             lambda i: analyze_file(*tasks[i], options), batches, jobs, lambda k, _: report(k)
         )
-    except (_forked.ChildLost, OSError):
-        return None
+    except _forked.PoolFailed as failed:
+        done = []
+        for k, batch in enumerate(batches):
+            if k in failed.done:
+                done.append(failed.done[k])
+            else:
+                done.append([analyze_file(*tasks[i], options) for i in batch])
+                report(k)
     return [r for batch in done for r in batch]
 
 
@@ -268,13 +275,16 @@ def _run_spawned(
     except (OSError, RuntimeError):
         return None
     results = []
-    with pool:
-        try:
-            for future in as_completed(futures):
-                results.extend(future.result())
-                report(futures[future])
-        except (BrokenProcessPool, OSError):
-            return None
+    finished = False
+    try:
+        for future in as_completed(futures):
+            results.extend(future.result())
+            report(futures[future])
+        finished = True
+    except BrokenProcessPool:  # (an error of the work itself is raised, as it would be in this process)
+        return None
+    finally:  # on an error, without running the batches still queued
+        pool.shutdown(wait=finished, cancel_futures=not finished)
     return results
 
 
