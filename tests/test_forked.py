@@ -94,7 +94,8 @@ def test_exceptions_that_do_not_make_the_trip_arrive_by_name() -> None:
 
     with pytest.raises(RuntimeError, match="Local: no way back"):
         _forked.run_forked(unpicklable, [[0]], 1)
-    with pytest.raises(RuntimeError, match=r"TwoArgs: rank0\.json: odd") as info:
+    # (TwoArgs itself where a loaded package makes exceptions load, as dask's tblib does; never a TypeError)
+    with pytest.raises((RuntimeError, TwoArgs), match=r"rank0\.json: odd") as info:
         _forked.run_forked(unloadable, [[0]], 1)
     assert "in unloadable" in str(info.value.__cause__)
 

@@ -15,7 +15,7 @@ A single file is loaded and analysed in this process (its columns are the unit o
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -289,19 +289,20 @@ def _run_spawned(
 
 
 class _Progress:
-    """Reports bytes done to a progress callback as batches finish, in whatever order."""
+    """Reports bytes done to a progress callback as the units of work (tasks, or batches of them) finish, in
+    whatever order: `sizes[k]` bytes each, named by the file of `tasks[k]`."""
 
     def __init__(
-        self, sizes: list[int], labels: list[tuple[str, int | None]], progress: ProgressCallback | None
+        self, sizes: list[int], tasks: list[tuple[str, int | None]], progress: ProgressCallback | None
     ) -> None:
-        self.sizes, self.labels, self.progress = sizes, labels, progress
+        self.sizes, self.tasks, self.progress = sizes, tasks, progress
         self.total = max(sum(sizes), 1)
         self.done = 0
 
     def __call__(self, k: int) -> None:
         self.done += self.sizes[k]
         if self.progress is not None:
-            self.progress(self.done, self.total, Path(self.labels[k][0]).name)
+            self.progress(self.done, self.total, Path(self.tasks[k][0]).name)
 
 
 def _batches(order: list[int], jobs: int) -> list[list[int]]:
@@ -321,24 +322,6 @@ def _batches(order: list[int], jobs: int) -> list[list[int]]:
 
 def _analyze_batch(tasks: list[tuple[str, int | None]], options: Options) -> list[FileResult]:
     return [analyze_file(path, hint, options) for path, hint in tasks]
-
-
-def _progressed(
-    finished: Iterator[Any],
-    futures: dict[Any, int],
-    sizes: list[int],
-    tasks: list[tuple[str, int | None]],
-    progress: ProgressCallback | None,
-) -> Iterator[tuple[Any, int]]:
-    """Yield (future, task index) as tasks finish, reporting bytes done after each."""
-    total = max(sum(sizes), 1)
-    done = 0
-    for future in finished:
-        i = futures[future]
-        done += sizes[i]
-        if progress is not None:
-            progress(done, total, Path(tasks[i][0]).name)
-        yield future, i
 
 
 def _run_dask(
@@ -381,15 +364,18 @@ def _gather_dask(
         ): i
         for i in order
     }
+    report = _Progress(sizes, tasks, progress)
     results = []
     try:
-        for future, i in _progressed(iter(as_completed(list(futures))), futures, sizes, tasks, progress):
+        for future in as_completed(list(futures)):
+            i = futures[future]
             try:
                 results.append(future.result())
             except Exception as exc:  # KilledWorker, a lost connection: the task could not be run
                 raise ExecutorError(
                     f"{tasks[i][0]}: the Dask task failed ({type(exc).__name__}: {exc})"
                 ) from None
+            report(i)
     finally:
         for future in futures:
             future.cancel()
