@@ -72,7 +72,7 @@ def run_forked(
     children: list[_Child] = []
     results: dict[int, list[Any]] = {}
     try:
-        _start(fn, batches, min(workers, len(batches)), children, results)
+        _start(fn, batches, min(workers, len(batches)), children)
         with selectors.DefaultSelector() as selector:
             handed = 0
             for child in children:
@@ -101,7 +101,6 @@ def _start(
     batches: Sequence[Sequence[int]],
     n: int,
     children: list[_Child],
-    results: dict[int, list[Any]],
 ) -> None:
     # The objects there are now, out of the children's collections: a collection writes to every object it
     # visits, and each page so written is copied in the child (slow on a VM that hands back free memory).
@@ -116,7 +115,7 @@ def _start(
         for _ in range(n):
             children.append(_fork(fn, batches, children))
     except OSError as exc:  # no process or pipe to be had (a limit reached)
-        raise PoolFailed(f"cannot start a worker process: {exc}", results) from None
+        raise PoolFailed(f"cannot start a worker process: {exc}", {}) from None
     finally:
         if freeze:
             gc.unfreeze()  # (in this process: back to the oldest generation)

@@ -426,7 +426,11 @@ def _cause(
 
 def _excess(phase: str, name: str | None, per_rank_ms: dict[int, float], rank: int) -> StragglerCause:
     others = median([v for r, v in per_rank_ms.items() if r != rank])
-    mine = per_rank_ms.get(rank, 0.0)
+    return _cause_of(phase, name, per_rank_ms.get(rank, 0.0), others)
+
+
+def _cause_of(phase: str, name: str | None, mine: float, others: float) -> StragglerCause:
+    """The straggler's time per step in `phase` (or op `name`) against the median of the others (ms)."""
     return StragglerCause(phase, name, round(mine, 3), round(others, 3), round(mine - others, 3))
 
 
@@ -466,10 +470,7 @@ def _op_cause(data: dict[int, RankSummary], rank: int, steps: set[int]) -> Strag
     middle = others[n // 2] if n % 2 else (others[n // 2 - 1] + others[n // 2]) / 2  # (as _stats.median)
     best: StragglerCause | None = None
     for c, j in enumerate(kept.tolist()):
-        mine_ms, others_ms = float(mine[j]), float(middle[c])
-        found_cause = StragglerCause(
-            "op", names[j], round(mine_ms, 3), round(others_ms, 3), round(mine_ms - others_ms, 3)
-        )
+        found_cause = _cause_of("op", names[j], float(mine[j]), float(middle[c]))
         if best is None or found_cause.excess_ms_per_step > best.excess_ms_per_step:
             best = found_cause
     return best

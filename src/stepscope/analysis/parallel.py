@@ -251,7 +251,7 @@ def _run_pool(
             if k in failed.done:
                 done.append(failed.done[k])
             else:
-                done.append([analyze_file(*tasks[i], options) for i in batch])
+                done.append(_analyze_batch([tasks[i] for i in batch], options))
                 report(k)
     return [r for batch in done for r in batch]
 
