@@ -15,10 +15,12 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   (median beyond MATCH_MAX_SPREAD_MS and MATCH_MAX_SPREAD_SHARE of the median duration) are not the same
   collectives: they are all dropped, with a notice.
 - **Wait and transfer.** After alignment, an instance's arrival on a rank is its start there; the rank waits
-  from its arrival until the last rank arrives (at most its whole duration); the rest is transfer.
+  from its arrival until the last rank arrives (at most its whole duration); the rest is transfer. A rank's
+  collective time and waiting are unions in time (DDP's buckets run concurrently on gloo's threads: two
+  60 ms waits at once are 60 ms of waiting), inside its steps, so neither exceeds the step.
 - **Straggler.** In each step, the rank that arrives last at an instance delays every other rank by that
-  rank's wait; the delay a rank causes in a step is the sum over the instances it arrives last at of the mean
-  wait of the others. The straggler is the rank causing the most delay over the steps, reported when it
+  rank's wait; the delay a rank causes in a step is the mean over the other ranks of the union in time of
+  their waits at the instances it arrives last at. The straggler is the rank causing the most delay over the steps, reported when it
   delays the others by STRAGGLER_MIN_PCT of the step time and STRAGGLER_MIN_DELAY_MS or more, and arrives
   last in at least STRAGGLER_MIN_LAST_SHARE of the steps. Its cause is the phase of its own step (data loader, forward,
   backward, optimizer) longer than on the other ranks by at least CAUSE_MIN_SHARE of the delay, else the op
@@ -32,10 +34,16 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from stepscope.analysis import _intervals as iv
 from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis._rank import RankData, RankSummary
 from stepscope.analysis._stats import median, quantile
-from stepscope.analysis.collectives import Instances
+from stepscope.analysis.collectives import (
+    Instances,
+    communication_intervals,
+    exposed_communication,
+    wait_intervals,
+)
 from stepscope.analysis.comm_names import cpu_collective
 from stepscope.analysis.steps import STEP_RE, StepRow, pct
 from stepscope.analysis.summary import CPU_OP_CATEGORIES, self_times
@@ -100,9 +108,11 @@ class RankCommStat(msgspec.Struct):
     rank: int
     steps: int
     step_us: float | None  # mean step time over the window
-    comm_us: float | None  # collective time per step (null: no timed collective)
-    comm_wait_us: float | None  # of it, waiting for peers (null: not matched)
-    transfer_us: float | None
+    comm_us: (
+        float | None
+    )  # time in collectives per step, a union inside the steps (null: no timed collective)
+    comm_wait_us: float | None  # of it, waiting for peers, a union (null: not matched)
+    transfer_us: float | None  # comm_us - comm_wait_us
     last_arrivals: int  # matched instances at which this rank arrived last
 
 
@@ -265,7 +275,8 @@ def cross_rank_analysis(
             "whose ranks issued different collectives in a step)"
         )
     last_count = {r: 0 for r in ranks}
-    delay: dict[int, dict[int, float]] = {r: {} for r in ranks}  # rank -> step -> ns of delay caused
+    # (the rank last in, step) -> each other rank's waits, aligned, at the instances it was last in
+    held: dict[tuple[int, int], dict[int, list[tuple[int, int]]]] = {}
     spreads = []
     for rs, ix, step in zip(match.ranks, match.index, match.step, strict=True):
         rlist = rs.tolist()
@@ -277,11 +288,13 @@ def cross_rank_analysis(
         waits = np.clip(last - start, 0, end - start - 0)
         for r, i, w in zip(rlist, ix.tolist(), waits.tolist(), strict=True):
             wait_ns[r][i] = w
-        latest = rlist[int(np.argmax(start))]
+        latest_at = int(np.argmax(start))
+        latest = rlist[latest_at]
         last_count[latest] += 1
-        others = [w for r, w in zip(rlist, waits.tolist(), strict=True) if r != latest]
-        if others:
-            delay[latest][step] = delay[latest].get(step, 0.0) + float(np.mean(others))
+        others = held.setdefault((latest, step), {})
+        for k, (r, w) in enumerate(zip(rlist, waits.tolist(), strict=True)):
+            if k != latest_at:
+                others.setdefault(r, []).append((int(start[k]), int(start[k]) + w))
     alignment = ClockAlignment(
         method=method,
         reference_rank=ranks[0],
@@ -293,8 +306,23 @@ def cross_rank_analysis(
         end_spread_max_us=round(max(spreads) / 1e3, 3) if spreads else None,
     )
     cross = _cross_table(data, instances, step_rows, wait_ns, last_count, alignment)
-    straggler = _straggler(data, step_rows, delay, match, cross)
+    straggler = _straggler(data, step_rows, _delays(held, ranks), match, cross)
     return Distributed(alignment, offsets, wait_ns, cross, straggler, notices, match)
+
+
+def _delays(
+    held: dict[tuple[int, int], dict[int, list[tuple[int, int]]]], ranks: list[int]
+) -> dict[int, dict[int, float]]:
+    """rank -> step -> ns of delay it caused: the mean over the other ranks of the union of their waits at the
+    instances it was last in (concurrent collectives wait for it once, not once each)."""
+    delay: dict[int, dict[int, float]] = {r: {} for r in ranks}
+    for (latest, step), others in held.items():
+        waited = []
+        for spans in others.values():
+            bounds = np.array(spans, dtype=np.int64)
+            waited.append(iv.length(iv.merge(bounds[:, 0], bounds[:, 1])))
+        delay[latest][step] = float(np.mean(waited))
+    return delay
 
 
 def _ends_agree(
@@ -335,15 +363,20 @@ def _cross_table(
         rows = step_rows.get(rank, [])
         n = len(rows)
         inst = instances.get(rank)
+        summary = data[rank]
         step_us = round(sum(r.dur_us for r in rows) / n, 3) if n else None
         comm_us = wait_us = transfer_us = None
-        if inst is not None and inst.timed and len(inst) and n:
-            total = int((inst.end - inst.start).sum())
-            comm_us = round(total / 1e3 / n, 3)
+        if summary.comm is not None and n:
+            # unions inside the steps: concurrent collectives count once, and nothing exceeds the step
+            lo, hi = summary.steps.start, summary.steps.end
+            comm_ns = int(iv.covered_within(summary.comm, lo, hi).sum())
+            comm_us = round(comm_ns / 1e3 / n, 3)
             waits = wait_ns[rank]
-            if (waits >= 0).any():
-                wait_us = round(int(waits[waits >= 0].sum()) / 1e3 / n, 3)
-                transfer_us = round(comm_us - wait_us, 3)
+            if inst is not None and (waits >= 0).any():
+                waiting = iv.intersect(wait_intervals(inst, waits), summary.comm)
+                wait_total = int(iv.covered_within(waiting, lo, hi).sum())
+                wait_us = round(wait_total / 1e3 / n, 3)
+                transfer_us = round((comm_ns - wait_total) / 1e3 / n, 3)
         stats.append(RankCommStat(rank, n, step_us, comm_us, wait_us, transfer_us, last_count.get(rank, 0)))
     timed = [s for s in stats if s.step_us is not None]
     if not timed:
@@ -477,10 +510,13 @@ def _op_cause(data: dict[int, RankSummary], rank: int, steps: set[int]) -> Strag
 
 
 def summarize_rank(data: RankData, *, ops: bool = True) -> RankSummary:
-    """The cross-rank inputs of one prepared rank (`ops`: with the CPU ops' self time per step, which only the
-    straggler's cause needs)."""
+    """The cross-rank inputs of one prepared rank: its steps, its time in communication (`ops`: with the CPU
+    ops' self time per step, which only the straggler's cause needs)."""
     info = data.table.ranks.get(data.rank)
     summary = RankSummary(data.rank, data.lo, data.hi, data.steps, info.world_size if info else None)
+    summary.comm = communication_intervals(data)
+    if summary.comm is not None:
+        summary.comm_exposed = exposed_communication(data, summary.comm)
     n = len(data.steps)
     if not ops or n == 0:
         return summary
