@@ -28,7 +28,7 @@ from stepscope.analysis.collectives import (
     rank_instances,
     wait_intervals,
 )
-from stepscope.analysis.distributed import CrossRank, Straggler, cross_rank_analysis, summarize_rank
+from stepscope.analysis.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.findings import (
     Finding,
     comm_findings,
@@ -42,6 +42,7 @@ from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
 from stepscope.analysis.overview import StepCategories, add_comm_waiting, step_categories
 from stepscope.analysis.run import RunFacts
 from stepscope.analysis.steps import StepRow, ns_to_us, step_table
+from stepscope.analysis.straggler import Straggler
 from stepscope.analysis.summary import keep_op_trees
 from stepscope.analysis.table import TraceTable
 
