@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import msgspec
 
 from stepscope.analysis import _intervals as iv
+from stepscope.analysis._comm_findings import comm_findings
+from stepscope.analysis._finding_groups import group_across_ranks
 from stepscope.analysis._rank import RankData, RankSummary, effective_launch, prepare_rank
 from stepscope.analysis.breakdown import (
     KernelTypes,
@@ -23,13 +25,7 @@ from stepscope.analysis.breakdown import (
 )
 from stepscope.analysis.collectives import CollectiveStats, Instances, collective_stats, rank_instances
 from stepscope.analysis.distributed import CrossRank, Straggler, cross_rank_analysis, summarize_rank
-from stepscope.analysis.findings import (
-    Finding,
-    comm_findings,
-    rank_by_cost,
-    rank_findings,
-    straggler_finding,
-)
+from stepscope.analysis.findings import Finding, rank_by_cost, rank_findings, straggler_finding
 from stepscope.analysis.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
@@ -79,7 +75,8 @@ class AnalysisResult(msgspec.Struct):
     ranks: list[RankAnalysis]
     cross_rank: CrossRank | None  # two ranks or more: step and collective time per rank, clock alignment
     straggler: Straggler | None  # the rank the others wait for, with its cause; null when none stands out
-    findings: list[Finding]  # by time at stake (cost_ms_per_step), largest first; info last
+    # by time at stake (cost_ms_per_step), largest first; info last; one per problem, naming the ranks it holds on
+    findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
 
@@ -166,11 +163,11 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         )
         if dist.alignment is not None:
             result.clock_offset_us = round(dist.offsets_ns[result.rank] / 1e3, 3)
-    findings.extend(comm_findings(instances, dist.wait_ns, summaries))
+    findings.extend(comm_findings(instances, dist, summaries))
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
-    findings = rank_by_cost(findings)
+    findings = rank_by_cost(group_across_ranks(findings))
     return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices])
 
 
