@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import _intervals as iv
-from stepscope.analysis._pricing import Finding, WindowSteps, price_of, price_per_step, priced
+from stepscope.analysis._pricing import Finding, price_of, price_per_step, priced
 from stepscope.analysis._rank import RankSummary
 from stepscope.analysis._stats import quantile
 from stepscope.analysis.collectives import Instances
@@ -80,7 +80,6 @@ def _cpu_comm_bound(
     start, end = inst.start[known], inst.end[known]
     transfer = iv.merge(start + waits[known], end)
     price = price_of(data, transfer, min_pct=COMM_CPU_MIN_PCT)
-    steps = WindowSteps.of(data)
     return priced(
         "comm_bound",
         data.rank,
@@ -91,8 +90,8 @@ def _cpu_comm_bound(
         "send fewer or larger messages (gradient bucketing, no_sync over accumulation steps) or use a GPU backend",
         {
             "collectives": int(known.sum()),
-            "collectives_ms_per_step": steps.median_ms(iv.merge(start, end)),
-            "waiting_ms_per_step": steps.median_ms(iv.merge(start, start + waits[known])),
+            "collectives_ms_per_step": price.median_ms(iv.merge(start, end)),
+            "waiting_ms_per_step": price.median_ms(iv.merge(start, start + waits[known])),
         },
     )
 

@@ -98,10 +98,6 @@ class WindowSteps:
         which = np.clip(np.searchsorted(self.start, at, side="right") - 1, 0, len(self) - 1)
         return np.bincount(which, weights=values, minlength=len(self)).astype(np.int64)
 
-    def median_ms(self, intervals: iv.Intervals) -> float:
-        """The median step's share of `intervals`, in ms (evidence figures)."""
-        return round(float(_median(self.covered(intervals))) / 1e6, 3)
-
 
 @dataclass(frozen=True)
 class Price:
@@ -109,8 +105,12 @@ class Price:
     finding holds in a step."""
 
     cost_ns: np.ndarray  # per step
-    step_ns: np.ndarray  # each step's length
+    window: WindowSteps
     min_pct: float = FINDING_MIN_PCT
+
+    @property
+    def step_ns(self) -> np.ndarray:
+        return self.window.length
 
     @property
     def steps(self) -> int:
@@ -164,6 +164,12 @@ class Price:
             return _median(100.0 * self.cost_ns[held] / np.maximum(self.step_ns[held], 1))
         return self.cost_pct
 
+    def median_ms(self, intervals: iv.Intervals) -> float:
+        """The time of `intervals` per step, in ms, over the steps the message speaks of (its other figures):
+        the median step; for an occasional finding, the median of the steps in which it holds."""
+        per_step = self.window.covered(intervals)
+        return round(_median(per_step[self.held] if self.occasional else per_step) / 1e6, 3)
+
     @property
     def severity(self) -> str | None:
         """None: not reported (it holds in no step; occasional, it costs the whole window too little)."""
@@ -205,7 +211,7 @@ class Price:
 def price_of(data: RankData | RankSummary, cost: iv.Intervals, *, min_pct: float = FINDING_MIN_PCT) -> Price:
     """The price of `cost` (disjoint intervals) in each step of the rank's window."""
     steps = WindowSteps.of(data)
-    return Price(steps.covered(cost), steps.length, min_pct)
+    return Price(steps.covered(cost), steps, min_pct)
 
 
 def price_per_step(
@@ -214,8 +220,7 @@ def price_per_step(
     """The price of costs `cost_ns` that happen at times `at`, each charged to its step (never more than the
     step)."""
     steps = WindowSteps.of(data)
-    length = steps.length
-    return Price(np.minimum(steps.binned(at, cost_ns), length), length, min_pct)
+    return Price(np.minimum(steps.binned(at, cost_ns), steps.length), steps, min_pct)
 
 
 def priced(

@@ -171,7 +171,6 @@ def _data_loader_stall(data: RankData, gaps: _Gaps | None, loader: iv.Intervals)
     name = _loader_name(data)
     where = "while the GPU sits idle" if has_gpu else "(no GPU activity: the step waits)"
     price = price_of(data, stalled, min_pct=DATALOADER_MIN_PCT)
-    steps = WindowSteps.of(data)
     return priced(
         "data_loader_stall",
         data.rank,
@@ -181,8 +180,8 @@ def _data_loader_stall(data: RankData, gaps: _Gaps | None, loader: iv.Intervals)
         f"(`{name}`) {where}",
         "raise DataLoader num_workers (with pin_memory=True, persistent_workers=True) or make __getitem__ cheaper",
         {
-            "dataloader_ms_per_step": steps.median_ms(loader),
-            "gpu_idle_during_loader_ms_per_step": steps.median_ms(stalled) if has_gpu else None,
+            "dataloader_ms_per_step": price.median_ms(loader),
+            "gpu_idle_during_loader_ms_per_step": price.median_ms(stalled) if has_gpu else None,
             "loader": name,
         },
     )
@@ -249,7 +248,7 @@ def _sync_points(data: RankData, gaps: _Gaps | None) -> tuple[Finding | None, iv
             "stream_synchronize": counts["Stream"],
             "event_synchronize": counts["Event"],
             "item_syncs": len(item_rows),
-            "blocked_ms_per_step": WindowSteps.of(data).median_ms(iv.merge(ts[rows], ends)),
+            "blocked_ms_per_step": price.median_ms(iv.merge(ts[rows], ends)),
             "op": where[0] if where else None,
         },
     )
@@ -343,7 +342,6 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
     price = price_of(data, waits)
     if price.severity is None:
         return None
-    steps = WindowSteps.of(data)
     g = data.gpu
     kernels = g.kind != MEMORY
     dur = (g.end - g.start)[kernels]
@@ -389,7 +387,7 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
             if decisive
             else "no single op accounts for it"
         )
-        median_ms = steps.median_ms(stretch)
+        median_ms = price.median_ms(stretch)
         parts.append(f"in {_host.PHASE_LABELS[phase]} for {fmt_ms(median_ms)} of it ({held})")
         helds.append(held)
         if i == 0 and decisive:
@@ -465,7 +463,7 @@ def _tiny_kernels(data: RankData, gaps: _Gaps | None) -> Finding | None:
             "tiny_kernels": n_tiny,
             "kernels": int(kernels.sum()),
             "tiny_pct": share,
-            "tiny_total_ms_per_step": WindowSteps.of(data).median_ms(iv.merge(g.start[tiny], g.end[tiny])),
+            "tiny_total_ms_per_step": price.median_ms(iv.merge(g.start[tiny], g.end[tiny])),
             "most_frequent": g.names[top],
             "most_frequent_count": int(counts.max()),
         },
@@ -492,7 +490,7 @@ def _comm_bound(data: RankData, temporal: Temporal | None, overlap: CommOverlap 
         "communication kernel time not overlapped by computation",
         f"Communication not overlapped with computation takes {fmt_ms(price.ms)} per step "
         f"({_p(price.pct)} of the step); only {_p(overlap.overlap_pct)} of the "
-        f"{fmt_ms(WindowSteps.of(data).median_ms(comm))} of communication per step runs under computation",
+        f"{fmt_ms(price.median_ms(comm))} of communication per step runs under computation",
         "overlap it (DDP bucket_cap_mb, FSDP prefetch, async collectives waited on later) or send less",
         {
             "comm_ms": _ms(overlap.comm_us * 1000),
