@@ -305,3 +305,16 @@ def test_a_phase_the_trace_never_annotates_is_null_in_the_breakdown() -> None:
     assert (evidence["other_ms_per_step"], evidence["step_ms"], evidence["steps"]) == (0.5, 1.0, 3)
     assert '"forward_ms_per_step":null' in msgspec.json.encode(result).decode()
     assert "not annotated" in breakdown.message and "data loading, forward" in breakdown.message
+
+
+def test_a_finding_on_ranks_at_a_similar_cost_is_one_finding() -> None:
+    # GIVEN the DataLoader costs 400 us per 1000 us step on rank 0, 300 us on rank 1 and 100 us on rank 2
+    result = analyze(table_of({0: loader_trace(400), 1: loader_trace(300), 2: loader_trace(100)}))
+    stalls = [f for f in result.findings if f.id == "data_loader_stall"]
+    # THEN ranks 0 and 1 (the cheaper at least half the costlier) are one finding, rank 0's, with the spread;
+    # rank 2, four times cheaper, keeps its own
+    assert [(f.rank, f.ranks, f.cost_ms_per_step, f.cost_range_ms_per_step) for f in stalls] == [
+        (0, [0, 1], 0.4, [0.3, 0.4]),
+        (2, [2], 0.1, None),
+    ]
+    assert stalls[0].severity == "high" and "400 us per step" in stalls[0].message

@@ -84,3 +84,10 @@ def test_a_finding_on_every_rank_is_one_finding_naming_them(
     severity = python["severity"].upper()
     assert f"{severity} ranks 0-3 python_overhead: {' '.join(python['message'].split())}" in text
     assert f"per step across the ranks; figures of rank {python['rank']}, the costliest" in text
+    # AND so does the report
+    page = all_ranks_run / "grouped.html"
+    assert main(["report", str(all_ranks_run), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert html.count('<span class="fid">python_overhead</span>') == 1
+    assert '<span class="frank">ranks 0-3</span>' in html
+    assert "per step across ranks 0-3; the figures are rank" in html

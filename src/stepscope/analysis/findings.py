@@ -2,9 +2,10 @@
 
 Every finding says what it costs the step: `cost_ms_per_step` is the time fixing it would save (an upper bound:
 the GPU or the other ranks wait for exactly that long), measured in each step of the window and priced by the
-median step (one that holds in at most half of the steps by its mean, LOW at most: _pricing.py); `pct_of_step`
-is the same as a share of the median step, and `evidence["arithmetic"]` shows how the figure was reached.
-Severity follows the price alone (SEVERITY_PCT). INFO findings carry no price.
+median step; `pct_of_step` is the same as a share of the median step, and `evidence["arithmetic"]` shows how the
+figure was reached. Severity follows the price (SEVERITY_PCT), but a finding that holds in at most half of the
+steps is LOW and says in how many (_pricing.py). INFO findings carry no price. Findings about the collectives of
+all ranks together are in _comm_findings.py; one finding per problem across ranks: _finding_groups.py.
 
 GPU idle time is attributed once: the gaps in the union of GPU activity inside the window are split into the
 time after a host synchronisation (`sync_points`), the data loader's time (`data_loader_stall`), the rest of the
