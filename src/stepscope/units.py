@@ -61,6 +61,22 @@ def fmt_pct(pct: float | None) -> str:
     return "<0.1%" if 0 < pct < 0.05 else f"{pct:.1f}%"
 
 
+def fmt_ranks(ranks: Sequence[int]) -> str:
+    """Ranks as `0, 1, 3`, with runs of three or more as `0-3` (`0-3, 8`)."""
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{ranks[i]}-{ranks[j]}")
+        else:
+            parts.extend(str(r) for r in ranks[i : j + 1])
+        i = j + 1
+    return ", ".join(parts)
+
+
 def fmt_bytes(n: float | None) -> str:
     """Bytes with a binary unit: 512 B, 3.00 KiB, 316.68 MiB."""
     if n is None:

@@ -42,12 +42,7 @@ _BATCH = 1 << 18  # ops per batch where a pass over all of them makes n-long tem
 def phase_unions(table: TraceTable, lo: int, hi: int) -> dict[str, iv.Intervals]:
     """Each phase as a union of its annotated spans inside [lo, hi) (empty when never annotated). The backward
     falls back to the autograd engine's spans; a phase never counts time another phase listed before it has."""
-    found = {
-        "data_loader": region_union(table, DATALOADER_RE),
-        "forward": region_union(table, FORWARD_RE),
-        "backward": region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE),
-        "optimizer": region_union(table, OPTIMIZER_RE),
-    }
+    found = _phase_regions(table)
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     out: dict[str, iv.Intervals] = {}
     taken = empty
@@ -60,6 +55,21 @@ def phase_unions(table: TraceTable, lo: int, hi: int) -> dict[str, iv.Intervals]
         out[phase] = own
         taken = iv.merge(np.r_[taken[0], own[0]], np.r_[taken[1], own[1]])
     return out
+
+
+def _phase_regions(table: TraceTable) -> dict[str, iv.Intervals | None]:
+    """Each phase's annotated spans over the whole trace; None when the trace never annotates it."""
+    return {
+        "data_loader": region_union(table, DATALOADER_RE),
+        "forward": region_union(table, FORWARD_RE),
+        "backward": region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE),
+        "optimizer": region_union(table, OPTIMIZER_RE),
+    }
+
+
+def annotated_phases(table: TraceTable) -> frozenset[str]:
+    """The phases the trace annotates at all: one it never names has an unknown time, not 0."""
+    return frozenset(p for p, union in _phase_regions(table).items() if union is not None)
 
 
 def phase_times(phases: dict[str, iv.Intervals], within: iv.Intervals) -> dict[str, int]:
@@ -210,6 +220,7 @@ __all__ = [
     "PHASES",
     "PHASE_LABELS",
     "OpTime",
+    "annotated_phases",
     "ops_during",
     "phase_times",
     "phase_unions",

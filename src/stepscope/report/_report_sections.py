@@ -10,6 +10,7 @@ import statistics
 from typing import Any
 
 from stepscope.analysis.diff import PHASE_LABELS
+from stepscope.analysis.findings import Finding
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
 from stepscope.report._page import (
@@ -27,7 +28,7 @@ from stepscope.report._page import (
     pct_cell,
     us_cell,
 )
-from stepscope.units import fmt_bytes, fmt_ms, fmt_pct, fmt_us
+from stepscope.units import fmt_bytes, fmt_ms, fmt_pct, fmt_ranks, fmt_us
 
 
 def _section(sid: str) -> Section:
@@ -67,6 +68,8 @@ def findings(data: ReportData) -> list[dict[str, Any]]:
                 "severity": f.severity,
                 "id": f.id,
                 "rank": f.rank,
+                "ranks": fmt_ranks(f.ranks) if len(f.ranks) > 1 else "",
+                "across": _across(f) if len(f.ranks) > 1 else "",
                 "cost": fmt_ms(f.cost_ms_per_step) + " per step" if f.cost_ms_per_step is not None else "",
                 "pct": fmt_pct(f.pct_of_step) + " of the step" if f.pct_of_step is not None else "",
                 "message": f.message,
@@ -77,6 +80,17 @@ def findings(data: ReportData) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _across(f: Finding) -> str:
+    """A finding on several ranks: its spread, and whose figures the message gives."""
+    spread = f.cost_range_ms_per_step
+    cost = (
+        f"{fmt_ms(spread[0])} to {fmt_ms(spread[1])} per step across ranks {fmt_ranks(f.ranks)}; "
+        if spread
+        else ""
+    )
+    return f"{cost}the figures are rank {f.rank}'s" + (", the costliest" if spread else "")
 
 
 def _plain(value: Any) -> str:

@@ -10,8 +10,10 @@ from rich.padding import Padding
 from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
+from stepscope.analysis.findings import Finding
 from stepscope.analysis.run import RunFacts
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
+from stepscope.units import fmt_ms, fmt_ranks
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -121,11 +123,26 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         yield Text("")
     yield "[bold]Findings[/bold]" if result.findings else "[bold]Findings[/bold]: none"
     for f in result.findings:
-        where = "" if f.rank is None else f" rank {f.rank}"
         style = SEVERITY_STYLE.get(f.severity, "")
-        yield f"[{style}]{f.severity.upper():6}[/{style}]{where} {f.id}: {markup_safe(f.message)}"
+        yield f"[{style}]{f.severity.upper():6}[/{style}]{_where(f)} {f.id}: {markup_safe(f.message)}"
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
+        if len(f.ranks) > 1:
+            evidence = f"{_across(f)}; {evidence}"
         yield Padding(Text(plain(evidence), style="dim"), (0, 0, 0, 8))  # wrapped lines keep the indent
+
+
+def _where(f: Finding) -> str:
+    if len(f.ranks) > 1:
+        return f" ranks {fmt_ranks(f.ranks)}"
+    return "" if f.rank is None else f" rank {f.rank}"
+
+
+def _across(f: Finding) -> str:
+    """A finding on several ranks: its spread, and whose figures the message gives."""
+    spread = f.cost_range_ms_per_step
+    cost = f"{fmt_ms(spread[0])} to {fmt_ms(spread[1])} per step across the ranks; " if spread else ""
+    costliest = ", the costliest" if spread else ""
+    return f"{cost}figures of rank {f.rank}{costliest}"
 
 
 def _rank_parts(r: RankAnalysis, wide: bool) -> Iterator[RenderableType]:
