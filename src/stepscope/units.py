@@ -87,7 +87,7 @@ _CLOSE = {v: k for k, v in _OPEN.items()}
 def fmt_tflops(tflops: float | None) -> str:
     """TFLOP/s with four significant digits, neither rounded to zero nor in exponent form: 0.00429 TFLOP/s,
     0.01634 TFLOP/s, 412.3 TFLOP/s, 1,979 TFLOP/s."""
-    return "-" if tflops is None else f"{_significant(tflops)} TFLOP/s"
+    return "-" if tflops is None else f"{significant(tflops)} TFLOP/s"
 
 
 def fmt_flops(flops: float | None) -> str:
@@ -97,14 +97,14 @@ def fmt_flops(flops: float | None) -> str:
     value = float(flops)
     for unit in ("FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP"):
         if abs(value) < 999.95:
-            return f"{_significant(value)} {unit}"
+            return f"{significant(value)} {unit}"
         value /= 1000
-    return f"{_significant(value)} PFLOP"
+    return f"{significant(value)} PFLOP"
 
 
-def _significant(v: float, digits: int = 4) -> str:
+def significant(v: float, digits: int = 4) -> str:
     """`v` with `digits` significant digits in positional form, without trailing zeros (thousands separated
-    from 1,000 on)."""
+    from 1,000 on): a small rate stays readable (0.00429, not 0.00 or 4.29e-03)."""
     if v == 0 or not math.isfinite(v):
         return f"{v:g}"
     if abs(v) >= 10 ** (digits - 1):
