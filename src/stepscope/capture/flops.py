@@ -17,7 +17,7 @@ from rich.text import Text
 from stepscope.capture import mfu
 from stepscope.capture._instrument import GLOBAL, announce_placement, planned_steps, quiet_module_tracker
 from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, capture_console, warn_user
-from stepscope.capture.flop_split import ModuleBook, split_mode
+from stepscope.capture.flop_split import FlopSplit, ModuleBook, split_mode
 from stepscope.capture.peaks import Peak, lookup_peak, no_peak_reason
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
@@ -157,11 +157,9 @@ class FlopCollector(Collector):
     def _exit_modes(self) -> None:
         counter, tally, split = self._leave_modes()
         assert self.step is not None and self._book is not None
-        self._counted(
-            self.step, counter, tally.main_dtype(), split.split.module_rows(self._book), split.split
-        )
+        self._counted(self.step, counter, tally.main_dtype(), split.split)
 
-    def _counted(self, step: int, counter: Any, dtype: str | None, modules: Any, split: Any) -> None:
+    def _counted(self, step: int, counter: Any, dtype: str | None, split: FlopSplit) -> None:
         import torch
 
         ctx, cfg = self.ctx, self.ctx.config
@@ -176,6 +174,8 @@ class FlopCollector(Collector):
             self.peak = lookup_peak(device, self.format)
         if self.peak is None:
             self.no_mfu_reason = no_peak_reason(device, self.format)
+        assert self._book is not None
+        modules = split.module_rows(self._book)
         backward = sum(split.backward.values())
         in_modules = sum(r.flops for r in modules if r.depth == 1)
         self._report = FlopsReport(
@@ -189,7 +189,7 @@ class FlopCollector(Collector):
             matmul_dtype=dtype,
             peak_format=self.format,
             note=ZERO_FLOPS.format(step=step) if self.flops == 0 else None,
-            model=self._book.model_type if self._book is not None else None,
+            model=self._book.model_type,
             # what the split did not see (none so far) counts as outside: the rows add up to the total
             forward_outside_flops=self.flops - backward - in_modules,
             backward_flops=backward,
