@@ -173,6 +173,7 @@ class FlopsFacts(msgspec.Struct):
     peak: str | None  # the peak used, and its source
     steps_timed: int
     reason: str | None  # why there is no TFLOP/s or MFU figure
+    spread_note: str | None = None  # why the TFLOP/s figure may not be the job's own speed (a busy machine)
 
 
 class MemoryFacts(msgspec.Struct):
@@ -305,7 +306,7 @@ def _flops_facts(report: FlopsReport) -> FlopsFacts:
     t = report.throughput
     reason = report.note
     if t is None and reason is None:
-        reason = "too few untimed steps after the counted one for a TFLOP/s figure"
+        reason = report.no_throughput_reason or "too few undisturbed steps for a TFLOP/s figure"
     elif t is not None and t.mfu is None:
         reason = t.no_mfu_reason
     peak = None
@@ -321,6 +322,7 @@ def _flops_facts(report: FlopsReport) -> FlopsFacts:
         peak=peak,
         steps_timed=t.steps_timed if t is not None else 0,
         reason=reason,
+        spread_note=t.spread_note if t is not None else None,
     )
 
 

@@ -13,7 +13,7 @@ from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.run import RunFacts
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
-from stepscope.units import fmt_ms, fmt_ranks
+from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -266,12 +266,13 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
         for f in run.flops:
             line = f"rank {f.rank}: {f.total_flops:,} FLOPs per step (counted at step {f.step})"
             if f.tflops is not None:
-                line += f", {f.tflops:.4g} TFLOP/s over {f.steps_timed} steps"
+                line += f", {fmt_tflops(f.tflops)} over {f.steps_timed} steps"
             if f.mfu is not None:
                 line += f", MFU {100 * f.mfu:.2f}% of {f.peak}"
             yield Text(line)
-            if f.reason:
-                yield Text(f"  {plain(f.reason)}", style="dim")
+            for note in (f.spread_note, f.reason):
+                if note:
+                    yield Text(f"  {plain(note)}", style="dim")
     elif run.flops_note:
         yield Text(run.flops_note, style="dim")
     for m in run.memory:
