@@ -111,7 +111,7 @@ def test_lightning_closure_is_forward_and_backward_not_optimizer(
     )
     assert forward > 0 and backward > 0
     assert forward + backward >= 0.8 * optimizer_span_us
-    assert optimizer <= 0.1 * optimizer_span_us
+    assert optimizer <= 0.25 * optimizer_span_us
     # AND no optimizer finding: the SGD update is a sliver of the step
     assert not [f for f in doc["findings"] if f["id"] == "optimizer_bound"], doc["findings"]
     breakdown = finding(doc, "step_breakdown")["evidence"]
