@@ -1,7 +1,6 @@
-"""Profiler steps: find the ProfilerStep#N spans of a rank, choose the analysis window, build the per-step table.
-
-The per-step table measures CPU-side regions (data loading, forward, backward, optimizer) as unions of the
-annotated spans inside each step, so nested annotations are not counted twice.
+"""Profiler steps: find the steps of a rank (ProfilerStep#N spans, each beginning where the one before it ends),
+assign every instant to one phase (data loading, forward, backward, optimizer; the optimizer's closure is
+forward and backward), build the per-step table. docs/analysis.md ("What a step is", "Phases") says why.
 """
 
 from __future__ import annotations
