@@ -130,9 +130,10 @@ def test_job_ending_inside_a_window_writes_the_partial_trace(tmp_path: Path) -> 
     with pytest.warns(StepscopeWarning):
         monitor, _ = run_decorated(tmp_path, 3, wait=1, warmup=0, active=4)
     traces = [a for a in read_manifest(monitor.run_dir).artifacts if a.kind == "trace"]
-    # steps 1 and 2 ran in the window (no span for a step that never began)
+    # steps 1 and 2 ran in the window; step 3 began when the call of step 2 returned (a step holds the fetch of
+    # its batch) and ran until close(), as in the context-manager form; no span for a step that never began
     assert len(traces) == 1 and traces[0].step == 2
-    assert profiler_steps(monitor.run_dir / traces[0].path) == [1, 2]
+    assert profiler_steps(monitor.run_dir / traces[0].path) == [1, 2, 3]
 
 
 def test_failing_collector_warns_once_and_training_goes_on(
