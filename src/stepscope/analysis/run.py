@@ -19,12 +19,12 @@ import msgspec
 
 from stepscope.analysis._limits import max_input_bytes
 from stepscope.analysis._stats import fmean, median, quantile
+from stepscope.analysis._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest, read_manifest
 from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
 
 T = TypeVar("T")
 SLOWEST_STEPS = 5
-MIN_TREND_STEPS = 8  # a trend needs two quarters of at least two steps
 
 
 @dataclass
@@ -159,7 +159,10 @@ class StepTimes(msgspec.Struct):
     mean_ms: float | None
     traced_median_ms: float | None  # steps inside warmup/active windows (profiler overhead included)
     first_step_ms: float | None
-    trend_pct: float | None  # median of the last quarter of plain steps vs the first quarter, in %
+    trend_pct: float | None  # change over the run in % of the median plain step; null unless significant
+    trend_ms_per_step: float | None  # the Theil-Sen slope over the plain steps; null unless significant
+    trend_p_value: float | None  # Mann-Kendall's, two-sided; null with too few plain steps to test
+    trend_note: str  # what the trend is, or why none is given
     slowest: list[SlowStep]
     windows: list[list[int]]  # [first, last] active step of each profiled window of this rank
 
@@ -273,18 +276,14 @@ def _windows(schedule: dict[str, int], last_step: int) -> list[list[int]]:
 
 def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -> StepTimes:
     lines = sorted(lines, key=lambda m: m.step)
-    plain = [
-        m.wall_ms
-        for m in lines
-        if m.phase == "none" and m.step > 0 and m.flops is None and m.collectives is None
+    plain_lines = [
+        m for m in lines if m.phase == "none" and m.step > 0 and m.flops is None and m.collectives is None
     ]
+    plain = [m.wall_ms for m in plain_lines]
     traced = [m.wall_ms for m in lines if m.phase != "none"]
     first = next((m.wall_ms for m in lines if m.step == 0), None)
-    trend = None
-    if len(plain) >= MIN_TREND_STEPS:
-        quarter = len(plain) // 4
-        head, tail = median(plain[:quarter]), median(plain[-quarter:])
-        trend = 100.0 * (tail - head) / head if head > 0 else None
+    trend = step_trend([m.step for m in plain_lines], plain)
+    reported = trend is not None and trend.reported
     slowest = sorted(lines, key=lambda m: -m.wall_ms)[:SLOWEST_STEPS]
     return StepTimes(
         rank=rank,
@@ -295,10 +294,28 @@ def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -
         mean_ms=fmean(plain) if plain else None,
         traced_median_ms=median(traced) if traced else None,
         first_step_ms=first,
-        trend_pct=trend,
+        trend_pct=trend.change_pct if trend is not None and reported else None,
+        trend_ms_per_step=trend.slope_ms_per_step if trend is not None and reported else None,
+        trend_p_value=trend.p_value if trend is not None else None,
+        trend_note=_trend_note(trend, plain_lines),
         slowest=[SlowStep(m.step, m.wall_ms, m.phase) for m in slowest],
         windows=windows,
     )
+
+
+def _trend_note(trend: Trend | None, plain: list[StepMetrics]) -> str:
+    if trend is None:
+        return f"no trend: {len(plain)} plain steps, {MIN_TREND_STEPS} needed"
+    p = "p < 0.001" if trend.p_value < 0.001 else f"p = {trend.p_value:.2g}"
+    over = f"over {trend.steps} plain steps ({plain[0].step}-{plain[-1].step}; Mann-Kendall {p})"
+    if trend.reported:
+        return (
+            f"trend {trend.change_pct:+.0f}% of the median step: {trend.change_ms:+.3g} ms "
+            f"({trend.slope_ms_per_step:+.3g} ms per step) {over}"
+        )
+    if trend.p_value >= TREND_P_VALUE:
+        return f"no significant trend {over}"
+    return f"no trend larger than {MIN_TREND_PCT:g}% of the median step {over}"
 
 
 def _flops_facts(report: FlopsReport) -> FlopsFacts:

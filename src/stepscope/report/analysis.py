@@ -232,7 +232,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
                 _ms(t.median_ms),
                 _ms(t.p90_ms),
                 _ms(t.traced_median_ms),
-                f"{t.trend_pct:+.1f}%" if t.trend_pct is not None else "-",
+                f"{t.trend_pct:+.0f}%" if t.trend_pct is not None else "-",
             )
             for t in run.step_times
         ]
@@ -241,6 +241,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
         for t in run.step_times:
             slowest = ", ".join(f"{s.step} ({_ms(s.wall_ms)}, {s.phase})" for s in t.slowest[:3])
             yield f"[dim]rank {t.rank} slowest steps: {slowest}[/dim]"
+            yield Text(f"rank {t.rank} {t.trend_note}", style="dim")
         windows = run.step_times[0].windows
         if windows:
             marked = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in windows)
