@@ -175,7 +175,7 @@ def test_cpu_run_reports_tflops_and_why_no_mfu(tmp_path: Path, capsys: pytest.Ca
         flop_counter_step=3,
         console=True,
     )
-    out = " ".join(capsys.readouterr().out.split())
+    out = " ".join(capsys.readouterr().err.split())  # the monitor prints on stderr
     assert "FLOPs of step 3, rank 0 (forward + backward)" in out
     assert (
         "stepscope: rank 0: achieved" in out
@@ -193,7 +193,7 @@ def test_peak_override_gives_mfu_with_formula_and_peak(
         tmp_path, 7, model, train_step_for(model, True),
         wait=4, warmup=1, active=1, flop_counter_step=3, peak_tflops=0.5, console=True, flop_table_depth=1,
     )  # fmt: skip
-    out = " ".join(capsys.readouterr().out.split())
+    out = " ".join(capsys.readouterr().err.split())  # the monitor prints on stderr
     assert (
         "MFU = achieved TFLOP/s / peak TFLOP/s" in out
         and "peak 0.5 TFLOP/s (cpu fp32; peak_tflops option)" in out

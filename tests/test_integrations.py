@@ -25,7 +25,6 @@ STEPSCOPE = [sys.executable, "-m", "stepscope"]
 
 def run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", PYTHONUNBUFFERED="1")
-    env.pop("STEPSCOPE_CONSOLE", None)
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
 
 
