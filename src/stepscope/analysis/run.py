@@ -230,7 +230,6 @@ def run_facts(run: Run) -> RunFacts:
     by_rank: dict[int, list[StepMetrics]] = {}
     for line in run.metrics:
         by_rank.setdefault(line.rank, []).append(line)
-    windows = _windows(manifest.schedule, max((m.step for m in run.metrics), default=-1))
     flops_note = None
     if not run.flops:
         flops_note = (
@@ -244,7 +243,7 @@ def run_facts(run: Run) -> RunFacts:
         profiled_ranks=list(manifest.profiled_ranks),
         schedule=dict(manifest.schedule),
         versions=dict(manifest.versions),
-        step_times=[_step_times(rank, lines, windows) for rank, lines in sorted(by_rank.items())],
+        step_times=[_step_times(rank, lines) for rank, lines in sorted(by_rank.items())],
         flops=[_flops_facts(r) for r in sorted(run.flops, key=lambda r: r.rank)],
         flops_note=flops_note,
         memory=[m for rank, rows in sorted(run.memory.items()) if (m := _memory_facts(rank, rows))],
@@ -253,28 +252,26 @@ def run_facts(run: Run) -> RunFacts:
     )
 
 
-def _windows(schedule: dict[str, int], last_step: int) -> list[list[int]]:
-    """[first, last] active step of each window that lies within the run's steps (the manifest's schedule)."""
-    try:
-        wait, warmup, active = schedule["wait"], schedule["warmup"], schedule["active"]
-        repeat, skip = schedule.get("repeat", 1), schedule.get("skip_first", 0)
-    except (KeyError, TypeError):
-        return []
-    cycle = wait + warmup + active
-    if cycle <= 0 or active <= 0:
-        return []
-    out = []
-    i = 0
-    while repeat == 0 or i < repeat:
-        first = skip + i * cycle + wait + warmup
-        if first > last_step:
-            break
-        out.append([first, min(first + active - 1, last_step)])
-        i += 1
+ACTIVE_PHASES = ("record", "record_and_save")
+
+
+def _windows(lines: list[StepMetrics]) -> list[list[int]]:
+    """[first, last] active step of each window a rank recorded, from the phases of its steps (sorted by step):
+    the manifest's schedule holds one window of an on-demand run, the steps hold them all."""
+    out: list[list[int]] = []
+    previous: StepMetrics | None = None
+    for line in lines:
+        if line.phase in ACTIVE_PHASES:
+            opens = previous is None or previous.phase != "record" or previous.step != line.step - 1
+            if opens:
+                out.append([line.step, line.step])
+            else:
+                out[-1][1] = line.step
+        previous = line
     return out
 
 
-def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -> StepTimes:
+def _step_times(rank: int, lines: list[StepMetrics]) -> StepTimes:
     lines = sorted(lines, key=lambda m: m.step)
     plain_lines = [
         m for m in lines if m.phase == "none" and m.step > 0 and m.flops is None and m.collectives is None
@@ -299,7 +296,7 @@ def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -
         trend_p_value=trend.p_value if trend is not None else None,
         trend_note=_trend_note(trend, plain_lines),
         slowest=[SlowStep(m.step, m.wall_ms, m.phase) for m in slowest],
-        windows=windows,
+        windows=_windows(lines),
     )
 
 
