@@ -25,6 +25,7 @@ from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, Ste
 
 T = TypeVar("T")
 SLOWEST_STEPS = 5
+MIN_MEAN_SAMPLES = 2  # a mean of one sample is that sample: say there are too few instead
 
 
 @dataclass
@@ -198,14 +199,18 @@ class GpuFacts(msgspec.Struct):
 
 
 class SystemFacts(msgspec.Struct):
+    """The system samples of one rank. CPU figures come from the samples after the first (whose CPU % covers the
+    millisecond since the sampler started), and only from MIN_MEAN_SAMPLES of them on: null below, with a note."""
+
     rank: int
     samples: int
-    seconds: float
-    process_cpu_mean_percent: float
-    process_cpu_max_percent: float
-    system_cpu_mean_percent: float
+    seconds: float  # from the first sample to the last
+    process_cpu_mean_percent: float | None
+    process_cpu_max_percent: float | None
+    system_cpu_mean_percent: float | None
     peak_rss_bytes: int
     gpus: list[GpuFacts]
+    note: str | None  # why a figure is missing
 
 
 class RunFacts(msgspec.Struct):
@@ -385,6 +390,8 @@ def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
     gpu_facts = []
     for index, samples in sorted(gpus.items()):
         util = [float(g.util_percent) for g in samples if g.util_percent is not None]
+        if len(util) < MIN_MEAN_SAMPLES:
+            util = []
         mem = [float(g.mem_used_bytes) for g in samples if g.mem_used_bytes is not None]
         power = [float(g.power_w) for g in samples if g.power_w is not None]
         gpu_facts.append(
@@ -396,13 +403,23 @@ def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
                 power_max_w=_stat(power, max),
             )
         )
+    timed = rows[1:]  # each of these has the CPU % of the interval since the sample before
+    enough = len(timed) >= MIN_MEAN_SAMPLES
+    note = None
+    if not enough:
+        gpu = " and GPU utilisation" if any(g.util_mean_percent is None for g in gpu_facts) else ""
+        note = (
+            f"too few samples for CPU{gpu} figures ({len(rows)}; {MIN_MEAN_SAMPLES + 1} needed): sample more "
+            "often (system_sample_interval) or for longer"
+        )
     return SystemFacts(
         rank=rank,
         samples=len(rows),
         seconds=rows[-1].t_s - rows[0].t_s,
-        process_cpu_mean_percent=fmean(r.process_cpu_percent for r in rows),
-        process_cpu_max_percent=max(r.process_cpu_percent for r in rows),
-        system_cpu_mean_percent=fmean(r.system_cpu_percent for r in rows),
+        process_cpu_mean_percent=fmean(r.process_cpu_percent for r in timed) if enough else None,
+        process_cpu_max_percent=max(r.process_cpu_percent for r in timed) if enough else None,
+        system_cpu_mean_percent=fmean(r.system_cpu_percent for r in timed) if enough else None,
         peak_rss_bytes=max(r.rss_bytes for r in rows),
         gpus=gpu_facts,
+        note=note,
     )

@@ -279,9 +279,14 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             for g in sy.gpus
             if g.util_mean_percent is not None and g.util_max_percent is not None
         )
+        cpu = ""
+        if sy.process_cpu_mean_percent is not None and sy.process_cpu_max_percent is not None:
+            cpu = f", process CPU {sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max"
+        samples = f"{sy.samples} sample" + ("s" if sy.samples != 1 else "")
         yield Text(
-            f"system rank {sy.rank}: {sy.samples} samples over {sy.seconds:.1f} s, process CPU "
-            f"{sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max, peak RSS "
+            f"system rank {sy.rank}: {samples} over {sy.seconds:.1f} s{cpu}, peak RSS "
             f"{fmt_bytes(sy.peak_rss_bytes)}{gpus}"
         )
+        if sy.note:
+            yield Text(f"  {sy.note}", style="dim")
     yield Text("")
