@@ -407,9 +407,9 @@ def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
     enough = len(timed) >= MIN_MEAN_SAMPLES
     note = None
     if not enough:
-        gpu = " and GPU utilisation" if any(g.util_mean_percent is None for g in gpu_facts) else ""
+        and_gpu = " and GPU utilisation" if any(g.util_mean_percent is None for g in gpu_facts) else ""
         note = (
-            f"too few samples for CPU{gpu} figures ({len(rows)}; {MIN_MEAN_SAMPLES + 1} needed): sample more "
+            f"too few samples for CPU{and_gpu} figures ({len(rows)}; {MIN_MEAN_SAMPLES + 1} needed): sample more "
             "often (system_sample_interval) or for longer"
         )
     return SystemFacts(

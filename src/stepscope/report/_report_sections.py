@@ -672,10 +672,12 @@ def _system(data: ReportData, pc: Charts) -> Section:
             "GPU utilisation (NVML).",
         )
     for f in data.analysis.run.system if data.analysis.run else []:
-        cpu = f.note or ""
+        usage = f.note or ""
         if f.process_cpu_mean_percent is not None and f.process_cpu_max_percent is not None:
-            cpu = f"process CPU mean {f.process_cpu_mean_percent:.0f}%, max {f.process_cpu_max_percent:.0f}%"
-        s.facts.append((f"rank {f.rank}: samples", f"{f.samples} over {f.seconds:.1f} s; {cpu}"))
+            usage = (
+                f"process CPU mean {f.process_cpu_mean_percent:.0f}%, max {f.process_cpu_max_percent:.0f}%"
+            )
+        s.facts.append((f"rank {f.rank}: samples", f"{f.samples} over {f.seconds:.1f} s; {usage}"))
     return s
 
 
