@@ -198,7 +198,7 @@ def test_tflops_comes_from_enough_undisturbed_steps(
     assert throughput["steps_timed"] == 6 and throughput["median_step_s"] == statistics.median(walls)
     # AND the first figure waited for 5 of them (step 14), the final one took all 6
     assert [line["step"] for line in lines if "tflops_median" in line] == [14]
-    out = " ".join(capsys.readouterr().out.split())
+    out = " ".join(capsys.readouterr().err.split())  # the monitor prints on stderr
     first = out.index("stepscope: rank 0: achieved ")
     final = out.index("stepscope: rank 0 (final): achieved ")
     assert "(median of 5 undisturbed steps; the middle half took " in out[first:final]
@@ -229,7 +229,7 @@ def test_too_few_undisturbed_steps_give_no_tflops_and_say_so(
         "outside the windows, neither the first, counted or comm-logged step nor the step after one of them or "
         "after a window); run more steps"
     )
-    assert f"stepscope: rank 0 (final): {reason}" in " ".join(capsys.readouterr().out.split())
+    assert f"stepscope: rank 0 (final): {reason}" in " ".join(capsys.readouterr().err.split())
     report = json.loads((run_dir / "flops/rank0_step4.json").read_text())
     assert report["throughput"] is None and report["no_throughput_reason"] == reason
     assert reason in " ".join((run_dir / "flops/rank0_step4.txt").read_text().split())
@@ -247,7 +247,7 @@ def test_peak_override_gives_mfu_with_formula_and_peak(
         tmp_path, 12, model, train_step_for(model, True),
         wait=4, warmup=1, active=1, flop_counter_step=3, peak_tflops=0.5, console=True, flop_table_depth=1,
     )  # fmt: skip
-    out = " ".join(capsys.readouterr().out.split())
+    out = " ".join(capsys.readouterr().err.split())  # the monitor prints on stderr
     assert (
         "MFU = achieved TFLOP/s / peak TFLOP/s" in out
         and "peak 0.5 TFLOP/s (cpu fp32; peak_tflops option)" in out
@@ -393,7 +393,9 @@ def test_identical_transformer_layers_get_identical_flops(
     assert text_rows["enc.layers.0"][3] == text_rows["enc.layers.1"][3] == f"{layer_forward:,}"
 
     # AND at 80 columns the printed table fits, and a cell too long for it ends or breaks with an ellipsis
-    out = capsys.readouterr().out
+    # (the monitor prints on stderr; the report's path, printed at close, is a path, not a table)
+    err = capsys.readouterr().err.splitlines()
+    out = "\n".join(line for line in err if not line.startswith("stepscope: report: "))
     assert max(len(line) for line in out.splitlines()) <= 80
     labels = {m["label"] for m in rows.values()} | {"backward, not attributed to a module", "module"}
     types = {m["type"] for m in rows.values()} | {"", "type"}

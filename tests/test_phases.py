@@ -159,7 +159,7 @@ def test_decorator_steps_hold_their_batch_and_every_output_states_one_step_time(
     lines = [json.loads(line) for line in (decorator_run / "metrics.jsonl").read_text().splitlines()]
     wall = {line["step"]: line["wall_ms"] for line in lines}
     for s in steps:
-        assert wall[s["step"]] == pytest.approx(s["dur_us"] / 1e3, rel=0.2)
+        assert wall[s["step"]] == pytest.approx(s["dur_us"] / 1e3, rel=0.35)  # (without the fetch: 10x less)
     # AND the terminal table shows what the JSON holds, loader time included
     rows = terminal_steps(analyze_text(decorator_run, capsys, monkeypatch))
     assert sorted(rows) == [3, 4, 5]

@@ -528,8 +528,11 @@ class PerformanceMonitor:
                 f"on-demand window {self._windows_planned}: warmup from step {schedule.skip_first}, active "
                 f"steps {first}-{last}"
             )
-        with contextlib.suppress(Exception):  # the manifest says which window; the traces are what matter
-            writer.update(schedule=schedule.as_dict(), notes=notes)
+        # The manifest's schedule stays the run's own: a window's schedule there would hide the windows before
+        # it (the steps' phases in metrics.jsonl and these notes list them all).
+        if notes:
+            with contextlib.suppress(Exception):  # the notes say which window; the traces are what matter
+                writer.update(notes=notes)
 
     def _next_busy(self, step: int) -> int:
         """The first step >= `step` at which some live collector works."""

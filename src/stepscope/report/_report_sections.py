@@ -149,7 +149,8 @@ def _overview(data: ReportData, pc: Charts) -> Section:
                 (
                     f"rank {st.rank}: step time over the run",
                     f"median {fmt_ms(st.median_ms)}, p90 {fmt_ms(st.p90_ms)} "
-                    f"over {st.plain_steps} unprofiled steps; {fmt_ms(st.traced_median_ms)} while profiled",
+                    f"over {st.plain_steps} unprofiled steps; {fmt_ms(st.traced_median_ms)} while profiled; "
+                    f"{st.trend_note}",
                 )
             )
     if data.run is not None and data.run.steps:
@@ -713,13 +714,12 @@ def _system(data: ReportData, pc: Charts) -> Section:
             "GPU utilisation (NVML).",
         )
     for f in data.analysis.run.system if data.analysis.run else []:
-        s.facts.append(
-            (
-                f"rank {f.rank}: samples",
-                f"{f.samples} over {f.seconds:.1f} s; process CPU mean "
-                f"{f.process_cpu_mean_percent:.0f}%, max {f.process_cpu_max_percent:.0f}%",
+        usage = f.note or ""
+        if f.process_cpu_mean_percent is not None and f.process_cpu_max_percent is not None:
+            usage = (
+                f"process CPU mean {f.process_cpu_mean_percent:.0f}%, max {f.process_cpu_max_percent:.0f}%"
             )
-        )
+        s.facts.append((f"rank {f.rank}: samples", f"{f.samples} over {f.seconds:.1f} s; {usage}"))
     return s
 
 

@@ -249,7 +249,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
                 _ms(t.median_ms),
                 _ms(t.p90_ms),
                 _ms(t.traced_median_ms),
-                f"{t.trend_pct:+.1f}%" if t.trend_pct is not None else "-",
+                f"{t.trend_pct:+.0f}%" if t.trend_pct is not None else "-",
             )
             for t in run.step_times
         ]
@@ -258,6 +258,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
         for t in run.step_times:
             slowest = ", ".join(f"{s.step} ({_ms(s.wall_ms)}, {s.phase})" for s in t.slowest[:3])
             yield f"[dim]rank {t.rank} slowest steps: {slowest}[/dim]"
+            yield Text(f"rank {t.rank} {t.trend_note}", style="dim")
         windows = run.step_times[0].windows
         if windows:
             marked = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in windows)
@@ -296,9 +297,14 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             for g in sy.gpus
             if g.util_mean_percent is not None and g.util_max_percent is not None
         )
+        cpu = ""
+        if sy.process_cpu_mean_percent is not None and sy.process_cpu_max_percent is not None:
+            cpu = f", process CPU {sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max"
+        samples = f"{sy.samples} sample" + ("s" if sy.samples != 1 else "")
         yield Text(
-            f"system rank {sy.rank}: {sy.samples} samples over {sy.seconds:.1f} s, process CPU "
-            f"{sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max, peak RSS "
+            f"system rank {sy.rank}: {samples} over {sy.seconds:.1f} s{cpu}, peak RSS "
             f"{fmt_bytes(sy.peak_rss_bytes)}{gpus}"
         )
+        if sy.note:
+            yield Text(f"  {sy.note}", style="dim")
     yield Text("")
