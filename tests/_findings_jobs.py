@@ -8,9 +8,14 @@ tests/test_findings_bench.py):
 - healthy:         an MLP trained from pre-built batches; forward and backward hold the step (no HIGH finding)
 - loader_stall:    the DataLoader sleeps 0.25 ms per sample in the main process (data_loader_stall)
 - loader_fixed:    the same data with 8 loader workers (the fix; the diff test compares the two)
+
 - heavy_optimizer: an optimizer that takes an SVD of every weight matrix each step (optimizer_bound)
 - sync_python:     .item() on the loss plus 20 ms of pure-Python metrics each step (python_overhead)
 - tiny_ops:        a forward of thousands of elementwise ops on tiny tensors (many_small_ops)
+
+The two loader jobs record a longer window (LOADER_SCHEDULE) and run LOADER_PLAIN_STEPS more steps after it:
+`stepscope diff` compares the step time over the plain steps of metrics.jsonl and the phases over the window's
+steps, and a few steps of each cannot show a change at 95% past one slow step.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 
 STEPS = 7  # wait 2, warmup 1, active 4
 SCHEDULE = {"wait": 2, "warmup": 1, "active": 4, "repeat": 1}
+LOADER_SCHEDULE = {**SCHEDULE, "active": 8}
+LOADER_PLAIN_STEPS = 12  # after the window: with step 1, 13 plain steps to compare (diff needs 8)
 
 
 class SlowSamples:
@@ -84,8 +91,11 @@ def run(job: str, out: Path) -> None:
     model = _mlp()
     optimizer: Any = torch.optim.SGD(model.parameters(), lr=0.01)
     batches: Any
+    steps, schedule = STEPS, SCHEDULE
     if job in ("loader_stall", "loader_fixed"):
-        data = SlowSamples(64 * (STEPS + 1), 256, 0.00025)
+        schedule = LOADER_SCHEDULE
+        steps = schedule["wait"] + schedule["warmup"] + schedule["active"] + LOADER_PLAIN_STEPS
+        data = SlowSamples(64 * (steps + 1), 256, 0.00025)
         workers = 8 if job == "loader_fixed" else 0
         batches = torch.utils.data.DataLoader(data, batch_size=64, num_workers=workers)
     else:
@@ -95,9 +105,9 @@ def run(job: str, out: Path) -> None:
         optimizer = SvdOptimizer(model.parameters())
     tiny = [torch.randn(4) for _ in range(8)]
 
-    monitor = stepscope.performance_monitor(model, out_dir=str(out), console=False, **SCHEDULE)
+    monitor = stepscope.performance_monitor(model, out_dir=str(out), console=False, **schedule)
     with monitor:
-        for _, (x, y) in zip(range(STEPS), batches, strict=False):
+        for _, (x, y) in zip(range(steps), batches, strict=False):
             with monitor.region("forward"):
                 h = model(x)
                 if job == "tiny_ops":
