@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from stepscope.analysis._stats import quantile
+
 Z_975 = 1.959963984540054  # the standard normal's 97.5% quantile
 # The pairwise differences are n * m values; past this many each side is thinned to evenly spaced values.
 MAX_PAIRS = 1_000_000
@@ -68,3 +70,30 @@ def _thinned(values: np.ndarray) -> np.ndarray:
     if len(values) <= most:
         return values
     return values[np.linspace(0, len(values) - 1, most).round().astype(np.int64)]
+
+
+Z_9875 = 2.241402727604947  # the standard normal's 98.75% quantile: two 97.5% intervals make one of 95%
+MIN_QUANTILE_VALUES = 20  # per side, for the interval of a low quantile
+
+
+def quantile_shift(base: Sequence[float], test: Sequence[float], q: float) -> Shift:
+    """test - base of the q-quantile (0..1) with a conservative 95% interval: each side's distribution-free 97.5%
+    interval of its quantile (two order statistics, by the binomial's normal approximation), the one's low end
+    less the other's high end and the other way round. Null bounds with fewer than MIN_QUANTILE_VALUES a side."""
+    b, t = np.sort(np.asarray(base, dtype=np.float64)), np.sort(np.asarray(test, dtype=np.float64))
+    if not len(b) or not len(t):
+        return Shift(None, None, None, False, len(b), len(t))
+    estimate = quantile(t.tolist(), q) - quantile(b.tolist(), q)
+    if min(len(b), len(t)) < MIN_QUANTILE_VALUES:
+        return Shift(estimate, None, None, False, len(b), len(t))
+    (b_low, b_high), (t_low, t_high) = _quantile_bounds(b, q), _quantile_bounds(t, q)
+    low, high = t_low - b_high, t_high - b_low
+    return Shift(estimate, low, high, low > 0 or high < 0, len(b), len(t))
+
+
+def _quantile_bounds(ordered: np.ndarray, q: float) -> tuple[float, float]:
+    n = len(ordered)
+    centre, half = n * q, Z_9875 * math.sqrt(n * q * (1 - q))
+    return float(ordered[max(math.floor(centre - half), 0)]), float(
+        ordered[min(math.ceil(centre + half), n - 1)]
+    )

@@ -1,11 +1,19 @@
 """`--fail-on` gates of `stepscope diff`: parse `METRIC>+N%` and friends, and decide each against a Diff.
 
-A gate on a time breaches only on a change that is both significant (its 95% interval excludes zero, see
-_shift.py) and beyond the gate's threshold: the runs' own spread decides what is noise, the threshold what
-matters. With too few values to bound the change the gate is not checked, and says so. `new_high>N` counts the
+A gate on a time breaches only when the change's whole 95% interval (see _shift.py) lies beyond the gate's
+threshold: the change is significant, and larger than the threshold even at its low end. The runs' own spread
+decides what is noise, the threshold what matters, and a change that may still be within the threshold passes
+(the reason says so). The step time's gate also asks the fast steps (diff_steps.FAST_QUANTILE) to have moved
+beyond the threshold, where there are enough steps to tell: a slower code path slows every step, while a
+machine busier during one run than the other slows only more of its steps. A gate on a phase of the profiled
+window needs the step time over the plain steps (run folders) to have moved significantly the same way, its fast
+steps too: a few consecutive profiled steps share one moment of the machine, so their spread cannot tell a
+slower phase from a busier machine, while the plain steps cover the run.
+With too few values to bound the change the gate is not checked, and says so. `new_high>N` counts the
 findings that are HIGH in TEST but were not HIGH in BASE (new, or escalated from a lower severity), except one
-whose own phase (diff.FINDING_PHASES) the runs show with no significant change: its share of the step moved, or
-one disturbed step of the window carries it, not its time.
+whose own phase (diff.FINDING_PHASES) the runs show with no significant change (its share of the step moved, or
+one disturbed step of the window carries it, not its time), and, for run folders, one the step time over the
+plain steps does not confirm by a significant growth.
 """
 
 from __future__ import annotations
@@ -77,22 +85,59 @@ def _time_gate(diff: Diff, expression: str, metric: str, op: str, number: float,
     gate.change_pct = round(100.0 * delta / base, 2) if base else None
     limit = base * number / 100 if unit == "%" else number * _UNIT_MS[unit or "ms"]
     if low is None or high is None:
+        more = "more active steps" if metric != "step_time" else "run folders with more plain steps"
         gate.reason = (
-            f"{counts[0]} and {counts[1]} values are too few to bound the change at 95%; not checked"
+            f"{counts[0]} and {counts[1]} values are too few to bound the change at 95% ({more}); not checked"
         )
         return gate
     change = _change_text(delta, low, high, base if unit == "%" else None)
     bound = f"{'+' if op == '>' else '-'}{number:g}{unit}"
-    beyond = delta > limit if op == ">" else delta < -limit
-    significant = low > 0 if op == ">" else high < 0
-    gate.breached = beyond and significant
-    if gate.breached:
-        gate.reason = f"{label} {change}: significant and beyond {bound}"
-    elif not (low > 0 or high < 0):
+    grew = op == ">"
+    if not (low > 0 or high < 0):
         gate.reason = f"{label} {change}: the interval holds 0, no significant change"
+    elif not (low > limit if grew else high < -limit):
+        may = (delta > limit) if grew else (delta < -limit)
+        gate.reason = f"{label} {change}: {'may be' if may else 'significant,'} within {bound}"
+    elif metric == "step_time" and not _fast_steps_beyond(diff, grew, number, unit):
+        st = diff.step_time
+        assert st.fast_delta_ms is not None and st.fast_low_ms is not None and st.fast_high_ms is not None
+        fast = _change_text(
+            st.fast_delta_ms, st.fast_low_ms, st.fast_high_ms, st.base.fast_ms if unit == "%" else None
+        )
+        gate.reason = (
+            f"{label} {change}, but its fast steps (10th percentile) moved {fast}: more of the steps were slow, "
+            f"not every step (a busier machine, or a cost on some steps only); not beyond {bound}"
+        )
+    elif metric != "step_time" and not _step_time_confirms(diff, grew):
+        gate.reason = (
+            f"{label} {change} in the profiled window, but the step time over the plain steps shows no significant "
+            f"{'growth' if grew else 'drop'}: not confirmed, not breached"
+        )
     else:
-        gate.reason = f"{label} {change}: significant, within {bound}"
+        gate.breached = True
+        gate.reason = f"{label} {change}: beyond {bound}"
     return gate
+
+
+def _fast_steps_beyond(diff: Diff, grew: bool, number: float, unit: str | None) -> bool:
+    """Whether the fast steps moved beyond the threshold with their whole interval; True without an interval."""
+    st = diff.step_time
+    if st.fast_low_ms is None or st.fast_high_ms is None or not st.base.fast_ms:
+        return True
+    limit = st.base.fast_ms * number / 100 if unit == "%" else number * _UNIT_MS[unit or "ms"]
+    return st.fast_low_ms > limit if grew else st.fast_high_ms < -limit
+
+
+def _step_time_confirms(diff: Diff, grew: bool) -> bool:
+    """Whether the step time over the plain steps, its fast steps too, moved significantly in that direction;
+    True when the runs have no plain steps to compare (traces), as nothing can confirm the window then."""
+    st = diff.step_time
+    if st.base.source != "plain" or st.low_ms is None or st.high_ms is None:
+        return True
+    moved = st.low_ms > 0 if grew else st.high_ms < 0
+    if st.fast_low_ms is None or st.fast_high_ms is None:
+        return moved
+    return moved and (st.fast_low_ms > 0 if grew else st.fast_high_ms < 0)
 
 
 def _change_text(delta: float, low: float, high: float, base: float | None) -> str:
@@ -107,22 +152,22 @@ def _change_text(delta: float, low: float, high: float, base: float | None) -> s
     return f"{show(delta)} (95%: {show(low)} to {show(high)})"
 
 
-def became_high(diff: Diff) -> tuple[list[FindingChange], list[FindingChange]]:
-    """(counted, left out): the findings HIGH in test that were not HIGH in base (new, or escalated); left out
-    when the phase the finding measures shows no significant change."""
-    rising = [
+def became_high(diff: Diff) -> list[FindingChange]:
+    """The findings HIGH in test that were not HIGH in base: new, or escalated."""
+    return [
         c
         for c in diff.findings
         if c.severity == "high"
         and (c.status == "appeared" or (c.status == "changed" and c.base_severity != "high"))
     ]
-    return [c for c in rising if c.phase_significant is not False], [
-        c for c in rising if c.phase_significant is False
-    ]
 
 
 def _new_high(diff: Diff, expression: str, number: float) -> Gate:
-    counted, left_out = became_high(diff)
+    rising = became_high(diff)
+    confirmed = _step_time_confirms(diff, grew=True)
+    phase_still = [c for c in rising if c.phase_significant is False]
+    unconfirmed = [c for c in rising if c not in phase_still and not confirmed]
+    counted = [c for c in rising if c not in phase_still and c not in unconfirmed]
     gate = Gate(
         expression,
         "new_high",
@@ -136,14 +181,20 @@ def _new_high(diff: Diff, expression: str, number: float) -> Gate:
         reasons.append(
             f"{len(counted)} finding(s) became HIGH: " + ", ".join(_finding_text(c) for c in counted)
         )
-    if left_out:
+    if phase_still:
         reasons.append(
-            ", ".join(f"{_finding_text(c)} with {PHASE_LABELS.get(c.phase or '', c.phase)}" for c in left_out)
+            ", ".join(
+                f"{_finding_text(c)} with {PHASE_LABELS.get(c.phase or '', c.phase)}" for c in phase_still
+            )
             + " became HIGH, but the phase shows no significant change: not counted"
         )
-    if not reasons:
-        reasons.append("no finding became HIGH")
-    gate.reason = "; ".join(reasons)
+    if unconfirmed:
+        reasons.append(
+            ", ".join(_finding_text(c) for c in unconfirmed)
+            + " became HIGH in the profiled window, but the step time over the plain steps shows no significant "
+            "growth: not counted"
+        )
+    gate.reason = "; ".join(reasons) or "no finding became HIGH"
     return gate
 
 

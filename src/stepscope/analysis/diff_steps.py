@@ -5,6 +5,10 @@ Run folders compare their *plain* steps (metrics.jsonl: the steps the profiler a
 recorded it. A side without MIN_PLAIN_STEPS of them (a trace, a short run) makes both sides compare their profiled
 steps instead (the traces' ProfilerStep spans, one value per rank and step), and a note says so. The change is the
 Hodges-Lehmann shift with its 95% interval (analysis/_shift.py): significant when the interval excludes zero.
+
+The fast steps (the 10th percentile, FAST_QUANTILE) are compared too, with their own interval: a slower code path
+slows every step, the fastest ones too, while a busier machine (other processes taking the CPU) slows more of
+the steps and leaves the fastest nearly as they were. The gates (diff_gates.py) ask both to move.
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ from collections.abc import Sequence
 
 import msgspec
 
-from stepscope.analysis._shift import shift
+from stepscope.analysis._shift import quantile_shift, shift
 from stepscope.analysis._stats import median, quantile
 from stepscope.analysis.analyze import AnalysisResult
 from stepscope.analysis.run import Run, is_plain_step
 
 MIN_PLAIN_STEPS = 8  # per run, to compare plain steps rather than the profiled window
+FAST_QUANTILE = 0.1  # the fast steps: the 10th percentile of the step times
 
 
 class StepSample(msgspec.Struct):
@@ -31,6 +36,7 @@ class StepSample(msgspec.Struct):
     median_ms: float | None
     q1_ms: float | None  # first and third quartiles: the spread
     q3_ms: float | None
+    fast_ms: float | None  # the 10th percentile: the fast steps
 
 
 class StepComparison(msgspec.Struct):
@@ -44,6 +50,9 @@ class StepComparison(msgspec.Struct):
     change_pct: float | None  # delta_ms of the base median
     significant: bool  # the interval excludes zero
     note: str | None  # why the profiled steps were compared, or why no interval
+    fast_delta_ms: float | None = None  # test - base of the fast steps (10th percentile) ...
+    fast_low_ms: float | None = None  # ... with a 95% interval (null under 20 step times a side)
+    fast_high_ms: float | None = None
 
 
 def compare_step_times(
@@ -65,6 +74,7 @@ def compare_step_times(
             f"{s.base_n} and {s.test_n} step times are too few to bound the change at 95%"
         )
     base_median = median(b[2]) if b[2] else None
+    fast = quantile_shift(b[2], t[2], FAST_QUANTILE)
     return StepComparison(
         base=_sample(*b),
         test=_sample(*t),
@@ -76,6 +86,9 @@ def compare_step_times(
         else None,
         significant=s.significant,
         note=note,
+        fast_delta_ms=_ms(fast.estimate),
+        fast_low_ms=_ms(fast.low),
+        fast_high_ms=_ms(fast.high),
     )
 
 
@@ -151,6 +164,7 @@ def _sample(source: str, steps: list[int], values: list[float], ranks: list[int]
         median_ms=_ms(median(values)) if values else None,
         q1_ms=_ms(quantile(values, 0.25)) if values else None,
         q3_ms=_ms(quantile(values, 0.75)) if values else None,
+        fast_ms=_ms(quantile(values, FAST_QUANTILE)) if values else None,
     )
 
 

@@ -8,7 +8,14 @@ from typing import Any
 
 from stepscope.analysis.diff import PHASE_LABELS
 from stepscope.report import _charts as charts
-from stepscope.report._diff_text import change_text, finding_head, quartiles_text, sample_text, signed_ms
+from stepscope.report._diff_text import (
+    change_text,
+    fast_change_text,
+    finding_head,
+    quartiles_text,
+    sample_text,
+    signed_ms,
+)
 from stepscope.report._page import (
     Cell,
     Charts,
@@ -47,15 +54,33 @@ def _step_time(diff: Any) -> Section:
     s.tables.append(
         Table(
             "step-time-table",
-            [("run", False), ("median", True), ("quartiles", False), ("steps compared", False)],
             [
-                [Cell(side), ms_cell(x.median_ms), Cell(quartiles_text(x)), Cell(sample_text(x))]
+                ("run", False),
+                ("median", True),
+                ("quartiles", False),
+                ("fast (p10)", True),
+                ("steps compared", False),
+            ],
+            [
+                [
+                    Cell(side),
+                    ms_cell(x.median_ms),
+                    Cell(quartiles_text(x)),
+                    ms_cell(x.fast_ms),
+                    Cell(sample_text(x)),
+                ]
                 for side, x in (("base", st.base), ("test", st.test))
             ],
             filter=False,
         )
     )
     s.paragraphs.append("Change: " + change_text(st.delta_ms, st.low_ms, st.high_ms, st.change_pct) + ".")
+    if st.fast_delta_ms is not None and st.fast_low_ms is not None:
+        s.paragraphs.append(
+            "Fast steps (10th percentile): "
+            + fast_change_text(st)
+            + ". A slower code path slows every step, the fast ones too; a busier machine slows more of them."
+        )
     if st.note:
         s.paragraphs.append(st.note[0].upper() + st.note[1:] + ".")
     return s

@@ -4,7 +4,7 @@ which steps were compared, a change with its interval, a finding's change in one
 from __future__ import annotations
 
 from stepscope.analysis.diff import PHASE_LABELS, FindingChange
-from stepscope.analysis.diff_steps import StepSample, step_ranges
+from stepscope.analysis.diff_steps import StepComparison, StepSample, step_ranges
 from stepscope.units import fmt_ms
 
 
@@ -30,6 +30,16 @@ def change_text(delta: float | None, low: float | None, high: float | None, pct:
         return f"{signed_ms(delta)}{share}; too few values for a 95% interval"
     verdict = "significant" if low > 0 or high < 0 else "no significant change (the interval holds 0)"
     return f"{signed_ms(delta)}{share}, 95% interval {signed_ms(low)} to {signed_ms(high)}: {verdict}"
+
+
+def fast_change_text(st: StepComparison) -> str:
+    """The change of the fast steps (10th percentile), as change_text."""
+    pct = (
+        100.0 * st.fast_delta_ms / st.base.fast_ms
+        if st.fast_delta_ms is not None and st.base.fast_ms
+        else None
+    )
+    return change_text(st.fast_delta_ms, st.fast_low_ms, st.fast_high_ms, pct)
 
 
 def signed_ms(ms: float) -> str:

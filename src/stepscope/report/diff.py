@@ -13,7 +13,14 @@ from rich.text import Text
 
 from stepscope.analysis.diff import PHASE_LABELS, Delta, Diff
 from stepscope.analysis.diff_steps import StepComparison
-from stepscope.report._diff_text import change_text, finding_head, quartiles_text, sample_text, signed_ms
+from stepscope.report._diff_text import (
+    change_text,
+    fast_change_text,
+    finding_head,
+    quartiles_text,
+    sample_text,
+    signed_ms,
+)
 from stepscope.report.terminal import fmt_ms, fmt_us, make_table, plain
 
 
@@ -28,6 +35,7 @@ class DiffReport:
         yield Text(f"base  {plain(d.base.path)}\ntest  {plain(d.test.path)}", style="bold")
         yield from step_time_lines(d.step_time)
         if d.phases:
+            yield Text("")
             yield _phases(d)
         else:
             yield Text("no profiler steps in either run: per-step phases unavailable")
@@ -89,14 +97,21 @@ def step_time_lines(st: StepComparison) -> Iterator[RenderableType]:
     yield Text("")
     yield make_table(
         "Step time",
-        ["run", "median", "quartiles", "steps compared"],
+        ["run", "median", "quartiles", "fast (p10)"],
         [
-            [side, fmt_ms(s.median_ms), quartiles_text(s), sample_text(s)]
+            [side, fmt_ms(s.median_ms), quartiles_text(s), fmt_ms(s.fast_ms)]
             for side, s in (("base", st.base), ("test", st.test))
         ],
         numeric_from=1,
     )
+    base, test = sample_text(st.base), sample_text(st.test)
+    if base == test:
+        yield Text(plain(f"compared: {base} in each run"))
+    else:
+        yield Text(plain(f"compared: base {base}; test {test}"))
     yield Text(plain(f"change {change_text(st.delta_ms, st.low_ms, st.high_ms, st.change_pct)}"))
+    if st.fast_delta_ms is not None and st.fast_low_ms is not None:
+        yield Text(plain(f"fast steps {fast_change_text(st)}"), style="dim")
     if st.note:
         yield Text(plain(st.note), style="dim")
 
