@@ -11,7 +11,7 @@ steps too: a few consecutive profiled steps share one moment of the machine, so 
 slower phase from a busier machine, while the plain steps cover the run.
 With too few values to bound the change the gate is not checked, and says so. `new_high>N` counts the
 findings that are HIGH in TEST but were not HIGH in BASE (new, or escalated from a lower severity), except one
-whose own phase (diff.FINDING_PHASES) the runs show with no significant change (its share of the step moved, or
+whose own phase (diff_findings.FINDING_PHASES) the runs show with no significant change (its share of the step moved, or
 one disturbed step of the window carries it, not its time), and, for run folders, one the step time over the
 plain steps does not confirm by a significant growth.
 """
