@@ -7,8 +7,9 @@ decides what is noise, the threshold what matters, and a change that may still b
 beyond the threshold, where there are enough steps to tell: a slower code path slows every step, while a
 machine busier during one run than the other slows only more of its steps. A gate on a phase of the profiled
 window needs the step time over the plain steps (run folders) to have moved significantly the same way, its fast
-steps too: a few consecutive profiled steps share one moment of the machine, so their spread cannot tell a
-slower phase from a busier machine, while the plain steps cover the run.
+steps too, and by as much as the phase's change at its low end: a few consecutive profiled steps share one
+moment of the machine, so their spread cannot tell a slower phase from a busier machine, while the plain steps
+cover the run.
 With too few values to bound the change the gate is not checked, and says so. `new_high>N` counts the
 findings that are HIGH in TEST but were not HIGH in BASE (new, or escalated from a lower severity), except one
 whose own phase (diff_findings.FINDING_PHASES) the runs show with no significant change (its share of the step moved, or
@@ -108,10 +109,10 @@ def _time_gate(diff: Diff, expression: str, metric: str, op: str, number: float,
             f"{label} {change}, but its fast steps (10th percentile) moved {fast}: more of the steps were slow, "
             f"not every step (a busier machine, or a cost on some steps only); not beyond {bound}"
         )
-    elif metric != "step_time" and not _step_time_confirms(diff, grew):
+    elif metric != "step_time" and not _step_time_confirms(diff, grew, low if grew else high):
         gate.reason = (
-            f"{label} {change} in the profiled window, but the step time over the plain steps shows no significant "
-            f"{'growth' if grew else 'drop'}: not confirmed, not breached"
+            f"{label} {change} in the profiled window, but the step time over the plain steps does not move "
+            f"that much, significantly, the same way: not confirmed, not breached"
         )
     else:
         gate.breached = True
@@ -128,13 +129,14 @@ def _fast_steps_beyond(diff: Diff, grew: bool, number: float, unit: str | None) 
     return st.fast_low_ms > limit if grew else st.fast_high_ms < -limit
 
 
-def _step_time_confirms(diff: Diff, grew: bool) -> bool:
-    """Whether the step time over the plain steps, its fast steps too, moved significantly in that direction;
-    True when the runs have no plain steps to compare (traces), as nothing can confirm the window then."""
+def _step_time_confirms(diff: Diff, grew: bool, by_ms: float = 0.0) -> bool:
+    """Whether the step time over the plain steps, its fast steps too, moved significantly in that direction, by
+    as much as `by_ms` within its interval (a phase cannot grow by more than the step it is part of); True when
+    the runs have no plain steps to compare (traces), as nothing can confirm the window then."""
     st = diff.step_time
     if st.base.source != "plain" or st.low_ms is None or st.high_ms is None:
         return True
-    moved = st.low_ms > 0 if grew else st.high_ms < 0
+    moved = st.low_ms > 0 and st.high_ms >= by_ms if grew else st.high_ms < 0 and st.low_ms <= by_ms
     if st.fast_low_ms is None or st.fast_high_ms is None:
         return moved
     return moved and (st.fast_low_ms > 0 if grew else st.fast_high_ms < 0)
