@@ -4,10 +4,10 @@ run folder: the reruns `stepscope diff` must not call a regression.
     python tests/_rerun_job.py OUT_DIR RUNS [SLEEP_MS]
 
 writes OUT_DIR/run0 ... OUT_DIR/run{RUNS-1}, one run folder each, and with SLEEP_MS OUT_DIR/slow too: the same
-job sleeping SLEEP_MS at the end of every step (a real slowdown).
+job sleeping SLEEP_MS at the end of every step (a real slowdown), run once the others are done.
 
 The runs are processes that train at the same time (forked once torch is imported, they wait for each other
-before the first step). On a machine shared with other work the load changes from second to second, and a
+before the first step); RUNS a multiple of the CPU count shares the CPUs evenly. On a machine shared with other work the load changes from second to second, and a
 CPU-bound step then truly differs by 10-20% between runs made one after the other (measured on the 2-core
 development machine: in separate processes, or back to back in one), which no statistic of one run can tell
 from a change of code. Training at the same time, the runs meet the same load.
@@ -67,7 +67,13 @@ def main(argv: list[str]) -> int:
 
     out, runs = Path(argv[0]), int(argv[1])
     sleep_ms = float(argv[2]) if len(argv) > 2 else 0.0
-    jobs = [(out / f"run{i}", 0.0) for i in range(runs)] + ([(out / "slow", sleep_ms)] if sleep_ms else [])
+    status = _together([(out / f"run{i}", 0.0) for i in range(runs)])
+    # the slowed run alone, after: beside the reruns, its sleeping would leave one of them a CPU to itself
+    return status or (_together([(out / "slow", sleep_ms)]) if sleep_ms else 0)
+
+
+def _together(jobs: list[tuple[Path, float]]) -> int:
+    """Run each (out, sleep_ms) in its own process, all starting their first step together; the first failure."""
     ctx = multiprocessing.get_context(
         "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     )
