@@ -13,6 +13,10 @@ tests/test_findings_bench.py):
 - tiny_ops:        a forward of thousands of elementwise ops on tiny tensors (many_small_ops)
 - loader_once:     3 traced steps; the DataLoader's collate sleeps 30 ms in the second of them only, as a
                    preempted or slow read would (an occasional data_loader_stall, LOW, "in 1 of 3 steps")
+
+The two loader jobs record a longer window (LOADER_SCHEDULE) and run LOADER_PLAIN_STEPS more steps after it:
+`stepscope diff` compares the step time over the plain steps of metrics.jsonl and the phases over the window's
+steps, and a few steps of each cannot show a change at 95% past one slow step.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ SCHEDULE = {"wait": 2, "warmup": 1, "active": 4, "repeat": 1}
 ONCE_ACTIVE = 3
 ONCE_STALL_STEP = 4
 ONCE_SLEEP_S = 0.03
+LOADER_SCHEDULE = {**SCHEDULE, "active": 8}
+LOADER_PLAIN_STEPS = 12  # after the window: with step 1, 13 plain steps to compare (diff needs 8)
 
 
 class SlowSamples:
@@ -107,7 +113,9 @@ def run(job: str, out: Path) -> None:
     batches: Any
     schedule, steps = SCHEDULE, STEPS
     if job in ("loader_stall", "loader_fixed"):
-        data = SlowSamples(64 * (STEPS + 1), 256, 0.00025)
+        schedule = LOADER_SCHEDULE
+        steps = schedule["wait"] + schedule["warmup"] + schedule["active"] + LOADER_PLAIN_STEPS
+        data = SlowSamples(64 * (steps + 1), 256, 0.00025)
         workers = 8 if job == "loader_fixed" else 0
         batches = torch.utils.data.DataLoader(data, batch_size=64, num_workers=workers)
     elif job == "loader_once":

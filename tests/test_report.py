@@ -301,7 +301,7 @@ def test_compare_page(tmp_path: Path) -> None:
     with visit(out) as seen:
         page = seen.page
         assert_clean(seen)
-        assert section_ids(page) == ["phases", "findings-diff", "changes"]
+        assert section_ids(page) == ["step-time", "phases", "findings-diff", "changes"]
         assert page.locator("#phases div.chart svg.marks").count() == 1
         assert page.locator("table#kernel-deltas tbody tr").count() >= 1
         screenshot(page, "compare.png")

@@ -1,26 +1,39 @@
-"""What changed between two runs: the step and its phases per step, the findings, step and GPU totals, per-op and
-per-kernel deltas (pure compute).
+"""What changed between two runs: the step time, the profiled window's phases per step, the findings, step and
+GPU totals, per-op and per-kernel deltas (pure compute).
 
-Each side may be a trace, a folder of traces or a run folder; all its ranks are pooled. Phases are per-step means
-over every rank's steps (`analyze`'s per-step table). Ops are compared by self time (see summary.py), kernels by
-total time, both per step when both runs have steps; the DataLoader's iterators (`_SingleProcessDataLoaderIter`,
-`_MultiProcessingDataLoaderIter`, ...) count as one op, DATALOADER_OP. Rows are ranked by the absolute change per
-step. A change is *significant* when it moves at least the noise floor per step: NOISE_FLOOR_US or
-NOISE_FLOOR_PCT of the base step, whichever is larger; a kernel or op whose mean duration changed by `factor` or
-more (either way) is flagged only when its change is significant.
+Each side may be a trace, a folder of traces or a run folder; all its ranks are pooled.
+
+- **Step time** (diff_steps.py): run folders compare every *plain* step (metrics.jsonl), else the profiled steps;
+  the change is the Hodges-Lehmann shift with its 95% interval (_shift.py), significant when it excludes zero.
+- **Phases** of the profiled window (`analyze`'s per-step table): one value per rank and step on each side,
+  compared the same way; the medians are shown.
+- **Findings** are matched by id and rank (or the ranks they hold on, `match_findings`).
+- **Ops and kernels**: ops by self time (see summary.py), kernels by total time, both per profiled step when both
+  runs have steps; the DataLoader's iterators (`_SingleProcessDataLoaderIter`, `_MultiProcessingDataLoaderIter`,
+  ...) count as one op, DATALOADER_OP. Rows are ranked by the absolute change per step and listed when it is at
+  least the threshold (MIN_CHANGE_US or MIN_CHANGE_PCT of the base step, whichever is larger): a window holds too
+  few steps to test each name, so this is a size, not a test. A kernel or op whose mean duration changed by
+  `factor` or more (either way) is flagged only when its change is above the threshold.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
 
 from stepscope.analysis import _intervals as iv
+from stepscope.analysis._shift import shift
+from stepscope.analysis._stats import median
 from stepscope.analysis.analyze import AnalysisResult, analyze
+from stepscope.analysis.diff_findings import FindingChange, finding_changes
+from stepscope.analysis.diff_findings import match_findings as match_findings  # public here too
+from stepscope.analysis.diff_steps import StepComparison, compare_step_times
 from stepscope.analysis.findings import Finding
+from stepscope.analysis.run import Run
 from stepscope.analysis.steps import DATALOADER_RE, find_steps
 from stepscope.analysis.summary import (
     CPU_OP_CATEGORIES,
@@ -32,14 +45,14 @@ from stepscope.analysis.summary import (
 )
 from stepscope.analysis.table import GPU_CATEGORIES, TraceTable
 
-DIFF_SCHEMA = "stepscope.diff/2"
+DIFF_SCHEMA = "stepscope.diff/3"
 DEFAULT_FACTOR = 5.0
-NOISE_FLOOR_US = 50.0  # a change under 50 us per step is noise ...
-NOISE_FLOOR_PCT = 1.0  # ... as is one under 1% of the base run's step
+MIN_CHANGE_US = 50.0  # ops and kernels: a change under 50 us per step is not listed ...
+MIN_CHANGE_PCT = 1.0  # ... nor one under 1% of the base run's profiled step
 DATALOADER_OP = "DataLoader (any iterator)"
-# The phases of the per-step comparison, in print order; step_time first.
+# The phases of the profiled window, in print order; its step first.
 PHASES = (
-    "step_time",
+    "profiled_step",
     "data_loader",
     "forward",
     "backward",
@@ -48,9 +61,10 @@ PHASES = (
     "gpu_idle",
     "other",
 )
-# How the reports name each phase.
+# How the reports name the step time and each phase.
 PHASE_LABELS = {
     "step_time": "step time",
+    "profiled_step": "step (profiled)",
     "data_loader": "data loader",
     "forward": "forward",
     "backward": "backward",
@@ -62,7 +76,7 @@ PHASE_LABELS = {
 
 
 class Side(msgspec.Struct):
-    """Totals of one run (all its ranks together)."""
+    """Totals of one run's traces (all its ranks together)."""
 
     path: str
     ranks: list[int]
@@ -73,6 +87,7 @@ class Side(msgspec.Struct):
     gpu_busy_us: float  # union of kernel, memcpy and memset intervals, summed over ranks
     gpu_span_us: float  # first to last GPU activity, summed over ranks
     gpu_busy_pct: float | None
+    findings: dict[str, int] = {}  # analyze's findings by severity ("high", "medium", "low", "info")
 
 
 class Delta(msgspec.Struct):
@@ -89,61 +104,86 @@ class Delta(msgspec.Struct):
     base_mean_us: float | None
     test_mean_us: float | None
     mean_ratio: float | None  # test mean / base mean
-    flagged: bool  # mean_ratio >= factor or <= 1 / factor, and the change is significant
+    flagged: bool  # mean_ratio >= factor or <= 1 / factor, and the change is above the threshold
     delta_per_step_us: float = (
         0.0  # test total per step - base total per step (totals when a run has no steps)
     )
-    significant: bool = False  # |delta_per_step_us| >= the noise floor
+    above_threshold: bool = False  # |delta_per_step_us| >= the diff's min_change_us
 
 
 class Phase(msgspec.Struct):
-    """One phase of the step, mean ms per step in each run (null where a run does not show it)."""
+    """One phase of the profiled window: the median ms per step in each run (null where a run does not show it)
+    and the change, test - base, with its 95% interval (null bounds: too few values)."""
 
     name: str  # one of PHASES
     base_ms: float | None
     test_ms: float | None
-    delta_ms: float | None
+    delta_ms: float | None  # the Hodges-Lehmann shift
+    low_ms: float | None
+    high_ms: float | None
     change_pct: float | None  # of the base value
-    significant: bool  # |delta| >= the noise floor
-
-
-class FindingChange(msgspec.Struct):
-    """A finding (id, rank) in one run and not the other, or in both with a different price."""
-
-    id: str
-    rank: int | None
-    status: str  # "appeared" (only in test), "disappeared" (only in base), "changed"
-    severity: str  # in test; in base when it disappeared
-    base_cost_ms: float | None
-    test_cost_ms: float | None
-    message: str  # test's; base's when it disappeared
+    significant: bool  # the interval excludes zero
+    base_values: int  # values compared: one per rank and profiled step (per rank for CPU collectives)
+    test_values: int
 
 
 class Gate(msgspec.Struct):
-    """A `--fail-on` condition and whether the test run breaches it."""
+    """A `--fail-on` condition and whether the test run breaches it (diff_gates.py)."""
 
     expression: str
     metric: str
-    base: float | None
-    test: float | None
+    base: float | None  # ms per step; new_high: HIGH findings in base
+    test: float | None  # ms per step; new_high: HIGH findings in test
     change_pct: float | None
     breached: bool
+    delta_ms: float | None = None  # the change and its 95% interval (ms per step)
+    low_ms: float | None = None
+    high_ms: float | None = None
+    reason: str = ""  # why it is breached or not, in words
 
 
 class Diff(msgspec.Struct):
     schema: str
     factor: float
-    noise_floor_us: float  # per step
+    min_change_us: float  # per step: ops and kernels with smaller changes are not listed
     base: Side
     test: Side
-    step_delta_us: float | None
-    step_ratio: float | None
-    phases: list[Phase]  # per step, PHASES order
+    step_time: StepComparison
+    phases: list[Phase]  # of the profiled window, PHASES order
     findings: list[FindingChange]  # appeared, then disappeared, then changed; by cost
     kernels: list[Delta]  # every kernel whose count or total changed, by |delta_per_step_us|
     ops: list[Delta]  # same for CPU ops (self time)
     notices: list[str]
     gates: list[Gate] = []
+
+
+def diff_paths(
+    base: Any,
+    test: Any,
+    *,
+    step: int | None = None,
+    factor: float = DEFAULT_FACTOR,
+    comm_patterns: Sequence[str] = (),
+    load: Callable[..., TraceTable] | None = None,
+) -> Diff:
+    """Compare two paths (a trace, a folder of traces or a run folder each): `--step` picks the window of run
+    folders; a run folder's metrics.jsonl gives the step time over its plain steps. `load(path, step=)` loads
+    traces (load_trace by default)."""
+    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.run import load_run
+    from stepscope.runfolder import is_run_folder
+
+    load = load or load_trace
+    return diff_tables(
+        load(base, step=step),
+        load(test, step=step),
+        base_path=str(base),
+        test_path=str(test),
+        factor=factor,
+        comm_patterns=comm_patterns,
+        base_run=load_run(base) if is_run_folder(base) else None,
+        test_run=load_run(test) if is_run_folder(test) else None,
+    )
 
 
 def diff_tables(
@@ -154,134 +194,124 @@ def diff_tables(
     test_path: str = "test",
     factor: float = DEFAULT_FACTOR,
     comm_patterns: Sequence[str] = (),
+    base_run: Run | None = None,
+    test_run: Run | None = None,
 ) -> Diff:
-    """Compare two loaded runs."""
+    """Compare two loaded runs; `base_run` / `test_run`: their run folders, for the step time of plain steps."""
     base_self, test_self = self_times(base), self_times(test)
     b, t = _side(base, base_self, base_path), _side(test, test_self, test_path)
     notices = [f"base: {n}" for n in base.notices] + [f"test: {n}" for n in test.notices]
+    notices += [f"base: {n}" for n in (base_run.notes if base_run else [])]
+    notices += [f"test: {n}" for n in (test_run.notes if test_run else [])]
     if b.steps != t.steps and b.steps and t.steps:
         notices.append(
             f"the runs have {b.steps} and {t.steps} profiler steps: op and kernel totals are per step"
         )
     if len(b.ranks) != len(t.ranks):
         notices.append(f"the runs have {len(b.ranks)} and {len(t.ranks)} ranks: totals pool all ranks")
-    step_delta = step_ratio = None
-    if b.step_mean_us is not None and t.step_mean_us is not None:
-        step_delta = round(t.step_mean_us - b.step_mean_us, 3)
-        step_ratio = _ratio(t.step_mean_us, b.step_mean_us)
-    floor = max(NOISE_FLOOR_US, NOISE_FLOOR_PCT / 100 * (b.step_mean_us or 0.0))
+    threshold = max(MIN_CHANGE_US, MIN_CHANGE_PCT / 100 * (b.step_mean_us or 0.0))
     base_result = analyze(base, comm_patterns=comm_patterns)
     test_result = analyze(test, comm_patterns=comm_patterns)
+    b.findings, t.findings = _by_severity(base_result.findings), _by_severity(test_result.findings)
+    phases = _phases(base_result, test_result)
     per_step = (b.steps or 1, t.steps or 1) if b.steps and t.steps else (1, 1)
     return Diff(
         schema=DIFF_SCHEMA,
         factor=factor,
-        noise_floor_us=round(floor, 3),
+        min_change_us=round(threshold, 3),
         base=b,
         test=t,
-        step_delta_us=step_delta,
-        step_ratio=step_ratio,
-        phases=_phases(base_result, test_result, floor),
-        findings=_finding_changes(base_result.findings, test_result.findings, floor),
-        kernels=_deltas(_by_name(kernel_stats(base)), _by_name(kernel_stats(test)), factor, per_step, floor),
+        step_time=compare_step_times(base_result, test_result, base_run, test_run),
+        phases=phases,
+        findings=finding_changes(
+            base_result.findings,
+            test_result.findings,
+            threshold,
+            {p.name: None if p.low_ms is None else p.significant for p in phases},
+        ),
+        kernels=_deltas(
+            _by_name(kernel_stats(base)), _by_name(kernel_stats(test)), factor, per_step, threshold
+        ),
         ops=_deltas(
             _op_totals(op_stats(base, base_self)),
             _op_totals(op_stats(test, test_self)),
             factor,
             per_step,
-            floor,
+            threshold,
         ),
         notices=notices,
     )
 
 
-def _phase_means(result: AnalysisResult) -> dict[str, float | None]:
-    """Mean ms per step of every phase over every rank's steps (None where the run never shows it)."""
-    rows = [(r, s) for r in result.ranks for s in r.steps]
-    if not rows:
-        return dict.fromkeys(PHASES)
-
-    def mean(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return round(sum(known) / len(known) / 1e3, 4) if known else None
-
-    out: dict[str, float | None] = {
-        "step_time": mean([s.dur_us for _, s in rows]),
-        "data_loader": mean([s.dataloader_us for _, s in rows]),
-        "forward": mean([s.forward_us for _, s in rows]),
-        "backward": mean([s.backward_us for _, s in rows]),
-        "optimizer": mean([s.optimizer_us for _, s in rows]),
-        "communication": mean([s.comm_us for _, s in rows]),
-        "gpu_idle": mean(
-            [s.dur_us * (1 - s.gpu_busy_pct / 100) if s.gpu_busy_pct is not None else None for _, s in rows]
-        ),
-    }
-    if out["communication"] is None:
-        # CPU backends: the collectives' time per step, from the per-rank collectives table
-        times = [
+def _phase_values(result: AnalysisResult) -> dict[str, list[float]]:
+    """Every phase's ms per step, one value per rank and profiled step where the step shows the phase."""
+    out: dict[str, list[float]] = {name: [] for name in PHASES}
+    for r in result.ranks:
+        for s in r.steps:
+            named = (s.dataloader_us, s.forward_us, s.backward_us, s.optimizer_us)
+            values = {
+                "profiled_step": s.dur_us,
+                "data_loader": s.dataloader_us,
+                "forward": s.forward_us,
+                "backward": s.backward_us,
+                "optimizer": s.optimizer_us,
+                "communication": s.comm_us,
+                "gpu_idle": s.dur_us * (1 - s.gpu_busy_pct / 100) if s.gpu_busy_pct is not None else None,
+                "other": max(s.dur_us - sum(v or 0.0 for v in named), 0.0),
+            }
+            for name, us in values.items():
+                if us is not None:
+                    out[name].append(us / 1e3)
+    if not out["communication"]:
+        # CPU backends: the collectives' time per step, one value per rank (the per-rank collectives table)
+        out["communication"] = [
             sum(c.time_ms or 0.0 for c in r.collectives) / r.window.steps
             for r in result.ranks
             if r.collectives and r.window.steps
         ]
-        out["communication"] = round(sum(times) / len(times), 4) if times else None
-    step = out["step_time"] or 0.0
-    named = sum(out[p] or 0.0 for p in ("data_loader", "forward", "backward", "optimizer"))
-    out["other"] = round(max(step - named, 0.0), 4)
+    if not any(v for name, v in out.items() if name not in ("profiled_step", "other")):
+        # no phase at all: "other" would only repeat the step
+        out["other"] = []
     return out
 
 
-def _phases(base: AnalysisResult, test: AnalysisResult, floor_us: float) -> list[Phase]:
-    b, t = _phase_means(base), _phase_means(test)
+def _phases(base: AnalysisResult, test: AnalysisResult) -> list[Phase]:
+    b, t = _phase_values(base), _phase_values(test)
     out = []
     for name in PHASES:
         bv, tv = b[name], t[name]
-        if bv is None and tv is None:
+        if not bv and not tv:
             continue
-        delta = round((tv or 0.0) - (bv or 0.0), 4)
-        change = round(100.0 * delta / bv, 2) if bv else None
-        out.append(Phase(name, bv, tv, delta, change, abs(delta) * 1e3 >= floor_us))
-    return out
-
-
-def _finding_changes(base: list[Finding], test: list[Finding], floor_us: float) -> list[FindingChange]:
-    """Findings (by id and rank) that appeared, disappeared, or changed price by at least the noise floor."""
-    b = {(f.id, f.rank): f for f in base}
-    t = {(f.id, f.rank): f for f in test}
-    out = []
-    for key in t.keys() - b.keys():
-        f = t[key]
-        out.append(FindingChange(f.id, f.rank, "appeared", f.severity, None, f.cost_ms_per_step, f.message))
-    for key in b.keys() - t.keys():
-        f = b[key]
+        bm = round(median(bv), 4) if bv else None
+        tm = round(median(tv), 4) if tv else None
+        s = shift(bv, tv)
+        delta = _round(s.estimate)
         out.append(
-            FindingChange(f.id, f.rank, "disappeared", f.severity, f.cost_ms_per_step, None, f.message)
-        )
-    for key in b.keys() & t.keys():
-        bf, tf = b[key], t[key]
-        if bf.cost_ms_per_step is None or tf.cost_ms_per_step is None:
-            continue
-        if abs(tf.cost_ms_per_step - bf.cost_ms_per_step) * 1e3 >= floor_us:
-            out.append(
-                FindingChange(
-                    tf.id,
-                    tf.rank,
-                    "changed",
-                    tf.severity,
-                    bf.cost_ms_per_step,
-                    tf.cost_ms_per_step,
-                    tf.message,
-                )
+            Phase(
+                name,
+                bm,
+                tm,
+                delta,
+                _round(s.low),
+                _round(s.high),
+                round(100.0 * delta / bm, 2) if delta is not None and bm else None,
+                s.significant,
+                len(bv),
+                len(tv),
             )
-    order = {"appeared": 0, "disappeared": 1, "changed": 2}
-    out.sort(
-        key=lambda c: (
-            order[c.status],
-            -max(c.base_cost_ms or 0.0, c.test_cost_ms or 0.0),
-            c.id,
-            c.rank if c.rank is not None else -1,
         )
-    )
     return out
+
+
+def _by_severity(findings: list[Finding]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in findings:
+        out[f.severity] = out.get(f.severity, 0) + 1
+    return out
+
+
+def _round(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 4)
 
 
 def _side(table: TraceTable, self_ns: np.ndarray, path: str) -> Side:
@@ -345,8 +375,8 @@ def _deltas(
         tm = round(tt / tc, 3) if tc else None
         ratio = _ratio(tm, bm) if bm is not None and tm is not None else None
         per_step = round(tt / steps[1] - bt / steps[0], 3)
-        significant = abs(per_step) >= floor_us
-        flagged = significant and ratio is not None and (ratio >= factor or ratio <= 1.0 / factor)
+        above = abs(per_step) >= floor_us
+        flagged = above and ratio is not None and (ratio >= factor or ratio <= 1.0 / factor)
         status = "added" if not bc else "removed" if not tc else "changed"
         out.append(
             Delta(
@@ -363,7 +393,7 @@ def _deltas(
                 ratio,
                 flagged,
                 per_step,
-                significant,
+                above,
             )
         )
     out.sort(key=lambda d: (-abs(d.delta_per_step_us), -abs(d.delta_count), d.name))
@@ -376,62 +406,3 @@ def _ratio(new: float, old: float | None) -> float | None:
 
 def _us(ns: float) -> float:
     return round(ns / 1000.0, 3)
-
-
-GATE_RE = re.compile(r"^\s*([a-z_]+)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)\s*(%|ms|us|s)?\s*$")
-GATE_METRICS = (*PHASES, "new_high")
-_UNIT_MS = {"ms": 1.0, "us": 1e-3, "s": 1e3}
-
-
-def parse_gate(expression: str) -> tuple[str, str, float, str | None]:
-    """`step_time>+5%` -> ("step_time", ">", 5.0, "%"). Raises ValueError with the reason when malformed."""
-    m = GATE_RE.match(expression)
-    if m is None:
-        raise ValueError(
-            f"{expression!r} is not METRIC>+N% / METRIC>+Nms / METRIC<-N% / new_high>N (e.g. 'step_time>+5%', "
-            "'forward>+2ms', 'new_high>0'); repeat --fail-on for several gates"
-        )
-    metric, op, number, unit = m.group(1), m.group(2), float(m.group(3)), m.group(4)
-    if metric not in GATE_METRICS:
-        raise ValueError(f"{expression!r}: unknown metric {metric!r} (one of {', '.join(GATE_METRICS)})")
-    if metric == "new_high":
-        if unit is not None or op != ">":
-            raise ValueError(f"{expression!r}: new_high takes a count, as in 'new_high>0'")
-    elif unit is None:
-        raise ValueError(
-            f"{expression!r}: give the change in % or in ms / us / s, e.g. '{metric}{op}{'+' if op == '>' else '-'}"
-            f"{m.group(3).lstrip('+-')}%'"
-        )
-    sign = m.group(3)[0]
-    if (op == ">" and sign == "-") or (op == "<" and sign == "+"):
-        # the sign may be left out ('step_time>5%' is 'step_time>+5%'), but never contradict the comparison
-        raise ValueError(f"{expression!r}: '>' takes an increase (+N), '<' a decrease (-N)")
-    return metric, op, abs(number), unit
-
-
-def evaluate_gates(diff: Diff, expressions: Sequence[str]) -> list[Gate]:
-    """Each `--fail-on` expression against the diff (see parse_gate); a metric neither run shows is not
-    breached (its base and test are null)."""
-    phases = {p.name: p for p in diff.phases}
-    gates = []
-    for expression in expressions:
-        metric, op, number, unit = parse_gate(expression)
-        if metric == "new_high":
-            count = sum(1 for f in diff.findings if f.status == "appeared" and f.severity == "high")
-            gates.append(Gate(expression, metric, 0.0, float(count), None, count > number))
-            continue
-        phase = phases.get(metric)
-        base = phase.base_ms if phase else None
-        test = phase.test_ms if phase else None
-        if base is None or test is None:
-            gates.append(Gate(expression, metric, base, test, None, False))
-            continue
-        change_pct = round(100.0 * (test - base) / base, 2) if base else None
-        if unit == "%":
-            limit = base * (1 + number / 100) if op == ">" else base * (1 - number / 100)
-        else:
-            step = number * _UNIT_MS[unit or "ms"]
-            limit = base + step if op == ">" else base - step
-        breached = test > limit if op == ">" else test < limit
-        gates.append(Gate(expression, metric, base, test, change_pct, breached))
-    return gates

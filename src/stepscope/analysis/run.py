@@ -277,11 +277,14 @@ def _windows(lines: list[StepMetrics]) -> list[list[int]]:
     return out
 
 
+def is_plain_step(line: StepMetrics) -> bool:
+    """A step stepscope left alone (see StepTimes): its wall time is what the job costs without stepscope."""
+    return line.phase == "none" and line.step > 0 and line.flops is None and line.collectives is None
+
+
 def _step_times(rank: int, lines: list[StepMetrics]) -> StepTimes:
     lines = sorted(lines, key=lambda m: m.step)
-    plain_lines = [
-        m for m in lines if m.phase == "none" and m.step > 0 and m.flops is None and m.collectives is None
-    ]
+    plain_lines = [m for m in lines if is_plain_step(m)]
     plain = [m.wall_ms for m in plain_lines]
     traced = [m.wall_ms for m in lines if m.phase != "none"]
     first = next((m.wall_ms for m in lines if m.step == 0), None)

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
 from stepscope.cli._common import comm_pattern_option, print_json, step_option, wide_option
-
-if TYPE_CHECKING:
-    from stepscope.analysis.diff import Gate
 
 EXIT_GATE_BREACHED = 3
 
@@ -25,7 +21,7 @@ EXIT_GATE_BREACHED = 3
     type=float,
     default=5.0,
     show_default=True,
-    help="Flag kernels and ops whose mean duration changed by this factor or more (and by the noise floor).",
+    help="Flag kernels and ops whose mean duration changed by this factor or more (and by the listing threshold).",
 )
 @click.option(
     "--fail-on",
@@ -34,11 +30,12 @@ EXIT_GATE_BREACHED = 3
     metavar="GATE",
     help="Exit 3 when TEST breaches GATE, e.g. 'step_time>+5%', 'data_loader>+2ms', 'gpu_idle>+10%', "
     "'new_high>0' (repeatable; metrics: step_time, data_loader, forward, backward, optimizer, communication, "
-    "gpu_idle, other, new_high).",
+    "gpu_idle, other, new_high). A time gate breaches on a change that is significant (its 95% interval "
+    "excludes zero) and beyond the threshold.",
 )
 @comm_pattern_option
 @wide_option
-@click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.diff/2").')
+@click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.diff/3").')
 def command(
     base: str,
     test: str,
@@ -50,9 +47,11 @@ def command(
     wide: bool,
     as_json: bool,
 ) -> int:
-    """Compare BASE and TEST (each a trace, a folder of traces or a run folder): the step and its phases per
-    step, findings that appeared or disappeared, kernels and ops. `--step` picks the window of run folders."""
-    from stepscope.analysis.diff import diff_tables, evaluate_gates, parse_gate
+    """Compare BASE and TEST (each a trace, a folder of traces or a run folder): the step time over every plain
+    step of run folders, the profiled window's phases per step, findings that appeared, went or changed, kernels
+    and ops. `--step` picks the window of run folders."""
+    from stepscope.analysis.diff import diff_paths
+    from stepscope.analysis.diff_gates import evaluate_gates, parse_gate
     from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._common import load_traces, print_notes
 
@@ -64,14 +63,7 @@ def command(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--fail-on") from None
     patterns = resolve_patterns(test, comm_patterns)
-    result = diff_tables(
-        load_traces(base, step=step),
-        load_traces(test, step=step),
-        base_path=base,
-        test_path=test,
-        factor=factor,
-        comm_patterns=patterns,
-    )
+    result = diff_paths(base, test, step=step, factor=factor, comm_patterns=patterns, load=load_traces)
     result.gates = evaluate_gates(result, fail_on)
     if as_json:
         print_json(result)
@@ -83,17 +75,8 @@ def command(
         console(wide).print(DiffReport(result, top=top, wide=wide))
     breached = [g for g in result.gates if g.breached]
     for g in result.gates:
-        if g.base is None or g.test is None:
-            print_notes([f"--fail-on {g.expression}: the runs do not both show {g.metric}; not checked"])
+        if g.reason.endswith("not checked"):
+            print_notes([f"--fail-on {g.expression}: {g.reason}"])
     for g in breached:
-        sys.stderr.write(f"stepscope: --fail-on {g.expression} breached: {_gate_text(g)}\n")
+        sys.stderr.write(f"stepscope: --fail-on {g.expression} breached: {g.reason}\n")
     return EXIT_GATE_BREACHED if breached else 0
-
-
-def _gate_text(g: Gate) -> str:
-    from stepscope.units import fmt_ms
-
-    if g.metric == "new_high":
-        return f"{g.test:.0f} new HIGH finding(s)"
-    change = f" ({g.change_pct:+.1f}%)" if g.change_pct is not None else ""
-    return f"{g.metric} {fmt_ms(g.base)} -> {fmt_ms(g.test)} per step{change}"

@@ -47,15 +47,9 @@ def command(
 
     patterns = resolve_patterns(compare if compare is not None else path, comm_patterns)
     if compare is not None:
-        from stepscope.analysis.diff import diff_tables
+        from stepscope.analysis.diff import diff_paths
 
-        result = diff_tables(
-            load_traces(path, step=step),
-            load_traces(compare, step=step),
-            base_path=str(path),
-            test_path=str(compare),
-            comm_patterns=patterns,
-        )
+        result = diff_paths(path, compare, step=step, comm_patterns=patterns, load=load_traces)
         html = render_compare(result)
         target = output or Path(f"{_stem(path)}_vs_{_stem(compare)}.compare.html")
         print_notes(result.notices)

@@ -1,4 +1,4 @@
-"""The report's sections, as plain view objects (html.Section, html.Table) filled from ReportData / Diff.
+"""The report's sections, as plain view objects (html.Section, html.Table) filled from ReportData.
 
 Numbers are formatted here with stepscope.units, as in the terminal; nothing is computed that the analysis did
 not already compute (sums of parts for a chart's stacking aside).
@@ -9,7 +9,6 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from stepscope.analysis.diff import PHASE_LABELS
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
@@ -755,135 +754,3 @@ def _mib(n: int | None) -> float | None:
 def _as_dict(obj: Any) -> dict[str, Any]:
     """A Struct's fields as the rows of a chart's inline data."""
     return {f: getattr(obj, f) for f in obj.__struct_fields__}
-
-
-# ------------------------------------------------------------------------------------------------ compare
-def compare_header(diff: Any) -> list[tuple[str, str]]:
-    ratio = f" ({diff.step_ratio:.3f}x)" if diff.step_ratio is not None else ""
-    return [
-        ("base", diff.base.path),
-        ("test", diff.test.path),
-        ("mean step", f"{fmt_us(diff.base.step_mean_us)} -> {fmt_us(diff.test.step_mean_us)}{ratio}"),
-        ("noise floor", f"{fmt_us(diff.noise_floor_us)} per step"),
-    ]
-
-
-def compare_sections(diff: Any, pc: Charts) -> list[Section]:
-    phases = Section("phases", "Step time and phases")
-    floor = fmt_us(diff.noise_floor_us)
-    phases.paragraphs.append(
-        f"Per step. A change smaller than the noise floor ({floor} per step: max(50 us, 1% of the base step)) "
-        "is not a change."
-    )
-    values = []
-    for p in diff.phases:
-        label = PHASE_LABELS.get(p.name, p.name)
-        if p.base_ms is not None:
-            values.append({"phase": label, "run": "base", "ms": round(p.base_ms, 4)})
-        if p.test_ms is not None:
-            values.append({"phase": label, "run": "test", "ms": round(p.test_ms, 4)})
-    spec = charts.horizontal_bars(values, label="phase", value="ms", value_title="per step (ms)", color="run")
-    if spec is not None:
-        spec["encoding"]["yOffset"] = {"field": "run"}
-        spec["encoding"]["y"]["sort"] = None
-    pc.add(phases, spec, "Each phase per step, base and test.")
-    phases.tables.append(
-        Table(
-            "phase-table",
-            [
-                ("phase", False),
-                ("base", True),
-                ("test", True),
-                ("change", True),
-                ("%", True),
-                ("above noise", False),
-            ],
-            [
-                [
-                    Cell(PHASE_LABELS.get(p.name, p.name)),
-                    ms_cell(p.base_ms),
-                    ms_cell(p.test_ms),
-                    ms_cell(p.delta_ms),
-                    pct_cell(p.change_pct),
-                    Cell("yes" if p.significant else "no"),
-                ]
-                for p in diff.phases
-            ],
-            filter=False,
-        )
-    )
-    found = Section("findings-diff", "Findings that appeared, disappeared or changed")
-    if diff.findings:
-        found.tables.append(
-            Table(
-                "finding-changes",
-                [
-                    ("finding", False),
-                    ("rank", True),
-                    ("status", False),
-                    ("severity", False),
-                    ("base", True),
-                    ("test", True),
-                    ("message", False),
-                ],
-                [
-                    [
-                        Cell(f.id),
-                        int_cell(f.rank),
-                        Cell(f.status),
-                        Cell(f.severity),
-                        ms_cell(f.base_cost_ms),
-                        ms_cell(f.test_cost_ms),
-                        name_cell(f.message),
-                    ]
-                    for f in diff.findings
-                ],
-            )
-        )
-    else:
-        found.empty = "the same findings at the same price in both runs"
-    tables = Section("changes", "Kernels and ops that changed")
-    for tid, title, deltas in (("kernel-deltas", "kernel", diff.kernels), ("op-deltas", "op", diff.ops)):
-        if deltas:
-            tables.tables.append(
-                Table(
-                    tid,
-                    [
-                        (title, False),
-                        ("status", False),
-                        ("base calls", True),
-                        ("test calls", True),
-                        ("base total", True),
-                        ("test total", True),
-                        ("change per step", True),
-                        ("mean ratio", True),
-                        ("above noise", False),
-                    ],
-                    [
-                        [
-                            name_cell(d.name),
-                            Cell(d.status),
-                            int_cell(d.base_count),
-                            int_cell(d.test_count),
-                            us_cell(d.base_total_us),
-                            us_cell(d.test_total_us),
-                            us_cell(d.delta_per_step_us),
-                            Cell(
-                                "-" if d.mean_ratio is None else f"{d.mean_ratio:.2f}x", d.mean_ratio or -1.0
-                            ),
-                            Cell("yes" if d.significant else "no"),
-                        ]
-                        # the changes above the noise floor first, each group by size
-                        for d in sorted(deltas, key=lambda d: not d.significant)[:300]
-                    ],
-                )
-            )
-            below = sum(not d.significant for d in deltas)
-            if below:
-                tables.paragraphs.append(
-                    f"{below} of the {len(deltas)} {title}s listed changed by less than the noise floor "
-                    f"({fmt_us(diff.noise_floor_us)} per step): 'above noise' says which; they are listed last."
-                )
-    if not tables.tables:
-        tables.empty = "no kernel or op changed"
-    return [phases, found, tables]

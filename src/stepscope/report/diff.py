@@ -1,5 +1,6 @@
-"""Render a `stepscope.analysis.diff.Diff` (formatting only): the step and its phases per step, the findings
-that came and went, the gates, the flagged mean changes, then the largest kernel and op changes per step."""
+"""Render a `stepscope.analysis.diff.Diff` (formatting only): the step time and the steps it was compared over,
+the profiled window's phases per step with their intervals, the findings that came, went or changed, the gates,
+the flagged mean changes, then the largest kernel and op changes per step."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from rich.padding import Padding
 from rich.text import Text
 
 from stepscope.analysis.diff import PHASE_LABELS, Delta, Diff
+from stepscope.analysis.diff_steps import StepComparison
+from stepscope.report._diff_text import (
+    change_text,
+    fast_change_text,
+    finding_head,
+    quartiles_text,
+    sample_text,
+    signed_ms,
+)
 from stepscope.report.terminal import fmt_ms, fmt_us, make_table, plain
 
 
@@ -23,10 +33,9 @@ class DiffReport:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         d = self.diff
         yield Text(f"base  {plain(d.base.path)}\ntest  {plain(d.test.path)}", style="bold")
-        yield Text(
-            f"changes under {fmt_us(d.noise_floor_us)} per step are noise and not flagged", style="dim"
-        )
+        yield from step_time_lines(d.step_time)
         if d.phases:
+            yield Text("")
             yield _phases(d)
         else:
             yield Text("no profiler steps in either run: per-step phases unavailable")
@@ -42,11 +51,13 @@ class DiffReport:
                         _gate_value(g.metric, g.base),
                         _gate_value(g.metric, g.test),
                         f"{g.change_pct:+.1f}%" if g.change_pct is not None else "-",
-                        "BREACHED" if g.breached else ("not checked" if g.test is None else "ok"),
+                        "BREACHED" if g.breached else ("not checked" if _unchecked(g.reason) else "ok"),
                     ]
                     for g in d.gates
                 ],
             )
+            for g in d.gates:
+                yield Padding(Text(plain(f"{g.expression}: {g.reason}"), style="dim"), (0, 0, 0, 2))
         flagged = [x for x in d.kernels if x.flagged] + [x for x in d.ops if x.flagged]
         if flagged:
             yield Text("")
@@ -71,17 +82,50 @@ class DiffReport:
                 ],
                 wide=self.wide,
             )
+        yield Text("")
+        yield Text(
+            f"Kernels and ops: totals per profiled step; changes under {fmt_us(d.min_change_us)} per step are not "
+            "listed",
+            style="dim",
+        )
         yield from _changes("Kernels", d.kernels, self.top, self.wide)
         yield from _changes("CPU ops (self time)", d.ops, self.top, self.wide)
+
+
+def step_time_lines(st: StepComparison) -> Iterator[RenderableType]:
+    """The step time: which steps, the medians with their quartiles, the change and its interval."""
+    yield Text("")
+    yield make_table(
+        "Step time",
+        ["run", "median", "quartiles", "fast (p10)"],
+        [
+            [side, fmt_ms(s.median_ms), quartiles_text(s), fmt_ms(s.fast_ms)]
+            for side, s in (("base", st.base), ("test", st.test))
+        ],
+        numeric_from=1,
+    )
+    base, test = sample_text(st.base), sample_text(st.test)
+    if base == test:
+        yield Text(plain(f"compared: {base} in each run"))
+    else:
+        yield Text(plain(f"compared: base {base}; test {test}"))
+    yield Text(plain(f"change {change_text(st.delta_ms, st.low_ms, st.high_ms, st.change_pct)}"))
+    if st.fast_delta_ms is not None and st.fast_low_ms is not None:
+        yield Text(plain(f"fast steps {fast_change_text(st)}"), style="dim")
+    if st.note:
+        yield Text(plain(st.note), style="dim")
 
 
 def _phases(d: Diff) -> RenderableType:
     rows: list[list[Any]] = []
     for p in d.phases:
-        change = "-"
-        if p.delta_ms is not None:
-            change = ("+" if p.delta_ms > 0 else "") + fmt_ms(p.delta_ms) if p.delta_ms else "0"
+        change = "-" if p.delta_ms is None else signed_ms(p.delta_ms)
         pct = f"{p.change_pct:+.1f}%" if p.change_pct is not None else "-"
+        interval = (
+            f"{signed_ms(p.low_ms)} to {signed_ms(p.high_ms)}"
+            if p.low_ms is not None and p.high_ms is not None
+            else "too few"
+        )
         rows.append(
             [
                 PHASE_LABELS.get(p.name, p.name),
@@ -89,12 +133,15 @@ def _phases(d: Diff) -> RenderableType:
                 fmt_ms(p.test_ms),
                 change,
                 pct,
-                "" if p.significant else "~",  # under the noise floor
+                interval,
+                "" if p.significant else "~",
             ]
         )
+    counts = sorted({(p.base_values, p.test_values) for p in d.phases if p.name == "profiled_step"})
+    over = f" over {counts[0][0]} and {counts[0][1]} rank-steps" if counts else ""
     return make_table(
-        "Per step (mean over ranks and steps; ~: under the noise floor)",
-        ["phase", "base", "test", "change", "%", "noise"],
+        f"Profiled window per step (medians{over}; ~: the 95% interval of the change holds 0)",
+        ["phase", "base", "test", "change", "%", "95% interval", "~"],
         rows,
     )
 
@@ -107,30 +154,21 @@ def _findings(d: Diff) -> Iterator[RenderableType]:
     yield Text("")
     yield Text("Findings that changed", style="bold")
     for f in d.findings:
-        where = "" if f.rank is None else f" rank {f.rank}"
-        if f.status == "appeared":
-            price = f", {fmt_ms(f.test_cost_ms)} per step" if f.test_cost_ms is not None else ""
-            head = f"  new{where} {f.severity.upper()} {f.id}{price}"
-        elif f.status == "disappeared":
-            price = f", was {fmt_ms(f.base_cost_ms)} per step" if f.base_cost_ms is not None else ""
-            head = f"  gone{where} {f.severity.upper()} {f.id}{price}"
-        else:
-            head = f"  changed{where} {f.id}: {fmt_ms(f.base_cost_ms)} -> {fmt_ms(f.test_cost_ms)} per step"
-        yield Text(plain(head))
+        yield Text(plain("  " + finding_head(f)))
         if f.status != "disappeared":
             yield Padding(Text(plain(f.message), style="dim"), (0, 0, 0, 4))
 
 
 def _changes(title: str, deltas: list[Delta], top: int, wide: bool) -> Iterator[RenderableType]:
-    shown = [x for x in deltas if x.significant][:top]
-    hidden = sum(1 for x in deltas if not x.significant)
+    shown = [x for x in deltas if x.above_threshold][:top]
+    hidden = sum(1 for x in deltas if not x.above_threshold)
     yield Text("")
     if not shown:
-        yield Text(f"{title}: no change above the noise floor" + (f" ({hidden} below it)" if hidden else ""))
+        yield Text(f"{title}: no change above the threshold" + (f" ({hidden} below it)" if hidden else ""))
         return
     yield make_table(
         f"{title}: {len(shown)} largest changes per step"
-        + (f" ({hidden} more below the noise floor)" if hidden else ""),
+        + (f" ({hidden} more below the threshold)" if hidden else ""),
         ["name", "count", "base", "test", "per step"],
         [
             [
@@ -144,6 +182,10 @@ def _changes(title: str, deltas: list[Delta], top: int, wide: bool) -> Iterator[
         ],
         wide=wide,
     )
+
+
+def _unchecked(reason: str) -> bool:
+    return reason.endswith("not checked")
 
 
 def _gate_value(metric: str, value: float | None) -> str:

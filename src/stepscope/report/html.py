@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from stepscope.analysis.report_data import ReportData
+from stepscope.report import _compare as compare
 from stepscope.report import _report_sections as build
 from stepscope.report._page import SECTION_TITLES, Charts
 
@@ -46,13 +47,13 @@ def render_compare(diff: Any) -> str:
     """The page of `stepscope report BASE --compare TEST`: the diff of two runs."""
 
     pc = Charts()
-    sections = build.compare_sections(diff, pc)
+    sections = compare.compare_sections(diff, pc)
     return _render(
         "compare.html.j2",
         title="stepscope compare",
         heading="Compare runs",
         subtitle=f"base {diff.base.path}  vs  test {diff.test.path}",
-        header=build.compare_header(diff),
+        header=compare.compare_header(diff),
         findings=[],
         sections=sections,
         notes=list(diff.notices),

@@ -1,0 +1,114 @@
+"""`stepscope diff` on real reruns (issue 33, item 10): runs of one script with one config pass every gate, pair
+after pair; a real slowdown breaches; the output says which steps were compared."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepscope.cli import main
+
+from ._rerun_job import SCHEDULE, STEPS
+
+JOB = Path(__file__).with_name("_rerun_job.py")
+RUNS = 4  # 12 ordered pairs
+SLEEP_MS = 5.0  # the slowdown: 5 ms of sleep at the end of each step of a ~0.5 ms step
+# a gate on every metric, at the thresholds the docs use
+GATES = [
+    "step_time>+5%",
+    "data_loader>+2ms",
+    "forward>+5%",
+    "backward>+5%",
+    "optimizer>+5%",
+    "communication>+5%",
+    "gpu_idle>+10%",
+    "other>+5%",
+    "new_high>0",
+]
+# the steps the profiler left alone: after step 0, outside warmup and active
+WINDOW = range(SCHEDULE["wait"], SCHEDULE["wait"] + SCHEDULE["warmup"] + SCHEDULE["active"])
+PLAIN = [s for s in range(1, STEPS) if s not in WINDOW]
+
+
+@pytest.fixture(scope="module")
+def reruns(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
+    """RUNS run folders of the job, and one of the job slowed by SLEEP_MS per step, trained at the same time."""
+    out = tmp_path_factory.mktemp("reruns")
+    subprocess.run(
+        [sys.executable, str(JOB), str(out), str(RUNS), str(SLEEP_MS)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    runs = [next((out / f"run{i}").iterdir()) for i in range(RUNS)]
+    return runs, next((out / "slow").iterdir())
+
+
+def gate_flags() -> list[str]:
+    return [flag for gate in GATES for flag in ("--fail-on", gate)]
+
+
+def test_reruns_of_one_script_pass_every_gate_pair_after_pair(
+    reruns: tuple[list[Path], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs, _ = reruns
+    pairs = list(itertools.permutations(runs, 2))
+    assert len(pairs) >= 10
+    for base, test in pairs:
+        code = main(["diff", str(base), str(test), *gate_flags()])
+        out, err = capsys.readouterr()
+        assert code == 0, f"{base.parent.name} -> {test.parent.name}:\n{err}\n{out}"
+        assert "breached" not in err
+        # the output says which steps were compared, and how many
+        text = re.sub(r"\s+", " ", out)
+        plain = f"{len(PLAIN)} plain steps: 1-{WINDOW.start - 1}, {WINDOW.stop}-{STEPS - 1} (rank 0)"
+        assert f"compared: {plain} in each run" in text, text
+
+
+def test_a_real_slowdown_breaches_the_step_time_gate(
+    reruns: tuple[list[Path], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs, slow = reruns
+    # WHEN the slowed run is the test
+    assert (
+        main(
+            [
+                "diff",
+                str(runs[0]),
+                str(slow),
+                "--fail-on",
+                "step_time>+5%",
+                "--fail-on",
+                "other>+2ms",
+                "--json",
+            ]
+        )
+        == 3
+    )
+    doc = json.loads(capsys.readouterr().out)
+    # THEN the step time over the plain steps grew significantly, by about the sleep
+    st = doc["step_time"]
+    assert (st["base"]["steps"], st["test"]["steps"]) == (PLAIN, PLAIN)
+    assert st["significant"] and st["low_ms"] > 0 and st["delta_ms"] > 0.5 * SLEEP_MS
+    step_gate, other_gate = doc["gates"]
+    assert step_gate["breached"] and step_gate["low_ms"] > 0.05 * step_gate["base"]
+    # the sleep is outside the annotated phases: "other" in the profiled window, confirmed by the plain steps
+    assert other_gate["breached"] and other_gate["low_ms"] > 2.0, other_gate["reason"]
+    # in words on stderr, exit status 3
+    assert (
+        main(["diff", str(runs[0]), str(slow), "--fail-on", "step_time>+5%", "--fail-on", "new_high>0"]) == 3
+    )
+    err = capsys.readouterr().err
+    assert re.search(
+        r"--fail-on step_time>\+5% breached: step time \+\d+\.\d% \(95%: \+[\d.]+% to \+[\d.]+%\): beyond \+5%",
+        err,
+    )
+    # and the other way round it is a speed-up, not a breach
+    assert main(["diff", str(slow), str(runs[0]), "--fail-on", "step_time>+5%"]) == 0
+    assert "breached" not in capsys.readouterr().err
