@@ -73,8 +73,6 @@ def eighty_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("relative", TRACES)
 def test_summary_and_analyze_fit_80_columns(relative: str, capsys: pytest.CaptureFixture[str]) -> None:
     path = SHARED_TRACES / relative
-    if not path.exists():
-        pytest.skip("../shared/traces not available")
     check(run(["summary", str(path)], capsys))
     check(run(["analyze", str(path)], capsys))
 
@@ -82,8 +80,6 @@ def test_summary_and_analyze_fit_80_columns(relative: str, capsys: pytest.Captur
 @pytest.mark.shared
 @pytest.mark.parametrize(("base", "test"), DIFFS)
 def test_diff_fits_80_columns(base: str, test: str, capsys: pytest.CaptureFixture[str]) -> None:
-    if not (SHARED_TRACES / base).exists():
-        pytest.skip("../shared/traces not available")
     check(run(["diff", str(SHARED_TRACES / base), str(SHARED_TRACES / test)], capsys))
 
 
@@ -91,8 +87,6 @@ def test_diff_fits_80_columns(base: str, test: str, capsys: pytest.CaptureFixtur
 def test_kernels_that_cut_alike_print_differently(capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN the DLRM trace, whose split_embedding kernels differ only deep inside their template arguments
     path = SHARED_TRACES / "hta_trace_filter"
-    if not path.exists():
-        pytest.skip("../shared/traces not available")
     doc = json.loads(run(["summary", str(path), "--top", "0", "--json"], capsys))
     names = [k["name"] for r in doc["ranks"] for k in r["kernels"]]
     out = run(["summary", str(path), "--top", "0"], capsys)
