@@ -8,6 +8,10 @@ claim, so every rank records the same steps. The start lies one poll interval pa
 rank that polled just before the request arrived still sees it in time. The first profiled rank removes the
 request once its window is exported; the next request can then be made.
 
+While it listens, each profiled rank keeps `.listening-rank<R>.json` in the run folder (its pid and host), removed
+when its monitor closes: `stepscope trigger` tells a running job from a finished one (or a killed one, whose
+process is gone) by these files, and asks nothing of a job that cannot answer.
+
 No torch here.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -27,10 +32,11 @@ import msgspec
 
 from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.capture.schedule import Schedule
-from stepscope.runfolder.atomic import create_exclusive
+from stepscope.runfolder.atomic import atomic_write_bytes, create_exclusive
 
 TRIGGER_NAME = "trigger.json"
 CLAIM_TEMPLATE = ".trigger-{id}.json"
+LISTENER_TEMPLATE = ".listening-rank{rank}.json"
 
 
 class TriggerRequest(msgspec.Struct, omit_defaults=True):
@@ -53,6 +59,24 @@ class TriggerClaim(msgspec.Struct):
 
     def schedule(self) -> Schedule:
         return Schedule(wait=0, warmup=self.warmup, active=self.active, repeat=1, skip_first=self.start)
+
+
+class TriggerListener(msgspec.Struct):
+    """A profiled rank that listens for requests: the process and host that run it, and since when (unix time)."""
+
+    rank: int
+    pid: int
+    host: str
+    since: float
+
+
+def read_listeners(run_dir: Path) -> list[TriggerListener]:
+    """The listener files of the run folder, by rank (unreadable ones left out)."""
+    found = []
+    for path in sorted(run_dir.glob(LISTENER_TEMPLATE.format(rank="*"))):
+        with contextlib.suppress(OSError, msgspec.DecodeError):
+            found.append(msgspec.json.decode(path.read_bytes(), type=TriggerListener))
+    return sorted(found, key=lambda listener: listener.rank)
 
 
 def never_schedule(base: Schedule) -> Schedule:
@@ -97,6 +121,7 @@ class TriggerCollector(Collector):
     def __init__(self, ctx: RunContext, replan: Callable[[Schedule, str], None], profiled: int) -> None:
         super().__init__(ctx)
         self.path = ctx.run_dir / TRIGGER_NAME
+        self.listener_path = ctx.run_dir / LISTENER_TEMPLATE.format(rank=ctx.rank)
         self.poll = ctx.config.trigger_poll_steps
         self._replan = replan
         self._profiled = profiled
@@ -108,6 +133,8 @@ class TriggerCollector(Collector):
         self._handler_installed = False
 
     def start(self) -> None:
+        listener = TriggerListener(self.ctx.rank, os.getpid(), socket.gethostname(), time.time())
+        atomic_write_bytes(self.listener_path, msgspec.json.encode(listener))
         self._install_signal_handler()
 
     def next_busy(self, step: int) -> int:
@@ -171,6 +198,8 @@ class TriggerCollector(Collector):
                     self.path.unlink()
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener_path.unlink()
         if self._handler_installed:
             with contextlib.suppress(Exception):
                 signal.signal(signal.SIGUSR2, self._previous_handler)
@@ -197,12 +226,15 @@ class TriggerCollector(Collector):
 
 
 __all__ = [
+    "LISTENER_TEMPLATE",
     "TRIGGER_NAME",
     "TriggerClaim",
     "TriggerCollector",
+    "TriggerListener",
     "TriggerRequest",
     "never_schedule",
     "read_claim",
+    "read_listeners",
     "read_request",
     "request_window",
 ]
