@@ -125,7 +125,9 @@ class FitTable:
         names = [i for i in columns if i < self.numeric_from]
         headers = {i: self.columns[i] for i in columns}
         natural = {i: self._natural(i) for i in columns}
-        if sum(natural.values()) + 3 * (len(columns) - 1) > width and not self.wide:
+        # headers wrap only where the names, shortened as far as they go, leave too little room
+        shortest = {i: min(natural[i], max(MIN_NAME_WIDTH, _cell_width(self.columns[i]))) for i in names}
+        if sum({**natural, **shortest}.values()) + 3 * (len(columns) - 1) > width and not self.wide:
             for i in columns:
                 if i not in names:
                     natural[i] = self._natural(i, wrapped=True)
