@@ -3,6 +3,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +52,46 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def shared_traces() -> Path:
     return require_shared_traces()
+
+
+DDP_JOB = Path(__file__).with_name("_ddp_job.py")
+
+
+def run_ddp_job(
+    out_dir: Path,
+    *,
+    profiled_ranks: str | None = "all",
+    bucket_cap_mb: float | None = None,
+    slow_rank: int = 2,
+    delay_ms: float = 60.0,
+) -> Path:
+    """`stepscope run --nproc-per-node 4 [--profiled-ranks R] tests/_ddp_job.py`, the default schedule: 4 gloo
+    ranks train a 256-512-512-10 MLP under DDP (two gradient buckets unless `bucket_cap_mb` makes one), and
+    `slow_rank` sleeps `delay_ms` in its collate_fn. `profiled_ranks` None: the default (rank 0 only). Returns
+    the run folder; each rank's report of what it did is `ddp_rank{R}.json` in `out_dir`."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(DDP_JOB.parents[1]))
+    cmd = [sys.executable, "-m", "stepscope", "run", "--nproc-per-node", "4", "--no-console", "--no-report"]
+    cmd += ["--out-dir", str(out_dir / "runs")]
+    if profiled_ranks is not None:
+        cmd += ["--profiled-ranks", profiled_ranks]
+    cmd += [
+        str(DDP_JOB),
+        "--slow-rank",
+        str(slow_rank),
+        "--delay-ms",
+        str(delay_ms),
+        "--report-dir",
+        str(out_dir),
+    ]
+    if bucket_cap_mb is not None:
+        cmd += ["--bucket-cap-mb", str(bucket_cap_mb)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (out_dir / "runs").iterdir()
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def ddp_two_buckets_all_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run folder of `run_ddp_job` with every rank traced: rank 2 is 60 ms late in each step."""
+    return run_ddp_job(tmp_path_factory.mktemp("ddp_two_buckets_all"), profiled_ranks="all")

@@ -102,8 +102,8 @@ def test_user_comm_patterns() -> None:
 
 def test_gloo_ranges_give_count_and_cpu_time() -> None:
     shaped = {"Input Dims": [[1056]], "Input type": ["float"]}
-    events = [ev("gloo:all_reduce", "user_annotation", 7.0, **shaped) for _ in range(3)]
-    events += [ev("c10d::allreduce_", "cpu_op", 1.0) for _ in range(3)]
+    events = [ev("gloo:all_reduce", "user_annotation", 7.0, ts=10 + 10 * i, **shaped) for i in range(3)]
+    events += [ev("c10d::allreduce_", "cpu_op", 1.0, ts=10 + 10 * i) for i in range(3)]
     events += [ev("gloo:broadcast", "user_annotation", 2.0), ev("c10d::broadcast_", "cpu_op", 1.0)]
     stats = {s.kind: s for s in summarize(events)}
     assert stats["all_reduce"].count == 3 and stats["all_reduce"].source == "backend_range"
@@ -117,6 +117,21 @@ def test_gloo_ranges_give_count_and_cpu_time() -> None:
     assert [(s.kind, s.count, s.source, s.time_ms) for s in only_ops] == [("all_gather", 1, "c10d_op", None)]
     (enqueue,) = summarize([ev("nccl:reduce_scatter_tensor_coalesced", "user_annotation", 3.0)])
     assert (enqueue.kind, enqueue.time_source) == ("reduce_scatter", "cpu enqueue")
+
+
+def test_concurrent_collectives_are_a_union_in_time() -> None:
+    # GIVEN two gradient buckets reduced at once on two gloo threads (DDP), 6 us apart, and a third later
+    shaped = {"Input Dims": [[1000]], "Input type": ["float"]}
+    events = [
+        {**ev("gloo:all_reduce", "user_annotation", 10.0, ts=10, **shaped), "tid": 2},
+        {**ev("gloo:all_reduce", "user_annotation", 10.0, ts=16, **shaped), "tid": 3},
+        {**ev("gloo:all_reduce", "user_annotation", 4.0, ts=100, **shaped), "tid": 2},
+    ]
+    (stats,) = summarize(events)
+    # THEN their time is the 16 us during which one or both ran, plus the third: never the 24 us of a sum
+    assert stats.count == 3 and stats.time_ms == pytest.approx(0.020)
+    # AND the bandwidth is their bytes over that time
+    assert stats.algbw_gbps == pytest.approx(3 * 4000 / 20_000, rel=1e-3)
 
 
 def test_only_the_window_counts() -> None:
@@ -185,13 +200,17 @@ def test_real_gloo_trace(shared_traces: Path) -> None:
     (stats,) = rank_collectives(table, 34)
     # the trace holds one ProfilerStep (#551), during which gloo's two threads started one all-reduce each
     assert (stats.kind, stats.count, stats.time_source) == ("all_reduce", 2, "cpu")
-    # the same time computed directly from the file's gloo ranges
+    # the same time computed directly from the file's gloo ranges: the two run at once, so their time is the
+    # span from the first start to the last end, not the sum of their durations
     with gzip.open(path, "rt") as fh:
         events = json.load(fh)["traceEvents"]
     (step,) = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
-    ranges = [
-        e
+    first, second = sorted(
+        (e["ts"], e["ts"] + e["dur"])
         for e in events
         if e.get("name") == "gloo:all_reduce" and step["ts"] <= e["ts"] < step["ts"] + step["dur"]
-    ]
-    assert stats.time_ms == pytest.approx(sum(e["dur"] for e in ranges) / 1e3, rel=1e-6)
+    )
+    assert second[0] < first[1]  # they overlap
+    union_us = max(first[1], second[1]) - first[0]
+    assert stats.time_ms == pytest.approx(union_us / 1e3, rel=1e-6)
+    assert stats.time_ms < (first[1] - first[0] + second[1] - second[0]) / 1e3

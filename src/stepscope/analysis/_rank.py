@@ -110,7 +110,9 @@ class RankSummary:
     """What the cross-rank analysis needs of one rank, small enough to come back from a worker process.
 
     `op_inside[i, j]`: self time in ns of the CPU ops named `op_names[i]` that start inside step j of the
-    window; `op_gap[i, j]`: of those starting after step j ends and before step j + 1 starts."""
+    window; `op_gap[i, j]`: of those starting after step j ends and before step j + 1 starts. `comm`: the rank's
+    time in communication, a union (None: none); `comm_exposed`: of it, the time with no other GPU activity
+    (the overview's communication category)."""
 
     rank: int
     lo: int
@@ -120,3 +122,5 @@ class RankSummary:
     op_names: list[str] = field(default_factory=list)
     op_inside: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     op_gap: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    comm: tuple[np.ndarray, np.ndarray] | None = None
+    comm_exposed: tuple[np.ndarray, np.ndarray] | None = None

@@ -21,8 +21,14 @@ from stepscope.analysis.breakdown import (
     temporal_breakdown,
     top_kernels,
 )
-from stepscope.analysis.collectives import CollectiveStats, Instances, collective_stats, rank_instances
-from stepscope.analysis.distributed import CrossRank, Straggler, cross_rank_analysis, summarize_rank
+from stepscope.analysis.collectives import (
+    CollectiveStats,
+    Instances,
+    collective_stats,
+    rank_instances,
+    wait_intervals,
+)
+from stepscope.analysis.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.findings import (
     Finding,
     comm_findings,
@@ -33,9 +39,10 @@ from stepscope.analysis.findings import (
 from stepscope.analysis.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
-from stepscope.analysis.overview import StepCategories, step_categories
+from stepscope.analysis.overview import StepCategories, add_comm_waiting, step_categories
 from stepscope.analysis.run import RunFacts
 from stepscope.analysis.steps import StepRow, ns_to_us, step_table
+from stepscope.analysis.straggler import Straggler
 from stepscope.analysis.summary import keep_op_trees
 from stepscope.analysis.table import TraceTable
 
@@ -146,7 +153,7 @@ def analyze_rank_part(
     # trace they are a hundred MB or more, which would add to the peaks of what follows)
     summary = summarize_rank(data, ops=cross_rank)
     keep_op_trees(data.table, ("cpu_op",))
-    result = analyze_rank(data, top=top)
+    result = analyze_rank(data, top=top, comm=summary.comm)
     instances = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
     findings = rank_findings(data, result.temporal, result.communication)
     return RankPart(result, findings, instances, summary)
@@ -166,6 +173,10 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         )
         if dist.alignment is not None:
             result.clock_offset_us = round(dist.offsets_ns[result.rank] / 1e3, 3)
+        summary = summaries[result.rank]
+        if matched and summary.comm_exposed is not None and (dist.wait_ns[result.rank] >= 0).any():
+            waiting = wait_intervals(instances[result.rank], dist.wait_ns[result.rank])
+            add_comm_waiting(result.step_categories, summary.steps, summary.comm_exposed, waiting)
     findings.extend(comm_findings(instances, dist.wait_ns, summaries))
     slow = straggler_finding(dist.straggler)
     if slow is not None:
@@ -174,15 +185,14 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices])
 
 
-def analyze_rank(data: RankData, *, top: int = 10) -> RankAnalysis:
-    """The per-rank sections of the result."""
+def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) -> RankAnalysis:
+    """The per-rank sections of the result. `comm`: the rank's time in communication, a union
+    (collectives.communication_intervals)."""
     gpu = data.gpu
     has_comm = bool((gpu.kind == COMMUNICATION).any())
     overlap = comm_compute_overlap(gpu) if has_comm else None
     all_gpu = data.gpu_all
     busy = iv.merge(all_gpu.start, all_gpu.end) if len(all_gpu) else None
-    comm_all = all_gpu.of_kind(COMMUNICATION)
-    comm = iv.merge(comm_all.start, comm_all.end) if len(comm_all) else None
     info = data.table.ranks.get(data.rank)
     return RankAnalysis(
         rank=data.rank,
@@ -202,5 +212,5 @@ def analyze_rank(data: RankData, *, top: int = 10) -> RankAnalysis:
         top_kernels=top_kernels(gpu, top),
         steps=step_table(data.table, data.steps, busy, comm, effective_launch(all_gpu)),
         notes=data.notes,
-        step_categories=step_categories(data),
+        step_categories=step_categories(data, comm),
     )

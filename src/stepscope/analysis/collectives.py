@@ -15,6 +15,9 @@ source that times the collective itself:
 
 Sizes come from the args of the kernel, else of the launching record_param_comms, else (gloo) from the
 recorded shapes of the range (record_shapes=True). Events count when they are issued inside the window.
+
+Time is a union: a backend runs collectives concurrently (DDP's gradient buckets on gloo's threads, NCCL's
+streams), and an instant in two of them is one instant of communication, never two.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from stepscope.analysis import _intervals as iv
 from stepscope.analysis._rank import RankData
 from stepscope.analysis.comm_names import (
     BACKEND_RANGE,
@@ -103,6 +107,42 @@ def rank_instances(data: RankData, world_size: int | None = None) -> Instances:
     if backend:
         return _range_instances(table, data.rank, backend, world_size)
     return _counted_instances(table, data.rank, ranges)
+
+
+def communication_intervals(data: RankData) -> iv.Intervals | None:
+    """The rank's time in communication, as a union over its whole trace: its communication GPU activity (by
+    name or launch context, see kernels.py) and the ranges of CPU backends (gloo, mpi, ucc: the collective
+    itself, on the backend's thread); None when it has neither."""
+    comm = data.gpu_all.of_kind(COMMUNICATION)
+    table = data.table
+    rows = np.array(
+        [r for r, source, _ in _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+         if source == "backend_range" and _backend(table, r) in CPU_BACKENDS],
+        dtype=np.int64,
+    )  # fmt: skip
+    if not len(comm) and not len(rows):
+        return None
+    start = table.columns["ts"][rows]
+    return iv.merge(
+        np.concatenate((comm.start, start)), np.concatenate((comm.end, start + table.columns["dur"][rows]))
+    )
+
+
+def exposed_communication(data: RankData, comm: iv.Intervals) -> iv.Intervals:
+    """The part of `comm` with no other GPU activity (computation kernels, copies) at the same time: the
+    communication that the step's time shows."""
+    other = data.gpu_all.select(data.gpu_all.kind != COMMUNICATION)
+    if not len(other):
+        return comm
+    return iv.subtract(comm, iv.merge(other.start, other.end))
+
+
+def wait_intervals(inst: Instances, wait_ns: np.ndarray) -> iv.Intervals:
+    """The union of the instances' waiting for peers (rank's own clock): from each matched instance's start,
+    its wait (`wait_ns` per instance, -1 where not matched)."""
+    waiting = wait_ns > 0
+    start = inst.start[waiting]
+    return iv.merge(start, start + wait_ns[waiting])
 
 
 def _empty(rank: int) -> Instances:
@@ -279,10 +319,10 @@ def _row_instances(
 
 def collective_stats(inst: Instances, wait_ns: np.ndarray | None = None) -> list[CollectiveStats]:
     """Per (kind, group) of one rank. `wait_ns`: per instance, the time spent waiting for peers (-1 where the
-    instance was not matched across ranks; None: no matching at all)."""
+    instance was not matched across ranks; None: no matching at all). Times and waiting are unions in time
+    over the instances; bandwidth is their bytes over the transfer time (the time less the waiting)."""
     if not len(inst):
         return []
-    dur = inst.end - inst.start
     timed = inst.time_source is not None
     by_key: dict[tuple[str, str], list[int]] = {}
     for i, key in enumerate(zip(inst.kind, inst.group, strict=True)):
@@ -294,10 +334,13 @@ def collective_stats(inst: Instances, wait_ns: np.ndarray | None = None) -> list
         size = int(sizes.max()) if (sizes > 0).any() else None
         in_b = inst.in_bytes[ix]
         total_bytes = int(in_b.sum()) if (in_b >= 0).all() else None
-        time_ns = int(dur[ix].sum()) if timed else None
+        # unions in time: instances of one kind may run at once (DDP's buckets)
+        time_ns = iv.length(iv.merge(inst.start[ix], inst.end[ix])) if timed else None
         wait: int | None = None
         if wait_ns is not None and timed and (wait_ns[ix] >= 0).any():
-            wait = int(np.clip(wait_ns[ix], 0, None).sum())
+            waits = np.full(len(inst), -1, dtype=np.int64)
+            waits[ix] = wait_ns[ix]
+            wait = iv.length(wait_intervals(inst, waits))
         transfer = None if time_ns is None else time_ns - (wait or 0)
         algbw = busbw = None
         if total_bytes is not None and transfer and inst.time_source != "cpu enqueue":

@@ -1,5 +1,5 @@
 """Across ranks: match collective instances, align the ranks' clocks, split collective time into waiting for peers
-and transfer, and name the straggler (the rank the others wait for) with its own cause.
+and transfer, and name the straggler (the rank the others wait for, see straggler.py) with its own cause.
 
 The rules (documented in docs/analysis.md, "Across ranks"):
 
@@ -15,14 +15,11 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   (median beyond MATCH_MAX_SPREAD_MS and MATCH_MAX_SPREAD_SHARE of the median duration) are not the same
   collectives: they are all dropped, with a notice.
 - **Wait and transfer.** After alignment, an instance's arrival on a rank is its start there; the rank waits
-  from its arrival until the last rank arrives (at most its whole duration); the rest is transfer.
-- **Straggler.** In each step, the rank that arrives last at an instance delays every other rank by that
-  rank's wait; the delay a rank causes in a step is the sum over the instances it arrives last at of the mean
-  wait of the others. The straggler is the rank causing the most delay over the steps, reported when it
-  delays the others by STRAGGLER_MIN_PCT of the step time and STRAGGLER_MIN_DELAY_MS or more, and arrives
-  last in at least STRAGGLER_MIN_LAST_SHARE of the steps. Its cause is the phase of its own step (data loader, forward,
-  backward, optimizer) longer than on the other ranks by at least CAUSE_MIN_SHARE of the delay, else the op
-  whose self time is, else the time outside annotated regions and ops.
+  from its arrival until the last rank arrives (at most its whole duration); the rest is transfer. A rank's
+  collective time and waiting are unions in time (DDP's buckets run concurrently on gloo's threads: two
+  60 ms waits at once are 60 ms of waiting), inside its steps, so neither exceeds the step.
+- **Straggler.** The rank the others wait for, from the waits at the instances it arrives last at
+  (straggler.py).
 """
 
 from __future__ import annotations
@@ -32,12 +29,19 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
+from stepscope.analysis import _intervals as iv
 from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis._rank import RankData, RankSummary
 from stepscope.analysis._stats import median, quantile
-from stepscope.analysis.collectives import Instances
+from stepscope.analysis.collectives import (
+    Instances,
+    communication_intervals,
+    exposed_communication,
+    wait_intervals,
+)
 from stepscope.analysis.comm_names import cpu_collective
 from stepscope.analysis.steps import STEP_RE, StepRow, pct
+from stepscope.analysis.straggler import Straggler, find_straggler, straggler_delays
 from stepscope.analysis.summary import CPU_OP_CATEGORIES, self_times
 
 # Matched instances must end together after alignment: median spread within this many ms, or this share of
@@ -46,16 +50,6 @@ MATCH_MAX_SPREAD_MS = 5.0
 MATCH_MAX_SPREAD_SHARE = 0.5
 # Point-to-point kinds pair a rank with one peer, not a group: they are not matched across the group.
 P2P_KINDS = frozenset({"send", "recv", "send_recv"})
-STRAGGLER_MIN_PCT = 10.0  # delay per step, % of the mean step time ...
-STRAGGLER_MIN_DELAY_MS = 1.0  # ... and at least this (less is the jitter of process scheduling)
-STRAGGLER_MIN_LAST_SHARE = 0.6  # of the matched steps in which it arrives last
-CAUSE_MIN_SHARE = 0.5  # a cause explains at least this share of the delay
-PHASES = (
-    ("data_loader", "dataloader_us"),
-    ("forward", "forward_us"),
-    ("backward", "backward_us"),
-    ("optimizer", "optimizer_us"),
-)
 
 
 class RankClock(msgspec.Struct):
@@ -77,32 +71,15 @@ class ClockAlignment(msgspec.Struct):
     end_spread_max_us: float | None
 
 
-class StragglerCause(msgspec.Struct):
-    phase: str  # data_loader | forward | backward | optimizer | op | outside_regions
-    name: str | None  # the op, for phase "op"
-    rank_ms_per_step: float  # on the straggler
-    others_ms_per_step: float  # median of the other ranks
-    excess_ms_per_step: float
-
-
-class Straggler(msgspec.Struct):
-    """The rank the others wait for."""
-
-    rank: int
-    delay_ms_per_step: float  # mean over the matched steps of the time the others wait for it
-    delay_pct: float  # of the mean step time
-    last_in_steps: int  # steps in which it caused the most delay
-    steps: int  # matched steps
-    cause: StragglerCause | None
-
-
 class RankCommStat(msgspec.Struct):
     rank: int
     steps: int
     step_us: float | None  # mean step time over the window
-    comm_us: float | None  # collective time per step (null: no timed collective)
-    comm_wait_us: float | None  # of it, waiting for peers (null: not matched)
-    transfer_us: float | None
+    comm_us: (
+        float | None
+    )  # time in collectives per step, a union inside the steps (null: no timed collective)
+    comm_wait_us: float | None  # of it, waiting for peers, a union (null: not matched)
+    transfer_us: float | None  # comm_us - comm_wait_us
     last_arrivals: int  # matched instances at which this rank arrived last
 
 
@@ -265,7 +242,8 @@ def cross_rank_analysis(
             "whose ranks issued different collectives in a step)"
         )
     last_count = {r: 0 for r in ranks}
-    delay: dict[int, dict[int, float]] = {r: {} for r in ranks}  # rank -> step -> ns of delay caused
+    # (the rank last in, step) -> each other rank's waits, aligned, at the instances it was last in
+    held: dict[tuple[int, int], dict[int, list[tuple[int, int]]]] = {}
     spreads = []
     for rs, ix, step in zip(match.ranks, match.index, match.step, strict=True):
         rlist = rs.tolist()
@@ -277,11 +255,13 @@ def cross_rank_analysis(
         waits = np.clip(last - start, 0, end - start - 0)
         for r, i, w in zip(rlist, ix.tolist(), waits.tolist(), strict=True):
             wait_ns[r][i] = w
-        latest = rlist[int(np.argmax(start))]
+        latest_at = int(np.argmax(start))
+        latest = rlist[latest_at]
         last_count[latest] += 1
-        others = [w for r, w in zip(rlist, waits.tolist(), strict=True) if r != latest]
-        if others:
-            delay[latest][step] = delay[latest].get(step, 0.0) + float(np.mean(others))
+        others = held.setdefault((latest, step), {})
+        for k, (r, w) in enumerate(zip(rlist, waits.tolist(), strict=True)):
+            if k != latest_at:
+                others.setdefault(r, []).append((int(start[k]), int(start[k]) + w))
     alignment = ClockAlignment(
         method=method,
         reference_rank=ranks[0],
@@ -293,7 +273,11 @@ def cross_rank_analysis(
         end_spread_max_us=round(max(spreads) / 1e3, 3) if spreads else None,
     )
     cross = _cross_table(data, instances, step_rows, wait_ns, last_count, alignment)
-    straggler = _straggler(data, step_rows, delay, match, cross)
+    busy_ms = {  # each rank's step less its waiting: the straggler's cause when no region or op is
+        s.rank: (s.step_us - (s.comm_wait_us or 0.0)) / 1e3 for s in cross.ranks if s.step_us is not None
+    }
+    delays = straggler_delays(held, ranks)
+    straggler = find_straggler(data, step_rows, delays, sorted(set(match.step)), busy_ms)
     return Distributed(alignment, offsets, wait_ns, cross, straggler, notices, match)
 
 
@@ -335,15 +319,20 @@ def _cross_table(
         rows = step_rows.get(rank, [])
         n = len(rows)
         inst = instances.get(rank)
+        summary = data[rank]
         step_us = round(sum(r.dur_us for r in rows) / n, 3) if n else None
         comm_us = wait_us = transfer_us = None
-        if inst is not None and inst.timed and len(inst) and n:
-            total = int((inst.end - inst.start).sum())
-            comm_us = round(total / 1e3 / n, 3)
+        if summary.comm is not None and n:
+            # unions inside the steps: concurrent collectives count once, and nothing exceeds the step
+            lo, hi = summary.steps.start, summary.steps.end
+            comm_ns = int(iv.covered_within(summary.comm, lo, hi).sum())
+            comm_us = round(comm_ns / 1e3 / n, 3)
             waits = wait_ns[rank]
-            if (waits >= 0).any():
-                wait_us = round(int(waits[waits >= 0].sum()) / 1e3 / n, 3)
-                transfer_us = round(comm_us - wait_us, 3)
+            if inst is not None and (waits >= 0).any():
+                waiting = iv.intersect(wait_intervals(inst, waits), summary.comm)
+                wait_total = int(iv.covered_within(waiting, lo, hi).sum())
+                wait_us = round(wait_total / 1e3 / n, 3)
+                transfer_us = round((comm_ns - wait_total) / 1e3 / n, 3)
         stats.append(RankCommStat(rank, n, step_us, comm_us, wait_us, transfer_us, last_count.get(rank, 0)))
     timed = [s for s in stats if s.step_us is not None]
     if not timed:
@@ -363,124 +352,14 @@ def _cross_table(
     )
 
 
-def _straggler(
-    data: dict[int, RankSummary],
-    step_rows: dict[int, list[StepRow]],
-    delay: dict[int, dict[int, float]],
-    match: Matching,
-    cross: CrossRank,
-) -> Straggler | None:
-    steps = sorted(set(match.step))
-    if not steps:
-        return None
-    totals = {r: sum(d.values()) for r, d in delay.items()}
-    rank = max(totals, key=lambda r: (totals[r], -r))
-    if totals[rank] <= 0:
-        return None
-    worst_in = sum(1 for s in steps if max(delay, key=lambda r: (delay[r].get(s, 0.0), -r)) == rank)
-    delay_ms = totals[rank] / len(steps) / 1e6
-    step_means = [s.step_us for s in cross.ranks if s.step_us is not None]
-    mean_step_ms = float(np.mean(step_means)) / 1e3 if step_means else 0.0
-    delay_pct = pct(delay_ms, mean_step_ms)
-    if delay_pct is None or delay_pct < STRAGGLER_MIN_PCT or delay_ms < STRAGGLER_MIN_DELAY_MS:
-        return None
-    if worst_in < STRAGGLER_MIN_LAST_SHARE * len(steps):
-        return None
-    cause = _cause(data, step_rows, rank, set(steps), delay_ms, cross)
-    return Straggler(rank, round(delay_ms, 3), delay_pct, worst_in, len(steps), cause)
-
-
-def _cause(
-    data: dict[int, RankSummary],
-    step_rows: dict[int, list[StepRow]],
-    rank: int,
-    steps: set[int],
-    delay_ms: float,
-    cross: CrossRank,
-) -> StragglerCause:
-    """The straggler's own reason: a phase, else an op, else the time outside both (see the module doc)."""
-    best: StragglerCause | None = None
-    for phase, field in PHASES:
-        means = {}
-        for r, rows in step_rows.items():
-            values = [getattr(row, field) for row in rows if row.step in steps]
-            if values and all(v is not None for v in values):
-                means[r] = float(np.mean(values)) / 1e3
-        if rank not in means or len(means) < 2:
-            continue
-        found = _excess(phase, None, means, rank)
-        if best is None or found.excess_ms_per_step > best.excess_ms_per_step:
-            best = found
-    if best is not None and best.excess_ms_per_step >= CAUSE_MIN_SHARE * delay_ms:
-        return best
-    op = _op_cause(data, rank, steps)
-    if op is not None and op.excess_ms_per_step >= CAUSE_MIN_SHARE * delay_ms:
-        return op
-    busy = {
-        s.rank: ((s.step_us or 0.0) - (s.comm_wait_us or 0.0)) / 1e3
-        for s in cross.ranks
-        if s.step_us is not None
-    }
-    return _excess("outside_regions", None, busy, rank)
-
-
-def _excess(phase: str, name: str | None, per_rank_ms: dict[int, float], rank: int) -> StragglerCause:
-    others = median([v for r, v in per_rank_ms.items() if r != rank])
-    return _cause_of(phase, name, per_rank_ms.get(rank, 0.0), others)
-
-
-def _cause_of(phase: str, name: str | None, mine: float, others: float) -> StragglerCause:
-    """The straggler's time per step in `phase` (or op `name`) against the median of the others (ms)."""
-    return StragglerCause(phase, name, round(mine, 3), round(others, 3), round(mine - others, 3))
-
-
-def _op_cause(data: dict[int, RankSummary], rank: int, steps: set[int]) -> StragglerCause | None:
-    """The op whose self time per step exceeds the other ranks' most (collectives and step spans left out):
-    CPU ops starting between the first and the end of the last of `steps` in each rank's window."""
-    per_rank: dict[int, tuple[list[str], np.ndarray]] = {}  # rank -> (op names, ms per step)
-    for r, d in data.items():
-        keep = np.flatnonzero(np.isin(d.steps.number, list(steps)))
-        if not len(keep):
-            continue
-        first, last = int(keep[0]), int(keep[-1])
-        ns = d.op_inside[:, first : last + 1].sum(axis=1) + d.op_gap[:, first:last].sum(axis=1)
-        per_rank[r] = (d.op_names, ns.reshape(len(d.op_names)).astype(np.float64) / 1e6 / len(keep))
-    if rank not in per_rank or len(per_rank) < 2:
-        return None
-    names, mine = per_rank[rank]
-    kept = np.flatnonzero(mine > 0)  # the straggler's ops, in its order
-    if not len(kept):
-        return None
-    columns = {names[j]: c for c, j in enumerate(kept.tolist())}
-    at_column: dict[tuple[str, ...], np.ndarray] = {}  # the ranks' op lists are mostly the same list
-    others = np.zeros((len(per_rank) - 1, len(kept)))
-    row = 0
-    for r, (rank_names, ms) in per_rank.items():
-        if r == rank:
-            continue
-        key = tuple(rank_names)
-        if key not in at_column:
-            at_column[key] = np.array([columns.get(name, -1) for name in rank_names], dtype=np.int64)
-        where = at_column[key]
-        found = (where >= 0) & (ms > 0)
-        others[row, where[found]] = ms[found]
-        row += 1
-    others.sort(axis=0)
-    n = len(others)
-    middle = others[n // 2] if n % 2 else (others[n // 2 - 1] + others[n // 2]) / 2  # (as _stats.median)
-    best: StragglerCause | None = None
-    for c, j in enumerate(kept.tolist()):
-        found_cause = _cause_of("op", names[j], float(mine[j]), float(middle[c]))
-        if best is None or found_cause.excess_ms_per_step > best.excess_ms_per_step:
-            best = found_cause
-    return best
-
-
 def summarize_rank(data: RankData, *, ops: bool = True) -> RankSummary:
-    """The cross-rank inputs of one prepared rank (`ops`: with the CPU ops' self time per step, which only the
-    straggler's cause needs)."""
+    """The cross-rank inputs of one prepared rank: its steps, its time in communication (`ops`: with the CPU
+    ops' self time per step, which only the straggler's cause needs)."""
     info = data.table.ranks.get(data.rank)
     summary = RankSummary(data.rank, data.lo, data.hi, data.steps, info.world_size if info else None)
+    summary.comm = communication_intervals(data)
+    if summary.comm is not None:
+        summary.comm_exposed = exposed_communication(data, summary.comm)
     n = len(data.steps)
     if not ops or n == 0:
         return summary

@@ -26,7 +26,7 @@ from stepscope.analysis._codes import unique_inverse
 from stepscope.analysis._rank import RankData, RankSummary
 from stepscope.analysis._stats import quantile
 from stepscope.analysis.breakdown import Temporal
-from stepscope.analysis.collectives import Instances
+from stepscope.analysis.collectives import Instances, wait_intervals
 from stepscope.analysis.comm_names import algorithm_bytes
 from stepscope.analysis.distributed import Straggler
 from stepscope.analysis.kernels import MEMORY, MISSING_TS
@@ -768,8 +768,9 @@ def straggler_finding(straggler: Straggler | None) -> Finding | None:
             "cause_name": cause.name if cause else None,
             "cause_rank_ms_per_step": cause.rank_ms_per_step if cause else None,
             "cause_others_ms_per_step": cause.others_ms_per_step if cause else None,
-            "arithmetic": f"the other ranks wait for it {straggler.delay_ms_per_step:.3f} ms per step (median "
-            f"over matched collectives); {share:.1f}% of their mean step",
+            "arithmetic": f"the other ranks wait for it {straggler.delay_ms_per_step:.3f} ms per step (each "
+            "one's waits at the collectives it arrives last at, a union in time, averaged over those ranks and "
+            f"{straggler.steps} matched steps); {share:.1f}% of their mean step",
         },
         cost_ms_per_step=round(straggler.delay_ms_per_step, 3),
         pct_of_step=round(share, 2),
@@ -789,8 +790,9 @@ def comm_findings(
             continue
         # the union of the collectives' time inside the window (a backend may run several at once), less the
         # waiting for peers
-        busy = iv.length(iv.clip(iv.merge(inst.start, inst.end), data.lo, data.hi))
-        waits = int(np.clip(wait_ns[rank], 0, None).sum())
+        comm = iv.clip(iv.merge(inst.start, inst.end), data.lo, data.hi)
+        busy = iv.length(comm)
+        waits = iv.length(iv.intersect(comm, wait_intervals(inst, wait_ns[rank])))  # (a union too)
         price = _price_of(data, max(busy - waits, 0))
         found = _priced(
             "comm_bound",

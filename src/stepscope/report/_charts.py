@@ -12,8 +12,22 @@ from stepscope.analysis.overview import CATEGORIES, CATEGORY_LABELS
 
 Spec = dict[str, Any]
 
-# One colour per overview category, in CATEGORIES order (kernel ... other), as TensorBoard's overview had them.
-CATEGORY_COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#bab0ac"]
+# One colour per overview category, as TensorBoard's overview had them; communication (not one of TensorBoard's)
+# in purples, darkest where it is not split into waiting for peers and transfer.
+COMM_WAIT_LABEL = "Communication: waiting"
+COMM_TRANSFER_LABEL = "Communication: transfer"
+CATEGORY_COLORS = {
+    "Kernel": "#4e79a7",
+    "Memcpy": "#f28e2b",
+    "Memset": "#e15759",
+    "Communication": "#7b4f75",
+    COMM_WAIT_LABEL: "#d9b8d3",
+    COMM_TRANSFER_LABEL: "#b07aa1",
+    "Runtime": "#76b7b2",
+    "DataLoader": "#59a14f",
+    "CPU Exec": "#edc948",
+    "Other": "#bab0ac",
+}
 HEIGHT = 220
 
 
@@ -59,6 +73,18 @@ def step_times(points: list[dict[str, Any]], windows: list[list[int]]) -> Spec |
     return spec
 
 
+def category_parts(row: dict[str, Any]) -> list[tuple[str, float]]:
+    """(label, us) of one step's overview categories in their order; the communication as waiting for peers
+    and transfer where the analysis split it."""
+    parts = []
+    for cat in CATEGORIES:
+        if cat == "communication" and row.get("comm_wait_us") is not None:
+            parts += [(COMM_WAIT_LABEL, row["comm_wait_us"]), (COMM_TRANSFER_LABEL, row["comm_transfer_us"])]
+        else:
+            parts.append((CATEGORY_LABELS[cat], row[f"{cat}_us"]))
+    return parts
+
+
 def step_categories(rows: list[dict[str, Any]], multi_rank: bool) -> Spec | None:
     """Stacked bars: each profiled step's wall time in the overview categories."""
     if not rows:
@@ -66,15 +92,16 @@ def step_categories(rows: list[dict[str, Any]], multi_rank: bool) -> Spec | None
     values = []
     for row in rows:
         label = f"r{row['rank']} s{row['step']}" if multi_rank else str(row["step"])
-        for order, cat in enumerate(CATEGORIES):
+        for category, us in category_parts(row):
             values.append(
                 {
                     "step": label,
-                    "category": CATEGORY_LABELS[cat],
-                    "order": order,
-                    "ms": round(row[f"{cat}_us"] / 1000, 4),
+                    "category": category,
+                    "order": list(CATEGORY_COLORS).index(category),
+                    "ms": round(us / 1000, 4),
                 }
             )
+    shown = [c for c in CATEGORY_COLORS if any(v["category"] == c for v in values)]
     spec = _base(values, height=HEIGHT + 40)
     spec.update(
         {
@@ -92,10 +119,7 @@ def step_categories(rows: list[dict[str, Any]], multi_rank: bool) -> Spec | None
                     "field": "category",
                     "type": "nominal",
                     "title": "category",
-                    "scale": {
-                        "domain": [CATEGORY_LABELS[c] for c in CATEGORIES],
-                        "range": CATEGORY_COLORS,
-                    },
+                    "scale": {"domain": shown, "range": [CATEGORY_COLORS[c] for c in shown]},
                 },
                 "order": {"field": "order", "type": "quantitative"},
                 "tooltip": [

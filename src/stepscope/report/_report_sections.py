@@ -10,7 +10,6 @@ import statistics
 from typing import Any
 
 from stepscope.analysis.diff import PHASE_LABELS
-from stepscope.analysis.overview import CATEGORIES, CATEGORY_LABELS
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
 from stepscope.report._page import (
@@ -149,9 +148,10 @@ def _overview(data: ReportData, pc: Charts) -> Section:
         pc.add(
             s,
             charts.step_categories(rows, multi_rank=len(result.ranks) > 1),
-            "Each profiled step split by what ran: a GPU kernel, a memcpy or memset, the CUDA runtime, the "
-            "DataLoader, other CPU work, or nothing traced (TensorBoard's overview categories; the first "
-            "that applies wins).",
+            "Each profiled step split by what ran: a GPU kernel, a memcpy or memset, communication (waiting "
+            "for the other ranks and transfer, where the collectives were matched across ranks), the CUDA "
+            "runtime, the DataLoader, other CPU work, or nothing traced (TensorBoard's overview categories "
+            "and communication; the first that applies wins).",
         )
         s.tables.append(_category_table(rows))
     if not rows and (data.run is None or not data.run.steps):
@@ -162,12 +162,15 @@ def _overview(data: ReportData, pc: Charts) -> Section:
 def _category_table(rows: list[dict[str, Any]]) -> Table:
     n = len(rows)
     total = sum(r["dur_us"] for r in rows)
-    cells = []
-    for cat in CATEGORIES:
-        t = sum(r[f"{cat}_us"] for r in rows)
-        cells.append(
-            [Cell(CATEGORY_LABELS[cat]), us_cell(t / n), pct_cell(100 * t / total if total else None)]
-        )
+    sums: dict[str, float] = {}
+    for row in rows:
+        for label, us in charts.category_parts(row):
+            sums[label] = sums.get(label, 0.0) + us
+    order = list(charts.CATEGORY_COLORS)
+    cells = [
+        [Cell(label), us_cell(sums[label] / n), pct_cell(100 * sums[label] / total if total else None)]
+        for label in sorted(sums, key=order.index)
+    ]
     return Table(
         "overview-categories",
         [("category", False), ("per step", True), ("share", True)],
