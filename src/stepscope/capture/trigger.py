@@ -33,10 +33,10 @@ import msgspec
 from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.capture.schedule import Schedule
 from stepscope.runfolder.atomic import atomic_write_bytes, create_exclusive
+from stepscope.runfolder.layout import LISTENER_TEMPLATE
 
 TRIGGER_NAME = "trigger.json"
 CLAIM_TEMPLATE = ".trigger-{id}.json"
-LISTENER_TEMPLATE = ".listening-rank{rank}.json"
 
 
 class TriggerRequest(msgspec.Struct, omit_defaults=True):
