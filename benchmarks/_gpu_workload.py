@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -155,17 +154,3 @@ class Gemm:
             self.a @ self.b  # the product is the work
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-
-    def timed_seconds(self) -> float:
-        """One call timed independently of stepscope: CUDA events on a GPU, perf_counter on the CPU."""
-        if self.device.type != "cuda":
-            t0 = time.perf_counter()
-            self()
-            return time.perf_counter() - t0
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(self.reps):
-            self.a @ self.b
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3

@@ -4,7 +4,7 @@
 A 256-512-512-10 MLP under DDP. With DDP's default buckets (the first one is 1 MB) the gradients are reduced in
 two buckets, whose all-reduces gloo runs concurrently on two threads; `--bucket-cap-mb 100` makes it one. The
 slow rank sleeps `--delay-ms` in its DataLoader's `collate_fn`, so every other rank waits for it in the
-all-reduces. Each rank writes what it did to `--report-dir`/ddp_rank{R}.json.
+all-reduces; `--sleep-ms` makes every rank sleep that long after each optimizer step. Each rank writes what it did to `--report-dir`/ddp_rank{R}.json.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--slow-rank", type=int, default=2)
     parser.add_argument("--delay-ms", type=float, default=60.0)
     parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP's bucket cap (default: DDP's)")
+    parser.add_argument("--sleep-ms", type=float, default=0.0, help="every rank sleeps this after each step")
     parser.add_argument("--report-dir", default=".")
     return parser.parse_args()
 
@@ -62,6 +63,8 @@ def main() -> None:
         loss.backward()
         opt.step()
         opt.zero_grad()
+        if args.sleep_ms:
+            time.sleep(args.sleep_ms / 1e3)  # Python outside any op, on every rank alike
     report = {
         "rank": rank,
         "steps": args.steps,

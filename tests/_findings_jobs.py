@@ -11,6 +11,8 @@ tests/test_findings_bench.py):
 - heavy_optimizer: an optimizer that takes an SVD of every weight matrix each step (optimizer_bound)
 - sync_python:     .item() on the loss plus 20 ms of pure-Python metrics each step (python_overhead)
 - tiny_ops:        a forward of thousands of elementwise ops on tiny tensors (many_small_ops)
+- loader_once:     3 traced steps; the DataLoader's collate sleeps 30 ms in the second of them only, as a
+                   preempted or slow read would (an occasional data_loader_stall, LOW, "in 1 of 3 steps")
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from typing import Any
 
 STEPS = 7  # wait 2, warmup 1, active 4
 SCHEDULE = {"wait": 2, "warmup": 1, "active": 4, "repeat": 1}
+# loader_once: active 3 (steps 3 to 5); its collate sleeps ONCE_SLEEP_S while building the batch of step 4
+ONCE_ACTIVE = 3
+ONCE_STALL_STEP = 4
+ONCE_SLEEP_S = 0.03
 
 
 class SlowSamples:
@@ -41,6 +47,21 @@ class SlowSamples:
     def __getitem__(self, i: int) -> Any:
         time.sleep(self.sleep_s)
         return self.x[i], self.y[i]
+
+
+class StallOnce:
+    """A collate_fn that stacks the batch and, for the `at`-th batch only (from 0), sleeps `sleep_s` first."""
+
+    def __init__(self, at: int, sleep_s: float) -> None:
+        self.at, self.sleep_s, self.calls = at, sleep_s, 0
+
+    def __call__(self, batch: list[Any]) -> Any:
+        import torch
+
+        if self.calls == self.at:
+            time.sleep(self.sleep_s)
+        self.calls += 1
+        return torch.stack([x for x, _ in batch]), torch.stack([y for _, y in batch])
 
 
 def _mlp(width: int = 1024) -> Any:
@@ -84,10 +105,20 @@ def run(job: str, out: Path) -> None:
     model = _mlp()
     optimizer: Any = torch.optim.SGD(model.parameters(), lr=0.01)
     batches: Any
+    schedule, steps = SCHEDULE, STEPS
     if job in ("loader_stall", "loader_fixed"):
         data = SlowSamples(64 * (STEPS + 1), 256, 0.00025)
         workers = 8 if job == "loader_fixed" else 0
         batches = torch.utils.data.DataLoader(data, batch_size=64, num_workers=workers)
+    elif job == "loader_once":
+        schedule = {**SCHEDULE, "active": ONCE_ACTIVE}
+        steps = schedule["wait"] + schedule["warmup"] + ONCE_ACTIVE
+        g = torch.Generator().manual_seed(0)
+        samples = [
+            (torch.randn(256, generator=g), torch.randint(0, 10, (), generator=g)) for _ in range(64 * steps)
+        ]
+        collate = StallOnce(ONCE_STALL_STEP, ONCE_SLEEP_S)
+        batches = torch.utils.data.DataLoader(samples, batch_size=64, collate_fn=collate)
     else:
         g = torch.Generator().manual_seed(0)
         batches = [(torch.randn(64, 256, generator=g), torch.randint(0, 10, (64,), generator=g))] * STEPS
@@ -95,9 +126,9 @@ def run(job: str, out: Path) -> None:
         optimizer = SvdOptimizer(model.parameters())
     tiny = [torch.randn(4) for _ in range(8)]
 
-    monitor = stepscope.performance_monitor(model, out_dir=str(out), console=False, **SCHEDULE)
+    monitor = stepscope.performance_monitor(model, out_dir=str(out), console=False, **schedule)
     with monitor:
-        for _, (x, y) in zip(range(STEPS), batches, strict=False):
+        for _, (x, y) in zip(range(steps), batches, strict=False):
             with monitor.region("forward"):
                 h = model(x)
                 if job == "tiny_ops":

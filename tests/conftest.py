@@ -64,10 +64,11 @@ def run_ddp_job(
     bucket_cap_mb: float | None = None,
     slow_rank: int = 2,
     delay_ms: float = 60.0,
+    sleep_ms: float = 0.0,
 ) -> Path:
     """`stepscope run --nproc-per-node 4 [--profiled-ranks R] tests/_ddp_job.py`, the default schedule: 4 gloo
     ranks train a 256-512-512-10 MLP under DDP (two gradient buckets unless `bucket_cap_mb` makes one), and
-    `slow_rank` sleeps `delay_ms` in its collate_fn. `profiled_ranks` None: the default (rank 0 only). Returns
+    `slow_rank` sleeps `delay_ms` in its collate_fn (every rank `sleep_ms` after each step). `profiled_ranks` None: the default (rank 0 only). Returns
     the run folder; each rank's report of what it did is `ddp_rank{R}.json` in `out_dir`."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(DDP_JOB.parents[1]))
     cmd = [sys.executable, "-m", "stepscope", "run", "--nproc-per-node", "4", "--no-console", "--no-report"]
@@ -85,6 +86,8 @@ def run_ddp_job(
     ]
     if bucket_cap_mb is not None:
         cmd += ["--bucket-cap-mb", str(bucket_cap_mb)]
+    if sleep_ms:
+        cmd += ["--sleep-ms", str(sleep_ms)]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (out_dir / "runs").iterdir()

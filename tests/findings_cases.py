@@ -60,6 +60,12 @@ CASES = [
         frozenset({"many_small_ops", "python_overhead"}),
     ),
     Case(
+        "loader_once",
+        "job",
+        "DataLoader stalling in 1 of 3 traced steps",
+        "data_loader_stall",
+    ),
+    Case(
         "hta_trace_filter",
         "trace",
         "DLRM-style, 2 of 128 ranks, GPU idle 54%",
@@ -94,9 +100,8 @@ CASES = [
     Case(
         "hta_cpu_only",
         "trace",
-        "gloo all-reduces over the whole step",
-        "comm_bound",
-        frozenset({"comm_bound"}),
+        "gloo all-reduces over the whole step, 1 of 300 ranks traced",
+        "comm_wait_unknown",
     ),
     Case("hta_rank_non_gpu", "trace", "a rank's CPU ops without GPU events", "step_breakdown"),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from stepscope.analysis.analyze import analyze
@@ -47,7 +48,10 @@ def test_loader_stall_is_priced_by_the_gpu_idle_time_it_causes() -> None:
     assert finding.evidence["dataloader_ms_per_step"] == 0.4
     assert finding.evidence["gpu_idle_during_loader_ms_per_step"] == 0.4
     assert finding.evidence["loader"] == LOADER
-    assert "1.200 ms over 3 step(s) = 0.400 ms per step" in str(finding.evidence["arithmetic"])
+    assert (
+        "per step: 0.400, 0.400, 0.400 ms; at least 5% of the step in 3 of 3 step(s); median 0.400 ms"
+        in str(finding.evidence["arithmetic"])
+    )
     assert "400 us per step (40.0% of the step)" in finding.message and LOADER in finding.message
     assert "num_workers" in finding.action and finding.action in finding.message
 
@@ -164,12 +168,16 @@ def test_a_sync_without_gpu_work_is_no_finding() -> None:
 def test_findings_of_the_breakdown_trace_are_ranked_by_cost() -> None:
     findings = findings_of({0: two_step_trace()})
     # host waits: 100 (start) + 150 (before the memcpy) + 200 (before E) + 600 (after the last activity) = 1050
-    # us over 2 steps, less the 5 us of data loading at the start (the loader's own, too small to report); the
-    # pageable copy: 50 us over 2 steps
+    # us over 2 steps, less the 5 us of data loading at the start (the loader's own, too small to report): 445
+    # and 600 us, median 522.5; the pageable copy: 50 us in step 1, none in step 2, so in 1 of 2 steps only
+    # (LOW, priced by the median: 25 us); exposed communication: 50 us in step 1, 100 us (10%, comm_bound's
+    # threshold) in step 2, but 7.5% of the window: no comm_bound
     assert [(f.id, f.severity, f.cost_ms_per_step) for f in findings] == [
         ("host_bound", "high", 0.522),
         ("pageable_copies", "low", 0.025),
     ]
+    assert (findings[1].steps_held, findings[1].steps) == (1, 2)
+    assert "in 1 of 2 steps only (the median step: 25.0 us" in findings[1].message
     host = findings[0]
     assert host.evidence["phase"] == "other"
     assert host.evidence["other_ms_per_step"] == 0.4 and host.evidence["backward_ms_per_step"] == 0.075
@@ -241,19 +249,72 @@ def test_poor_overlap() -> None:
     assert finding.evidence["comm_pct_of_span"] == pytest.approx(100 / 1070 * 100, abs=0.001)
 
 
-def test_collective_slow_names_the_instance_500x_slower() -> None:
-    # GIVEN four 4 MiB all-reduces of 100 us and a fifth of the same size taking 50 ms, in one 60 ms step
+def slow_collective_trace() -> list[dict]:
+    """Four 4 MiB all-reduces of 100 us and a fifth of the same size taking 50 ms, in one 60 ms step."""
     kernel_name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
     args = {"Collective name": "allreduce", "In msg nelems": 1 << 20, "dtype": "Float", "Group size": 2}
     ev = [step(1, T0, 60_000)]
     for i, dur in enumerate([100, 100, 100, 100, 50_000]):
         t = T0 + 1000 * i
         ev += launched(kernel_name, t, t + 10, dur, i + 1, stream=20, **args)
-    (finding,) = [f for f in findings_of({0: ev}) if f.id == "collective_slow"]
-    assert (finding.rank, finding.severity) == (0, "high")
+    return ev
+
+
+def test_collective_slow_names_the_instance_500x_slower() -> None:
+    # GIVEN both ranks of a group run the same five all-reduces, arriving together: the fifth takes 50 ms
+    (finding,) = [
+        f
+        for f in findings_of({0: slow_collective_trace(), 1: slow_collective_trace()})
+        if f.id == "collective_slow"
+    ]
+    # THEN it is one finding on both ranks
+    assert (finding.rank, finding.ranks, finding.severity) == (0, [0, 1], "high")
+    assert finding.cost_range_ms_per_step == [finding.cost_ms_per_step] * 2
     assert finding.evidence["slow_instances"] == 1 and finding.evidence["kind"] == "all_reduce"
     # 4 MiB in 100 us = 41.9 GB/s; in 50 ms, 500x less; the time lost is 50 ms less what 41.9 GB/s needs
     assert finding.evidence["reference_gbps"] == pytest.approx(41.943, abs=0.01)
     assert finding.evidence["slowest_gbps"] == pytest.approx(0.0839, abs=1e-3)
     assert finding.cost_ms_per_step == pytest.approx(49.9, abs=0.01)
     assert "500x slower" in finding.message
+
+
+def test_a_slow_collective_on_one_traced_rank_of_two_may_be_waiting() -> None:
+    # GIVEN the same all-reduces, but only rank 0 of the 2 traced: the 50 ms one may wait for rank 1
+    findings = findings_of({0: slow_collective_trace()})
+    # THEN no link is blamed
+    assert "collective_slow" not in [f.id for f in findings]
+
+
+def test_a_phase_the_trace_never_annotates_is_null_in_the_breakdown() -> None:
+    # GIVEN CPU-only steps of 1000 us that annotate the backward pass and the optimizer, no forward, no loader
+    ev: list[dict] = []
+    for i in range(3):
+        t = T0 + 1000 * i
+        ev += [
+            step(i + 1, t, 1000),
+            cpu("aten::mm", t + 10, 300),
+            cpu("## backward ##", t + 400, 400, cat="user_annotation"),
+            cpu("Optimizer.step#SGD.step", t + 850, 100, cat="user_annotation"),
+        ]
+    result = analyze(table_of({0: ev}))
+    breakdown = by_id(result.findings, "step_breakdown")
+    # THEN the forward and the loader are unknown (null), not 0; the annotated phases have their time
+    evidence = breakdown.evidence
+    assert evidence["forward_ms_per_step"] is None and evidence["data_loader_ms_per_step"] is None
+    assert (evidence["backward_ms_per_step"], evidence["optimizer_ms_per_step"]) == (0.4, 0.1)
+    assert (evidence["other_ms_per_step"], evidence["step_ms"], evidence["steps"]) == (0.5, 1.0, 3)
+    assert '"forward_ms_per_step":null' in msgspec.json.encode(result).decode()
+    assert "not annotated" in breakdown.message and "data loading, forward" in breakdown.message
+
+
+def test_a_finding_on_ranks_at_a_similar_cost_is_one_finding() -> None:
+    # GIVEN the DataLoader costs 400 us per 1000 us step on rank 0, 300 us on rank 1 and 100 us on rank 2
+    result = analyze(table_of({0: loader_trace(400), 1: loader_trace(300), 2: loader_trace(100)}))
+    stalls = [f for f in result.findings if f.id == "data_loader_stall"]
+    # THEN ranks 0 and 1 (the cheaper at least half the costlier) are one finding, rank 0's, with the spread;
+    # rank 2, four times cheaper, keeps its own
+    assert [(f.rank, f.ranks, f.cost_ms_per_step, f.cost_range_ms_per_step) for f in stalls] == [
+        (0, [0, 1], 0.4, [0.3, 0.4]),
+        (2, [2], 0.1, None),
+    ]
+    assert stalls[0].severity == "high" and "400 us per step" in stalls[0].message

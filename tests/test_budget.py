@@ -120,7 +120,6 @@ def test_the_budget_is_an_option_of_every_front_end() -> None:
 def test_estimate_matches_the_window_of_a_real_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("STEPSCOPE_CONSOLE", "stderr")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     options = ["--wait", "1", "--warmup", "1", "--active", "3", "--with-stack", "--trace-budget-mb", "0.1"]
     script = [str(PLAIN_TRAIN), "--steps", "12"]

@@ -54,7 +54,7 @@ def test_memory_log_rows_exactly_every_n_steps(tmp_path: Path, capsys: pytest.Ca
     rows = [json.loads(line) for line in (run_dir / path).read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 3, 5]
     assert all(r["rss_bytes"] > 0 and "cuda_allocated_bytes" not in r for r in rows)
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # the monitor prints on stderr
     assert out.count("stepscope memory step") == 3 and "stepscope memory step 3: rss " in out
     assert losses == bare_losses(7)
 

@@ -48,6 +48,10 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         "cost_ms_per_step",
         "pct_of_step",
         "action",
+        "steps_held",
+        "steps",
+        "ranks",
+        "cost_range_ms_per_step",
     }
 
 

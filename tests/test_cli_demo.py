@@ -13,9 +13,10 @@ from stepscope.runfolder import read_manifest
 def test_demo_profiles_and_prints_the_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # WHEN the demo runs for 12 steps (wait 5, warmup 2, active 3: one complete window, ending at step 9)
     assert main(["demo", "--out-dir", str(tmp_path), "--steps", "12"]) == 0
-    out = capsys.readouterr().out
-    # THEN it printed the top-ops table and the run folder, which holds one trace of the window
-    assert "top ops, rank 0, window ending at step 9" in out and "aten::" in out
+    out, err = capsys.readouterr()
+    # THEN it printed the top-ops table (on stderr, as the monitor always does) and the run folder, which holds
+    # one trace of the window
+    assert "top ops, rank 0, window ending at step 9" in err and "aten::" in err
     run_dirs = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(run_dirs) == 1 and f"Run folder: {run_dirs[0]}" in out
     manifest = read_manifest(run_dirs[0])

@@ -240,7 +240,7 @@ def test_region_names_with_markup_are_printed_as_written(
                 train_step()
             monitor.step()
     assert len(traces(tmp_path)) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # the monitor prints on stderr
     assert "loss[/]" in out and "[bold]fwd[/bold]" in out
 
 

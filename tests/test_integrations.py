@@ -25,7 +25,6 @@ STEPSCOPE = [sys.executable, "-m", "stepscope"]
 
 def run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", PYTHONUNBUFFERED="1")
-    env.pop("STEPSCOPE_CONSOLE", None)
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
 
 
@@ -72,6 +71,41 @@ def test_hf_trainer_callback_profiles_optimizer_steps_and_logs_through_the_train
     scalar.Reload()
     (point,) = scalar.Scalars("train/stepscope/step_ms")
     assert point.step == 6 and point.value > 0
+
+
+def test_hf_callback_values_reach_the_trainers_log_history(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    import importlib.util
+
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from stepscope.integrations.hf import StepscopeCallback
+
+    spec = importlib.util.spec_from_file_location("hf_trainer_example", EXAMPLES / "hf_trainer.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    # GIVEN a real Trainer (the example's tiny GPT-2 on random tokens) logging every 4 steps, no logger at all
+    training = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=8, per_device_train_batch_size=2, logging_steps=4,
+        report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    callback = StepscopeCallback(wait=1, warmup=1, active=2, console=False, report=False)
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=128, n_positions=32)
+    trainer = Trainer(
+        model=GPT2LMHeadModel(config), args=training, train_dataset=example.RandomTokens(16),
+        callbacks=[callback],
+    )  # fmt: skip
+    trainer.train()
+    # THEN the window's headline (steps 1-4: wait 1, warmup 1, active 3-4) is in the history the Trainer keeps,
+    # in the entry of step 4 beside the Trainer's own loss (it was only in the loggers' copy of the logs)
+    history = trainer.state.log_history
+    (entry,) = [e for e in history if "stepscope/step_ms" in e]
+    assert entry["step"] == 4 and "loss" in entry
+    assert entry["stepscope/window_last_step"] == 4.0 and entry["stepscope/step_ms"] > 0
+    lines = metrics(callback.run_dir)
+    active = [m["wall_ms"] for m in lines if m["step"] in (3, 4)]
+    assert entry["stepscope/step_ms"] == pytest.approx(sum(active) / 2)
 
 
 def test_hf_callback_rejects_a_bad_option_when_built() -> None:

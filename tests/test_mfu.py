@@ -11,6 +11,7 @@ from stepscope.capture._instrument import planned_steps, untraced_step_from
 from stepscope.capture.flops import peak_format
 from stepscope.capture.peaks import DTYPES, PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_peak, no_peak_reason
 from stepscope.capture.schedule import Schedule
+from stepscope.units import fmt_flops, fmt_tflops
 
 
 @pytest.mark.parametrize(
@@ -75,10 +76,50 @@ def test_formula() -> None:
     assert result.median_step_s == 2.0 and result.steps_timed == 3
     assert result.tflops == pytest.approx(3.0) and result.mfu == pytest.approx(0.3)
     lines = result.lines()
-    assert lines[0].startswith("achieved 3 TFLOP/s = 6,000,000,000,000 FLOPs / 2000.000 ms (median of 3")
-    assert "MFU 30.00%" in lines[1] and mfu.FORMULA in lines[1] and "peak 10 TFLOP/s" in lines[1]
+    assert lines[0] == (
+        "achieved 3 TFLOP/s = 6,000,000,000,000 FLOPs / 2000.000 ms (median of 3 undisturbed steps; the middle "
+        "half took 1500.000-2500.000 ms)"
+    )
+    assert "MFU 30.00%" in lines[-1] and mfu.FORMULA in lines[-1] and "peak 10 TFLOP/s" in lines[-1]
+    assert lines[1] == result.spread_note  # 1-3 s steps: the middle half spans 1.5-2.5 s
     assert mfu.achieved_tflops(2_000_000_000_000, 0.5) == 4.0
     assert mfu.mfu(494.75, 989.5) == 0.5
+
+
+def test_a_wide_spread_of_step_times_is_said_with_the_figure() -> None:
+    # GIVEN 1 TFLOP per step and steps of 1 s, some of them slowed to 3-4 s (a busy machine)
+    steady = mfu.throughput(10**12, [1.0, 1.05, 0.98, 1.02, 1.1, 3.0], None, "no MFU: x")
+    busy = mfu.throughput(10**12, [1.0, 1.02, 3.0, 3.5, 4.0, 0.99, 3.2, 1.01], None, "no MFU: x")
+    assert steady is not None and busy is not None
+    # THEN a steady run's middle half is narrow and says nothing more
+    assert steady.spread_note is None and len(steady.lines()) == 2
+    # AND a busy run says its figure may not be the job's own speed, with the figure at the first quartile
+    assert busy.median_step_s == pytest.approx(2.01) and busy.q1_step_s == pytest.approx(1.0075)
+    assert busy.spread_note is not None and busy.lines()[1] == busy.spread_note
+    assert busy.spread_note.startswith("the steps' times vary widely (the middle half took 1007.500-")
+    assert busy.spread_note.endswith(f"it would be {fmt_tflops(1 / 1.0075)}")
+
+
+@pytest.mark.parametrize(
+    ("tflops", "text"),
+    [
+        (0.004290, "0.00429 TFLOP/s"),  # the HF report printed 0.00
+        (8.145e-05, "0.00008145 TFLOP/s"),  # never an exponent
+        (0.016338, "0.01634 TFLOP/s"),
+        (412.34, "412.3 TFLOP/s"),
+        (1979.0, "1,979 TFLOP/s"),
+        (0.0, "0 TFLOP/s"),
+        (None, "-"),
+    ],
+)
+def test_tflops_keep_four_significant_digits(tflops: float | None, text: str) -> None:
+    assert fmt_tflops(tflops) == text
+
+
+def test_flop_counts_get_an_si_prefix() -> None:
+    assert [fmt_flops(n) for n in (0, 512, 137_216, 107_937_792, 1_208_000_000, 8_246_337_208_320)] == [
+        "0 FLOP", "512 FLOP", "137.2 kFLOP", "107.9 MFLOP", "1.208 GFLOP", "8.246 TFLOP",
+    ]  # fmt: skip
 
 
 def test_no_mfu_without_peak_and_no_figure_without_times() -> None:

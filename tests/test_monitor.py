@@ -88,6 +88,8 @@ def test_run_folder_layout(tmp_path: Path) -> None:
     assert [line["phase"] for line in lines] == ["warmup", "record", "record_and_save", "none", "none"]
     summary = (run_dir / "summaries/rank0_step2.txt").read_text()
     assert "sorted by self_cpu_time" in summary and "Memory overview" in summary and "aten::" in summary
+    # after close (and the report's manifest update) nothing is left but what the manifest indexes: no lock file
+    assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []
 
 
 @pytest.mark.parametrize(
@@ -130,9 +132,10 @@ def test_job_ending_inside_a_window_writes_the_partial_trace(tmp_path: Path) -> 
     with pytest.warns(StepscopeWarning):
         monitor, _ = run_decorated(tmp_path, 3, wait=1, warmup=0, active=4)
     traces = [a for a in read_manifest(monitor.run_dir).artifacts if a.kind == "trace"]
-    # steps 1 and 2 ran in the window (no span for a step that never began)
+    # steps 1 and 2 ran in the window; step 3 began when the call of step 2 returned (a step holds the fetch of
+    # its batch) and ran until close(), as in the context-manager form; no span for a step that never began
     assert len(traces) == 1 and traces[0].step == 2
-    assert profiler_steps(monitor.run_dir / traces[0].path) == [1, 2]
+    assert profiler_steps(monitor.run_dir / traces[0].path) == [1, 2, 3]
 
 
 def test_failing_collector_warns_once_and_training_goes_on(

@@ -18,6 +18,7 @@ from stepscope.runfolder import read_manifest
 from ._browser import visit
 from ._traces import SHARED_TRACES, cpu, launched, step, write_trace
 from .test_multirank import torchrun
+from .test_report_charts import chart_specs
 
 SECTIONS = [
     "findings",
@@ -223,11 +224,24 @@ def test_report_of_a_cpu_run_in_the_browser(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_report_of_a_two_rank_gloo_run(tmp_path: Path) -> None:
+def test_report_of_a_two_rank_gloo_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torchrun(tmp_path, "all")
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     # the report the monitor wrote may predate rank 1's trace; the command reads the folder as it is now
     out = make_report(run_dir, run_dir / "report.html")
+    # the Communication chart: one bar per rank and collective, each the rank's own time, side by side (added
+    # up, 4 ranks' bars ran to 600 ms for a 200 ms window)
+    capsys.readouterr()
+    assert main(["analyze", str(run_dir), "--json"]) == 0
+    timed = {
+        (f"rank {r['rank']}", c["kind"]): round(c["time_ms"], 4)
+        for r in json.loads(capsys.readouterr().out)["ranks"]
+        for c in r["collectives"]
+    }
+    (comm,) = [s for s in chart_specs(out) if s.get("encoding", {}).get("y", {}).get("field") == "collective"]
+    assert {(v["rank"], v["collective"]): v["ms"] for v in comm["data"]["values"]} == timed
+    assert {rank for rank, _ in timed} == {"rank 0", "rank 1"}
+    assert comm["encoding"]["x"]["stack"] is None and comm["encoding"]["yOffset"]["field"] == "rank"
     with visit(out) as seen:
         page = seen.page
         assert_clean(seen)
@@ -237,6 +251,11 @@ def test_report_of_a_two_rank_gloo_run(tmp_path: Path) -> None:
         assert page.locator("#ranks div.chart svg.marks").count() == 2  # heatmap + per-rank bars
         assert page.locator("table#rank-steps tbody tr").count() == 2
         assert page.locator("table#collectives tbody tr").count() >= 2
+        # every bar of the Communication chart starts at zero: none is stacked on another rank's
+        bars = page.locator("#communication div.chart g.mark-rect path").evaluate_all(
+            "ps => ps.map(p => p.getAttribute('d'))"
+        )
+        assert len(bars) == len(timed) and all(d.startswith("M0,") for d in bars), bars
         screenshot(page, "gloo_2ranks.png")
 
 

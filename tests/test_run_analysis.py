@@ -104,7 +104,12 @@ def test_analyze_json_has_the_runs_figures(full_run: Path) -> None:
     assert system["samples"] == len(samples) and system["peak_rss_bytes"] == max(
         s["rss_bytes"] for s in samples
     )
-    assert system["process_cpu_max_percent"] == max(s["process_cpu_percent"] for s in samples)
+    # CPU % from the samples after the first (whose CPU % covers the millisecond since the sampler started)
+    assert system["process_cpu_max_percent"] == max(s["process_cpu_percent"] for s in samples[1:])
+    assert system["process_cpu_mean_percent"] == pytest.approx(
+        statistics.fmean(s["process_cpu_percent"] for s in samples[1:])
+    )
+    assert system["note"] is None
 
 
 def test_analyze_prints_the_run_section(full_run: Path) -> None:
@@ -114,6 +119,31 @@ def test_analyze_prints_the_run_section(full_run: Path) -> None:
     assert "Step time over the whole run" in out and "profiled windows (active steps): 5-6, 12-13" in out
     assert "FLOPs per step (counted at step 1)" in out and "TFLOP/s" in out
     assert "memory rank 0: peak RSS" in out and "system rank 0:" in out
+
+
+def test_one_system_sample_is_too_few_for_cpu_figures(tmp_path: Path) -> None:
+    # GIVEN a run shorter than its sampling interval: one sample, taken as the sampler started
+    train_step, model = make_training()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        monitor = stepscope.performance_monitor(
+            model, out_dir=str(tmp_path), wait=1, warmup=0, active=1, system_sample_interval=30.0,
+            console=False, report=False,
+        )  # fmt: skip
+        step = monitor(train_step)
+        for _ in range(3):
+            step()
+        monitor.close()
+    assert monitor.run_dir is not None
+    (system,) = analyze_json(monitor.run_dir)["run"]["system"]
+    # THEN no CPU mean of one sample (it read "1 samples over 0.0 s, process CPU 0% mean"), and a note says why
+    assert system["samples"] == 1 and system["seconds"] == 0.0 and system["peak_rss_bytes"] > 0
+    assert system["process_cpu_mean_percent"] is None and system["process_cpu_max_percent"] is None
+    assert system["system_cpu_mean_percent"] is None
+    assert system["note"].startswith("too few samples for CPU figures (1; 3 needed)")
+    result = CliRunner().invoke(cli, ["analyze", str(monitor.run_dir)], env={"COLUMNS": "200"})
+    assert "system rank 0: 1 sample over 0.0 s, peak RSS" in result.output
+    assert "too few samples for CPU figures" in result.output and "% mean" not in result.output
 
 
 def test_a_run_without_flops_says_why(tmp_path: Path) -> None:

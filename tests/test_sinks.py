@@ -19,9 +19,10 @@ from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training
 
-# wait 1, warmup 1, active 2 -> traced steps 1-3 (window ends at 3); FLOPs counted at step 4; 8 steps.
+# wait 1, warmup 1, active 2 -> traced steps 1-3 (window ends at 3); FLOPs counted at step 4; 11 steps: the
+# undisturbed steps (for TFLOP/s) are 6-10 (5 follows the counted step).
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 2, "repeat": 1, "flop_counter_step": 4, "console": False}
-STEPS = 8
+STEPS = 11
 
 
 def run(tmp_path: Path, **options: Any) -> tuple[Path, list[float]]:
@@ -58,17 +59,17 @@ def test_tensorboard_scalars_match_the_metrics(tmp_path: Path) -> None:
     assert series("throughput/tflops") == [
         (m["step"], pytest.approx(m["tflops"], rel=1e-6)) for m in lines if "tflops" in m
     ]
-    assert [s for s, _ in series("throughput/tflops")] == [5, 6, 7]
+    assert [s for s, _ in series("throughput/tflops")] == [6, 7, 8, 9, 10]
     assert series("throughput/flops") == [(4, lines[4]["flops"])]
     # memory fields of the memory log (every 2 steps) land under memory/
     memory_fields = sorted({k for m in lines for k in m if k.startswith("mem_")})
     assert memory_fields and {f"memory/{k}" for k in memory_fields} <= tags
     for field in memory_fields:
         expected = [(m["step"], pytest.approx(m[field], rel=1e-6)) for m in lines if field in m]
-        assert series(f"memory/{field}") == expected and [s for s, _ in expected] == [1, 3, 5, 7]
+        assert series(f"memory/{field}") == expected and [s for s, _ in expected] == [1, 3, 5, 7, 9]
     ((step, median),) = series("throughput/tflops_median")
     report = json.loads((run_dir / "flops/rank0_step4.json").read_text())
-    assert step == 7 and median == pytest.approx(report["throughput"]["tflops"], rel=1e-6)
+    assert step == 10 and median == pytest.approx(report["throughput"]["tflops"], rel=1e-6)
 
 
 def wandb_records(path: Path) -> Iterator[Any]:
@@ -142,10 +143,10 @@ def test_wandb_offline_run_holds_tflops_and_top_ops(tmp_path: Path, monkeypatch:
         f"{op}/{t}" for op in ops for t in ("cuda_time_total", "cpu_time_total")
     }
     assert "prof/aten::addmm" in ops and all(history[3][f"{op}/cuda_time_total"] == 0 for op in ops)
-    # AND tflops_rank_0 when the throughput is known (3 timed steps: 5, 6, 7), and its final value at close
+    # AND tflops_rank_0 when the throughput is known (5 undisturbed steps: 6-10), and its final value at close
     tflops = {step: values["tflops_rank_0"] for step, values in history.items() if "tflops_rank_0" in values}
     report = json.loads((run_dir / "flops/rank0_step4.json").read_text())
-    assert list(tflops) == [7] and tflops[7] == pytest.approx(report["throughput"]["tflops"])
+    assert list(tflops) == [10] and tflops[10] == pytest.approx(report["throughput"]["tflops"])
     assert not any("mfu_rank_0" in values for values in history.values())  # CPU: no MFU
 
 
@@ -169,7 +170,7 @@ def test_wandb_joins_the_scripts_own_run(tmp_path: Path, monkeypatch: pytest.Mon
     history = wandb_history(wandb_dir)
     # AND its values joined the script's steps (commit=False) instead of moving the step axis
     assert sorted(history) == list(range(STEPS)) and all("loss" in values for values in history.values())
-    assert "tflops_rank_0" in history[7] and any(k.startswith("prof/") for k in history[3])
+    assert "tflops_rank_0" in history[10] and any(k.startswith("prof/") for k in history[3])
 
 
 def test_missing_packages_warn_once_and_training_goes_on(

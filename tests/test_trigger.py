@@ -92,6 +92,8 @@ def test_trigger_records_one_window_on_every_rank_at_the_same_step(tmp_path: Pat
         assert profiler_steps(run_dir / f"traces/rank{rank}_step{last}.json.gz") == [last - 2, last - 1, last]
     # the request is gone once the window was recorded: the next one can be made
     assert not (run_dir / "trigger.json").exists()
+    # and once the job ended, so are the ranks' claim of it and the manifest's lock
+    assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []
 
 
 def test_sigusr2_asks_for_a_window(tmp_path: Path) -> None:

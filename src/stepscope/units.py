@@ -7,6 +7,7 @@ column's labels are made distinct by `distinct_labels`. Imports nothing heavy: a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 ELLIPSIS = "…"
@@ -61,6 +62,22 @@ def fmt_pct(pct: float | None) -> str:
     return "<0.1%" if 0 < pct < 0.05 else f"{pct:.1f}%"
 
 
+def fmt_ranks(ranks: Sequence[int]) -> str:
+    """Ranks as `0, 1, 3`, with runs of three or more as `0-3` (`0-3, 8`)."""
+    parts: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{ranks[i]}-{ranks[j]}")
+        else:
+            parts.extend(str(r) for r in ranks[i : j + 1])
+        i = j + 1
+    return ", ".join(parts)
+
+
 def fmt_bytes(n: float | None) -> str:
     """Bytes with a binary unit: 512 B, 3.00 KiB, 316.68 MiB."""
     if n is None:
@@ -81,6 +98,36 @@ def fmt_mb(n: float) -> str:
 
 _OPEN = {"(": ")", "<": ">", "[": "]"}
 _CLOSE = {v: k for k, v in _OPEN.items()}
+
+
+def fmt_tflops(tflops: float | None) -> str:
+    """TFLOP/s with four significant digits, neither rounded to zero nor in exponent form: 0.00429 TFLOP/s,
+    0.01634 TFLOP/s, 412.3 TFLOP/s, 1,979 TFLOP/s."""
+    return "-" if tflops is None else f"{significant(tflops)} TFLOP/s"
+
+
+def fmt_flops(flops: float | None) -> str:
+    """A FLOP count with an SI prefix and four significant digits: 137.2 kFLOP, 107.9 MFLOP, 1.208 GFLOP."""
+    if flops is None:
+        return "-"
+    value = float(flops)
+    for unit in ("FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP"):
+        if abs(value) < 999.95:
+            return f"{significant(value)} {unit}"
+        value /= 1000
+    return f"{significant(value)} PFLOP"
+
+
+def significant(v: float, digits: int = 4) -> str:
+    """`v` with `digits` significant digits in positional form, without trailing zeros (thousands separated
+    from 1,000 on): a small rate stays readable (0.00429, not 0.00 or 4.29e-03)."""
+    if v == 0 or not math.isfinite(v):
+        return f"{v:g}"
+    if abs(v) >= 10 ** (digits - 1):
+        return f"{v:,.0f}"
+    decimals = digits - 1 - math.floor(math.log10(abs(v)))
+    text = f"{v:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _param_list_start(name: str) -> int | None:

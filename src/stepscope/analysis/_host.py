@@ -18,16 +18,14 @@ from stepscope.analysis.steps import (
     AUTOGRAD_RE,
     BACKWARD_RE,
     DATALOADER_RE,
-    FORWARD_RE,
-    OPTIMIZER_RE,
+    PHASES,
     STEP_RE,
+    assign_phases,
     region_union,
 )
 from stepscope.analysis.summary import op_tree, self_times
 from stepscope.analysis.table import TraceTable
 
-# The phases of a training step, in the order they run; "other" is the rest of the step.
-PHASES = ("data_loader", "forward", "backward", "optimizer")
 PHASE_LABELS = {
     "data_loader": "data loading",
     "forward": "forward",
@@ -40,26 +38,18 @@ _BATCH = 1 << 18  # ops per batch where a pass over all of them makes n-long tem
 
 
 def phase_unions(table: TraceTable, lo: int, hi: int) -> dict[str, iv.Intervals]:
-    """Each phase as a union of its annotated spans inside [lo, hi) (empty when never annotated). The backward
-    falls back to the autograd engine's spans; a phase never counts time another phase listed before it has."""
-    found = {
-        "data_loader": region_union(table, DATALOADER_RE),
-        "forward": region_union(table, FORWARD_RE),
-        "backward": region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE),
-        "optimizer": region_union(table, OPTIMIZER_RE),
-    }
+    """Each phase as disjoint intervals inside [lo, hi) (empty when the trace never shows it): the assignment
+    of steps.assign_phases, which the per-step table uses too, so the phases never add up to more than the
+    time they are measured in."""
+    found = assign_phases(table)
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    out: dict[str, iv.Intervals] = {}
-    taken = empty
-    for phase in PHASES:
-        union = found[phase]
-        if union is None:
-            out[phase] = empty
-            continue
-        own = iv.subtract(iv.clip(union, lo, hi), taken)
-        out[phase] = own
-        taken = iv.merge(np.r_[taken[0], own[0]], np.r_[taken[1], own[1]])
-    return out
+    return {phase: iv.clip(found[phase], lo, hi) if phase in found else empty for phase in PHASES}
+
+
+def annotated_phases(table: TraceTable) -> frozenset[str]:
+    """The phases the trace shows at all (annotated, or the optimizer's closure): one it never shows has an
+    unknown time, not 0."""
+    return frozenset(assign_phases(table))
 
 
 def phase_times(phases: dict[str, iv.Intervals], within: iv.Intervals) -> dict[str, int]:
@@ -210,6 +200,7 @@ __all__ = [
     "PHASES",
     "PHASE_LABELS",
     "OpTime",
+    "annotated_phases",
     "ops_during",
     "phase_times",
     "phase_unions",

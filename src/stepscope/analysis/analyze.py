@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import msgspec
 
 from stepscope.analysis import _intervals as iv
+from stepscope.analysis._comm_findings import comm_findings
+from stepscope.analysis._finding_groups import group_across_ranks
 from stepscope.analysis._rank import RankData, RankSummary, effective_launch, prepare_rank
 from stepscope.analysis.breakdown import (
     KernelTypes,
@@ -29,13 +31,7 @@ from stepscope.analysis.collectives import (
     wait_intervals,
 )
 from stepscope.analysis.distributed import CrossRank, cross_rank_analysis, summarize_rank
-from stepscope.analysis.findings import (
-    Finding,
-    comm_findings,
-    rank_by_cost,
-    rank_findings,
-    straggler_finding,
-)
+from stepscope.analysis.findings import Finding, rank_by_cost, rank_findings, straggler_finding
 from stepscope.analysis.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
@@ -86,7 +82,8 @@ class AnalysisResult(msgspec.Struct):
     ranks: list[RankAnalysis]
     cross_rank: CrossRank | None  # two ranks or more: step and collective time per rank, clock alignment
     straggler: Straggler | None  # the rank the others wait for, with its cause; null when none stands out
-    findings: list[Finding]  # by time at stake (cost_ms_per_step), largest first; info last
+    # by time at stake (cost_ms_per_step), largest first; info last; one per problem, naming the ranks it holds on
+    findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
 
@@ -177,11 +174,11 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         if matched and summary.comm_exposed is not None and (dist.wait_ns[result.rank] >= 0).any():
             waiting = wait_intervals(instances[result.rank], dist.wait_ns[result.rank])
             add_comm_waiting(result.step_categories, summary.steps, summary.comm_exposed, waiting)
-    findings.extend(comm_findings(instances, dist.wait_ns, summaries))
+    findings.extend(comm_findings(instances, dist, summaries))
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
-    findings = rank_by_cost(findings)
+    findings = rank_by_cost(group_across_ranks(findings))
     return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices])
 
 

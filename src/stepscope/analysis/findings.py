@@ -1,9 +1,11 @@
 """Findings: rules that turn the numbers of one rank (or of all ranks) into advice, each priced in step time.
 
 Every finding says what it costs the step: `cost_ms_per_step` is the time fixing it would save (an upper bound:
-the GPU or the other ranks wait for exactly that long), `pct_of_step` the same as a share of the mean step time,
-and `evidence["arithmetic"]` shows how the figure was reached. Severity follows the price alone (SEVERITY_PCT);
-findings under FINDING_MIN_PCT of the step are not reported. INFO findings carry no price.
+the GPU or the other ranks wait for exactly that long), measured in each step of the window and priced by the
+median step; `pct_of_step` is the same as a share of the median step, and `evidence["arithmetic"]` shows how the
+figure was reached. Severity follows the price (SEVERITY_PCT), but a finding that holds in at most half of the
+steps is LOW and says in how many (_pricing.py). INFO findings carry no price. Findings about the collectives of
+all ranks together are in _comm_findings.py; one finding per problem across ranks: _finding_groups.py.
 
 GPU idle time is attributed once: the gaps in the union of GPU activity inside the window are split into the
 time after a host synchronisation (`sync_points`), the data loader's time (`data_loader_stall`), the rest of the
@@ -17,29 +19,45 @@ import itertools
 import re
 from dataclasses import dataclass
 
-import msgspec
 import numpy as np
 
 from stepscope.analysis import _host
 from stepscope.analysis import _intervals as iv
 from stepscope.analysis._codes import unique_inverse
-from stepscope.analysis._rank import RankData, RankSummary
-from stepscope.analysis._stats import quantile
+from stepscope.analysis._pricing import (
+    FINDING_MIN_NS_PER_STEP,
+    FINDING_MIN_PCT,
+    SEVERITY_PCT,
+    Evidence,
+    Finding,
+    WindowSteps,
+    price_of,
+    priced,
+    severity_of,
+)
+from stepscope.analysis._rank import RankData
+from stepscope.analysis._stats import median
 from stepscope.analysis.breakdown import Temporal
-from stepscope.analysis.collectives import Instances, wait_intervals
-from stepscope.analysis.comm_names import algorithm_bytes
 from stepscope.analysis.distributed import Straggler
-from stepscope.analysis.kernels import MEMORY, MISSING_TS
+from stepscope.analysis.kernels import COMMUNICATION, COMPUTATION, MEMORY, MISSING_TS
 from stepscope.analysis.overlap import CommOverlap
 from stepscope.analysis.steps import DATALOADER_RE, ns_to_us, pct
 from stepscope.analysis.summary import op_tree
 from stepscope.analysis.table import TraceTable
 from stepscope.units import fmt_ms, fmt_ns, fmt_pct
 
-# Severity by the share of the step a finding costs; below FINDING_MIN_PCT a finding is not reported.
-SEVERITY_PCT = (("high", 20.0), ("medium", 5.0), ("low", 1.0))
-FINDING_MIN_PCT = 1.0
-FINDING_MIN_NS_PER_STEP = 10_000  # and under 10 us per step
+__all__ = [
+    "FINDING_MIN_NS_PER_STEP",
+    "FINDING_MIN_PCT",
+    "SEVERITY_PCT",
+    "Evidence",
+    "Finding",
+    "rank_by_cost",
+    "rank_findings",
+    "severity_of",
+    "straggler_finding",
+]
+
 # data_loader_stall: the step waits on the loader (GPU idle, or no GPU) for at least this share of the step.
 DATALOADER_MIN_PCT = 5.0
 # sync_points: a synchronisation costs the GPU idle time that follows it (the CPU could not queue work ahead);
@@ -60,12 +78,6 @@ COMM_EXPOSED_MIN_PCT = 10.0
 # poor_overlap: communication kernels cover at least this share of the GPU span and overlap less than ...
 POOR_OVERLAP_MIN_COMM_PCT = 5.0
 POOR_OVERLAP_MAX_PCT = 30.0
-# comm_bound on CPU backends (gloo): collective transfer time (waiting for peers left out), % of the step.
-COMM_CPU_MIN_PCT = 10.0
-# collective_slow: an instance whose bandwidth is below the reference of its kind and size by this factor ...
-COLLECTIVE_SLOW_FACTOR = 10.0
-COLLECTIVE_SLOW_MIN_INSTANCES = 3  # ... among at least this many instances of that kind and size ...
-COLLECTIVE_SLOW_MIN_BYTES = 1 << 20  # ... of at least this size (smaller ones measure latency, not bandwidth)
 # CPU-only runs. python_overhead: the step runs no torch op for at least this share of it.
 PYTHON_OVERHEAD_MIN_PCT = 20.0
 # optimizer_bound: the optimizer takes at least this share of the step.
@@ -81,89 +93,6 @@ MEMCPY_CALL_RE = re.compile(r"^(?:cuda|hip|cu)Memcpy")
 ITEM_OP_NAMES = ("aten::_local_scalar_dense", "aten::item")
 
 _X = ord("X")
-
-Evidence = dict[str, float | int | str | None]
-
-
-class Finding(msgspec.Struct):
-    """One piece of advice: what, how bad, which rank, one sentence, its price and the numbers behind it."""
-
-    id: str
-    severity: str  # "high" | "medium" | "low" | "info"
-    rank: int | None
-    message: str  # what happens, who is responsible (region / op / kernel / rank) and the action
-    evidence: Evidence  # the figures, with "arithmetic": how the price was reached
-    cost_ms_per_step: float | None = None  # what fixing it would save per step; null for info
-    pct_of_step: float | None = None  # the same, % of the mean step time
-    action: str = ""  # the one concrete thing to do
-
-
-@dataclass
-class _Price:
-    """A cost over the window turned into step time."""
-
-    total_ns: int
-    steps: int
-    step_ns: float
-
-    @property
-    def ms(self) -> float:
-        return self.total_ns / self.steps / 1e6
-
-    @property
-    def pct(self) -> float:
-        return 100.0 * self.total_ns / self.steps / self.step_ns if self.step_ns > 0 else 0.0
-
-    def arithmetic(self, what: str) -> str:
-        return (
-            f"{what}: {self.total_ns / 1e6:.3f} ms over {self.steps} step(s) = {self.ms:.3f} ms per step; "
-            f"{self.ms:.3f} / {self.step_ns / 1e6:.3f} ms mean step = {self.pct:.1f}%"
-        )
-
-
-def severity_of(pct_of_step: float) -> str | None:
-    """The severity for a cost of `pct_of_step` % of the step; None below FINDING_MIN_PCT."""
-    for name, floor in SEVERITY_PCT:
-        if pct_of_step >= floor:
-            return name
-    return None
-
-
-def _priced(
-    id_: str,
-    rank: int | None,
-    price: _Price,
-    what: str,
-    message: str,
-    action: str,
-    evidence: Evidence,
-    *,
-    min_pct: float = FINDING_MIN_PCT,
-) -> Finding | None:
-    """A finding costing `price`, or None when it costs less than `min_pct` of the step."""
-    share = price.pct
-    severity = severity_of(share)
-    if severity is None or share < min_pct or price.total_ns / price.steps < FINDING_MIN_NS_PER_STEP:
-        return None
-    evidence = {**evidence, "arithmetic": price.arithmetic(what)}
-    return Finding(
-        id_,
-        severity,
-        rank,
-        f"{message}; {action}.",
-        evidence,
-        cost_ms_per_step=round(price.ms, 3),
-        pct_of_step=round(share, 2),
-        action=action,
-    )
-
-
-def _price_of(data: RankData | RankSummary, total_ns: int) -> _Price:
-    """`total_ns` over the window as a price per step; never more than the window (GPU work running past the
-    window's end costs the steps after it)."""
-    steps = max(len(data.steps), 1)
-    window = max(data.hi - data.lo, 0)
-    return _Price(int(min(total_ns, window)), steps, window / steps)
 
 
 @dataclass
@@ -210,13 +139,14 @@ def rank_findings(
     loader = _host.phase_unions(data.table, data.lo, data.hi)["data_loader"]
     syncs, sync_idle = _sync_points(data, gaps)
     claimed = _union(loader, sync_idle)
+    comm_bound = _comm_bound(data, temporal, overlap)
     for found in (
         _data_loader_stall(data, gaps, loader),
         syncs,
         _host_waits(data, gaps, claimed),
         _tiny_kernels(data, gaps),
-        _comm_bound(data, temporal, overlap),
-        _poor_overlap(data, temporal, overlap),
+        comm_bound,
+        _poor_overlap(data, temporal, overlap, comm_bound),
         _pageable(data),
     ):
         if found is not None:
@@ -235,15 +165,14 @@ def _ms(ns: float) -> float:
 
 
 def _data_loader_stall(data: RankData, gaps: _Gaps | None, loader: iv.Intervals) -> Finding | None:
-    loader_ns = iv.length(loader)
-    if loader_ns == 0:
+    if iv.length(loader) == 0:
         return None
     has_gpu = gaps is not None
-    stalled = iv.length(iv.intersect(loader, gaps.all)) if gaps is not None else loader_ns
+    stalled = iv.intersect(loader, gaps.all) if gaps is not None else loader
     name = _loader_name(data)
     where = "while the GPU sits idle" if has_gpu else "(no GPU activity: the step waits)"
-    price = _price_of(data, stalled)
-    return _priced(
+    price = price_of(data, stalled, min_pct=DATALOADER_MIN_PCT)
+    return priced(
         "data_loader_stall",
         data.rank,
         price,
@@ -252,11 +181,10 @@ def _data_loader_stall(data: RankData, gaps: _Gaps | None, loader: iv.Intervals)
         f"(`{name}`) {where}",
         "raise DataLoader num_workers (with pin_memory=True, persistent_workers=True) or make __getitem__ cheaper",
         {
-            "dataloader_ms_per_step": _ms(loader_ns / price.steps),
-            "gpu_idle_during_loader_ms_per_step": _ms(stalled / price.steps) if has_gpu else None,
+            "dataloader_ms_per_step": price.median_ms(loader),
+            "gpu_idle_during_loader_ms_per_step": price.median_ms(stalled) if has_gpu else None,
             "loader": name,
         },
-        min_pct=DATALOADER_MIN_PCT,
     )
 
 
@@ -300,13 +228,12 @@ def _sync_points(data: RankData, gaps: _Gaps | None) -> tuple[Finding | None, iv
     idle_s = np.maximum(gs[kk], ends)[drained] if len(gs) else ends[:0]
     idle_e = ge[kk][drained] if len(gs) else ends[:0]
     idle = iv.merge(idle_s, idle_e)
-    cost = iv.length(idle)
     costly = rows[drained & (np.maximum(ge[kk], 0) > np.maximum(gs[kk], ends))] if len(gs) else rows[:0]
     counts = {k_: int((sync_kind[sync_rows] == 1 + i).sum()) for i, k_ in enumerate(_SYNC_KINDS)}
     where = _enclosing_op(t, costly)
-    price = _price_of(data, cost)
+    price = price_of(data, idle)
     named = f", most of it after `{where[0]}` ({where[1]} of them)" if where else ""
-    finding = _priced(
+    finding = priced(
         "sync_points",
         data.rank,
         price,
@@ -322,7 +249,7 @@ def _sync_points(data: RankData, gaps: _Gaps | None) -> tuple[Finding | None, iv
             "stream_synchronize": counts["Stream"],
             "event_synchronize": counts["Event"],
             "item_syncs": len(item_rows),
-            "blocked_ms_per_step": _ms(iv.length(iv.merge(ts[rows], ends)) / price.steps),
+            "blocked_ms_per_step": price.median_ms(iv.merge(ts[rows], ends)),
             "op": where[0] if where else None,
         },
     )
@@ -413,8 +340,8 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
         return None
     waits = iv.subtract(gaps.host, claimed)
     cost = iv.length(waits)
-    price = _price_of(data, cost)
-    if severity_of(price.pct) is None or cost / price.steps < FINDING_MIN_NS_PER_STEP:
+    price = price_of(data, waits)
+    if price.severity is None:
         return None
     g = data.gpu
     kernels = g.kind != MEMORY
@@ -432,7 +359,7 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
     }
     what = "GPU idle waiting for the host to launch work (loader and post-sync idle excluded)"
     if short_pct >= LAUNCH_BOUND_SHORT_MIN_PCT and per_step >= LAUNCH_BOUND_MIN_KERNELS:
-        return _priced(
+        return priced(
             "launch_bound",
             data.rank,
             price,
@@ -461,11 +388,12 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
             if decisive
             else "no single op accounts for it"
         )
-        parts.append(f"in {_host.PHASE_LABELS[phase]} for {fmt_ns(phase_ns / price.steps)} of it ({held})")
+        median_ms = price.median_ms(stretch)
+        parts.append(f"in {_host.PHASE_LABELS[phase]} for {fmt_ms(median_ms)} of it ({held})")
         helds.append(held)
         if i == 0 and decisive:
             top_op = ops[0]
-        evidence[f"{phase}_ms_per_step"] = _ms(phase_ns / price.steps)
+        evidence[f"{phase}_ms_per_step"] = median_ms
         if decisive:
             evidence[f"{phase}_top_op"] = ops[0].name
             evidence[f"{phase}_top_op_ms_per_call"] = _ms(ops[0].mean_call_ns)
@@ -487,7 +415,7 @@ def _host_waits(data: RankData, gaps: _Gaps | None, claimed: iv.Intervals) -> Fi
         )
     if top_op is not None and phase in ("forward", "backward", "other"):
         action = f"make `{top_op.name}` cheaper on the CPU or move it off the step's path"
-    return _priced(
+    return priced(
         "host_bound",
         data.rank,
         price,
@@ -520,11 +448,10 @@ def _tiny_kernels(data: RankData, gaps: _Gaps | None) -> Finding | None:
     ending = gaps.queued_before
     host = np.isin(gs, gaps.host[0])
     before_tiny = (ending >= 0) & ~host & tiny[np.maximum(ending, 0)]
-    cost = int((ge - gs)[before_tiny].sum())
     ids, counts = np.unique(g.name[tiny], return_counts=True)
     top = int(ids[np.argmax(counts)])
-    price = _price_of(data, cost)
-    return _priced(
+    price = price_of(data, (gs[before_tiny], ge[before_tiny]))
+    return priced(
         "tiny_kernels",
         data.rank,
         price,
@@ -537,49 +464,64 @@ def _tiny_kernels(data: RankData, gaps: _Gaps | None) -> Finding | None:
             "tiny_kernels": n_tiny,
             "kernels": int(kernels.sum()),
             "tiny_pct": share,
-            "tiny_total_ms_per_step": _ms(int(dur[tiny].sum()) / price.steps),
+            "tiny_total_ms_per_step": price.median_ms(iv.merge(g.start[tiny], g.end[tiny])),
             "most_frequent": g.names[top],
             "most_frequent_count": int(counts.max()),
         },
     )
 
 
+def _exposed_comm(data: RankData) -> tuple[iv.Intervals, iv.Intervals]:
+    """The communication kernels' time (a union) and the part of it no computation kernel runs under (as
+    overlap.comm_compute_overlap measures it, but as intervals: the price is taken step by step)."""
+    comm, comp = data.gpu.of_kind(COMMUNICATION), data.gpu.of_kind(COMPUTATION)
+    comm_u = iv.merge(comm.start, comm.end)
+    return comm_u, iv.subtract(comm_u, iv.merge(comp.start, comp.end))
+
+
 def _comm_bound(data: RankData, temporal: Temporal | None, overlap: CommOverlap | None) -> Finding | None:
     if temporal is None or overlap is None or overlap.comm_us <= 0:
         return None
-    price = _price_of(data, int(overlap.exposed_us * 1000))
-    return _priced(
+    comm, exposed = _exposed_comm(data)
+    price = price_of(data, exposed, min_pct=COMM_EXPOSED_MIN_PCT)
+    return priced(
         "comm_bound",
         data.rank,
         price,
         "communication kernel time not overlapped by computation",
         f"Communication not overlapped with computation takes {fmt_ms(price.ms)} per step "
         f"({_p(price.pct)} of the step); only {_p(overlap.overlap_pct)} of the "
-        f"{fmt_ms(overlap.comm_us / 1000 / price.steps)} of communication per step runs under computation",
+        f"{fmt_ms(price.median_ms(comm))} of communication per step runs under computation",
         "overlap it (DDP bucket_cap_mb, FSDP prefetch, async collectives waited on later) or send less",
         {
             "comm_ms": _ms(overlap.comm_us * 1000),
             "overlap_pct": overlap.overlap_pct,
             "exposed_ms": _ms(overlap.exposed_us * 1000),
         },
-        min_pct=COMM_EXPOSED_MIN_PCT,
     )
 
 
-def _poor_overlap(data: RankData, temporal: Temporal | None, overlap: CommOverlap | None) -> Finding | None:
-    """Communication kernels take a real share of the span but run mostly alone (comm_bound not reached)."""
-    if temporal is None or overlap is None or overlap.comm_us <= 0 or overlap.overlap_pct is None:
+def _poor_overlap(
+    data: RankData, temporal: Temporal | None, overlap: CommOverlap | None, comm_bound: Finding | None
+) -> Finding | None:
+    """Communication kernels take a real share of the span but run mostly alone (comm_bound not raised)."""
+    if (
+        comm_bound is not None
+        or temporal is None
+        or overlap is None
+        or overlap.comm_us <= 0
+        or overlap.overlap_pct is None
+    ):
         return None
     comm_pct = pct(overlap.comm_us, temporal.span_us)
-    price = _price_of(data, int(overlap.exposed_us * 1000))
     if (
         comm_pct is None
         or comm_pct < POOR_OVERLAP_MIN_COMM_PCT
         or overlap.overlap_pct >= POOR_OVERLAP_MAX_PCT
-        or price.pct >= COMM_EXPOSED_MIN_PCT  # comm_bound says it
     ):
         return None
-    return _priced(
+    price = price_of(data, _exposed_comm(data)[1])
+    return priced(
         "poor_overlap",
         data.rank,
         price,
@@ -604,10 +546,9 @@ def _pageable(data: RankData) -> Finding | None:
     sel = pageable[g.name]
     if not sel.any():
         return None
-    total = iv.length(iv.merge(g.start[sel], g.end[sel]))
     nbytes = g.nbytes[sel]
-    price = _price_of(data, total)
-    return _priced(
+    price = price_of(data, iv.merge(g.start[sel], g.end[sel]))
+    return priced(
         "pageable_copies",
         data.rank,
         price,
@@ -621,43 +562,27 @@ def _pageable(data: RankData) -> Finding | None:
 
 def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
     """Runs without GPU activity: where the step goes (info), and the CPU-side problems that hold it."""
-    price_all = _price_of(data, max(data.hi - data.lo, 0))
-    steps, step_ns = price_all.steps, price_all.step_ns
-    if step_ns <= 0:
+    steps = WindowSteps.of(data)
+    n = len(steps)
+    if data.hi <= data.lo:
         return []
-    window = (np.array([data.lo], dtype=np.int64), np.array([data.hi], dtype=np.int64))
     phases_iv = _host.phase_unions(data.table, data.lo, data.hi)
-    phases = _host.phase_times(phases_iv, window)
-    parts = ", ".join(
-        f"{_host.PHASE_LABELS[p]} {fmt_ns(n / steps)} ({100 * n / steps / step_ns:.0f}%)"
-        for p, n in phases.items()
-        if n
-    )
-    breakdown: Evidence = {f"{p}_ms_per_step": _ms(n / steps) for p, n in phases.items()}
-    breakdown.update({"step_ms": _ms(step_ns), "steps": steps})
-    out = [
-        Finding(
-            "step_breakdown",
-            "info",
-            data.rank,
-            f"No GPU activity: each step ({fmt_ns(step_ns)}) goes to {parts}.",
-            breakdown,
-        )
-    ]
+    out = [_step_breakdown(data, steps, phases_iv)]
     count, small, small_ops = _host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
-    many_small = small / steps >= SMALL_OPS_MIN_PER_STEP
+    many_small = small / n >= SMALL_OPS_MIN_PER_STEP
     # the Python issuing a run of small ops one after another is that run's own cost (many_small_ops)
     untraced = _host.untraced_time(data.table, data.lo, data.hi)
     if many_small:
         untraced = iv.subtract(untraced, small_ops)
-    price = _price_of(data, iv.length(untraced))
+    price = price_of(data, untraced, min_pct=PYTHON_OVERHEAD_MIN_PCT)
     regions = _host.regions_during(data.table, untraced)
     untraced_ns = iv.length(untraced)
-    if regions and regions[0][1] >= untraced_ns / 2:
-        inside = f", most of it inside `{regions[0][0]}` ({fmt_ns(regions[0][1] / steps)} per step)"
+    region = regions[0][0] if regions and regions[0][1] >= untraced_ns / 2 else None
+    if region is not None:
+        inside = f", most of it ({_p(100 * regions[0][1] / untraced_ns)}) inside `{region}`"
     else:
         inside = ", most of it outside any annotated region"
-    found = _priced(
+    found = priced(
         "python_overhead",
         data.rank,
         price,
@@ -665,21 +590,21 @@ def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
         f"{fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) run no torch op at all (Python code, "
         f"sleeps, I/O, logging){inside}",
         "find that Python work with a sampling profiler (py-spy) and move it out of the step or vectorise it",
-        {"region": regions[0][0] if regions and regions[0][1] >= untraced_ns / 2 else None},
-        min_pct=PYTHON_OVERHEAD_MIN_PCT,
+        {"region": region},
     )
     if found is not None:
         out.append(found)
-    opt_ns = phases.get("optimizer", 0)
-    price = _price_of(data, opt_ns)
-    ops = _host.ops_during(data.table, phases_iv["optimizer"]) if opt_ns else []
+    optimizer = phases_iv["optimizer"]
+    opt_ns = iv.length(optimizer)
+    price = price_of(data, optimizer, min_pct=OPTIMIZER_MIN_PCT)
+    ops = _host.ops_during(data.table, optimizer) if opt_ns else []
     op_text = (
-        f"; its top op is `{ops[0].name}` ({fmt_ns(ops[0].ns / steps)} per step, {ops[0].calls / steps:.0f} "
-        "calls per step)"
+        f"; its top op is `{ops[0].name}` ({_p(100 * ops[0].ns / opt_ns)} of its time, "
+        f"{ops[0].calls / n:.0f} calls per step)"
         if ops
         else ""
     )
-    found = _priced(
+    found = priced(
         "optimizer_bound",
         data.rank,
         price,
@@ -690,31 +615,56 @@ def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
         else _PHASE_ACTIONS["optimizer"],
         {
             "top_op": ops[0].name if ops else None,
-            "top_op_calls_per_step": ops[0].calls / steps if ops else None,
+            "top_op_calls_per_step": ops[0].calls / n if ops else None,
         },
-        min_pct=OPTIMIZER_MIN_PCT,
     )
     if found is not None:
         out.append(found)
-    price = _price_of(data, iv.length(small_ops))
     if many_small:
-        found = _priced(
+        price = price_of(data, small_ops, min_pct=SMALL_OPS_MIN_PCT)
+        found = priced(
             "many_small_ops",
             data.rank,
             price,
             f"time of runs of top-level ops shorter than {SMALL_OP_NS / 1000:g} us (gaps under it included)",
-            f"The step runs {small / steps:.0f} top-level ops per step shorter than {SMALL_OP_NS / 1000:g} us, "
+            f"The step runs {small / n:.0f} top-level ops per step shorter than {SMALL_OP_NS / 1000:g} us, "
             f"one after another: {fmt_ms(price.ms)} per step with the Python between them, mostly overhead",
             "batch the work into fewer, larger tensor ops (vectorise loops, torch.compile, foreach ops)",
             {
-                "top_level_ops_per_step": round(count / steps, 1),
-                "small_ops_per_step": round(small / steps, 1),
+                "top_level_ops_per_step": round(count / n, 1),
+                "small_ops_per_step": round(small / n, 1),
             },
-            min_pct=SMALL_OPS_MIN_PCT,
         )
         if found is not None:
             out.append(found)
     return out
+
+
+def _step_breakdown(data: RankData, steps: WindowSteps, phases_iv: dict[str, iv.Intervals]) -> Finding:
+    """Where the median step goes, phase by phase (each figure the median over the window's steps, so they need
+    not add up to the median step); a phase the trace never annotates is null, not 0."""
+    annotated = _host.annotated_phases(data.table)
+    per_step = {p: steps.covered(u) for p, u in phases_iv.items()}
+    per_step["other"] = np.maximum(steps.length - sum(per_step.values()), 0)
+    step_ns = median(steps.length.tolist())
+    medians = {p: median(v.tolist()) for p, v in per_step.items()}
+    parts = ", ".join(
+        f"{_host.PHASE_LABELS[p]} {fmt_ns(ns)} ({100 * ns / step_ns:.0f}%)" for p, ns in medians.items() if ns
+    )
+    evidence: Evidence = {
+        f"{p}_ms_per_step": _ms(ns) if p == "other" or p in annotated else None for p, ns in medians.items()
+    }
+    evidence.update({"step_ms": _ms(step_ns), "steps": len(steps)})
+    unannotated = [_host.PHASE_LABELS[p] for p in _host.PHASES if p not in annotated]
+    unknown = f" (not annotated, so inside other code: {', '.join(unannotated)})" if unannotated else ""
+    return Finding(
+        "step_breakdown",
+        "info",
+        data.rank,
+        f"No GPU activity: the median step ({fmt_ns(step_ns)}) goes to {parts}{unknown}.",
+        evidence,
+        steps=len(steps),
+    )
 
 
 def rank_by_cost(findings: list[Finding]) -> list[Finding]:
@@ -776,100 +726,6 @@ def straggler_finding(straggler: Straggler | None) -> Finding | None:
         pct_of_step=round(share, 2),
         action=action,
     )
-
-
-def comm_findings(
-    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], ranks: dict[int, RankSummary]
-) -> list[Finding]:
-    """Findings on collectives: CPU-backend communication that takes a large share of the step
-    (`comm_bound`; GPU communication is judged per rank from the kernels) and `collective_slow`."""
-    out: list[Finding] = []
-    for rank, inst in sorted(instances.items()):
-        data = ranks.get(rank)
-        if data is None or inst.time_source != "cpu" or not len(inst):
-            continue
-        # the union of the collectives' time inside the window (a backend may run several at once), less the
-        # waiting for peers
-        comm = iv.clip(iv.merge(inst.start, inst.end), data.lo, data.hi)
-        busy = iv.length(comm)
-        waits = iv.length(iv.intersect(comm, wait_intervals(inst, wait_ns[rank])))  # (a union too)
-        price = _price_of(data, max(busy - waits, 0))
-        found = _priced(
-            "comm_bound",
-            rank,
-            price,
-            "time inside CPU-backend collectives, less the waiting for peers",
-            f"Collectives on the CPU backend take {fmt_ms(price.ms)} per step ({_p(price.pct)} of the step) "
-            "besides waiting for peers",
-            "send fewer or larger messages (gradient bucketing, no_sync over accumulation steps) or use a GPU "
-            "backend",
-            {"collectives": len(inst), "waiting_ms": _ms(waits)},
-            min_pct=COMM_CPU_MIN_PCT,
-        )
-        if found is not None:
-            out.append(found)
-    out.extend(_collective_slow(instances, wait_ns, ranks))
-    return out
-
-
-def _collective_slow(
-    instances: dict[int, Instances], wait_ns: dict[int, np.ndarray], ranks: dict[int, RankSummary]
-) -> list[Finding]:
-    """Instances whose bandwidth is far below the reference of the same kind and size across the run."""
-    samples: dict[tuple[str, int, int], list[tuple[int, int, float, int]]] = {}
-    for rank, inst in instances.items():
-        if inst.time_source not in ("device", "cpu"):
-            continue
-        waits = np.clip(wait_ns[rank], 0, None)
-        for i in range(len(inst)):
-            size = int(inst.group_size[i])
-            algo = algorithm_bytes(
-                inst.kind[i],
-                int(inst.in_bytes[i]) if inst.in_bytes[i] >= 0 else None,
-                int(inst.out_bytes[i]) if inst.out_bytes[i] >= 0 else None,
-                size if size > 0 else None,
-            )
-            transfer = int(inst.end[i] - inst.start[i]) - int(waits[i])
-            if algo is None or algo < COLLECTIVE_SLOW_MIN_BYTES or transfer <= 0:
-                continue
-            bucket = (inst.kind[i], size, int(np.log2(algo)))
-            samples.setdefault(bucket, []).append((rank, i, algo / transfer, transfer))
-    lost: dict[tuple[int, str], list[tuple[float, float, float, int]]] = {}
-    for (kind, _, _), rows in samples.items():
-        if len(rows) < COLLECTIVE_SLOW_MIN_INSTANCES:
-            continue
-        reference = quantile([bw for _, _, bw, _ in rows], 0.75)
-        for rank, _, bw, transfer in rows:
-            if bw * COLLECTIVE_SLOW_FACTOR <= reference:
-                lost.setdefault((rank, kind), []).append(
-                    (transfer * (1 - bw / reference), bw, reference, transfer)
-                )
-    out = []
-    for (rank, kind), slow in sorted(lost.items()):
-        data = ranks.get(rank)
-        if data is None:
-            continue
-        price = _price_of(data, int(sum(x[0] for x in slow)))
-        worst = min(slow, key=lambda x: x[1] / x[2])
-        found = _priced(
-            "collective_slow",
-            rank,
-            price,
-            "transfer time beyond what the reference bandwidth needs",
-            f"{len(slow)} {kind} collectives on rank {rank} move data at {worst[1]:.3g} GB/s where the same "
-            f"kind and size reach {worst[2]:.3g} GB/s elsewhere in the run ({worst[2] / worst[1]:.0f}x slower), "
-            f"costing {fmt_ms(price.ms)} per step",
-            "check that rank's links, NIC and NCCL settings (NCCL_DEBUG=INFO, NCCL_IB_HCA, the topology)",
-            {
-                "kind": kind,
-                "slow_instances": len(slow),
-                "slowest_gbps": round(worst[1], 4),
-                "reference_gbps": round(worst[2], 4),
-            },
-        )
-        if found is not None:
-            out.append(found)
-    return out
 
 
 _p = fmt_pct

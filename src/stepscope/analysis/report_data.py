@@ -51,8 +51,8 @@ class MemoryPoint(msgspec.Struct):
 class SystemPoint(msgspec.Struct):
     rank: int
     t_s: float
-    process_cpu_percent: float
-    system_cpu_percent: float
+    process_cpu_percent: float | None  # null at a rank's first sample: its CPU % covers no time
+    system_cpu_percent: float | None
     rss_bytes: int
     gpu: int | None  # NVML index of the GPU the next fields describe (one row per GPU)
     gpu_util_percent: float | None
@@ -227,7 +227,14 @@ def _series(run: Run) -> RunSeries:
     for rank, samples in sorted(run.system.items()):
         for i in _thin(len(samples)):
             s = samples[int(i)]
-            base = (rank, round(s.t_s, 3), s.process_cpu_percent, s.system_cpu_percent, s.rss_bytes)
+            timed = i > 0
+            base = (
+                rank,
+                round(s.t_s, 3),
+                s.process_cpu_percent if timed else None,
+                s.system_cpu_percent if timed else None,
+                s.rss_bytes,
+            )
             if not s.gpus:
                 system.append(SystemPoint(*base, None, None, None, None))
             for g in s.gpus:

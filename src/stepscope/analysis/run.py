@@ -19,12 +19,13 @@ import msgspec
 
 from stepscope.analysis._limits import max_input_bytes
 from stepscope.analysis._stats import fmean, median, quantile
+from stepscope.analysis._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest, read_manifest
 from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
 
 T = TypeVar("T")
 SLOWEST_STEPS = 5
-MIN_TREND_STEPS = 8  # a trend needs two quarters of at least two steps
+MIN_MEAN_SAMPLES = 2  # a mean of one sample is that sample: say there are too few instead
 
 
 @dataclass
@@ -159,7 +160,10 @@ class StepTimes(msgspec.Struct):
     mean_ms: float | None
     traced_median_ms: float | None  # steps inside warmup/active windows (profiler overhead included)
     first_step_ms: float | None
-    trend_pct: float | None  # median of the last quarter of plain steps vs the first quarter, in %
+    trend_pct: float | None  # change over the run in % of the median plain step; null unless significant
+    trend_ms_per_step: float | None  # the Theil-Sen slope over the plain steps; null unless significant
+    trend_p_value: float | None  # Mann-Kendall's, two-sided; null with too few plain steps to test
+    trend_note: str  # what the trend is, or why none is given
     slowest: list[SlowStep]
     windows: list[list[int]]  # [first, last] active step of each profiled window of this rank
 
@@ -173,6 +177,7 @@ class FlopsFacts(msgspec.Struct):
     peak: str | None  # the peak used, and its source
     steps_timed: int
     reason: str | None  # why there is no TFLOP/s or MFU figure
+    spread_note: str | None = None  # why the TFLOP/s figure may not be the job's own speed (a busy machine)
 
 
 class MemoryFacts(msgspec.Struct):
@@ -195,14 +200,18 @@ class GpuFacts(msgspec.Struct):
 
 
 class SystemFacts(msgspec.Struct):
+    """The system samples of one rank. CPU figures come from the samples after the first (whose CPU % covers the
+    millisecond since the sampler started), and only from MIN_MEAN_SAMPLES of them on: null below, with a note."""
+
     rank: int
     samples: int
-    seconds: float
-    process_cpu_mean_percent: float
-    process_cpu_max_percent: float
-    system_cpu_mean_percent: float
+    seconds: float  # from the first sample to the last
+    process_cpu_mean_percent: float | None
+    process_cpu_max_percent: float | None
+    system_cpu_mean_percent: float | None
     peak_rss_bytes: int
     gpus: list[GpuFacts]
+    note: str | None  # why a figure is missing
 
 
 class RunFacts(msgspec.Struct):
@@ -227,7 +236,6 @@ def run_facts(run: Run) -> RunFacts:
     by_rank: dict[int, list[StepMetrics]] = {}
     for line in run.metrics:
         by_rank.setdefault(line.rank, []).append(line)
-    windows = _windows(manifest.schedule, max((m.step for m in run.metrics), default=-1))
     flops_note = None
     if not run.flops:
         flops_note = (
@@ -241,7 +249,7 @@ def run_facts(run: Run) -> RunFacts:
         profiled_ranks=list(manifest.profiled_ranks),
         schedule=dict(manifest.schedule),
         versions=dict(manifest.versions),
-        step_times=[_step_times(rank, lines, windows) for rank, lines in sorted(by_rank.items())],
+        step_times=[_step_times(rank, lines) for rank, lines in sorted(by_rank.items())],
         flops=[_flops_facts(r) for r in sorted(run.flops, key=lambda r: r.rank)],
         flops_note=flops_note,
         memory=[m for rank, rows in sorted(run.memory.items()) if (m := _memory_facts(rank, rows))],
@@ -250,41 +258,35 @@ def run_facts(run: Run) -> RunFacts:
     )
 
 
-def _windows(schedule: dict[str, int], last_step: int) -> list[list[int]]:
-    """[first, last] active step of each window that lies within the run's steps (the manifest's schedule)."""
-    try:
-        wait, warmup, active = schedule["wait"], schedule["warmup"], schedule["active"]
-        repeat, skip = schedule.get("repeat", 1), schedule.get("skip_first", 0)
-    except (KeyError, TypeError):
-        return []
-    cycle = wait + warmup + active
-    if cycle <= 0 or active <= 0:
-        return []
-    out = []
-    i = 0
-    while repeat == 0 or i < repeat:
-        first = skip + i * cycle + wait + warmup
-        if first > last_step:
-            break
-        out.append([first, min(first + active - 1, last_step)])
-        i += 1
+ACTIVE_PHASES = ("record", "record_and_save")
+
+
+def _windows(lines: list[StepMetrics]) -> list[list[int]]:
+    """[first, last] active step of each window a rank recorded, from the phases of its steps (sorted by step):
+    the manifest's schedule holds one window of an on-demand run, the steps hold them all."""
+    out: list[list[int]] = []
+    previous: StepMetrics | None = None
+    for line in lines:
+        if line.phase in ACTIVE_PHASES:
+            opens = previous is None or previous.phase != "record" or previous.step != line.step - 1
+            if opens:
+                out.append([line.step, line.step])
+            else:
+                out[-1][1] = line.step
+        previous = line
     return out
 
 
-def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -> StepTimes:
+def _step_times(rank: int, lines: list[StepMetrics]) -> StepTimes:
     lines = sorted(lines, key=lambda m: m.step)
-    plain = [
-        m.wall_ms
-        for m in lines
-        if m.phase == "none" and m.step > 0 and m.flops is None and m.collectives is None
+    plain_lines = [
+        m for m in lines if m.phase == "none" and m.step > 0 and m.flops is None and m.collectives is None
     ]
+    plain = [m.wall_ms for m in plain_lines]
     traced = [m.wall_ms for m in lines if m.phase != "none"]
     first = next((m.wall_ms for m in lines if m.step == 0), None)
-    trend = None
-    if len(plain) >= MIN_TREND_STEPS:
-        quarter = len(plain) // 4
-        head, tail = median(plain[:quarter]), median(plain[-quarter:])
-        trend = 100.0 * (tail - head) / head if head > 0 else None
+    trend = step_trend([m.step for m in plain_lines], plain)
+    reported = trend is not None and trend.reported
     slowest = sorted(lines, key=lambda m: -m.wall_ms)[:SLOWEST_STEPS]
     return StepTimes(
         rank=rank,
@@ -295,17 +297,35 @@ def _step_times(rank: int, lines: list[StepMetrics], windows: list[list[int]]) -
         mean_ms=fmean(plain) if plain else None,
         traced_median_ms=median(traced) if traced else None,
         first_step_ms=first,
-        trend_pct=trend,
+        trend_pct=trend.change_pct if trend is not None and reported else None,
+        trend_ms_per_step=trend.slope_ms_per_step if trend is not None and reported else None,
+        trend_p_value=trend.p_value if trend is not None else None,
+        trend_note=_trend_note(trend, plain_lines),
         slowest=[SlowStep(m.step, m.wall_ms, m.phase) for m in slowest],
-        windows=windows,
+        windows=_windows(lines),
     )
+
+
+def _trend_note(trend: Trend | None, plain: list[StepMetrics]) -> str:
+    if trend is None:
+        return f"no trend: {len(plain)} plain steps, {MIN_TREND_STEPS} needed"
+    p = "p < 0.001" if trend.p_value < 0.001 else f"p = {trend.p_value:.2g}"
+    over = f"over {trend.steps} plain steps ({plain[0].step}-{plain[-1].step}; Mann-Kendall {p})"
+    if trend.reported:
+        return (
+            f"trend {trend.change_pct:+.0f}% of the median step: {trend.change_ms:+.3g} ms "
+            f"({trend.slope_ms_per_step:+.3g} ms per step) {over}"
+        )
+    if trend.p_value >= TREND_P_VALUE:
+        return f"no significant trend {over}"
+    return f"no trend larger than {MIN_TREND_PCT:g}% of the median step {over}"
 
 
 def _flops_facts(report: FlopsReport) -> FlopsFacts:
     t = report.throughput
     reason = report.note
     if t is None and reason is None:
-        reason = "too few untimed steps after the counted one for a TFLOP/s figure"
+        reason = report.no_throughput_reason or "too few undisturbed steps for a TFLOP/s figure"
     elif t is not None and t.mfu is None:
         reason = t.no_mfu_reason
     peak = None
@@ -321,6 +341,7 @@ def _flops_facts(report: FlopsReport) -> FlopsFacts:
         peak=peak,
         steps_timed=t.steps_timed if t is not None else 0,
         reason=reason,
+        spread_note=t.spread_note if t is not None else None,
     )
 
 
@@ -371,6 +392,8 @@ def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
     gpu_facts = []
     for index, samples in sorted(gpus.items()):
         util = [float(g.util_percent) for g in samples if g.util_percent is not None]
+        if len(util) < MIN_MEAN_SAMPLES:
+            util = []
         mem = [float(g.mem_used_bytes) for g in samples if g.mem_used_bytes is not None]
         power = [float(g.power_w) for g in samples if g.power_w is not None]
         gpu_facts.append(
@@ -382,13 +405,23 @@ def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
                 power_max_w=_stat(power, max),
             )
         )
+    timed = rows[1:]  # each of these has the CPU % of the interval since the sample before
+    enough = len(timed) >= MIN_MEAN_SAMPLES
+    note = None
+    if not enough:
+        and_gpu = " and GPU utilisation" if any(g.util_mean_percent is None for g in gpu_facts) else ""
+        note = (
+            f"too few samples for CPU{and_gpu} figures ({len(rows)}; {MIN_MEAN_SAMPLES + 1} needed): sample more "
+            "often (system_sample_interval) or for longer"
+        )
     return SystemFacts(
         rank=rank,
         samples=len(rows),
         seconds=rows[-1].t_s - rows[0].t_s,
-        process_cpu_mean_percent=fmean(r.process_cpu_percent for r in rows),
-        process_cpu_max_percent=max(r.process_cpu_percent for r in rows),
-        system_cpu_mean_percent=fmean(r.system_cpu_percent for r in rows),
+        process_cpu_mean_percent=fmean(r.process_cpu_percent for r in timed) if enough else None,
+        process_cpu_max_percent=max(r.process_cpu_percent for r in timed) if enough else None,
+        system_cpu_mean_percent=fmean(r.system_cpu_percent for r in timed) if enough else None,
         peak_rss_bytes=max(r.rss_bytes for r in rows),
         gpus=gpu_facts,
+        note=note,
     )

@@ -1,12 +1,12 @@
-"""Profiler steps: find the ProfilerStep#N spans of a rank, choose the analysis window, build the per-step table.
-
-The per-step table measures CPU-side regions (data loading, forward, backward, optimizer) as unions of the
-annotated spans inside each step, so nested annotations are not counted twice.
+"""Profiler steps: find the steps of a rank (ProfilerStep#N spans, each beginning where the one before it ends),
+assign every instant to one phase (data loading, forward, backward, optimizer; the optimizer's closure is
+forward and backward), build the per-step table. docs/analysis.md ("What a step is", "Phases") says why.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -26,8 +26,11 @@ OPTIMIZER_RE = re.compile(r"(?<![A-Za-z0-9_])optimizer(?![A-Za-z0-9_])", re.IGNO
 # Without a backward annotation, the autograd engine's per-node spans stand in for the backward pass.
 AUTOGRAD_RE = re.compile(r"^autograd::engine::evaluate_function")
 REGION_CATEGORIES = ("cpu_op", "user_annotation")
+# The phases of a training step, in the order they run; "other" is the rest of the step.
+PHASES = ("data_loader", "forward", "backward", "optimizer")
 
 _X = ord("X")
+_EMPTY: iv.Intervals = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
 @dataclass
@@ -90,21 +93,41 @@ def find_steps(table: TraceTable) -> StepSpans:
     np.minimum.at(first, inverse, start)
     np.maximum.at(last, inverse, end)
     order = np.argsort(first, kind="stable")
-    return StepSpans(uniq[order], first[order], last[order])
+    return _contiguous(StepSpans(uniq[order], first[order], last[order]))
+
+
+def _contiguous(steps: StepSpans) -> StepSpans:
+    """A step begins where the step before it (the one numbered one less) ends. Time between two ProfilerStep
+    spans (traces that mark a step around a call only: the next batch is fetched between them) belongs to the
+    step after it, as in the spans of a loop that marks each step's end, where a step fetches its own batch."""
+    start = steps.start.copy()
+    follows = (steps.number[1:] == steps.number[:-1] + 1) & (steps.end[:-1] < start[1:])
+    start[1:][follows] = steps.end[:-1][follows]
+    return StepSpans(steps.number, start, steps.end)
 
 
 def region_union(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
     """Union of the CPU spans whose names match `pattern` (cpu_op / user_annotation); None when there are none.
     Kept in the table's row cache: the step table, the step breakdown and the findings each ask for the phases."""
-    key = ("region_union", pattern)
+    spans = region_spans(table, pattern)
+    return None if spans is None else _cached(table, ("region_union", pattern), lambda: iv.merge(*spans))
+
+
+def region_spans(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
+    """The CPU spans whose names match `pattern`, one per event (unmerged, in the table's order); None when
+    there are none."""
+    return _cached(table, ("region_spans", pattern), lambda: _region_spans(table, pattern))
+
+
+def _cached(table: TraceTable, key: object, make: Callable[[], iv.Intervals | None]) -> iv.Intervals | None:
     if key not in table.row_cache:
-        union = table.row_cache[key] = _region_union(table, pattern)
-        for column in union or ():
+        found = table.row_cache[key] = make()
+        for column in found or ():
             column.flags.writeable = False  # (shared by every caller)
     return table.row_cache[key]  # type: ignore[no-any-return]
 
 
-def _region_union(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
+def _region_spans(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
     spans = table.complete_rows(*REGION_CATEGORIES)
     if len(spans) == 0:
         return None
@@ -118,7 +141,82 @@ def _region_union(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals |
     if len(rows) == 0:
         return None
     start = table.columns["ts"][rows]
-    return iv.merge(start, start + table.columns["dur"][rows])
+    return start, start + table.columns["dur"][rows]
+
+
+def assign_phases(table: TraceTable) -> dict[str, iv.Intervals]:
+    """Each phase of PHASES as disjoint intervals over the whole rank: every instant belongs to one phase at
+    most. Absent from the result: a phase the trace never shows (no annotation, no optimizer closure).
+
+    An annotated phase is its spans; the backward falls back to the autograd engine's spans. The optimizer's
+    closure (`optimizer.step(closure)`, what Lightning runs) is forward and backward: inside an optimizer span,
+    the time from its start to the end of the last backward inside it goes to the backward where the backward
+    runs, to the optimizer where an optimizer span nested in it runs (zero_grad), and to the forward otherwise.
+    Where annotations nest or overlap, the first phase of PHASES wins."""
+    key = "assign_phases"
+    if key not in table.row_cache:
+        table.row_cache[key] = _assign_phases(table)
+    return table.row_cache[key]  # type: ignore[no-any-return]
+
+
+def _assign_phases(table: TraceTable) -> dict[str, iv.Intervals]:
+    loader = region_union(table, DATALOADER_RE)
+    forward = region_union(table, FORWARD_RE)
+    backward = region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE)
+    optimizer = region_spans(table, OPTIMIZER_RE)
+    closure = nested = None
+    if optimizer is not None:
+        outer, inner = _outermost(optimizer)
+        closure = _closures(outer, backward) if backward is not None else None
+        if closure is not None and len(inner[0]):
+            nested = iv.intersect(iv.merge(*inner), closure)
+    # in order of precedence: a phase never counts time a phase before it has
+    sources: list[tuple[str, iv.Intervals | None]] = [
+        ("data_loader", loader),
+        ("forward", forward),
+        ("backward", backward),
+        ("optimizer", nested),
+        ("forward", closure),
+        ("optimizer", None if optimizer is None else iv.merge(*optimizer)),
+    ]
+    out: dict[str, iv.Intervals] = {}
+    taken = _EMPTY
+    for phase, union in sources:
+        if union is None:
+            continue
+        own = iv.subtract(union, taken)
+        out[phase] = _union(out[phase], own) if phase in out else own
+        taken = _union(taken, own)
+    return {phase: out[phase] for phase in PHASES if phase in out}
+
+
+def _outermost(spans: iv.Intervals) -> tuple[iv.Intervals, iv.Intervals]:
+    """(the spans no other span contains, the others)."""
+    start, end = spans
+    order = np.lexsort((-end, start))  # by start, the longest first
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    inside = np.zeros(len(start), dtype=bool)
+    inside[1:] = end[1:] <= reach[:-1]
+    return (start[~inside], end[~inside]), (start[inside], end[inside])
+
+
+def _closures(outer: iv.Intervals, backward: iv.Intervals) -> iv.Intervals | None:
+    """Of each outermost optimizer span, the stretch from its start to the end of the last backward that runs
+    inside it: the closure the optimizer calls (forward, zero_grad, backward). None when no span has one."""
+    start, end = outer
+    b_start, b_end = backward
+    last = np.searchsorted(b_start, end, side="left") - 1  # the last backward starting before the span ends
+    has = last >= 0
+    closure_end = np.where(has, np.minimum(b_end[np.maximum(last, 0)], end), start)
+    has &= closure_end > start
+    if not has.any():
+        return None
+    return iv.merge(start[has], closure_end[has])
+
+
+def _union(a: iv.Intervals, b: iv.Intervals) -> iv.Intervals:
+    return iv.merge(np.r_[a[0], b[0]], np.r_[a[1], b[1]])
 
 
 def step_table(
@@ -133,13 +231,8 @@ def step_table(
         return []
     lo, hi = steps.start, steps.end
     dur = hi - lo
-    regions = {
-        "dataloader": region_union(table, DATALOADER_RE),
-        "forward": region_union(table, FORWARD_RE),
-        "backward": region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE),
-        "optimizer": region_union(table, OPTIMIZER_RE),
-    }
-    measured = {k: (None if u is None else iv.covered_within(u, lo, hi)) for k, u in regions.items()}
+    phases = assign_phases(table)
+    measured = {p: (iv.covered_within(phases[p], lo, hi) if p in phases else None) for p in PHASES}
     busy = None if gpu_busy is None else iv.covered_within(gpu_busy, lo, hi)
     comm_t = None if comm is None else iv.covered_within(comm, lo, hi)
     ordered = np.sort(launches)
@@ -156,7 +249,7 @@ def step_table(
             gpu_busy_pct=None if busy is None else pct(int(busy[i]), int(dur[i])),
             comm_us=us(comm_t, i),
             kernels=int(launched[i]),
-            dataloader_us=us(measured["dataloader"], i),
+            dataloader_us=us(measured["data_loader"], i),
             forward_us=us(measured["forward"], i),
             backward_us=us(measured["backward"], i),
             optimizer_us=us(measured["optimizer"], i),

@@ -54,15 +54,12 @@ def warn_user(message: str, category: type[Warning] = StepscopeWarning) -> None:
     warnings.warn(message, category, stacklevel=level)
 
 
-CONSOLE_ENV = "STEPSCOPE_CONSOLE"
-
-
 def capture_console() -> Any:
-    """The console capture prints its tables on: stdout, or stderr where STEPSCOPE_CONSOLE=stderr (set by
-    `stepscope run`, so that the script's stdout stays exactly its own)."""
+    """The console capture prints its tables on: stderr, always (inside the user's own script as under
+    `stepscope run`), so that the script's stdout stays exactly its own and the tables go where its logs go."""
     from stepscope.report.terminal import make_console
 
-    return make_console(file=sys.stderr if os.environ.get(CONSOLE_ENV) == "stderr" else None)
+    return make_console(file=sys.stderr)
 
 
 def _internal(filename: str) -> bool:

@@ -1,9 +1,9 @@
 """The FLOP collector: counts one step's FLOPs with FlopCounterMode, then reports TFLOP/s and MFU.
 
 The counted step (`flop_counter_step`) lies outside every warmup/active window (see `_instrument.place_step`).
-Its FLOPs (forward + backward, per module) go to a FlopsReport (kind `flops`) and a table (kind `flops_table`). Throughput divides
-them by the median wall time of the uninstrumented steps: neither traced, nor counted, nor comm-logged, nor
-the first step (one-off start-up work).
+Its FLOPs (forward per module, backward as one figure: see `flop_split`) go to a FlopsReport (kind `flops`) and a
+table (kind `flops_table`). Throughput divides them by the median wall time of the undisturbed steps (see
+`FlopCollector.undisturbed`), once there are enough of them.
 """
 
 from __future__ import annotations
@@ -12,19 +12,24 @@ import io
 from collections import Counter
 from typing import Any
 
+from rich.text import Text
+
 from stepscope.capture import mfu
-from stepscope.capture._instrument import (
-    GLOBAL,
-    ModuleNames,
-    announce_placement,
-    planned_steps,
-    quiet_module_tracker,
-)
+from stepscope.capture._instrument import GLOBAL, announce_placement, planned_steps, quiet_module_tracker
 from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, capture_console, warn_user
+from stepscope.capture.flop_split import FlopSplit, ModuleBook, split_mode
 from stepscope.capture.peaks import Peak, lookup_peak, no_peak_reason
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
-from stepscope.runfolder.payloads import FlopsReport, ModuleFlops, PeakInfo, ThroughputInfo
+from stepscope.runfolder.payloads import (
+    FLOPS_BACKWARD,
+    FLOPS_OUTSIDE_MODEL,
+    FLOPS_OUTSIDE_MODULES,
+    FlopsReport,
+    PeakInfo,
+    ThroughputInfo,
+)
+from stepscope.units import fmt_flops
 
 ZERO_FLOPS = (
     "FlopCounterMode counted 0 FLOPs at step {step}: no matmul, convolution or attention op ran through the "
@@ -48,7 +53,7 @@ def peak_format(dtype: str | None, tf32: bool) -> str | None:
 
 
 class FlopCollector(Collector):
-    """Counts FLOPs at one step; afterwards logs `tflops` (and `mfu`) on every timed step."""
+    """Counts FLOPs at one step; afterwards logs `tflops` (and `mfu`) on every undisturbed step."""
 
     name = "flops"
 
@@ -62,7 +67,8 @@ class FlopCollector(Collector):
         self.format: str | None = None
         self.result: mfu.Throughput | None = None
         self._modes: list[Any] = []
-        self._excluded: set[int] = set()
+        self._book: ModuleBook | None = None
+        self._instrumented: set[int] = set()
         self._report: FlopsReport | None = None
         self._text = ""
         self._printed_steps = 0
@@ -72,7 +78,15 @@ class FlopCollector(Collector):
         cfg = self.ctx.config
         self.step, comm_step = planned_steps(self.ctx.schedule, cfg.flop_counter_step, cfg.comm_logger_step)
         announce_placement(self.ctx, "flop_counter_step", cfg.flop_counter_step, self.step, "FLOP counting")
-        self._excluded = {s for s in (0, self.step, comm_step) if s is not None}
+        # the first step does one-off start-up work; the counted and comm-logged steps run under a dispatch mode
+        self._instrumented = {s for s in (self.ctx.step, self.step, comm_step) if s is not None}
+
+    def undisturbed(self, step: int) -> bool:
+        """Whether `step` times the job as it runs: neither it nor the step before it is the first step, a
+        traced step or an instrumented one. The step after a window or an instrumented step pays for what they
+        left (measured on the CPU: ~2x the steady step after a window); the second step still warms up."""
+        schedule = self.ctx.schedule
+        return all(s not in self._instrumented and not schedule.is_traced(s) for s in (step, step - 1))
 
     def before_step(self, step: int) -> None:
         if step != self.step:
@@ -81,19 +95,18 @@ class FlopCollector(Collector):
 
         quiet_module_tracker()
         counter = FlopCounterMode(display=False, depth=None)  # type: ignore[arg-type]
-        tally = dtype_tally()
-        counter.__enter__()
-        self._modes = [counter]
-        tally.__enter__()
-        self._modes.append(tally)
+        self._book = ModuleBook.of(self.ctx.model)
+        # entered in this order, left in reverse: the split sees each op first and reads what the counter added
+        for mode in (counter, dtype_tally(), split_mode(counter, self._book)):
+            mode.__enter__()
+            self._modes.append(mode)
 
     def after_step(self, step: int, wall_ms: float) -> dict[str, Any] | None:
         fields: dict[str, Any] = {}
         if self._modes and step == self.step:
-            counter, tally = self._exit_modes()
-            self._counted(step, counter, tally)
+            self._exit_modes()
             fields["flops"] = self.flops
-        elif step not in self._excluded and not self.ctx.schedule.is_traced(step):
+        elif self.undisturbed(step):
             seconds = wall_ms / 1e3
             self.times.append(seconds)
             if self.flops and seconds > 0:
@@ -111,7 +124,7 @@ class FlopCollector(Collector):
 
     def step_failed(self, step: int, exc: BaseException) -> None:
         if self._modes:
-            self._exit_modes()
+            self._leave_modes()
             warn_user(
                 f"stepscope: step {step} raised {type(exc).__name__}; its FLOPs are not counted",
                 StepscopeWarning,
@@ -119,7 +132,7 @@ class FlopCollector(Collector):
 
     def close(self) -> None:
         if self._modes:  # the job stopped inside the counted step
-            self._exit_modes()
+            self._leave_modes()
         if self.flops is None:
             if self.step is not None and self.ctx.step <= self.step:
                 warn_user(
@@ -127,27 +140,31 @@ class FlopCollector(Collector):
                     StepscopeWarning,
                 )
             return
-        if self.flops and self.times and (self.result is None or len(self.times) > self.result.steps_timed):
+        if not self.flops:
+            return
+        if self.result is None:
+            self._too_few_steps()
+        elif len(self.times) > self.result.steps_timed:
             self._report_throughput(self.ctx.step - 1, final=True)
 
     # --- counting ---------------------------------------------------------------------------------
-    def _exit_modes(self) -> tuple[Any, Any]:
+    def _leave_modes(self) -> list[Any]:
         modes, self._modes = self._modes, []
         for mode in reversed(modes):
             mode.__exit__(None, None, None)
-        return modes[0], modes[1] if len(modes) > 1 else None
+        return modes
 
-    def _counted(self, step: int, counter: Any, tally: Any) -> None:
+    def _exit_modes(self) -> None:
+        counter, tally, split = self._leave_modes()
+        assert self.step is not None and self._book is not None
+        self._counted(self.step, counter, tally.main_dtype(), split.split)
+
+    def _counted(self, step: int, counter: Any, dtype: str | None, split: FlopSplit) -> None:
         import torch
 
         ctx, cfg = self.ctx, self.ctx.config
         self.flops = int(counter.get_total_flops())
-        counts = {
-            name: {str(op): int(n) for op, n in ops.items()}
-            for name, ops in counter.get_flop_counts().items()
-        }
-        names = ModuleNames.build(counts, ctx.model)
-        dtype = tally.main_dtype() if tally is not None else None
+        global_ops = counter.get_flop_counts().get(GLOBAL, {})
         tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
         self.format = peak_format(dtype, tf32) if cfg.peak_dtype == "auto" else cfg.peak_dtype
         device = device_name(ctx.model)
@@ -157,27 +174,48 @@ class FlopCollector(Collector):
             self.peak = lookup_peak(device, self.format)
         if self.peak is None:
             self.no_mfu_reason = no_peak_reason(device, self.format)
+        assert self._book is not None
+        modules = split.module_rows(self._book)
+        backward = sum(split.backward.values())
+        in_modules = sum(r.flops for r in modules if r.depth == 1)
         self._report = FlopsReport(
             rank=ctx.rank,
             step=step,
             requested_step=cfg.flop_counter_step,
             total_flops=self.flops,
-            ops=counts.get(GLOBAL, {}),
-            modules=module_rows(counts, names),
+            ops={str(op): int(n) for op, n in global_ops.items()},
+            modules=modules,
             device=device or "cpu",
             matmul_dtype=dtype,
             peak_format=self.format,
             note=ZERO_FLOPS.format(step=step) if self.flops == 0 else None,
+            model=self._book.model_type,
+            # what the split did not see (none so far) counts as outside: the rows add up to the total
+            forward_outside_flops=self.flops - backward - in_modules,
+            backward_flops=backward,
+            backward_ops=dict(sorted(split.backward.items(), key=lambda kv: (-kv[1], kv[0]))),
         )
-        self._text = flop_table_text(self._report, cfg.flop_table_depth, names.root is not None)
+        self._text = flop_table_text(self._report, cfg.flop_table_depth)
         self._write()
         if ctx.is_first_profiled_rank and cfg.console:
             console = capture_console()
-            console.print(flop_table(self._report, cfg.flop_table_depth, names.root is not None))
+            console.print(flop_table(self._report, cfg.flop_table_depth))
             if self.flops == 0:
                 console.print(self._report.note, markup=False, highlight=False)
         if self.flops == 0:
             warn_user(f"stepscope: {self._report.note}", StepscopeWarning)
+
+    def _too_few_steps(self) -> None:
+        """At close without a figure: say why, in the FLOP report and on the console."""
+        assert self._report is not None
+        self._report.no_throughput_reason = mfu.too_few_steps(len(self.times))
+        self._write()
+        if self.ctx.is_first_profiled_rank and self.ctx.config.console:
+            capture_console().print(
+                f"stepscope: rank {self.ctx.rank} (final): {self._report.no_throughput_reason}",
+                markup=False,
+                highlight=False,
+            )
 
     def _report_throughput(self, step: int, final: bool = False) -> mfu.Throughput | None:
         assert self.flops is not None and self._report is not None
@@ -194,8 +232,8 @@ class FlopCollector(Collector):
         ):
             prefix = f"stepscope: rank {self.ctx.rank}{' (final)' if final else ''}: "
             lines = result.lines()
-            if self._printed_steps and result.mfu is None:
-                lines = lines[:1]  # the reason for no MFU was printed with the first figure
+            if self._printed_steps:  # the reason for no MFU was printed with the first figure
+                lines = [line for line in lines if line != result.no_mfu_reason]
             self._printed_steps = result.steps_timed
             for line in lines:
                 capture_console().print(prefix + line, markup=False, highlight=False)
@@ -209,6 +247,8 @@ class FlopCollector(Collector):
             text += "\n" + report.note + "\n"
         if self.result is not None:
             text += "\n" + "\n".join(self.result.lines()) + "\n"
+        elif report.no_throughput_reason:
+            text += "\n" + report.no_throughput_reason + "\n"
         writer.write_text(ArtifactKind.FLOPS_TABLE, text, report.step)
         writer.write_json(ArtifactKind.FLOPS, report, report.step)
 
@@ -224,6 +264,9 @@ def throughput_info(result: mfu.Throughput) -> ThroughputInfo:
         peak=PeakInfo(peak.tflops, peak.device, peak.dtype, peak.source) if peak is not None else None,
         no_mfu_reason=result.no_mfu_reason,
         formula=mfu.FORMULA,
+        q1_step_s=result.q1_step_s,
+        q3_step_s=result.q3_step_s,
+        spread_note=result.spread_note,
     )
 
 
@@ -243,58 +286,62 @@ def device_name(model: Any) -> str | None:
     return str(torch.cuda.get_device_name(index if index is not None else torch.cuda.current_device()))
 
 
-def module_rows(counts: dict[str, dict[str, int]], names: ModuleNames) -> list[ModuleFlops]:
-    """One row per module that did FLOPs, in the model's order, with model-relative names."""
-    rows = []
-    for tracker_name, ops in counts.items():
-        if tracker_name == GLOBAL:
-            continue
-        relative = names.relative(tracker_name)
-        if relative is None:
-            continue
-        rows.append(
-            ModuleFlops(
-                name=relative,
-                label=names.label(relative),
-                type=names.types.get(relative),
-                depth=names.depth(relative),
-                flops=sum(ops.values()),
-                ops=dict(sorted(ops.items(), key=lambda kv: -kv[1])),
-            )
-        )
-    rows.sort(key=lambda r: names.sort_key(r.name))
-    return rows
-
-
-def flop_table(report: FlopsReport, depth: int, has_model: bool) -> Any:
-    """The per-module FLOP table (rich) down to `depth`."""
+def flop_table(report: FlopsReport, depth: int) -> FlopTable:
+    """The FLOP table down to `depth`: forward FLOPs per module, then the forward outside the model and the
+    backward, one row each; the rows at depth 1 and these two add up to the total."""
     total = report.total_flops or 1
-    rows = []
-    for row in report.modules:
-        if row.depth > depth:
-            continue
-        indent = "  " * (row.depth - 1)
-        ops = ", ".join(
-            f"{op.removeprefix('aten.')} {100 * n / max(row.flops, 1):.0f}%" for op, n in row.ops.items()
-        )
-        rows.append(
-            [indent + row.label, row.type or "", f"{row.flops:,}", f"{100 * row.flops / total:.1f}%", ops]
-        )
-    if has_model:
-        model_flops = next((r.flops for r in report.modules if r.name == ""), 0)
-        outside = report.total_flops - model_flops
-        if outside > 0:
-            rows.append(["(outside the model)", "", f"{outside:,}", f"{100 * outside / total:.1f}%", ""])
+    rows = [
+        [row.label, row.type or "", _op_split(row.ops), f"{row.flops:,}", f"{100 * row.flops / total:.1f}%"]
+        for row in report.modules
+        if row.depth <= depth
+    ]
+    outside = report.forward_outside_flops
+    if outside > 0:
+        label = FLOPS_OUTSIDE_MODEL if report.model is not None else FLOPS_OUTSIDE_MODULES
+        rows.append([label, "", "", f"{outside:,}", f"{100 * outside / total:.1f}%"])
+    if report.backward_flops:
+        backward = report.backward_flops
+        split = _op_split(report.backward_ops)
+        rows.append([FLOPS_BACKWARD, "", split, f"{backward:,}", f"{100 * backward / total:.1f}%"])
     title = (
-        f"stepscope: FLOPs of step {report.step}, rank {report.rank} (forward + backward): "
-        f"{report.total_flops:,} ({report.total_flops / 1e9:.4g} GFLOP)"
+        f"stepscope: FLOPs of step {report.step}, rank {report.rank}: {report.total_flops:,} "
+        f"({fmt_flops(report.total_flops)}), forward + backward; per module the forward, the backward in one row"
     )
-    return make_table(title, ["module", "type", "FLOPs", "% total", "ops"], rows, numeric_from=2)
+    return FlopTable(title, rows)
 
 
-def flop_table_text(report: FlopsReport, depth: int, has_model: bool) -> str:
+class FlopTable:
+    """The FLOP table (rich): module, type, ops, FLOPs, % total. Where the console is too narrow for all of it,
+    the ops column is left out (the text file and the JSON keep it) and the names are shortened, each with an
+    ellipsis (FitTable)."""
+
+    COLUMNS = ("module", "type", "ops", "FLOPs", "% total")
+    OPS = 2
+
+    def __init__(self, title: str, rows: list[list[str]]) -> None:
+        self.title = title
+        self.rows = rows
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        columns, rows = list(self.COLUMNS), self.rows
+        natural = sum(max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns))
+        if natural + 3 * (len(columns) - 1) > options.max_width:
+            columns.pop(self.OPS)
+            rows = [r[: self.OPS] + r[self.OPS + 1 :] for r in rows]
+        # (a line of its own: a table's title would wrap at the table's width)
+        yield Text(self.title)
+        # the text columns come first: FitTable shortens those, never the numbers
+        yield make_table(None, columns, rows, numeric_from=columns.index("FLOPs"))
+
+
+def _op_split(ops: dict[str, int]) -> str:
+    flops = sum(ops.values())
+    return ", ".join(f"{op.removeprefix('aten.')} {100 * n / max(flops, 1):.0f}%" for op, n in ops.items())
+
+
+def flop_table_text(report: FlopsReport, depth: int) -> str:
     buffer = io.StringIO()
-    make_console(file=buffer, width=160).print(flop_table(report, depth, has_model))
+    make_console(file=buffer, width=160).print(flop_table(report, depth))
     return buffer.getvalue()
 
 

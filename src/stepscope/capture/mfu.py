@@ -1,9 +1,12 @@
 """Throughput and MFU from a FLOP count and step wall times: pure arithmetic, no torch, unit-testable.
 
-    achieved TFLOP/s = FLOPs of one step / median wall time of the uninstrumented steps / 1e12
+    achieved TFLOP/s = FLOPs of one step / median wall time of the undisturbed steps / 1e12
     MFU              = achieved TFLOP/s / peak dense TFLOP/s of the device for the step's number format
 
-The counted step itself is slowed by FlopCounterMode, traced steps by the profiler: neither is timed.
+The counted step itself is slowed by FlopCounterMode, traced steps by the profiler, and the step after either
+pays for what they left: none of them is timed (the FLOP collector says which steps are undisturbed). A median
+of a handful of steps swings with whatever else the machine does, so there is no figure from fewer than
+MIN_TIMED_STEPS of them.
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from stepscope.capture.peaks import Peak
+from stepscope.units import fmt_tflops
 
 FORMULA = "MFU = achieved TFLOP/s / peak TFLOP/s; achieved = counted FLOPs per step / median step time"
-MIN_TIMED_STEPS = 3  # untimed figures from fewer steps than this wait for more
+# Fewer undisturbed steps than this give no figure: a median of two steps, one of them right after the counted
+# step, set 7.6-8.6 ms for a 1.5 ms step (docs/flops.md has the measurements).
+MIN_TIMED_STEPS = 5
+# A middle half of the steps wider than this ratio (3rd quartile / 1st) is not the job's own jitter: something
+# else took the machine during many steps (a step's own variation stays within ~1.2x, measured on the CPU).
+WIDE_SPREAD = 1.5
 
 
 @dataclass(frozen=True)
@@ -30,18 +39,36 @@ class Throughput:
     mfu: float | None
     peak: Peak | None
     no_mfu_reason: str | None
+    q1_step_s: float  # the middle half of the timed steps lies between these two
+    q3_step_s: float
 
     def lines(self) -> list[str]:
-        """The human-readable report: the figure, and next to an MFU the formula and the peak used."""
+        """The human-readable report: the figure with the spread of the steps it comes from, and next to an
+        MFU the formula and the peak used."""
         out = [
-            f"achieved {self.tflops:.4g} TFLOP/s = {self.flops:,} FLOPs / {self.median_step_s * 1e3:.3f} ms "
-            f"(median of {self.steps_timed} uninstrumented steps)"
+            f"achieved {fmt_tflops(self.tflops)} = {self.flops:,} FLOPs / {self.median_step_s * 1e3:.3f} ms "
+            f"(median of {self.steps_timed} undisturbed steps; the middle half took "
+            f"{self.q1_step_s * 1e3:.3f}-{self.q3_step_s * 1e3:.3f} ms)"
         ]
+        if self.spread_note is not None:
+            out.append(self.spread_note)
         if self.mfu is not None and self.peak is not None:
             out.append(f"MFU {100 * self.mfu:.2f}% ({FORMULA}; peak {self.peak.describe()})")
         elif self.no_mfu_reason:
             out.append(self.no_mfu_reason)
         return out
+
+    @property
+    def spread_note(self) -> str | None:
+        """A warning when the steps' times spread too widely for their median to be the job's own speed."""
+        if self.q3_step_s <= WIDE_SPREAD * self.q1_step_s:
+            return None
+        return (
+            f"the steps' times vary widely (the middle half took {self.q1_step_s * 1e3:.3f}-"
+            f"{self.q3_step_s * 1e3:.3f} ms): something besides the training slowed many of them (another process "
+            "on this machine?), so an identical run can give another figure; at the first quartile's time it "
+            f"would be {fmt_tflops(achieved_tflops(self.flops, self.q1_step_s))}"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -66,11 +93,12 @@ def mfu(tflops: float, peak_tflops: float) -> float:
 def throughput(
     flops: int, step_seconds: Iterable[float], peak: Peak | None, no_mfu_reason: str | None = None
 ) -> Throughput | None:
-    """The throughput report from the wall times of uninstrumented steps; None without any timed step."""
+    """The throughput report from the wall times of undisturbed steps; None without any timed step."""
     times = [t for t in step_seconds if t > 0]
     if not times or flops <= 0:
         return None
     median = statistics.median(times)
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else (median,) * 3
     achieved = achieved_tflops(flops, median)
     return Throughput(
         flops=flops,
@@ -80,6 +108,17 @@ def throughput(
         mfu=mfu(achieved, peak.tflops) if peak is not None else None,
         peak=peak,
         no_mfu_reason=None if peak is not None else no_mfu_reason,
+        q1_step_s=q1,
+        q3_step_s=q3,
+    )
+
+
+def too_few_steps(timed: int) -> str:
+    """Why there is no TFLOP/s figure when fewer than MIN_TIMED_STEPS steps were undisturbed."""
+    return (
+        f"no TFLOP/s: {timed} undisturbed step{'s' if timed != 1 else ''}, fewer than the {MIN_TIMED_STEPS} "
+        "a median needs on a busy machine (undisturbed: outside the windows, neither the first, counted or "
+        "comm-logged step nor the step after one of them or after a window); run more steps"
     )
 
 

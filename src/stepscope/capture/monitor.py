@@ -128,6 +128,7 @@ class PerformanceMonitor:
         # Steps below this index need no collector: they cost a clock read and an append (the hot path).
         self._quiet_until = 0
         self._quiet: list[tuple[int, int]] = []  # (step, wall ns) of quiet steps, the writer's buffer
+        self._begin_again = False  # decorator form: a busy step failed, its next call begins it again
 
     # --- public surface ---------------------------------------------------------------------------
     @property
@@ -144,24 +145,32 @@ class PerformanceMonitor:
         return self._run_dir
 
     def __call__(self, fn: F) -> F:
-        """Decorate a train-step function: each call is one step; its return value passes through."""
+        """Decorate a train-step function: each call is one step; its return value passes through.
+
+        A step ends when its call returns, and the next step begins then: fetching the next call's batch is
+        part of the next step, as in the context-manager form (a step runs from one `step()` to the next)."""
         if not self.enabled:
             return fn
 
         @functools.wraps(fn)
         def stepped(*args: Any, **kwargs: Any) -> Any:
             step = self.steps_done
-            if step < self._quiet_until:  # no collector works at this step
-                t0 = _perf_ns()
+            if step < self._quiet_until:  # no collector works at this step (it began at the last return)
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:  # (free until raised) step_failed runs on every step
                     self._step_failed(step, exc)
+                    self._step_start = _perf_ns()  # the step runs again at the next call
                     raise
-                self._quiet.append((step, _perf_ns() - t0))
+                now = _perf_ns()
+                self._quiet.append((step, now - self._step_start))
                 self.steps_done = step + 1
                 if len(self._quiet) >= METRICS_FLUSH_LINES:
                     self._flush_metrics()
+                if step + 1 < self._quiet_until:
+                    self._step_start = now
+                else:
+                    self._begin_step()
                 return result
             return self._busy_call(fn, args, kwargs)
 
@@ -171,32 +180,22 @@ class PerformanceMonitor:
         if self._state != "running":
             if self._state == "closed":
                 return fn(*args, **kwargs)
-            self._start_safely()
+            self.start()  # step 0 begins with the first call
         if not self.recording:
             self.steps_done += 1
             return fn(*args, **kwargs)
         step = self.steps_done
-        if step < self._quiet_until:  # the first call of a monitor whose step 0 is quiet
-            return self._quiet_call(fn, args, kwargs, step)
-        self._begin_step()
+        if self._begin_again:
+            self._begin_again = False
+            self._begin_step()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             self._step_failed(step, exc)
+            self._begin_again = True  # the collectors closed the failed step: the next call begins it anew
             raise
         self._end_busy_step()
-        return result
-
-    def _quiet_call(self, fn: Callable[..., Any], args: Any, kwargs: Any, step: int) -> Any:
-        """A quiet step outside the decorator's inlined fast path: timed, failures passed to step_failed."""
-        t0 = _perf_ns()
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            self._step_failed(step, exc)
-            raise
-        self._quiet.append((step, _perf_ns() - t0))
-        self.steps_done = step + 1
+        self._begin_step()
         return result
 
     def start(self, first_step: int = 0) -> PerformanceMonitor:
@@ -529,8 +528,11 @@ class PerformanceMonitor:
                 f"on-demand window {self._windows_planned}: warmup from step {schedule.skip_first}, active "
                 f"steps {first}-{last}"
             )
-        with contextlib.suppress(Exception):  # the manifest says which window; the traces are what matter
-            writer.update(schedule=schedule.as_dict(), notes=notes)
+        # The manifest's schedule stays the run's own: a window's schedule there would hide the windows before
+        # it (the steps' phases in metrics.jsonl and these notes list them all).
+        if notes:
+            with contextlib.suppress(Exception):  # the notes say which window; the traces are what matter
+                writer.update(notes=notes)
 
     def _next_busy(self, step: int) -> int:
         """The first step >= `step` at which some live collector works."""

@@ -6,7 +6,8 @@ every `trigger_poll_steps` steps: one `stat()`, nothing else. The first rank tha
 creating `.trigger-<id>.json` exclusively, with the step at which the window starts; the others read that
 claim, so every rank records the same steps. The start lies one poll interval past the step of the claim, so a
 rank that polled just before the request arrived still sees it in time. The first profiled rank removes the
-request once its window is exported; the next request can then be made.
+request once its window is exported; the next request can then be made. Each rank removes the claims of the
+requests it saw when it closes.
 
 While it listens, each profiled rank keeps `.listening-rank<R>.json` in the run folder (its pid and host), removed
 when its monitor closes: `stepscope trigger` tells a running job from a finished one (or a killed one, whose
@@ -200,6 +201,11 @@ class TriggerCollector(Collector):
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.listener_path.unlink()
+        # The claims only agree the ranks on a window while its request is pending; none is read after the job
+        # (`stepscope trigger --wait` reads one while the job runs), so none is left in the run folder.
+        for request_id in self._seen:
+            with contextlib.suppress(OSError):
+                (self.ctx.run_dir / CLAIM_TEMPLATE.format(id=request_id)).unlink()
         if self._handler_installed:
             with contextlib.suppress(Exception):
                 signal.signal(signal.SIGUSR2, self._previous_handler)

@@ -100,7 +100,6 @@ def run_target(target: str, args: Sequence[str], *, module: bool, config: Profil
     printed as Python prints it (without stepscope's frames), status 1. KeyboardInterrupt goes on up."""
     from stepscope.capture.monitor import PerformanceMonitor
 
-    os.environ.setdefault("STEPSCOPE_CONSOLE", "stderr")
     monitor = PerformanceMonitor(None, config=config)
     steps = OptimizerSteps(monitor)
     try:

@@ -229,6 +229,7 @@ def command(registry_path: Path, only: tuple[str, ...], out_dir: str | None, as_
 def _print(document: BenchResult) -> None:
     from stepscope.cli._common import console
     from stepscope.report.terminal import fmt_ms, fmt_us, make_table
+    from stepscope.units import significant
 
     rows = []
     for r in document.results:
@@ -243,8 +244,8 @@ def _print(document: BenchResult) -> None:
                 top,
                 fmt_ms(r.ms_per_call),
                 f"{r.vs_first:.2f}x" if r.vs_first is not None else "-",
-                f"{r.flops_per_call / 1e6:,.1f}" if r.flops_per_call is not None else "-",
-                f"{r.gflops_per_s:,.1f}" if r.gflops_per_s is not None else "-",
+                significant(r.flops_per_call / 1e6) if r.flops_per_call is not None else "-",
+                significant(r.gflops_per_s) if r.gflops_per_s is not None else "-",
             ]
         )
     columns = [

@@ -4,7 +4,7 @@ A step is an optimizer step (gradient accumulation respected) and carries the nu
 (`state.global_step` once it is done: 1, 2, ...), also when training resumes from a checkpoint. Every rank runs the callback; the monitor decides which ranks
 record (`profiled_ranks`). The run folder goes under `args.output_dir/stepscope` unless `out_dir` is given.
 After each window the headline numbers (`stepscope/step_ms`, and `stepscope/tflops` / `stepscope/mfu` when FLOPs
-are counted) go into the Trainer's next log, so they reach the loggers of `report_to`.
+are counted) go into the Trainer's next log, so they reach the loggers of `report_to` and `trainer.state.log_history`.
 
 Needs `transformers` (pip install 'stepscope[hf]'); importing this module without it says so.
 """
@@ -60,8 +60,13 @@ class StepscopeCallback(TrainerCallback):  # type: ignore[misc]
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        if logs is not None and self._headline.pending:
-            logs.update(self._headline.take())
+        if logs is None or not self._headline.pending:
+            return
+        entry = _history_entry(state, logs)
+        headline = self._headline.take()
+        logs.update(headline)
+        if entry is not None:
+            entry.update(headline)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.monitor is not None:
@@ -71,6 +76,20 @@ class StepscopeCallback(TrainerCallback):  # type: ignore[misc]
     def run_dir(self) -> Path | None:
         """The run folder of the current (or last) training; None before training starts."""
         return self.monitor.run_dir if self.monitor is not None else None
+
+
+def _history_entry(state: Any, logs: dict[str, Any]) -> dict[str, Any] | None:
+    """The entry of `state.log_history` that the Trainer made of `logs`: it appends a copy of them before it
+    calls `on_log`, so what a callback adds to `logs` reaches the loggers but not the history (nor the
+    trainer_state.json of checkpoints) unless it is added there too."""
+    history = getattr(state, "log_history", None)
+    if not history or not isinstance(history[-1], dict):
+        return None
+    entry: dict[str, Any] = history[-1]
+    if entry.get("step") != getattr(state, "global_step", None):
+        return None
+    same = all(key in entry and (entry[key] is value or entry[key] == value) for key, value in logs.items())
+    return entry if same else None
 
 
 def _log_before_the_loggers(callback: Any) -> None:

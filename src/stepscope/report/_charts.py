@@ -29,6 +29,8 @@ CATEGORY_COLORS = {
     "Other": "#bab0ac",
 }
 HEIGHT = 220
+# Steps are whole numbers: ticks on integers only (a 3-step run's axis otherwise reads 0.2, 0.4, ...).
+STEP_AXIS = {"format": "d", "tickMinStep": 1}
 
 
 def _base(values: list[dict[str, Any]], height: int = HEIGHT) -> Spec:
@@ -47,7 +49,7 @@ def step_times(points: list[dict[str, Any]], windows: list[list[int]]) -> Spec |
     line = {
         "mark": {"type": "line", "point": len(points) <= 200, "tooltip": True},
         "encoding": {
-            "x": {"field": "step", "type": "quantitative", "title": "step"},
+            "x": {"field": "step", "type": "quantitative", "title": "step", "axis": STEP_AXIS},
             "y": {"field": "wall_ms", "type": "quantitative", "title": "step wall time (ms)"},
             "color": {"field": "rank", "type": "nominal", "title": "rank"},
             "tooltip": [
@@ -136,13 +138,14 @@ def step_categories(rows: list[dict[str, Any]], multi_rank: bool) -> Spec | None
 def horizontal_bars(
     values: list[dict[str, Any]], *, label: str, value: str, value_title: str, color: str | None = None
 ) -> Spec | None:
-    """One bar per row, largest first (kernel types, collectives, modules)."""
+    """One bar per row, largest first (kernel types, collectives, modules). With `color`, the rows of one label
+    (one per rank, or per run) stand side by side: each is its own figure, never added to the others."""
     if not values:
         return None
     spec = _base(values, height=max(60, 22 * len(values)))
     encoding: Spec = {
         "y": {"field": label, "type": "nominal", "sort": "-x", "title": None},
-        "x": {"field": value, "type": "quantitative", "title": value_title},
+        "x": {"field": value, "type": "quantitative", "title": value_title, "stack": None},
         "tooltip": [
             {"field": k, "type": "quantitative" if isinstance(v, (int, float)) else "nominal"}
             for k, v in values[0].items()
@@ -150,6 +153,7 @@ def horizontal_bars(
     }
     if color is not None:
         encoding["color"] = {"field": color, "type": "nominal"}
+        encoding["yOffset"] = {"field": color, "type": "nominal"}
     spec.update({"mark": {"type": "bar", "tooltip": True}, "encoding": encoding})
     return spec
 
@@ -230,7 +234,7 @@ def lines(
                     "field": x,
                     "type": "quantitative",
                     "title": x_title,
-                    **({"axis": {"format": "d", "tickMinStep": 1}} if x == "step" else {}),
+                    **({"axis": STEP_AXIS} if x == "step" else {}),
                 },
                 "y": {
                     "field": "value",

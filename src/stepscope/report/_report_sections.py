@@ -10,6 +10,7 @@ import statistics
 from typing import Any
 
 from stepscope.analysis.diff import PHASE_LABELS
+from stepscope.analysis.findings import Finding
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
 from stepscope.report._page import (
@@ -27,7 +28,13 @@ from stepscope.report._page import (
     pct_cell,
     us_cell,
 )
-from stepscope.units import fmt_bytes, fmt_ms, fmt_pct, fmt_us
+from stepscope.runfolder.payloads import (
+    FLOPS_BACKWARD,
+    FLOPS_OUTSIDE_MODEL,
+    FLOPS_OUTSIDE_MODULES,
+    FlopsReport,
+)
+from stepscope.units import fmt_bytes, fmt_flops, fmt_ms, fmt_pct, fmt_ranks, fmt_tflops, fmt_us
 
 
 def _section(sid: str) -> Section:
@@ -67,6 +74,8 @@ def findings(data: ReportData) -> list[dict[str, Any]]:
                 "severity": f.severity,
                 "id": f.id,
                 "rank": f.rank,
+                "ranks": fmt_ranks(f.ranks) if len(f.ranks) > 1 else "",
+                "across": _across(f) if len(f.ranks) > 1 else "",
                 "cost": fmt_ms(f.cost_ms_per_step) + " per step" if f.cost_ms_per_step is not None else "",
                 "pct": fmt_pct(f.pct_of_step) + " of the step" if f.pct_of_step is not None else "",
                 "message": f.message,
@@ -77,6 +86,17 @@ def findings(data: ReportData) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _across(f: Finding) -> str:
+    """A finding on several ranks: its spread, and whose figures the message gives."""
+    spread = f.cost_range_ms_per_step
+    cost = (
+        f"{fmt_ms(spread[0])} to {fmt_ms(spread[1])} per step across ranks {fmt_ranks(f.ranks)}; "
+        if spread
+        else ""
+    )
+    return f"{cost}the figures are rank {f.rank}'s" + (", the costliest" if spread else "")
 
 
 def _plain(value: Any) -> str:
@@ -129,7 +149,8 @@ def _overview(data: ReportData, pc: Charts) -> Section:
                 (
                     f"rank {st.rank}: step time over the run",
                     f"median {fmt_ms(st.median_ms)}, p90 {fmt_ms(st.p90_ms)} "
-                    f"over {st.plain_steps} unprofiled steps; {fmt_ms(st.traced_median_ms)} while profiled",
+                    f"over {st.plain_steps} unprofiled steps; {fmt_ms(st.traced_median_ms)} while profiled; "
+                    f"{st.trend_note}",
                 )
             )
     if data.run is not None and data.run.steps:
@@ -499,57 +520,76 @@ def _flops(data: ReportData, pc: Charts) -> Section:
         s.empty = run.flops_note or "no FLOP count in this run"
         return s
     for f in run.flops:
-        s.facts.append((f"rank {f.rank}: FLOPs of step {f.step}", f"{f.total_flops / 1e9:,.1f} GFLOP"))
+        s.facts.append((f"rank {f.rank}: FLOPs of step {f.step}", fmt_flops(f.total_flops)))
         s.facts.append(
             (
                 f"rank {f.rank}: throughput",
-                (f"{f.tflops:.2f} TFLOP/s" if f.tflops is not None else "-")
+                (fmt_tflops(f.tflops) if f.tflops is not None else "-")
                 + (f", MFU {100 * f.mfu:.1f}% of {f.peak}" if f.mfu is not None else "")
-                + (f" ({f.reason})" if f.reason else ""),
+                + (f" ({f.reason})" if f.reason else "")
+                + (f"; {f.spread_note}" if f.spread_note else ""),
             )
         )
     report = data.run.flops[0] if data.run is not None and data.run.flops else None
     if report is not None:
-        # the shallowest level with more than one module (below a model that wraps everything)
-        depths = sorted({m.depth for m in report.modules})
-        level = next(
-            (d for d in depths if sum(m.depth == d for m in report.modules) > 1), depths[0] if depths else 0
-        )
-        modules = sorted((m for m in report.modules if m.depth == level), key=lambda m: -m.flops)[:25]
-        pc.add(
-            s,
-            charts.horizontal_bars(
-                [
-                    {
-                        "module": f"{m.label or '(model)'} ({m.type})" if m.type else m.label or "(model)",
-                        "GFLOP": round(m.flops / 1e9, 3),
-                    }
-                    for m in modules
-                ],
-                label="module",
-                value="GFLOP",
-                value_title=f"GFLOP in step {report.step} (rank {report.rank})",
-            ),
-            "FLOPs per module at the first level that splits the model (forward + backward of the counted step).",
-        )
-        s.tables.append(
-            Table(
-                "flops-modules",
-                [("module", False), ("type", False), ("depth", True), ("GFLOP", True), ("share", True)],
-                [
-                    [
-                        name_cell(m.label or "(model)"),
-                        Cell(m.type or "-"),
-                        int_cell(m.depth),
-                        Cell(f"{m.flops / 1e9:,.3f}", m.flops),
-                        pct_cell(100 * m.flops / report.total_flops if report.total_flops else None),
-                    ]
-                    for m in report.modules
-                ],
-                caption="Every module FlopCounterMode saw, nested by depth.",
-            )
-        )
+        _flops_per_module(s, pc, report)
     return s
+
+
+def _flops_per_module(s: Section, pc: Charts, report: FlopsReport) -> None:
+    # the shallowest level with more than one module (below a model that wraps everything)
+    depths = sorted({m.depth for m in report.modules})
+    level = next(
+        (d for d in depths if sum(m.depth == d for m in report.modules) > 1), depths[0] if depths else 0
+    )
+    modules = sorted((m for m in report.modules if m.depth == level), key=lambda m: -m.flops)[:25]
+    forward = report.backward_flops is not None  # (reports before stepscope.flops/3 charged the backward too)
+    pc.add(
+        s,
+        charts.horizontal_bars(
+            [
+                {
+                    "module": f"{m.label or '(model)'} ({m.type})" if m.type else m.label or "(model)",
+                    "GFLOP": float(f"{m.flops / 1e9:.4g}"),
+                }
+                for m in modules
+            ],
+            label="module",
+            value="GFLOP",
+            value_title=f"GFLOP in step {report.step} (rank {report.rank})",
+        ),
+        "Forward FLOPs per module at the first level that splits the model (the backward is charged to no module)."
+        if forward
+        else "FLOPs per module at the first level that splits the model (forward + backward of the counted step).",
+    )
+    total = report.total_flops
+
+    def row(name: str, type_: str | None, depth: int | None, flops: int) -> list[Cell]:
+        return [
+            name_cell(name),
+            Cell(type_ or "-"),
+            int_cell(depth),
+            Cell(fmt_flops(flops), flops),
+            pct_cell(100 * flops / total if total else None),
+        ]
+
+    rows = [row(m.label or "(model)", m.type, m.depth, m.flops) for m in report.modules]
+    if report.forward_outside_flops > 0:
+        outside = FLOPS_OUTSIDE_MODEL if report.model is not None else FLOPS_OUTSIDE_MODULES
+        rows.append(row(outside, None, None, report.forward_outside_flops))
+    if report.backward_flops:
+        rows.append(row(FLOPS_BACKWARD, None, None, report.backward_flops))
+    s.tables.append(
+        Table(
+            "flops-modules",
+            [("module", False), ("type", False), ("depth", True), ("FLOPs", True), ("share", True)],
+            rows,
+            caption="Forward FLOPs of every module that did any, its children's included; the backward in one "
+            "row, charged to no module (docs/flops.md says why)."
+            if forward
+            else "Every module FlopCounterMode saw, nested by depth (forward + backward).",
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------------------ memory
@@ -674,13 +714,12 @@ def _system(data: ReportData, pc: Charts) -> Section:
             "GPU utilisation (NVML).",
         )
     for f in data.analysis.run.system if data.analysis.run else []:
-        s.facts.append(
-            (
-                f"rank {f.rank}: samples",
-                f"{f.samples} over {f.seconds:.1f} s; process CPU mean "
-                f"{f.process_cpu_mean_percent:.0f}%, max {f.process_cpu_max_percent:.0f}%",
+        usage = f.note or ""
+        if f.process_cpu_mean_percent is not None and f.process_cpu_max_percent is not None:
+            usage = (
+                f"process CPU mean {f.process_cpu_mean_percent:.0f}%, max {f.process_cpu_max_percent:.0f}%"
             )
-        )
+        s.facts.append((f"rank {f.rank}: samples", f"{f.samples} over {f.seconds:.1f} s; {usage}"))
     return s
 
 

@@ -10,8 +10,10 @@ from rich.padding import Padding
 from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
+from stepscope.analysis.findings import Finding
 from stepscope.analysis.run import RunFacts
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
+from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -121,11 +123,26 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         yield Text("")
     yield "[bold]Findings[/bold]" if result.findings else "[bold]Findings[/bold]: none"
     for f in result.findings:
-        where = "" if f.rank is None else f" rank {f.rank}"
         style = SEVERITY_STYLE.get(f.severity, "")
-        yield f"[{style}]{f.severity.upper():6}[/{style}]{where} {f.id}: {markup_safe(f.message)}"
+        yield f"[{style}]{f.severity.upper():6}[/{style}]{_where(f)} {f.id}: {markup_safe(f.message)}"
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
+        if len(f.ranks) > 1:
+            evidence = f"{_across(f)}; {evidence}"
         yield Padding(Text(plain(evidence), style="dim"), (0, 0, 0, 8))  # wrapped lines keep the indent
+
+
+def _where(f: Finding) -> str:
+    if len(f.ranks) > 1:
+        return f" ranks {fmt_ranks(f.ranks)}"
+    return "" if f.rank is None else f" rank {f.rank}"
+
+
+def _across(f: Finding) -> str:
+    """A finding on several ranks: its spread, and whose figures the message gives."""
+    spread = f.cost_range_ms_per_step
+    cost = f"{fmt_ms(spread[0])} to {fmt_ms(spread[1])} per step across the ranks; " if spread else ""
+    costliest = ", the costliest" if spread else ""
+    return f"{cost}figures of rank {f.rank}{costliest}"
 
 
 def _rank_parts(r: RankAnalysis, wide: bool) -> Iterator[RenderableType]:
@@ -232,7 +249,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
                 _ms(t.median_ms),
                 _ms(t.p90_ms),
                 _ms(t.traced_median_ms),
-                f"{t.trend_pct:+.1f}%" if t.trend_pct is not None else "-",
+                f"{t.trend_pct:+.0f}%" if t.trend_pct is not None else "-",
             )
             for t in run.step_times
         ]
@@ -241,6 +258,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
         for t in run.step_times:
             slowest = ", ".join(f"{s.step} ({_ms(s.wall_ms)}, {s.phase})" for s in t.slowest[:3])
             yield f"[dim]rank {t.rank} slowest steps: {slowest}[/dim]"
+            yield Text(f"rank {t.rank} {t.trend_note}", style="dim")
         windows = run.step_times[0].windows
         if windows:
             marked = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in windows)
@@ -249,12 +267,13 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
         for f in run.flops:
             line = f"rank {f.rank}: {f.total_flops:,} FLOPs per step (counted at step {f.step})"
             if f.tflops is not None:
-                line += f", {f.tflops:.4g} TFLOP/s over {f.steps_timed} steps"
+                line += f", {fmt_tflops(f.tflops)} over {f.steps_timed} steps"
             if f.mfu is not None:
                 line += f", MFU {100 * f.mfu:.2f}% of {f.peak}"
             yield Text(line)
-            if f.reason:
-                yield Text(f"  {plain(f.reason)}", style="dim")
+            for note in (f.spread_note, f.reason):
+                if note:
+                    yield Text(f"  {plain(note)}", style="dim")
     elif run.flops_note:
         yield Text(run.flops_note, style="dim")
     for m in run.memory:
@@ -278,9 +297,14 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             for g in sy.gpus
             if g.util_mean_percent is not None and g.util_max_percent is not None
         )
+        cpu = ""
+        if sy.process_cpu_mean_percent is not None and sy.process_cpu_max_percent is not None:
+            cpu = f", process CPU {sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max"
+        samples = f"{sy.samples} sample" + ("s" if sy.samples != 1 else "")
         yield Text(
-            f"system rank {sy.rank}: {sy.samples} samples over {sy.seconds:.1f} s, process CPU "
-            f"{sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max, peak RSS "
+            f"system rank {sy.rank}: {samples} over {sy.seconds:.1f} s{cpu}, peak RSS "
             f"{fmt_bytes(sy.peak_rss_bytes)}{gpus}"
         )
+        if sy.note:
+            yield Text(f"  {sy.note}", style="dim")
     yield Text("")

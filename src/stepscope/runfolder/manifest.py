@@ -1,8 +1,9 @@
 """The manifest: the index of a run folder, merged by every rank under a lock that works on every OS.
 
-The lock is `filelock`'s: fcntl on POSIX, msvcrt on Windows, and where neither exists a lock file that is created
-exclusively (SoftFileLock: a lock left behind by a killed process makes later updates time out with a warning
-rather than wait forever).
+The lock (runfolder/lock.py) is an flock on the run folder itself on POSIX, which leaves no file behind, and
+`filelock`'s elsewhere: msvcrt on Windows, and where neither exists a lock file that is created exclusively
+(SoftFileLock: a lock left behind by a killed process makes later updates time out with a warning rather than
+wait forever).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import msgspec
 
 from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes
-from stepscope.runfolder.layout import LOCK_NAME, MANIFEST_NAME, ArtifactKind
+from stepscope.runfolder.layout import MANIFEST_NAME, ArtifactKind
+from stepscope.runfolder.lock import folder_lock
 
 MANIFEST_SCHEMA = "stepscope.manifest/2"
 # Manifests a reader understands (version 1 had no `schema` per artifact and other kind names).
 READABLE_SCHEMAS = ("stepscope.manifest/1", MANIFEST_SCHEMA)
-LOCK_TIMEOUT_S = 60.0
 
 
 class Artifact(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -88,9 +89,7 @@ def is_run_folder(path: str | Path) -> bool:
 
 def manifest_lock(run_dir: Path) -> Any:
     """The run folder's manifest lock (a context manager)."""
-    import filelock
-
-    return filelock.FileLock(run_dir / LOCK_NAME, timeout=LOCK_TIMEOUT_S)
+    return folder_lock(run_dir)
 
 
 def update_manifest(

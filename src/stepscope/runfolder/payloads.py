@@ -12,7 +12,7 @@ import msgspec
 METRICS_SCHEMA = "stepscope.metrics/1"
 MEMORY_LOG_SCHEMA = "stepscope.memory_log/1"
 SYSTEM_SCHEMA = "stepscope.system/1"
-FLOPS_SCHEMA = "stepscope.flops/2"
+FLOPS_SCHEMA = "stepscope.flops/3"
 COMM_COUNTS_SCHEMA = "stepscope.comm_counts/1"
 
 
@@ -78,6 +78,9 @@ class SystemRow(msgspec.Struct, omit_defaults=True):
 
 
 class ModuleFlops(msgspec.Struct):
+    """Forward FLOPs of one module, its descendants' included (stepscope.flops/2: forward + backward, as torch's
+    module tracker charged them)."""
+
     name: str  # model-relative name ("" for the model itself)
     label: str
     type: str | None
@@ -102,10 +105,20 @@ class ThroughputInfo(msgspec.Struct):
     peak: PeakInfo | None
     no_mfu_reason: str | None
     formula: str
+    q1_step_s: float | None = None  # the middle half of the timed steps lies between these (None before /3)
+    q3_step_s: float | None = None
+    spread_note: str | None = None  # a warning when the steps' times spread too widely to trust the median
+
+
+# The rows of a FLOP table besides the modules (the console's, the text file's, the report's).
+FLOPS_OUTSIDE_MODEL = "(outside the model), forward"
+FLOPS_OUTSIDE_MODULES = "(outside every module), forward"
+FLOPS_BACKWARD = "backward, not attributed to a module"
 
 
 class FlopsReport(msgspec.Struct):
-    """FLOPs of the counted step of one rank (forward + backward), per module, and the throughput so far."""
+    """FLOPs of the counted step of one rank: the total (forward + backward), the forward per module, the backward
+    as one figure (no module is charged with it: docs/flops.md), and the throughput so far."""
 
     rank: int
     step: int
@@ -119,6 +132,13 @@ class FlopsReport(msgspec.Struct):
     note: str | None = None
     throughput: ThroughputInfo | None = None
     schema: str = FLOPS_SCHEMA
+    model: str | None = None  # class of the model given to the monitor; None without one
+    forward_outside_flops: int = (
+        0  # forward FLOPs outside every module of the model (a loss head called apart)
+    )
+    backward_flops: int | None = None  # the backward's FLOPs, charged to no module (None before /3)
+    backward_ops: dict[str, int] = {}
+    no_throughput_reason: str | None = None  # why there is no throughput (too few undisturbed steps)
 
 
 class CommCounts(msgspec.Struct):
