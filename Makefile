@@ -22,6 +22,7 @@ bytecode: $(STAMP)
 
 demo: bytecode
 	$(VENV)/bin/stepscope demo
+	@echo "stepscope is installed in $(VENV), not on PATH: 'source $(VENV)/bin/activate' runs the README's commands as written"
 
 test: bytecode
 	$(PY) -m pytest -q

@@ -226,6 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if not args.base.is_file():
+        where = (
+            "the default, in the shared trace set ../shared/traces beside the clone"
+            if args.base == DEFAULT_BASE
+            else "given"
+        )
+        parser.error(f"--base {args.base}: no such file ({where}); give a Kineto trace with --base")
     base = Base(args.base)
     if args.size is not None:
         big_file(base, args.size, args.out)

@@ -30,11 +30,28 @@ def profiler_steps(path: Path) -> list[int]:
     )
 
 
+def require_shared_traces() -> Path:
+    """The shared trace set, `../shared/traces` beside the clone. Where it is absent (a fresh clone elsewhere), a
+    test that needs it is skipped, saying so; under CI (CI=true), which has the set, its absence is a failure:
+    a broken path must not pass as a skip."""
+    if SHARED_TRACES.is_dir():
+        return SHARED_TRACES
+    where = os.path.normpath(SHARED_TRACES)
+    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        pytest.fail(f"CI=true but the shared trace set {where} (../shared/traces) is absent", pytrace=False)
+    pytest.skip(f"needs the shared trace set ../shared/traces ({where}), absent here")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # before the test's fixtures: one that builds on a shared trace must not run (and fail) without it
+    if item.get_closest_marker("shared") is not None:
+        require_shared_traces()
+
+
 @pytest.fixture
 def shared_traces() -> Path:
-    if not SHARED_TRACES.is_dir():
-        pytest.skip("../shared/traces is not present")
-    return SHARED_TRACES
+    return require_shared_traces()
 
 
 DDP_JOB = Path(__file__).with_name("_ddp_job.py")

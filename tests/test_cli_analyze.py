@@ -120,6 +120,7 @@ def _analysis(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
 
 
+@pytest.mark.shared
 @pytest.mark.parametrize(("given", "numbers"), [("5:6", [5, 6]), ("6", [6]), ("5:", [5, 6]), (":4", [4])])
 def test_steps_picks_the_window(capsys: pytest.CaptureFixture[str], given: str, numbers: list[int]) -> None:
     whole = _analysis(capsys)["ranks"][0]
@@ -133,6 +134,7 @@ def test_steps_picks_the_window(capsys: pytest.CaptureFixture[str], given: str, 
     assert sum(k["count"] for k in part["top_kernels"]) < sum(k["count"] for k in whole["top_kernels"])
 
 
+@pytest.mark.shared
 def test_steps_outside_the_trace_and_bad_ranges(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(NCCL_TRACE), "--steps", "10:12"]) == 2
     err = capsys.readouterr().err.strip()

@@ -10,8 +10,6 @@ import pytest
 
 from stepscope.cli import main
 
-from ._traces import SHARED_TRACES
-
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "analysis.md"
 
@@ -30,8 +28,6 @@ def test_doc_has_commands() -> None:
 def test_doc_command_runs(
     command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if not SHARED_TRACES.is_dir():
-        pytest.skip("../shared/traces not available")
     monkeypatch.chdir(REPO)
     assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err
     assert capsys.readouterr().out

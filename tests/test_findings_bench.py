@@ -22,11 +22,18 @@ def jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def params(cases: list[Case]) -> list[object]:
+    """The cases as parameters; those on a real trace need ../shared/traces."""
+    return [
+        pytest.param(c, id=c.name, marks=[pytest.mark.shared] if c.source == "trace" else []) for c in cases
+    ]
+
+
 def analysis_of(case: Case, jobs_dir: Path) -> AnalysisResult:
     return analyze(load_trace(case.path(jobs_dir)))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", params(CASES))
 def test_each_case_leads_with_its_expected_finding(case: Case, jobs_dir: Path) -> None:
     findings = analysis_of(case, jobs_dir).findings
     assert findings, f"{case.name}: no finding"
@@ -48,12 +55,12 @@ def test_each_case_leads_with_its_expected_finding(case: Case, jobs_dir: Path) -
             assert "ms per step" in str(f.evidence["arithmetic"]) and f.action and f.action in f.message
 
 
-def test_priced_findings_come_in_order_of_time_at_stake(jobs_dir: Path) -> None:
-    for case in CASES:
-        costs = [
-            f.cost_ms_per_step for f in analysis_of(case, jobs_dir).findings if f.cost_ms_per_step is not None
-        ]
-        assert costs == sorted(costs, reverse=True), case.name
+@pytest.mark.parametrize("case", params(CASES))
+def test_priced_findings_come_in_order_of_time_at_stake(case: Case, jobs_dir: Path) -> None:
+    costs = [
+        f.cost_ms_per_step for f in analysis_of(case, jobs_dir).findings if f.cost_ms_per_step is not None
+    ]
+    assert costs == sorted(costs, reverse=True), case.name
 
 
 def test_the_jobs_findings_name_what_is_responsible(jobs_dir: Path) -> None:
@@ -72,6 +79,7 @@ def test_the_jobs_findings_name_what_is_responsible(jobs_dir: Path) -> None:
     assert "forward" in healthy[0].message and "backward" in healthy[0].message
 
 
+@pytest.mark.shared
 def test_the_qwen_synchronize_is_no_alarm() -> None:
     (case,) = [c for c in CASES if c.name.endswith("/h100")]
     result = analyze(load_trace(case.path(Path("."))))

@@ -178,6 +178,7 @@ def ranks6(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.shared  # ranks6 repeats a real trace of ../shared/traces
 def test_the_batches_of_a_lost_worker_are_analysed_here(
     ranks6: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -201,6 +202,7 @@ def test_the_batches_of_a_lost_worker_are_analysed_here(
     assert calls == sorted(calls)  # progress never goes back
 
 
+@pytest.mark.shared
 def test_without_a_safe_fork_a_spawned_pool_gives_the_same_result(
     ranks6: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

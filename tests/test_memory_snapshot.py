@@ -218,7 +218,6 @@ def test_coalesced_memory_timeline_and_empty_one(tmp_path):
 
 
 @pytest.mark.shared
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces not present")
 def test_shared_raw_memory_timeline():
     (dev,) = analyze_memory_file(SHARED / "hta_memory_analysis" / "memory_timeline.raw.gz").devices
     assert dev.trace_entries == 16_845

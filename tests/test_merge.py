@@ -68,3 +68,24 @@ def test_bad_outputs_are_one_line_and_exit_2(
     assert main(["merge", str(merged), "-o", str(tmp_path / "again.json.gz")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "already a merged trace" in err[0]
+
+
+def test_without_o_an_earlier_merge_is_never_replaced(
+    two_ranks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a merged.json.gz in the current folder, from an earlier merge
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "merged.json.gz").write_bytes(b"an earlier merge")
+    # WHEN merge runs without -o, twice
+    assert main(["merge", str(two_ranks)]) == 0
+    out, err = capsys.readouterr()
+    assert main(["merge", str(two_ranks)]) == 0
+    again = capsys.readouterr().out
+    # THEN the earlier file is kept, and each merge goes to a new name that it names
+    assert (tmp_path / "merged.json.gz").read_bytes() == b"an earlier merge"
+    assert out.startswith("merged-2.json.gz: 2 ranks") and again.startswith("merged-3.json.gz: 2 ranks")
+    assert "merged.json.gz exists (kept); writing merged-2.json.gz" in err
+    assert load_trace(tmp_path / "merged-2.json.gz").rank_ids() == [0, 1]
+    # ... and -o names a file to replace
+    assert main(["merge", str(two_ranks), "-o", "merged.json.gz"]) == 0
+    assert load_trace(tmp_path / "merged.json.gz").rank_ids() == [0, 1]

@@ -270,8 +270,6 @@ def test_report_of_a_two_rank_gloo_run(tmp_path: Path, capsys: pytest.CaptureFix
 )
 def test_report_of_real_gpu_traces(tmp_path: Path, trace: str) -> None:
     path = SHARED_TRACES / trace
-    if not path.exists():
-        pytest.skip(f"{path} not found")
     out = make_report(path, tmp_path / "gpu.html")
     assert out.stat().st_size < 5_000_000
     with visit(out) as seen:
@@ -295,8 +293,6 @@ def test_report_of_real_gpu_traces(tmp_path: Path, trace: str) -> None:
 @pytest.mark.shared
 def test_compare_page(tmp_path: Path) -> None:
     base, test = SHARED_TRACES / "hta_trace_compare" / "base", SHARED_TRACES / "hta_trace_compare" / "test"
-    if not base.exists():
-        pytest.skip("hta_trace_compare not found")
     out = make_report(base, tmp_path / "cmp.html", "--compare", str(test))
     with visit(out) as seen:
         page = seen.page

@@ -55,6 +55,8 @@ def _analyze_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
     return json.loads(out)
 
 
+# the tests on generated ranks (`ranks4`, make_big_trace.py) repeat a real trace of ../shared/traces
+@pytest.mark.shared
 def test_jobs_give_the_same_json_and_find_the_slow_rank(
     ranks4: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -66,6 +68,7 @@ def test_jobs_give_the_same_json_and_find_the_slow_rank(
     assert any(f["id"] == "straggler" and f["rank"] == 2 for f in one["findings"])
 
 
+@pytest.mark.shared
 def test_ten_ranks_on_two_workers_in_batches(tmp_path: Path) -> None:
     """Ten ranks on two workers go in batches of two, then one by one: the same result as one process, progress
     that only grows and ends at the total, the slow rank found."""
@@ -94,6 +97,7 @@ def test_ten_ranks_on_two_workers_in_batches(tmp_path: Path) -> None:
     assert len(calls) < 10  # (the first batches hold two files: fewer reports than files)
 
 
+@pytest.mark.shared
 def test_dask_local_cluster_gives_the_local_json(ranks4: Path, capsys: pytest.CaptureFixture[str]) -> None:
     distributed = pytest.importorskip("distributed")
     from stepscope.analysis.parallel import analyze_path
@@ -117,6 +121,7 @@ def test_dask_local_cluster_gives_the_local_json(ranks4: Path, capsys: pytest.Ca
         assert {f"rank{r}.json.gz" for r in range(4)} <= set(seen)
 
 
+@pytest.mark.shared
 def test_an_unreachable_scheduler_is_one_line(ranks4: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("distributed")
     code, _, err = _cli(
@@ -127,6 +132,7 @@ def test_an_unreachable_scheduler_is_one_line(ranks4: Path, capsys: pytest.Captu
     assert "Traceback" not in err
 
 
+@pytest.mark.shared
 def test_dask_missing_says_which_extra(
     ranks4: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,6 +142,7 @@ def test_dask_missing_says_which_extra(
     assert "pip install 'stepscope[dask]'" in err
 
 
+@pytest.mark.shared
 def test_a_bad_file_among_ranks_is_named(
     ranks4: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -227,6 +234,7 @@ def test_a_string_longer_than_the_limit_is_refused(tmp_path: Path, filler: bytes
 
 
 # --- runs in sub-folders ------------------------------------------------------------------------------
+@pytest.mark.shared
 def test_runs_in_sub_folders_are_analyzed_separately(capsys: pytest.CaptureFixture[str]) -> None:
     folder = SHARED_TRACES / "tracelens_qwen1.5_h100_mi300"
     code, out, err = _cli(capsys, "analyze", str(folder), "--json")
@@ -243,6 +251,7 @@ def test_runs_in_sub_folders_are_analyzed_separately(capsys: pytest.CaptureFixtu
     assert "analyzed separately" in err and "h100" in out and "mi300" in out
 
 
+@pytest.mark.shared
 def test_other_commands_ask_for_one_run_of_a_folder_of_runs(capsys: pytest.CaptureFixture[str]) -> None:
     folder = SHARED_TRACES / "tracelens_qwen1.5_h100_mi300"
     code, _, err = _cli(capsys, "summary", str(folder))
@@ -264,6 +273,7 @@ SETS_WITH_FLOWS = (
 )
 
 
+@pytest.mark.shared
 @pytest.mark.parametrize("name", SETS_WITH_FLOWS)
 def test_analysis_without_flow_events_is_the_same(name: str) -> None:
     # analyze reads no flow ('s'/'f') rows: leaving them out changes no figure, and they are many rows

@@ -50,6 +50,7 @@ def _plain(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.shared
 @pytest.mark.parametrize(
     "name",
     [
@@ -68,6 +69,7 @@ def test_a_shared_trace_read_in_stretches_is_the_same_table(
     assert runs == [True, True]
 
 
+@pytest.mark.shared
 def test_more_stretches_than_processes_are_taken_in_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: list[bool]
 ) -> None:
@@ -153,6 +155,7 @@ def test_a_bad_event_late_in_the_file_reads_as_with_one_process(
     assert runs == [False, False]  # the last stretch refused it; the one-process reader named it
 
 
+@pytest.mark.shared
 def test_analyze_with_jobs_reads_one_big_file_in_stretches(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], runs: list[bool]
 ) -> None:
@@ -166,6 +169,7 @@ def test_analyze_with_jobs_reads_one_big_file_in_stretches(
     assert runs == [True]
 
 
+@pytest.mark.shared
 def test_stretches_kept_in_memory_when_no_temporary_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: list[bool]
 ) -> None:
@@ -179,6 +183,7 @@ def test_stretches_kept_in_memory_when_no_temporary_folder(
     assert runs == [True]
 
 
+@pytest.mark.shared
 def test_the_temporary_folder_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

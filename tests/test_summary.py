@@ -219,8 +219,6 @@ def test_kernel_label_keeps_the_informative_start() -> None:
 @pytest.mark.shared
 def test_shared_trace_self_times_are_consistent() -> None:
     path = SHARED_TRACES / "hta_ns_resolution_trace"
-    if not path.is_dir():
-        pytest.skip("../shared/traces not available")
     table = load_trace(path)
     selfs = self_times(table)
     ops = table.cat_mask("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver") & (table.ph == ord("X"))

@@ -73,8 +73,6 @@ def eighty_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("relative", TRACES)
 def test_summary_and_analyze_fit_80_columns(relative: str, capsys: pytest.CaptureFixture[str]) -> None:
     path = SHARED_TRACES / relative
-    if not path.exists():
-        pytest.skip("../shared/traces not available")
     check(run(["summary", str(path)], capsys))
     check(run(["analyze", str(path)], capsys))
 
@@ -82,8 +80,6 @@ def test_summary_and_analyze_fit_80_columns(relative: str, capsys: pytest.Captur
 @pytest.mark.shared
 @pytest.mark.parametrize(("base", "test"), DIFFS)
 def test_diff_fits_80_columns(base: str, test: str, capsys: pytest.CaptureFixture[str]) -> None:
-    if not (SHARED_TRACES / base).exists():
-        pytest.skip("../shared/traces not available")
     check(run(["diff", str(SHARED_TRACES / base), str(SHARED_TRACES / test)], capsys))
 
 
@@ -91,8 +87,6 @@ def test_diff_fits_80_columns(base: str, test: str, capsys: pytest.CaptureFixtur
 def test_kernels_that_cut_alike_print_differently(capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN the DLRM trace, whose split_embedding kernels differ only deep inside their template arguments
     path = SHARED_TRACES / "hta_trace_filter"
-    if not path.exists():
-        pytest.skip("../shared/traces not available")
     doc = json.loads(run(["summary", str(path), "--top", "0", "--json"], capsys))
     names = [k["name"] for r in doc["ranks"] for k in r["kernels"]]
     out = run(["summary", str(path), "--top", "0"], capsys)
@@ -153,3 +147,64 @@ def test_trace_strings_are_never_markup(tmp_path: Path, capsys: pytest.CaptureFi
     other = write(tmp_path / "other.json", trace([*ev, cpu("[/]oops[/]", t0 + 200, 500)]))
     out = run(["diff", str(path), str(other)], capsys)
     assert "[/]oops[/]" in re.sub(r"\s+", "", out) or "[/]oops[/]" in out
+
+
+# --- narrow terminals and pipes, on a real run (no shared traces needed) ---------------------------------
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled demo's run folder (12 steps: one window), as `stepscope demo` writes it."""
+    from stepscope.capture.demo import run_demo
+
+    monitor = run_demo(out_dir=tmp_path_factory.mktemp("demo"), steps=12, console=False, report=False)
+    return Path(monitor.run_dir)
+
+
+def number_columns(out: str) -> list[tuple[str, list[str]]]:
+    """(header, cells) of every column but the first (the names) of every table, in the order printed."""
+    return [
+        (" ".join(header.split()), [row[j] for row in rows])
+        for columns, rows in tables(out)
+        for j, header in enumerate(columns)
+        if j
+    ]
+
+
+@pytest.mark.parametrize("command", ["summary", "analyze"])
+def test_at_60_columns_every_number_is_printed(
+    demo_run: Path, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the tables of a real run as a wide terminal shows them
+    monkeypatch.setenv("COLUMNS", "200")
+    wide = run([command, str(demo_run)], capsys)
+    # WHEN the terminal is 60 columns wide
+    monkeypatch.setenv("COLUMNS", "60")
+    narrow = run([command, str(demo_run)], capsys)
+    # THEN no line is wider, and every column is there with every number, in full (what does not fit on the
+    # line continues in a table below, its headers wrapped)
+    assert [line for line in narrow.splitlines() if len(line) > 60] == []
+    assert number_columns(narrow) == number_columns(wide)
+    assert all(cell for _, cells in number_columns(narrow) for cell in cells)
+    if command == "analyze":  # the Steps table needs 70 columns: its last ones continue below
+        assert "Steps (continued)" in narrow
+
+
+@pytest.mark.parametrize("command", ["summary", "analyze"])
+def test_piped_output_has_no_trailing_spaces(demo_run: Path, command: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    # WHEN the output goes into a pipe, as into a log or `diff`
+    done = subprocess.run(
+        [sys.executable, "-m", "stepscope", command, str(demo_run)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "100"},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # THEN it holds its tables, and no line ends in spaces
+    assert tables(done.stdout) and len(lines) > 10
+    assert [line for line in lines if line != line.rstrip()] == []

@@ -187,3 +187,92 @@ def test_a_second_request_while_one_is_pending_is_refused(
         assert main(["trigger", str(tmp_path), "--active", "5"]) == 1
         err = capsys.readouterr().err
         assert "a request is already pending" in err and str(monitor.run_dir / "trigger.json") in err
+
+
+def test_a_finished_job_cannot_be_triggered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import stepscope
+    from stepscope.capture.trigger import read_listeners
+    from stepscope.cli import main
+
+    # GIVEN an on-demand job, which listens while it runs, and then finishes
+    monitor = stepscope.performance_monitor(
+        out_dir=str(tmp_path), on_demand=True, console=False, report=False
+    )
+    with monitor:
+        monitor.step()
+        assert [listener.pid for listener in read_listeners(monitor.run_dir)] == [os.getpid()]
+    files = sorted(p.name for p in monitor.run_dir.iterdir())
+    # WHEN it is triggered, by its run folder or by the folder that holds it
+    for target in (monitor.run_dir, tmp_path):
+        # THEN that is refused in one line naming the folder, and nothing is left in the run folder
+        assert main(["trigger", str(target)]) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and str(target) in lines[0] and captured.out == ""
+        assert "the job has finished" in lines[0] and "cannot record a window" in lines[0]
+    assert sorted(p.name for p in monitor.run_dir.iterdir()) == files
+    assert "trigger.json" not in files and not any(name.startswith(".listening") for name in files)
+
+
+# A job that listens, polls once (at step 0, before any request), then either runs 3 s and ends, or is killed.
+_SHORT_JOB = """
+import os, signal, sys, time
+import stepscope
+monitor = stepscope.performance_monitor(
+    out_dir=sys.argv[1], on_demand=True, trigger_poll_steps=10**6, console=False, report=False
+)
+with monitor:
+    monitor.step()
+    print(f"run folder: {monitor.run_dir}", flush=True)
+    if sys.argv[2] == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
+    for _ in range(30):
+        time.sleep(0.1)
+        monitor.step()
+"""
+
+
+def test_a_killed_job_cannot_be_triggered(tmp_path: Path) -> None:
+    # GIVEN a job killed while it listened (its listener file is left behind)
+    done = subprocess.run(
+        [sys.executable, "-c", _SHORT_JOB, str(tmp_path), "killed"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    run_dir = Path(done.stdout.removeprefix("run folder: ").strip())
+    assert (run_dir / ".listening-rank0.json").is_file()
+    # WHEN it is triggered THEN that is refused, naming the process that is gone, and no request is left
+    trigger = subprocess.run(
+        [sys.executable, "-m", "stepscope", "trigger", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert trigger.returncode == 2, trigger.stdout + trigger.stderr
+    assert "ended without closing its monitor (the processes of rank 0 pid" in trigger.stderr
+    assert not (run_dir / "trigger.json").exists()
+
+
+def test_a_job_that_ends_while_the_trigger_waits_takes_the_request_back(tmp_path: Path) -> None:
+    # GIVEN a running job that will end without looking for requests again
+    job = start([sys.executable, "-c", _SHORT_JOB, str(tmp_path), "ends"], tmp_path)
+    try:
+        assert job.stdout is not None
+        run_dir = Path(job.stdout.readline().removeprefix("run folder: ").strip())
+        # WHEN a trigger waits for its window
+        trigger = subprocess.run(
+            [sys.executable, "-m", "stepscope", "trigger", str(run_dir), "--wait", "60"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        job.communicate(timeout=60)
+    # THEN it stops when the job ends, says so, and withdraws its request
+    assert trigger.returncode == 1 and "requested a window" in trigger.stdout
+    assert "the job has finished (no profiled rank listens" in trigger.stderr
+    assert "before the window was recorded; the request is withdrawn" in trigger.stderr
+    assert not (run_dir / "trigger.json").exists()

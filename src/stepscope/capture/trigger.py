@@ -9,6 +9,10 @@ rank that polled just before the request arrived still sees it in time. The firs
 request once its window is exported; the next request can then be made. Each rank removes the claims of the
 requests it saw when it closes.
 
+While it listens, each profiled rank keeps `.listening-rank<R>.json` in the run folder (its pid and host), removed
+when its monitor closes: `stepscope trigger` tells a running job from a finished one (or a killed one, whose
+process is gone) by these files, and asks nothing of a job that cannot answer.
+
 No torch here.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -28,7 +33,8 @@ import msgspec
 
 from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.capture.schedule import Schedule
-from stepscope.runfolder.atomic import create_exclusive
+from stepscope.runfolder.atomic import atomic_write_bytes, create_exclusive
+from stepscope.runfolder.layout import LISTENER_TEMPLATE
 
 TRIGGER_NAME = "trigger.json"
 CLAIM_TEMPLATE = ".trigger-{id}.json"
@@ -54,6 +60,24 @@ class TriggerClaim(msgspec.Struct):
 
     def schedule(self) -> Schedule:
         return Schedule(wait=0, warmup=self.warmup, active=self.active, repeat=1, skip_first=self.start)
+
+
+class TriggerListener(msgspec.Struct):
+    """A profiled rank that listens for requests: the process and host that run it, and since when (unix time)."""
+
+    rank: int
+    pid: int
+    host: str
+    since: float
+
+
+def read_listeners(run_dir: Path) -> list[TriggerListener]:
+    """The listener files of the run folder, by rank (unreadable ones left out)."""
+    found = []
+    for path in sorted(run_dir.glob(LISTENER_TEMPLATE.format(rank="*"))):
+        with contextlib.suppress(OSError, msgspec.DecodeError):
+            found.append(msgspec.json.decode(path.read_bytes(), type=TriggerListener))
+    return sorted(found, key=lambda listener: listener.rank)
 
 
 def never_schedule(base: Schedule) -> Schedule:
@@ -98,6 +122,7 @@ class TriggerCollector(Collector):
     def __init__(self, ctx: RunContext, replan: Callable[[Schedule, str], None], profiled: int) -> None:
         super().__init__(ctx)
         self.path = ctx.run_dir / TRIGGER_NAME
+        self.listener_path = ctx.run_dir / LISTENER_TEMPLATE.format(rank=ctx.rank)
         self.poll = ctx.config.trigger_poll_steps
         self._replan = replan
         self._profiled = profiled
@@ -109,6 +134,8 @@ class TriggerCollector(Collector):
         self._handler_installed = False
 
     def start(self) -> None:
+        listener = TriggerListener(self.ctx.rank, os.getpid(), socket.gethostname(), time.time())
+        atomic_write_bytes(self.listener_path, msgspec.json.encode(listener))
         self._install_signal_handler()
 
     def next_busy(self, step: int) -> int:
@@ -172,6 +199,8 @@ class TriggerCollector(Collector):
                     self.path.unlink()
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener_path.unlink()
         # The claims only agree the ranks on a window while its request is pending; none is read after the job
         # (`stepscope trigger --wait` reads one while the job runs), so none is left in the run folder.
         for request_id in self._seen:
@@ -203,12 +232,15 @@ class TriggerCollector(Collector):
 
 
 __all__ = [
+    "LISTENER_TEMPLATE",
     "TRIGGER_NAME",
     "TriggerClaim",
     "TriggerCollector",
+    "TriggerListener",
     "TriggerRequest",
     "never_schedule",
     "read_claim",
+    "read_listeners",
     "read_request",
     "request_window",
 ]

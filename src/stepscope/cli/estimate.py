@@ -8,14 +8,11 @@ from typing import Any
 
 import click
 
-from stepscope.cli.run import build_config, config_file_option, config_options
+from stepscope.cli.run import ScriptCommand, build_config, config_file_option, config_options
 from stepscope.errors import InputError
 
 
-@click.command(
-    name="estimate",
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
+@click.command(name="estimate", cls=ScriptCommand, context_settings={"allow_interspersed_args": False})
 @config_file_option
 @click.option("-m", "module", default=None, metavar="MODULE", help="Run a module as `python -m MODULE` does.")
 @click.option(

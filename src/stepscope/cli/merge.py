@@ -17,12 +17,12 @@ from stepscope.cli._common import comm_pattern_option, step_option
     "--output",
     "output",
     type=click.Path(path_type=Path, dir_okay=False),
-    default=Path("merged.json.gz"),
-    show_default=True,
-    help="The merged trace (.json.gz or .json). Open it at ui.perfetto.dev or with `stepscope analyze`.",
+    default=None,
+    help="The merged trace (.json.gz or .json), replaced if it exists. Open it at ui.perfetto.dev or with "
+    "`stepscope analyze`. Default: merged.json.gz here, or merged-2.json.gz, ... when that exists.",
 )
 @comm_pattern_option
-def command(path: Path, step: int | None, output: Path, comm_patterns: tuple[str, ...]) -> None:
+def command(path: Path, step: int | None, output: Path | None, comm_patterns: tuple[str, ...]) -> None:
     """Merge the per-rank traces of PATH (a folder of traces or a run folder) into one trace.
 
     Every rank becomes a process "rank N"; clocks are aligned on the collectives the ranks share (see
@@ -33,6 +33,10 @@ def command(path: Path, step: int | None, output: Path, comm_patterns: tuple[str
 
     patterns = resolve_patterns(path, comm_patterns)
     table = load_traces(path, step=step)
+    if output is None:
+        output = unused_name(DEFAULT_OUTPUT)
+        if output != DEFAULT_OUTPUT:
+            click.echo(f"note: {DEFAULT_OUTPUT} exists (kept); writing {output}. -o names the file", err=True)
     info = merge_traces(table, output, comm_patterns=patterns)
     for notice in table.notices:
         click.echo(f"note: {notice}", err=True)
@@ -46,3 +50,17 @@ def command(path: Path, step: int | None, output: Path, comm_patterns: tuple[str
         how = "no collective matched across ranks: raw clocks kept"
     ranks = "1 rank" if len(info.ranks) == 1 else f"{len(info.ranks)} ranks"
     click.echo(f"{output}: {ranks}, {how}, {info.flows} flow arrows")
+
+
+DEFAULT_OUTPUT = Path("merged.json.gz")
+
+
+def unused_name(path: Path) -> Path:
+    """`path`, or where something (a file, a link, even a broken one) is there already, the first of
+    name-2.json.gz, name-3.json.gz, ... that is free: a merge without -o never replaces an earlier one."""
+    stem, suffixes = path.name.split(".", 1)
+    candidate, n = path, 1
+    while candidate.exists() or candidate.is_symlink():
+        n += 1
+        candidate = path.with_name(f"{stem}-{n}.{suffixes}")
+    return candidate

@@ -69,6 +69,44 @@ def build_config(config_path: Path | None, values: dict[str, Any]) -> ProfileCon
     return ProfileConfig.build(config_path, enabled=True, **overrides)
 
 
+class ScriptCommand(click.Command):
+    """A command whose own options end where the script begins (`train.py`, or `-m MODULE` as with python):
+    an unknown option before it is a usage error, and everything after it is the script's, passed on
+    unchanged (its `--help`, its `--wait`, its `--`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        start = script_start(self.get_params(ctx), args)
+        if start is not None:
+            args = [*args[:start], "--", *args[start:]]
+        return super().parse_args(ctx, args)
+
+
+def script_start(params: list[click.Parameter], args: list[str]) -> int | None:
+    """The index in `args` where the script's own arguments begin: the script, or what follows `-m MODULE`.
+    None where click's parser decides alone: an explicit `--`, an option it does not know (it says so), or no
+    script at all."""
+    takes_value: dict[str, bool] = {}
+    for param in params:
+        if isinstance(param, click.Option):
+            for flag in (*param.opts, *param.secondary_opts):
+                takes_value[flag] = not (param.is_flag or param.count)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return None
+        if not arg.startswith("-") or arg == "-":
+            return i
+        if arg.startswith("-m") and not arg.startswith("--") and "-m" in takes_value:
+            end = i + 1 if len(arg) > 2 else i + 2  # -mpkg or -m pkg: the module's arguments follow
+            return end if end <= len(args) else None
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if name not in takes_value:
+            return None
+        i += 2 if takes_value[name] and name == arg else 1
+    return None
+
+
 def config_file_option(fn: Any) -> Any:
     """`--config YAML`: the options from a file first; flags given on the command line override it."""
     return click.option(
@@ -81,10 +119,7 @@ def config_file_option(fn: Any) -> Any:
     )(fn)
 
 
-@click.command(
-    name="run",
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-)
+@click.command(name="run", cls=ScriptCommand, context_settings={"allow_interspersed_args": False})
 @config_file_option
 @click.option("-m", "module", default=None, metavar="MODULE", help="Run a module as `python -m MODULE` does.")
 @click.option(

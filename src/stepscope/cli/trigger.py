@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from pathlib import Path
@@ -19,8 +20,38 @@ def _on_demand_config(run_dir: Path) -> dict | None:
     return config if config.get("on_demand") else None
 
 
+def not_listening(run_dir: Path) -> str | None:
+    """Why no profiled rank of the run can take a request (the job has finished, or was killed), or None while
+    one listens. A rank on another host is taken to listen: its process cannot be looked at from here."""
+    from stepscope.capture.trigger import read_listeners
+
+    listeners = read_listeners(run_dir)
+    if not listeners:
+        return "the job has finished (no profiled rank listens for a trigger any more)"
+    here = socket.gethostname()
+    if any(listener.host != here or _runs(listener.pid, listener.since) for listener in listeners):
+        return None
+    gone = ", ".join(f"rank {listener.rank} pid {listener.pid}" for listener in listeners)
+    return f"the job has ended without closing its monitor (the processes of {gone} are gone)"
+
+
+def _runs(pid: int, since: float) -> bool:
+    """Whether process `pid` runs and is the one that began to listen at `since` (not a later one that was
+    given the same pid)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return process.create_time() <= since + 1.0 and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
 def resolve_run(path: Path) -> tuple[Path, dict]:
-    """The on-demand run folder PATH names: PATH itself, or the newest on-demand run folder in PATH."""
+    """The on-demand run folder PATH names: PATH itself, or the newest running on-demand run in PATH. A job
+    that has finished is an error: it cannot record a window."""
     from stepscope.runfolder import is_run_folder
 
     if not path.exists():
@@ -31,6 +62,9 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
             raise InputError(
                 path, "this run was not started with on_demand=True, so nothing there listens for a trigger"
             )
+        ended = not_listening(path)
+        if ended is not None:
+            raise InputError(path, f"{ended}: a finished job cannot record a window")
         return path, config
     if not path.is_dir():
         raise InputError(path, "not a run folder or a folder of run folders")
@@ -43,10 +77,19 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
     if not candidates:
         raise InputError(path, "no run folder of an on-demand monitor (on_demand=True) in this folder")
     candidates.sort()
-    _, _, run_dir, config = candidates[-1]
-    if len(candidates) > 1:
+    running = [c for c in candidates if not_listening(c[2]) is None]
+    if not running:
+        newest = candidates[-1][2]
+        raise InputError(
+            path,
+            f"no on-demand job here is running: the newest, {newest.name}: {not_listening(newest)}; a finished "
+            "job cannot record a window",
+        )
+    _, _, run_dir, config = running[-1]
+    if len(running) > 1:
         sys.stderr.write(
-            f"stepscope: note: {len(candidates)} on-demand runs in {path}; triggering the newest, {run_dir.name}\n"
+            f"stepscope: note: {len(running)} running on-demand jobs in {path}; triggering the newest, "
+            f"{run_dir.name}\n"
         )
     return run_dir, config
 
@@ -70,7 +113,9 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
 def command(path: Path, active: int | None, wait_s: float) -> int:
     """Make every profiled rank of a running on-demand job (on_demand=True) record the next window.
 
-    PATH is the job's run folder, or the out_dir that holds it (the newest on-demand run there is taken).
+    PATH is the job's run folder, or the out_dir that holds it (the newest running on-demand job there is
+    taken). A job that has finished, or was killed, cannot record a window: that is an error, and nothing is
+    written.
     The ranks see the request within `trigger_poll_steps` steps and all start the window at the same step:
     `warmup` steps, then the active ones. Sending SIGUSR2 to a profiled rank does the same.
     """
@@ -99,6 +144,7 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
     deadline = time.monotonic() + wait_s
     claim = None
     while time.monotonic() < deadline:
+        ended = not_listening(run_dir)  # before the traces are looked at: a job ends after its last window
         claim = claim or read_claim(run_dir, request.id)
         if claim is not None:
             traces = _window_traces(run_dir, claim.start + claim.warmup + claim.active - 1)
@@ -108,6 +154,12 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
                 for trace in traces:
                     click.echo(f"  {trace}")
                 return 0
+        if ended is not None:
+            _withdraw(run_dir, request.id)
+            click.echo(
+                f"stepscope: {ended} before the window was recorded; the request is withdrawn", err=True
+            )
+            return 1
         time.sleep(0.2)
     state = (
         "not yet seen by any rank (is the job still running?)"
@@ -118,6 +170,15 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
         f"stepscope: the window was not recorded within {wait_s:g} s: the request is {state}", err=True
     )
     return 1
+
+
+def _withdraw(run_dir: Path, request_id: str) -> None:
+    """Remove the request `request_id` if it is still the pending one: no job is left to take it."""
+    from stepscope.capture.trigger import TRIGGER_NAME, read_request
+
+    pending = read_request(run_dir / TRIGGER_NAME)
+    if pending is not None and pending.id == request_id:
+        (run_dir / TRIGGER_NAME).unlink(missing_ok=True)
 
 
 def _window_traces(run_dir: Path, last_step: int) -> list[Path] | None:

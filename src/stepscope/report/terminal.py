@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
@@ -19,14 +21,61 @@ def markup_safe(value: object) -> str:
 
 
 def make_console(file: IO[str] | None = None, width: int | None = None) -> Console:
-    """A console for reports: no colour codes when writing to a file or a pipe."""
-    return Console(file=file, width=width, highlight=False, soft_wrap=False)
+    """A console for reports: no colour codes, and no spaces at the ends of lines, when writing to a file or a
+    pipe (rich pads titles, cells and wrapped text to their width; a log or a `diff` of two outputs would
+    carry them)."""
+    target = file if file is not None else sys.stdout
+    isatty = getattr(target, "isatty", None)
+    out: IO[str] | TrimmedLines | None = file
+    if not (callable(isatty) and isatty()):
+        out = TrimmedLines(file)
+    # rich needs only write, flush, isatty and encoding of its file
+    return Console(file=out, width=width, highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+
+
+class TrimmedLines:
+    """A text stream that writes to `file` (None: the sys.stdout of the moment) without the spaces before each
+    newline. Spaces at the end of one write wait for the next: text after them on the same line keeps them."""
+
+    def __init__(self, file: IO[str] | None) -> None:
+        self._file = file
+        self._held = ""
+
+    @property
+    def target(self) -> IO[str]:
+        return self._file if self._file is not None else sys.stdout
+
+    def write(self, text: str) -> int:
+        whole = self._held + text
+        body = whole.rstrip(" ")
+        self._held = whole[len(body) :]
+        self.target.write(_SPACES_BEFORE_NEWLINE.sub("\n", body))
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.target.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.target, "encoding", None) or "utf-8"
+
+
+_SPACES_BEFORE_NEWLINE = re.compile(r" +\n")
 
 
 class FitTable:
     """A table that fits the console: the number columns (from index `numeric_from` on) keep their full width and
     the name columns before them share what is left, their cells shortened by `distinct_labels` (never two
-    different names alike). With `wide` (or a console wide enough) names print in full."""
+    different names alike). Where the number columns alone are too wide, their headers wrap at spaces, and what
+    still does not fit goes into a table of its own below (the name columns repeated, the title marked
+    "(continued)"): no number is ever cut or dropped. With `wide` (or a console wide enough) names print in
+    full, in one table."""
 
     def __init__(
         self,
@@ -44,17 +93,47 @@ class FitTable:
         self.wide = wide
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.table(options.max_width)
+        for k, group in enumerate(self.column_groups(options.max_width)):
+            title = self.title if k == 0 or not self.title else f"{self.title} (continued)"
+            yield self.table(options.max_width, group, title)
 
-    def table(self, width: int) -> Table:
+    def column_groups(self, width: int) -> list[list[int]]:
+        """The columns of each table to print: all of them where they fit (names shortened, headers wrapped),
+        else the name columns with as many number columns as fit, then the name columns with the next ones."""
         n = len(self.columns)
-        natural = [
-            max([_cell_width(self.columns[i])] + [len(r[i]) for r in self.rows if i < len(r)])
-            for i in range(n)
-        ]
-        rows = [list(r) for r in self.rows]
         names = list(range(min(self.numeric_from, n)))
-        fixed = sum(natural[i] for i in range(n) if i not in names) + 3 * (n - 1)
+        numbers = list(range(len(names), n))
+        if self.wide or not numbers:
+            return [list(range(n))]
+        least = {i: min(self._natural(i), max(MIN_NAME_WIDTH, _cell_width(self.columns[i]))) for i in names}
+        least.update({i: self._natural(i, wrapped=True) for i in numbers})
+
+        def fits(columns: list[int]) -> bool:
+            return sum(least[i] for i in columns) + 3 * (len(columns) - 1) <= width
+
+        groups: list[list[int]] = [[]]
+        for i in numbers:
+            if groups[-1] and not fits([*names, *groups[-1], i]):
+                groups.append([])
+            groups[-1].append(i)
+        return [[*names, *group] for group in groups]
+
+    def table(self, width: int, columns: Sequence[int] | None = None, title: str | None = None) -> Table:
+        """One table of `columns` (indices; default all, with the title) fitted to `width`."""
+        if columns is None:
+            columns, title = list(range(len(self.columns))), self.title
+        names = [i for i in columns if i < self.numeric_from]
+        headers = {i: self.columns[i] for i in columns}
+        natural = {i: self._natural(i) for i in columns}
+        # headers wrap only where the names, shortened as far as they go, leave too little room
+        shortest = {i: min(natural[i], max(MIN_NAME_WIDTH, _cell_width(self.columns[i]))) for i in names}
+        if sum({**natural, **shortest}.values()) + 3 * (len(columns) - 1) > width and not self.wide:
+            for i in columns:
+                if i not in names:
+                    natural[i] = self._natural(i, wrapped=True)
+                    headers[i] = _wrapped(self.columns[i], natural[i])
+        rows = [list(r) for r in self.rows]
+        fixed = sum(natural[i] for i in columns if i not in names) + 3 * (len(columns) - 1)
         room = width - fixed
         if not self.wide and names and sum(natural[i] for i in names) > room:
             # the name columns share the room left, each at least MIN_NAME_WIDTH, in proportion to their need
@@ -67,16 +146,16 @@ class FitTable:
                         r[i] = label
                 natural[i] = max([_cell_width(self.columns[i])] + [len(label) for label in labels])
         table = Table(
-            title=self.title,
+            title=title,
             title_justify="left",
             header_style="bold",
             show_edge=False,
             pad_edge=False,
             expand=False,
         )
-        for i, column in enumerate(self.columns):
+        for i in columns:
             table.add_column(
-                column,
+                headers[i],
                 justify="left" if i < self.numeric_from else "right",
                 no_wrap=True,
                 min_width=natural[i],
@@ -85,8 +164,15 @@ class FitTable:
             )
         for row in rows:
             # Cells are text, never markup: a name like "loss[/]" or "[bold]x" prints as written.
-            table.add_row(*(Text(cell) for cell in row))
+            table.add_row(*(Text(row[i]) if i < len(row) else Text("") for i in columns))
         return table
+
+    def _natural(self, i: int, *, wrapped: bool = False) -> int:
+        """The width column `i` needs: its longest cell, and its header (or, `wrapped`, the header's longest
+        word)."""
+        header = self.columns[i]
+        head = max((len(w) for w in header.split()), default=0) if wrapped else _cell_width(header)
+        return max([head] + [len(r[i]) for r in self.rows if i < len(r)])
 
 
 def make_table(
@@ -103,6 +189,21 @@ def make_table(
 
 def _cell_width(text: str) -> int:
     return max((len(line) for line in text.split("\n")), default=0)
+
+
+def _wrapped(header: str, width: int) -> str:
+    """`header` broken at spaces into lines of at most `width` (a longer word keeps its own line)."""
+    lines = []
+    for part in header.split("\n"):
+        line = ""
+        for word in part.split():
+            if line and len(line) + 1 + len(word) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "\n".join(lines)
 
 
 MIN_NAME_WIDTH = 12
