@@ -29,7 +29,6 @@ PHASE_KEYS = ("dataloader_us", "forward_us", "backward_us", "optimizer_us")
 
 def run_job(out: Path, job: str) -> Path:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("STEPSCOPE_CONSOLE", None)
     done = subprocess.run(
         [sys.executable, str(JOBS), str(out), job], capture_output=True, text=True, env=env, timeout=300
     )
