@@ -11,8 +11,9 @@ A gate on a phase of the profiled window needs the step time over the plain step
 significantly the same way, its fast steps too, and by at least 1 / WINDOW_SLACK of the phase's change at its
 low end: a few consecutive profiled steps share one moment of the machine, so their spread cannot tell a slower
 phase from a busier machine, while the plain steps cover the run. And its threshold counts beyond the plain
-steps' own relative change: a run slower everywhere by X% has every phase X% slower, and a phase gate asks what
-changed in that phase beyond it. With too few values to bound the change a gate is not checked, and says so.
+steps' own relative change, up to MACHINE_SLOWDOWN: a run slower everywhere by X% has every phase X% slower,
+and a phase gate asks what changed in that phase beyond it. With too few values to bound the change a gate is
+not checked, and says so.
 
 `new_high>N` counts the findings that are HIGH in TEST but were not HIGH in BASE (new, or escalated from a lower
 severity), except one whose own phase (diff_findings.FINDING_PHASES) shows no significant change (its share of
@@ -34,6 +35,9 @@ _UNIT_MS = {"ms": 1.0, "us": 1e-3, "s": 1e3}
 # A phase of the profiled window may move by up to this many times what the plain steps' step time moved: the
 # profiler slows the window (measured: a 5 ms sleep per step read +7.1 to +7.4 ms in the window, under load).
 WINDOW_SLACK = 2.0
+# The most a busier machine slowed a whole run in our measurements (runs of one script seconds apart on the
+# 2-core development machine: 10-20%): a phase gate discounts the plain steps' relative change up to this much.
+MACHINE_SLOWDOWN = 0.2
 
 
 def parse_gate(expression: str) -> tuple[str, str, float, str | None]:
@@ -135,18 +139,19 @@ def _time_gate(diff: Diff, expression: str, metric: str, op: str, number: float,
 
 
 def _step_ratio(diff: Diff, grew: bool) -> float:
-    """The plain steps' relative change in the gate's direction (0 when they moved the other way or are absent)."""
+    """The plain steps' relative change in the gate's direction, at most MACHINE_SLOWDOWN (0 when they moved the
+    other way or are absent): beyond it, a change of the whole step is no busier machine but a cost added."""
     st = diff.step_time
     if st.base.source != "plain" or st.delta_ms is None or not st.base.median_ms:
         return 0.0
     ratio = st.delta_ms / st.base.median_ms
-    return max(ratio, 0.0) if grew else min(ratio, 0.0)
+    return min(max(ratio, 0.0), MACHINE_SLOWDOWN) if grew else max(min(ratio, 0.0), -MACHINE_SLOWDOWN)
 
 
 def _beyond_the_step(diff: Diff, grew: bool, low: float, high: float, base: float, limit: float) -> bool:
     """Whether a phase moved beyond the threshold by more than the whole step's relative change explains: a run
-    slower everywhere by X% (a slower machine, a slower library) has every phase X% slower; a phase gate asks
-    what changed in that phase beyond it."""
+    slower everywhere by X% (a busier machine) has every phase X% slower; a phase gate asks what changed in that
+    phase beyond it."""
     explained = base * _step_ratio(diff, grew)
     return low - explained > limit if grew else high - explained < -limit
 
