@@ -304,7 +304,7 @@ def test_a_phase_the_trace_never_annotates_is_null_in_the_breakdown() -> None:
     assert (evidence["backward_ms_per_step"], evidence["optimizer_ms_per_step"]) == (0.4, 0.1)
     assert (evidence["other_ms_per_step"], evidence["step_ms"], evidence["steps"]) == (0.5, 1.0, 3)
     assert '"forward_ms_per_step":null' in msgspec.json.encode(result).decode()
-    assert "not annotated" in breakdown.message and "data loading, forward" in breakdown.message
+    assert "does not annotate data loading and forward: that time is in other code" in breakdown.message
 
 
 def test_a_finding_on_ranks_at_a_similar_cost_is_one_finding() -> None:

@@ -124,6 +124,21 @@ def test_communication_is_its_own_step_category(ddp_doc: dict[str, Any]) -> None
             assert sum(r["cpu_exec_us"] for r in rows) / n < 0.5 * mean["communication_us"]
 
 
+def test_the_step_breakdown_names_communication_not_other_code(ddp_doc: dict[str, Any]) -> None:
+    # GIVEN the ranks that wait for rank 2 most of each step, inside gloo's all-reduces
+    breakdowns = [f for f in ddp_doc["findings"] if f["id"] == "step_breakdown"]
+    covered = {r for f in breakdowns for r in f["ranks"]}
+    assert set(WAITING_RANKS) <= covered
+    for f in breakdowns:
+        evidence = f["evidence"]
+        # THEN the step breakdown gives that time to communication, as the step categories do, not to other code
+        assert "communication (outside the phases)" in f["message"]
+        assert evidence["communication_ms_per_step"] > 0
+        if set(f["ranks"]) <= set(WAITING_RANKS):
+            assert evidence["communication_ms_per_step"] >= 0.5 * evidence["step_ms"]
+            assert evidence["other_ms_per_step"] < 0.25 * evidence["step_ms"]
+
+
 def overview_rows(html: str) -> dict[str, float]:
     """The report's overview-categories table: category -> microseconds per step."""
     table = html[html.index('<table id="overview-categories"') :]

@@ -31,6 +31,7 @@ PHASE_LABELS = {
     "forward": "forward",
     "backward": "backward",
     "optimizer": "optimizer",
+    "communication": "communication (outside the phases)",
     "other": "other code (outside the annotated phases)",
 }
 _X = ord("X")

@@ -152,7 +152,7 @@ def analyze_rank_part(
     keep_op_trees(data.table, ("cpu_op",))
     result = analyze_rank(data, top=top, comm=summary.comm)
     instances = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
-    findings = rank_findings(data, result.temporal, result.communication)
+    findings = rank_findings(data, result.temporal, result.communication, summary.comm)
     return RankPart(result, findings, instances, summary)
 
 

@@ -132,8 +132,10 @@ def rank_findings(
     data: RankData,
     temporal: Temporal | None,
     overlap: CommOverlap | None,
+    comm: iv.Intervals | None = None,
 ) -> list[Finding]:
-    """Every rule that applies to one rank."""
+    """Every rule that applies to one rank. `comm`: the rank's time in communication, a union
+    (collectives.communication_intervals)."""
     out: list[Finding] = []
     gaps = _idle_gaps(data)
     loader = _host.phase_unions(data.table, data.lo, data.hi)["data_loader"]
@@ -152,7 +154,7 @@ def rank_findings(
         if found is not None:
             out.append(found)
     if len(data.gpu_all) == 0:
-        out.extend(_cpu_only(data, loader))
+        out.extend(_cpu_only(data, loader, comm))
     return out
 
 
@@ -560,14 +562,14 @@ def _pageable(data: RankData) -> Finding | None:
     )
 
 
-def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
+def _cpu_only(data: RankData, loader: iv.Intervals, comm: iv.Intervals | None) -> list[Finding]:
     """Runs without GPU activity: where the step goes (info), and the CPU-side problems that hold it."""
     steps = WindowSteps.of(data)
     n = len(steps)
     if data.hi <= data.lo:
         return []
     phases_iv = _host.phase_unions(data.table, data.lo, data.hi)
-    out = [_step_breakdown(data, steps, phases_iv)]
+    out = [_step_breakdown(data, steps, phases_iv, comm)]
     count, small, small_ops = _host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
     many_small = small / n >= SMALL_OPS_MIN_PER_STEP
     # the Python issuing a run of small ops one after another is that run's own cost (many_small_ops)
@@ -640,11 +642,17 @@ def _cpu_only(data: RankData, loader: iv.Intervals) -> list[Finding]:
     return out
 
 
-def _step_breakdown(data: RankData, steps: WindowSteps, phases_iv: dict[str, iv.Intervals]) -> Finding:
-    """Where the median step goes, phase by phase (each figure the median over the window's steps, so they need
-    not add up to the median step); a phase the trace never annotates is null, not 0."""
+def _step_breakdown(
+    data: RankData, steps: WindowSteps, phases_iv: dict[str, iv.Intervals], comm: iv.Intervals | None
+) -> Finding:
+    """Where the median step goes, phase by phase, then the communication outside the phases (each figure the
+    median over the window's steps, so they need not add up to the median step); a phase the trace never
+    annotates is null, not 0."""
     annotated = _host.annotated_phases(data.table)
     per_step = {p: steps.covered(u) for p, u in phases_iv.items()}
+    if comm is not None:
+        outside = iv.subtract(iv.clip(comm, data.lo, data.hi), _all(phases_iv))
+        per_step["communication"] = steps.covered(outside)
     per_step["other"] = np.maximum(steps.length - sum(per_step.values()), 0)
     step_ns = median(steps.length.tolist())
     medians = {p: median(v.tolist()) for p, v in per_step.items()}
@@ -652,16 +660,24 @@ def _step_breakdown(data: RankData, steps: WindowSteps, phases_iv: dict[str, iv.
         f"{_host.PHASE_LABELS[p]} {fmt_ns(ns)} ({100 * ns / step_ns:.0f}%)" for p, ns in medians.items() if ns
     )
     evidence: Evidence = {
-        f"{p}_ms_per_step": _ms(ns) if p == "other" or p in annotated else None for p, ns in medians.items()
+        f"{p}_ms_per_step": _ms(ns) if p in ("other", "communication") or p in annotated else None
+        for p, ns in medians.items()
     }
     evidence.update({"step_ms": _ms(step_ns), "steps": len(steps)})
     unannotated = [_host.PHASE_LABELS[p] for p in _host.PHASES if p not in annotated]
-    unknown = f" (not annotated, so inside other code: {', '.join(unannotated)})" if unannotated else ""
+    unknown = ""
+    if unannotated:
+        which = (
+            " and ".join((", ".join(unannotated[:-1]), unannotated[-1]))
+            if len(unannotated) > 1
+            else unannotated[0]
+        )
+        unknown = f" The trace does not annotate {which}: that time is in other code."
     return Finding(
         "step_breakdown",
         "info",
         data.rank,
-        f"No GPU activity: the median step ({fmt_ns(step_ns)}) goes to {parts}{unknown}.",
+        f"No GPU activity: the median step ({fmt_ns(step_ns)}) goes to {parts}.{unknown}",
         evidence,
         steps=len(steps),
     )
