@@ -233,6 +233,9 @@ def _rank_parts(r: RankAnalysis, wide: bool) -> Iterator[RenderableType]:
     yield Text("")
 
 
+_STEP_PHASE = {"none": "outside the windows"}  # metrics.jsonl's phase of a step the profiler did not record
+
+
 def _ms(value: float | None) -> str:
     return fmt_us(value * 1e3) if value is not None else "-"
 
@@ -246,6 +249,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             (
                 str(t.rank),
                 str(t.steps),
+                str(t.plain_steps),
                 _ms(t.median_ms),
                 _ms(t.p90_ms),
                 _ms(t.traced_median_ms),
@@ -253,10 +257,17 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             )
             for t in run.step_times
         ]
-        columns = ("rank", "steps", "median", "p90", "in\nwindows", "trend")
-        yield make_table("Step time over the whole run (steps outside the windows)", columns, rows)
+        columns = ("rank", "steps", "plain\nsteps", "median", "p90", "in\nwindows", "trend")
+        yield make_table("Step time over the whole run", columns, rows)
+        yield Text(
+            "median, p90 and trend: of the plain steps (outside the profiled windows, neither the first step nor "
+            "one that counted FLOPs or logged collectives); in windows: the median traced step",
+            style="dim",
+        )
         for t in run.step_times:
-            slowest = ", ".join(f"{s.step} ({_ms(s.wall_ms)}, {s.phase})" for s in t.slowest[:3])
+            slowest = ", ".join(
+                f"{s.step} ({_ms(s.wall_ms)}, {_STEP_PHASE.get(s.phase, s.phase)})" for s in t.slowest[:3]
+            )
             yield f"[dim]rank {t.rank} slowest steps: {slowest}[/dim]"
             yield Text(f"rank {t.rank} {t.trend_note}", style="dim")
         windows = run.step_times[0].windows
