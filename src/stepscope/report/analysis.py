@@ -99,8 +99,14 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
             )
         if s.slowest_rank is not None:
             yield (
-                f"slowest rank {s.slowest_rank}: {fmt_us(s.slowest_step_us)} per step, "
+                f"longest mean step: rank {s.slowest_rank}, {fmt_us(s.slowest_step_us)} per step, "
                 f"{fmt_us(s.spread_us)} ({fmt_pct(s.spread_pct)}) more than rank {s.fastest_rank}"
+                + (
+                    " (the ranks' steps end together at the collectives: the rank that holds the others back is "
+                    "the straggler, below)"
+                    if result.straggler is not None
+                    else ""
+                )
             )
         st = result.straggler
         if st is not None:
