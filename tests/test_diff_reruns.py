@@ -18,7 +18,8 @@ from ._rerun_job import SCHEDULE, STEPS
 
 JOB = Path(__file__).with_name("_rerun_job.py")
 RUNS = 4  # 12 ordered pairs
-SLEEP_MS = 5.0  # the slowdown: 5 ms of sleep at the end of each step of a ~0.5 ms step
+SLEEP_MS = 10.0  # the slowdown: 10 ms of sleep at the end of each step of a ~0.5 ms step (the 6-step window
+# of a loaded machine can hold a few ms of preemption, which must not reach the other gate's 95% low end)
 # a gate on every metric, at the thresholds the docs use
 GATES = [
     "step_time>+5%",
