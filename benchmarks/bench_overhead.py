@@ -146,6 +146,138 @@ def _raw_active(
     prof.stop()
 
 
+STALL_SCHEDULE = {"wait": 4, "warmup": 1, "active": 3}
+
+
+def stall_model(blocks: int = 40, width: int = 256, batch: int = 32) -> tuple[Any, Callable[[Any], Any], Any]:
+    """The window-end workload of issue #32: `blocks` x (Linear + LayerNorm + GELU), SGD, one fixed batch."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    layers: list[Any] = []
+    for _ in range(blocks):
+        layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
+    model = nn.Sequential(*layers)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    return (
+        model,
+        make_train_step(model, optimizer),
+        (torch.randn(batch, width), torch.randint(0, width, (batch,))),
+    )
+
+
+def window_end_stall(
+    model: Any, plain: Callable[[Any], Any], batch: Any, rounds: int, windows: int, out_dir: str
+) -> dict[str, Any]:
+    """The stall of the step that ends a window: its time minus the median of the plain (wait-phase) steps of
+    the same run, for the monitor (console table on, report off) and for raw torch.profiler exporting in
+    on_trace_ready; rounds alternate which goes first. Medians over every window of every round, the ratio of
+    the medians, and what the monitor's worker left at close (traces, summaries, tables per window)."""
+    stalls: dict[str, list[float]] = {"monitor": [], "raw torch.profiler": []}
+    written = {"windows": 0, "traces": 0, "summaries": 0, "tables": 0}
+    for i in range(rounds):
+        order = [_monitor_stall, _raw_stall] if i % 2 == 0 else [_raw_stall, _monitor_stall]
+        for run in order:
+            run(model, plain, batch, windows, out_dir, stalls, written)
+    med = {name: statistics.median(values) for name, values in stalls.items()}
+    return {
+        "stall_ms": med,
+        "ratio": med["monitor"] / med["raw torch.profiler"],
+        "windows_per_variant": len(stalls["monitor"]),
+        "written": written,
+    }
+
+
+def _stall_steps(times: list[float], first_step: int, windows: int) -> list[float]:
+    """The window-end steps' times minus the median wait-phase step; times[j] is step first_step + j."""
+    steps = range(first_step, first_step + len(times))
+    base = statistics.median(
+        t for s, t in zip(steps, times, strict=True) if s % CYCLE < STALL_SCHEDULE["wait"]
+    )
+    return [times[k * CYCLE + CYCLE - 1 - first_step] - base for k in range(windows)]
+
+
+CYCLE = sum(STALL_SCHEDULE.values())
+
+
+def _monitor_stall(
+    model: Any,
+    plain: Any,
+    batch: Any,
+    windows: int,
+    out_dir: str,
+    stalls: dict[str, list[float]],
+    written: dict[str, int],
+) -> None:
+    import contextlib
+    import io
+
+    from stepscope.runfolder import read_manifest
+
+    monitor = stepscope.performance_monitor(
+        model, out_dir=out_dir, **STALL_SCHEDULE, repeat=windows, console=True, report=False
+    )
+    step = monitor(plain)
+    tables = io.StringIO()
+    with contextlib.redirect_stderr(tables):  # the worker prints each window's table on sys.stderr
+        step(
+            batch
+        )  # starts the monitor (the run folder): not a steady-state step, outside the counted cycles
+        times = [timed(lambda: step(batch)) for _ in range(CYCLE * windows)]
+        monitor.close()
+    stalls["monitor"] += _stall_steps(times, 1, windows)
+    assert monitor.run_dir is not None
+    artifacts = read_manifest(monitor.run_dir).artifacts
+    written["windows"] += windows
+    written["traces"] += sum(a.kind == "trace" for a in artifacts)
+    written["summaries"] += sum(a.kind == "summary" for a in artifacts)
+    written["tables"] += tables.getvalue().count("stepscope: top ops, rank 0, window ending at step")
+
+
+def _raw_stall(
+    model: Any,
+    plain: Any,
+    batch: Any,
+    windows: int,
+    out_dir: str,
+    stalls: dict[str, list[float]],
+    written: dict[str, int],
+) -> None:
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    prof = profile(
+        activities=activities,
+        schedule=schedule(**STALL_SCHEDULE, repeat=windows),
+        on_trace_ready=lambda p: p.export_chrome_trace(f"{out_dir}/raw_stall.json"),
+    )
+    prof.start()
+    times = [timed(lambda: plain(batch), prof.step) for _ in range(CYCLE * windows)]
+    prof.stop()
+    stalls["raw torch.profiler"] += _stall_steps(times, 0, windows)
+
+
+def print_stall(result: dict[str, Any], rounds: int, windows: int) -> None:
+    med, w = result["stall_ms"], result["written"]
+    print(
+        f"window-end stall: 40 x (Linear 256 + LayerNorm + GELU), batch 32, 1 thread; wait {STALL_SCHEDULE['wait']}, "
+        f"warmup {STALL_SCHEDULE['warmup']}, active {STALL_SCHEDULE['active']}; {rounds} rounds x {windows} windows "
+        "per variant, alternating\n"
+    )
+    print("| variant | median stall ms (window-end step - plain step) | ratio |")
+    print("|---|---:|---:|")
+    print(
+        f"| raw torch.profiler (export_chrome_trace in on_trace_ready) | {med['raw torch.profiler']:.1f} | 1.00x |"
+    )
+    print(f"| monitor (console table on) | {med['monitor']:.1f} | {result['ratio']:.2f}x |")
+    print(
+        f"\nat close: {w['traces']} traces, {w['summaries']} summaries, {w['tables']} console tables for "
+        f"{w['windows']} windows"
+    )
+
+
 def call_cost_ns(out_dir: str, repeat: int = 7) -> dict[str, float]:
     """ns per call of a no-op function: bare, decorated by a disabled monitor, decorated by a monitor in its wait
     phase, and a no-op plus `monitor.step()` of a `with monitor:` in its wait phase. Each monitor variant runs
@@ -206,9 +338,22 @@ def main() -> None:
     parser.add_argument(
         "--calls-only", action="store_true", help="only the per-call costs (no-op steps), not the step rounds"
     )
+    parser.add_argument(
+        "--stall",
+        action="store_true",
+        help="only the window-end stall (monitor vs raw torch.profiler), --rounds rounds of --windows windows",
+    )
+    parser.add_argument("--windows", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
+    if args.stall:
+        model, plain, batch = stall_model()
+        with tempfile.TemporaryDirectory() as out_dir:
+            window_end_stall(model, plain, batch, 1, 1, out_dir)  # warm-up, not counted
+            result = window_end_stall(model, plain, batch, args.rounds, args.windows, out_dir)
+        print_stall(result, args.rounds, args.windows)
+        return
     if args.calls_only:
         print_call_costs()
         return

@@ -7,8 +7,9 @@ CUDA, a dry run of each check's CPU fallback (GPU checks: "skipped: no CUDA").
 
 The workload: a small causal transformer trained in bf16 autocast with AdamW
 and a DataLoader (every collector on), a square bf16 GEMM of known size (FLOPs
-and MFU against perf_counter around each step), a deliberate OOM (the OOM snapshot) and the
-overhead of the monitor beside raw torch.profiler. It prints one Markdown table
+and MFU against perf_counter around each step), a deliberate OOM (the OOM snapshot), the
+overhead of the monitor beside raw torch.profiler and the stall of the step that ends a window beside raw
+torch.profiler's export. It prints one Markdown table
 (check | result | figure, to paste into docs/gpu.md) and writes the same as
 JSON. Exit status 1 when a check failed.
 """
@@ -44,7 +45,7 @@ if importlib.util.find_spec("stepscope") is None:  # run from a checkout without
 
 import stepscope
 from _gpu_workload import CPU_SIZES, GPU_SIZES, Gemm, Sizes, batches, build_training, make_train_step
-from bench_overhead import VARIANTS, measure_round
+from bench_overhead import STALL_SCHEDULE, VARIANTS, measure_round, window_end_stall
 from stepscope.capture.collector import StepscopeWarning
 from stepscope.capture.peaks import device_key, lookup_peak
 from stepscope.capture.schedule import Schedule
@@ -52,7 +53,10 @@ from stepscope.runfolder import read_manifest
 from stepscope.runfolder.atomic import atomic_write_text
 
 SCHEMA = "stepscope.gpu_check/1"
-PHASES = ("train", "gemm", "oom", "overhead")
+PHASES = ("train", "gemm", "oom", "overhead", "stall")
+# The step that ends a window vs raw torch.profiler's export (issue #32): the target on CUDA; the dry mode's
+# windows are tiny and few, there the check proves that the path runs and every window is written.
+STALL_LIMITS = {True: 1.25, False: 3.0}
 NO_CUDA = "skipped: no CUDA"
 TRAIN_SCHEDULE = {"wait": 3, "warmup": 1, "active": 3, "repeat": 2}
 TRAIN_STEPS = 18  # windows [4, 6] and [11, 13]; steps 8, 9, 15-17 are undisturbed, timed for TFLOP/s
@@ -313,6 +317,34 @@ def overhead_phase(
             measure_round(i, steps, tmp, results, t.model, plain, (tokens,))
             per_round.append({k: statistics.median(v) for k, v in results.items()})
     return Overhead(per_round, batch)
+
+
+def stall_phase(out: Path, s: Sizes, device: torch.device, rounds: int, batch: int) -> dict[str, Any]:
+    """bench_overhead's window-end stall on the transformer step: the step that ends a window minus a plain
+    step, the monitor (console table on) vs raw torch.profiler exporting in on_trace_ready, alternating."""
+    t = build_training(s, device, steps=1)
+    tokens = torch.randint(0, s.vocab, (batch, s.seq + 1))
+    plain = make_train_step(t)
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory(dir=out) as tmp:
+        warnings.simplefilter("ignore")
+        window_end_stall(t.model, plain, (tokens,), 1, 1, tmp)  # warm-up, not counted
+        return window_end_stall(t.model, plain, (tokens,), rounds, 2, tmp)
+
+
+def stall_checks(c: Checks, r: dict[str, Any], cuda: bool) -> None:
+    limit = STALL_LIMITS[cuda]
+
+    def stall() -> tuple[bool, str]:
+        med, w = r["stall_ms"], r["written"]
+        all_written = w["traces"] == w["summaries"] == w["tables"] == w["windows"]
+        return r["ratio"] <= limit and all_written, (
+            f"monitor {med['monitor']:.1f} ms vs raw torch.profiler {med['raw torch.profiler']:.1f} ms: "
+            f"{r['ratio']:.2f}x (limit {limit}x), {r['windows_per_variant']} windows each "
+            f"(active {STALL_SCHEDULE['active']}); at close {w['traces']} traces, {w['summaries']} summaries, "
+            f"{w['tables']} tables of {w['windows']} windows"
+        )
+
+    c.run("window end: stall vs raw torch.profiler's export", stall)
 
 
 def nsys_workload(out: Path) -> None:
@@ -866,6 +898,11 @@ def run_phases(
             overhead = overhead_phase(args.out, s, device, rounds, steps, s.overhead_batch)
             doc["overhead_ms_per_step"] = overhead.rounds
             overhead_checks(c, overhead, cuda)
+    if "stall" in only:
+        with phase("stall: the step that ends a window vs raw torch.profiler's export"):
+            stall = stall_phase(args.out, s, device, args.rounds or (4 if cuda else 2), s.overhead_batch)
+            doc["window_end_stall"] = stall
+            stall_checks(c, stall, cuda)
 
 
 if __name__ == "__main__":

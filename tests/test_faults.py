@@ -214,13 +214,16 @@ def test_corrupt_manifest_during_the_run_warns_at_close(tmp_path: Path) -> None:
 
 
 def test_failing_summary_costs_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN torch's key_averages failing as it does with stacks on some runs
+    # GIVEN the child that summarises each window failing (and torch's key_averages too, which is never called)
     import torch
+
+    from stepscope.capture import window_end
 
     def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
 
     monkeypatch.setattr(torch.profiler.profile, "key_averages", broken)
+    monkeypatch.setattr(window_end, "CHILD_COMMAND", (sys.executable, "-c", "raise SystemExit(1)"))
     # WHEN four windows are recorded
     _, _, messages = train_and_close(tmp_path, 8, wait=0, warmup=1, active=1, repeat=4, console=True)
     # THEN all four traces are written, and one warning says the summaries are off
@@ -245,7 +248,8 @@ def test_region_names_with_markup_are_printed_as_written(
 
 
 def test_a_kill_during_export_leaves_no_system_temp_file_and_the_traces_folder_loads(tmp_path: Path) -> None:
-    # GIVEN a job killed in the middle of its second window's export (the JSON written, not yet packed)
+    # GIVEN a job killed in the middle of its second window's export (the JSON written, not yet packed), once the
+    # first window's worker has written its trace
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()
     done = run_job(
@@ -262,8 +266,11 @@ def test_a_kill_during_export_leaves_no_system_temp_file_and_the_traces_folder_l
         torch.autograd.profiler.profile.export_chrome_trace = export_then_die
         m = stepscope.performance_monitor(model, out_dir="out", wait=0, warmup=1, active=1, repeat=2, console=False)
         s = m(step)
-        for _ in range(4):
+        import glob, time
+        for i in range(4):
             s()
+            while i == 1 and not glob.glob("out/*/traces/rank0_step1.json.gz"):
+                time.sleep(0.02)
         """,
         env={"TMPDIR": str(tmp)},
     )

@@ -87,7 +87,8 @@ def test_run_folder_layout(tmp_path: Path) -> None:
     assert all(line["rank"] == 0 and line["wall_ms"] > 0 for line in lines)
     assert [line["phase"] for line in lines] == ["warmup", "record", "record_and_save", "none", "none"]
     summary = (run_dir / "summaries/rank0_step2.txt").read_text()
-    assert "sorted by self_cpu_time" in summary and "Memory overview" in summary and "aten::" in summary
+    assert summary.startswith("stepscope summary: rank 0, window ending at step 2 (steps 1-2)")
+    assert "CPU ops by self time" in summary and "Memory overview" in summary and "aten::addmm" in summary
     # after close (and the report's manifest update) nothing is left but what the manifest indexes: no lock file
     assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []
 

@@ -18,6 +18,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,8 +100,9 @@ class Window:
     last_step: int  # last active step (the window's trace is named after it)
     trace_path: Path
     profiler: Any  # the stopped torch profiler (export_memory_timeline etc. still work on it)
-    averages: Any = None  # its key averages (None when torch could not compute them)
-    sort_key: str = "self_cpu_time_total"  # self_device_time_total when the window has device time
+    # its top ops and kernels (a capture.window_end.TopOps), once the worker has read the trace: None when it
+    # could not; add_done_callback runs on the worker's thread, or at once when they are known
+    top_ops: Future[Any] | None = None
     partial: bool = False  # the job stopped inside the window
     notes: list[str] = field(default_factory=list)
 

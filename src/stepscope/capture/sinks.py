@@ -3,14 +3,18 @@
 TensorBoard (`tensorboard=True`): every numeric field of the metrics line of each step a collector worked at
 (wall time, TFLOP/s, MFU, memory fields, ...) as a scalar, in `tensorboard/rank{R}/` of the run folder (kind
 `tensorboard`). W&B (`wandb=True`): `tflops_rank_{R}` (and `mfu_rank_{R}`) when the FLOP collector has a new
-median throughput figure, and `prof/<op>/cuda_time_total` / `prof/<op>/cpu_time_total` (microseconds) for the
-top 10 ops of each window.
+median throughput figure, and for each window `prof/<op>/cpu_time_total` (microseconds, self and children)
+of its top 10 host ops by self CPU time, `prof/<kernel>/cuda_time_total` of its top 10 GPU kernels, and
+`window_step`, the window's last step (the W&B x-axis of the `prof/` charts). A window's top ops come from the
+worker that reads its trace off the training thread: they are logged at the first step the sink sees after
+they are known (or at close), so that W&B's step axis only moves forward.
 It logs into the run the script already has open (attached to its next step), else into its own run.
 Both packages are optional extras, imported here only when asked for; without them the run goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -44,15 +48,15 @@ def scalar_tag(field: str) -> str:
     return f"metrics/{field}"
 
 
-def top_op_scalars(averages: Any, sort_key: str, limit: int = TOP_OPS) -> dict[str, float]:
-    """`prof/<op>/cuda_time_total` and `prof/<op>/cpu_time_total` (us) of the `limit` top ops of a window."""
-    ops = [e for e in averages if not e.key.startswith("ProfilerStep")]
-    ops.sort(key=lambda e: getattr(e, sort_key, 0), reverse=True)
-    out: dict[str, float] = {}
-    for e in ops[:limit]:
-        name = e.key.replace("/", "_")
-        out[f"prof/{name}/cuda_time_total"] = float(getattr(e, "device_time_total", 0.0) or 0.0)
-        out[f"prof/{name}/cpu_time_total"] = float(e.cpu_time_total)
+def top_op_scalars(top: Any, last_step: int, limit: int = TOP_OPS) -> dict[str, float]:
+    """`prof/<op>/cpu_time_total` of the `limit` top host ops of a window (a window_end.TopOps, by self CPU
+    time, ProfilerStep spans left out) and `prof/<kernel>/cuda_time_total` of its top kernels (us)."""
+    out: dict[str, float] = {"window_step": float(last_step)}
+    ops = [o for o in top.ops if not o["name"].startswith("ProfilerStep")]
+    for o in ops[:limit]:
+        out[f"prof/{o['name'].replace('/', '_')}/cpu_time_total"] = float(o["total_us"])
+    for k in top.kernels[:limit]:
+        out[f"prof/{k['name'].replace('/', '_')}/cuda_time_total"] = float(k["total_us"])
     return out
 
 
@@ -76,6 +80,8 @@ class SinkCollector(Collector):
         self.wandb_run: Any = None
         self._own_run = False
         self._closed = False
+        self._windows: list[Window] = []  # windows whose top ops are not logged yet
+        self._windows_defined = False
 
     def start(self) -> None:
         cfg = self.ctx.config
@@ -123,13 +129,16 @@ class SinkCollector(Collector):
 
     # --- hooks ------------------------------------------------------------------------------------
     def next_busy(self, step: int) -> int:
-        # TensorBoard charts every step's line; W&B needs only the lines other collectors make (throughput).
-        return step if self.writer is not None else NEVER
+        # TensorBoard charts every step's line; W&B needs only the lines other collectors make (throughput),
+        # and a line at each step while a window's top ops are on their way (to log them when they come).
+        return step if self.writer is not None or self._windows else NEVER
 
     def on_record(self, line: StepMetrics) -> None:
         if self._closed:
             return
         step = line.step
+        if self._windows:
+            self._log_windows(step, done_only=True)
         if self.writer is not None:
             for field, value in msgspec.structs.asdict(line).items():
                 if field in _SKIP_FIELDS or value is None or isinstance(value, (bool, str)):
@@ -142,8 +151,27 @@ class SinkCollector(Collector):
             self._log_wandb(values, step)
 
     def on_window(self, window: Window) -> None:
-        if not self._closed and self.wandb_run is not None and window.averages is not None:
-            self._log_wandb(top_op_scalars(window.averages, window.sort_key), window.last_step)
+        if not self._closed and self.wandb_run is not None and window.top_ops is not None:
+            if not self._windows_defined:
+                self._windows_defined = True
+                with contextlib.suppress(Exception):  # only the charts' x-axis: the values are logged anyway
+                    self.wandb_run.define_metric("prof/*", step_metric="window_step")
+            self._windows.append(window)
+
+    def _log_windows(self, step: int, done_only: bool) -> None:
+        """Log the top ops of the windows in hand whose worker is done (all of them: the trace collector's
+        close waited for its worker)."""
+        waiting = []
+        for window in self._windows:
+            future = window.top_ops
+            assert future is not None
+            if done_only and not future.done():
+                waiting.append(window)
+                continue
+            top = future.result() if future.done() else None
+            if top is not None:
+                self._log_wandb(top_op_scalars(top, window.last_step), step)
+        self._windows = waiting
 
     def _log_wandb(self, values: dict[str, float], step: int) -> None:
         if self.wandb_run is None or not values:
@@ -156,6 +184,8 @@ class SinkCollector(Collector):
     def close(self) -> None:
         if self._closed:
             return
+        if self._windows:
+            self._log_windows(self.ctx.step, done_only=False)
         self._closed = True
         if self.writer is not None:
             self.writer.close()

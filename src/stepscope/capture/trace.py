@@ -1,20 +1,20 @@
 """The trace collector: torch.profiler over the schedule, one export pass per active window.
 
-At the end of each window it writes the chrome trace (gzipped, named by rank and step), a per-rank summary
-text file (top ops + memory overview) and, on the first profiled rank, a top-ops table on the console; then
-the monitor hands the window (its profiler and key averages) to the collectors that work per window.
-With `trace_budget_mb`, the first profiled rank also checks each window's size as it begins (budget.py).
+At the end of each window the training thread pays for torch's `export_chrome_trace` and a look at the two ends
+of the file (a failed write is skipped, not indexed); a worker (window_end.py) then gzips the trace into place
+(named by rank and step), writes a per-rank summary text file (top ops + memory overview) and, on the first
+profiled rank, prints a top-ops table on the console. The monitor hands the window (its stopped profiler, and
+its top ops to come) to the collectors that work per window. With `trace_budget_mb`, the first profiled rank
+also checks each window's size as it begins (budget.py), against the last window the worker finished.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
-import os
 import resource
-import shutil
 import time
 import warnings
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +24,25 @@ from stepscope.capture.collector import (
     RunContext,
     StepscopeWarning,
     Window,
-    capture_console,
     warn_user,
 )
 from stepscope.capture.schedule import Phase
-from stepscope.report.terminal import fmt_bytes, fmt_us, make_table
+from stepscope.capture.window_end import (
+    CLOSE_WAIT_S,
+    GZIP_LEVEL,
+    Job,
+    TopOps,
+    WindowEndWorker,
+    WindowWork,
+    export_problem,
+)
+from stepscope.report.terminal import fmt_bytes
 from stepscope.runfolder import ArtifactKind
-from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
+from stepscope.runfolder.atomic import temp_path_beside
 
 SUMMARY_ROWS = 40
-GZIP_LEVEL = 6  # about torch's size (it uses 9) in much less time
+TOP_OPS = 10  # top ops handed to the collectors of a window (the W&B sink logs 10)
+__all__ = ["GZIP_LEVEL", "TraceCollector", "export_plain_trace", "memory_overview"]
 COMM_SETTLE_S = 0.005  # see TraceCollector._finish_window
 
 
@@ -46,11 +55,11 @@ class TraceCollector(Collector):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.prof: Any = None
-        self.windows_written = 0
         self._recording = False  # the profiler records (active steps), not just prepared (warmup)
         self._step_range: Any = None  # the ProfilerStep#N record_function of the running step
         self._first_active: int | None = None
-        self._summary_failed = False
+        self._skipped: list[int] = []  # last steps of the windows not written
+        self.worker = WindowEndWorker(ctx.writer)  # its thread starts with the first window
         self._distributed = False
         self._activities: list[Any] = []
         self.window: Window | None = None  # exported by the last after_step / close, until taken
@@ -96,6 +105,7 @@ class TraceCollector(Collector):
                     "another torch.profiler is recording in this process (torch runs one at a time); this "
                     "run's traces are off"
                 )
+            self._take_outcomes()  # the windows the worker finished meanwhile (their sizes for the budget)
             if self.budget is not None:
                 if phase is Phase.WARMUP and self.budget.wants_measurement:
                     self._start_probe()
@@ -128,10 +138,13 @@ class TraceCollector(Collector):
 
     def close(self) -> None:
         """Stopping inside an active window exports what was recorded so far (a partial window)."""
-        self._end_step_range()
-        self._drop_probe()
-        if self.prof is not None:
-            self._finish_window(max(self.ctx.step - 1, 0), partial=True)
+        try:
+            self._end_step_range()
+            self._drop_probe()
+            if self.prof is not None:
+                self._finish_window(max(self.ctx.step - 1, 0), partial=True)
+        finally:
+            self._wait_for_windows()
 
     def abandon(self) -> None:
         """After a failure: drop the profiler untouched. torch raised inside its own state change (e.g. another
@@ -266,37 +279,44 @@ class TraceCollector(Collector):
         self._export(prof, first if first is not None else step, step, partial)
 
     def _export(self, prof: Any, first: int, step: int, partial: bool) -> None:
+        """The training thread's part of a window's end: torch's export and a look at what it wrote; the rest
+        (gzip, summary file, console table, manifest entries) is the worker's (window_end.py)."""
         ctx = self.ctx
-        writer = ctx.writer
-        trace_path = writer.path(ArtifactKind.TRACE, step)
-        json_bytes = write_gzipped_trace(prof, trace_path)
-        writer.add(ArtifactKind.TRACE, trace_path, step)
-        self.windows_written += 1
-        if self.budget is not None and not self.budget.done:
-            try:
-                self.budget.exported(json_bytes, trace_path.stat().st_size, step - first + 1)
-            except Exception as exc:
-                self._budget_failed("measuring the exported window", exc)
-        averages, sort_key = None, "self_cpu_time_total"
-        if not self._summary_failed:
-            try:
-                averages, sort_key = self._summarise(prof, step)
-            except Exception as exc:  # torch's key_averages can fail (seen: UnicodeDecodeError with stacks)
-                self._summary_failed = True
-                averages = None
-                warn_user(
-                    f"stepscope: the summary of the window ending at step {step} failed ({type(exc).__name__}: "
-                    f"{exc}); summaries and the console table are off for this run, traces go on",
-                    StepscopeWarning,
-                )
+        trace_path = ctx.writer.path(ArtifactKind.TRACE, step)
+        plain = temp_path_beside(trace_path.with_name(trace_path.name.removesuffix(".gz")))
+        try:
+            problem = export_plain_trace(prof, plain)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                plain.unlink()
+            raise
+        if problem is not None:
+            with contextlib.suppress(OSError):
+                plain.unlink()
+            self._skip_window(step, problem)
+            return
+        top_ops: Future[TopOps | None] = Future()
+        summary = ctx.writer.path(ArtifactKind.SUMMARY, step)
+        job = Job(
+            plain=str(plain),
+            trace=str(trace_path),
+            summary=str(summary),
+            header=f"stepscope summary: rank {ctx.rank}, window ending at step {step} (steps {first}-{step})",
+            memory=memory_overview(),
+            top=max(ctx.config.top_n, TOP_OPS),
+            summary_rows=SUMMARY_ROWS,
+        )
+        title = None
+        if ctx.is_first_profiled_rank and ctx.config.console:
+            title = f"stepscope: top ops, rank {ctx.rank}, window ending at step {step}"
+        self.worker.submit(WindowWork(job, ctx.rank, first, step, title, ctx.config.top_n, top_ops))
         self.window = Window(
             rank=ctx.rank,
             first_step=first,
             last_step=step,
             trace_path=trace_path,
             profiler=prof,
-            averages=averages,
-            sort_key=sort_key,
+            top_ops=top_ops,
             partial=partial,
         )
 
@@ -305,25 +325,50 @@ class TraceCollector(Collector):
         window, self.window = self.window, None
         return window
 
-    def _summarise(self, prof: Any, step: int) -> tuple[Any, str]:
-        ctx = self.ctx
-        averages = prof.key_averages()
-        by_device = any(getattr(e, "self_device_time_total", 0) > 0 for e in averages)
-        sort_key = "self_device_time_total" if by_device else "self_cpu_time_total"
-        header = (
-            f"stepscope summary: rank {ctx.rank}, window ending at step {step}, "
-            f"sorted by {sort_key.replace('_total', '')}\n\n"
-        )
-        table = averages.table(sort_by=sort_key, row_limit=SUMMARY_ROWS)
-        ctx.writer.write_text(ArtifactKind.SUMMARY, header + table + "\n\n" + memory_overview() + "\n", step)
-        if ctx.is_first_profiled_rank and ctx.config.console:
-            print_top_ops(
-                averages,
-                sort_key,
-                ctx.config.top_n,
-                title=f"stepscope: top ops, rank {ctx.rank}, window ending at step {step}",
+    def _skip_window(self, step: int, problem: str) -> None:
+        self._skipped.append(step)
+        if len(self._skipped) == 1:
+            warn_user(
+                f"stepscope: the trace of the window ending at step {step} (rank {self.ctx.rank}) was not "
+                f"written ({problem}); the window is skipped (later windows that fail are skipped without a "
+                "warning), training goes on",
+                StepscopeWarning,
             )
-        return averages, sort_key
+
+    def _take_outcomes(self) -> None:
+        """What the worker learned about finished windows, on the training thread: the trace budget learns
+        their sizes; their warnings are said here (a warning from the worker's thread would name no line of
+        the job, and tests and users catch warnings on the training thread)."""
+        outcomes = self.worker.outcomes
+        while not outcomes.empty():
+            outcome = outcomes.get()
+            if outcome.json_bytes is None:
+                self._skip_window(outcome.last_step, outcome.warning or "unknown")
+                continue
+            if outcome.warning is not None:
+                warn_user(outcome.warning, StepscopeWarning)
+            if self.budget is not None and not self.budget.done and outcome.gz_bytes is not None:
+                try:
+                    self.budget.exported(outcome.json_bytes, outcome.gz_bytes, outcome.steps)
+                except Exception as exc:
+                    self._budget_failed("measuring the exported window", exc)
+
+    def _wait_for_windows(self) -> None:
+        if not self.worker.close():
+            warn_user(
+                f"stepscope: the windows exported last were still being written after {CLOSE_WAIT_S:.0f} s; "
+                "their traces may be missing from the run folder",
+                StepscopeWarning,
+            )
+        self._take_outcomes()
+        if self._skipped:
+            steps = ", ".join(str(step) for step in self._skipped)
+            with contextlib.suppress(Exception):  # the warning said it; the manifest's notes keep it
+                self.ctx.writer.update(
+                    notes=[
+                        f"rank {self.ctx.rank}: the trace of the window(s) ending at step {steps} was not written"
+                    ]
+                )
 
 
 def _disable_profiler_quietly() -> None:
@@ -341,48 +386,21 @@ def _another_profiler_records() -> bool:
     return bool(torch._C._autograd._profiler_enabled())
 
 
-def write_gzipped_trace(prof: Any, path: Path) -> int:
-    """Export the window's chrome trace to `path` (.json.gz) through temp files beside it; returns the size of
-    the JSON torch wrote.
+def export_plain_trace(prof: Any, plain: Path) -> str | None:
+    """torch's export of the window to `plain` (JSON); why the file is not a whole trace, or None.
 
-    torch would gzip by suffix through an uncompressed copy in the system temp folder, which a killed job leaves
-    there; here both temp files are hidden files in the traces folder (loaders skip names starting with '.'),
-    removed on every way out but a kill."""
-    plain = temp_path_beside(path.with_name(path.name.removesuffix(".gz")))  # .json: torch writes plain JSON
-    packed = temp_path_beside(path.with_name(path.name + ".part"))
+    kineto writes through `<plain>.tmp` and renames it; a failed write (a full disk, a file-size limit) is only
+    logged, and leaves that temp file, which can hold all the free space: it is removed on every way out."""
+    kineto_temp = plain.with_name(plain.name + ".tmp")
     try:
         prof.export_chrome_trace(str(plain))
-        json_bytes = plain.stat().st_size
-        with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=GZIP_LEVEL) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        os.chmod(packed, FILE_MODE)
-        os.replace(packed, path)
-        return json_bytes
     finally:
-        for tmp in (plain, packed):
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-
-
-def print_top_ops(averages: Any, sort_key: str, top_n: int, title: str) -> None:
-    """The console table of a window: the top ops by self device time (or self CPU time)."""
-    # The ProfilerStep#N spans are whole steps, not ops: leave them out of the table and of the total.
-    ops = [e for e in averages if not e.key.startswith("ProfilerStep")]
-    rows_src = sorted(ops, key=lambda e: getattr(e, sort_key, 0), reverse=True)[:top_n]
-    total_self = sum(getattr(e, sort_key, 0) for e in ops) or 1
-    by_device = sort_key.startswith("self_device")
-    columns = ["op", "calls", "self\nCPU", "CPU\ntotal"]
-    if by_device:
-        columns += ["self\ndevice", "device\ntotal"]
-    columns.append("%\nself")
-    rows = []
-    for e in rows_src:
-        row = [e.key, e.count, fmt_us(e.self_cpu_time_total), fmt_us(e.cpu_time_total)]
-        if by_device:
-            row += [fmt_us(e.self_device_time_total), fmt_us(e.device_time_total)]
-        row.append(f"{100.0 * getattr(e, sort_key, 0) / total_self:.1f}%")
-        rows.append(row)
-    capture_console().print(make_table(title, columns, rows))
+        with contextlib.suppress(OSError):
+            kineto_temp.unlink()
+    try:
+        return export_problem(plain)
+    except FileNotFoundError:
+        return "torch wrote no file"
 
 
 def memory_overview() -> str:

@@ -1,0 +1,258 @@
+"""A window's end, off the training thread: the training thread pays for torch's `export_chrome_trace` and a
+look at the two ends of the file it wrote; a worker thread does the rest.
+
+The worker hands each window to a child process (`python -m stepscope.cli.window_end`), which reads the trace
+with stepscope's own loader (much faster than torch's `key_averages`, and the proof that the file is a whole
+trace), gzips it into place and writes the per-rank summary file. While the child runs, the worker thread only
+waits on it (no GIL held); then it indexes what was written in the manifest, prints the top-ops table (labelled
+with its window) and hands the window's top ops to the collectors that asked for them. What the training thread
+must hear (a warning, the sizes the trace budget learns from) waits in `outcomes` until the trace collector's
+next hook. A child that cannot run, crashes or overruns its time still leaves the window's trace: the worker
+gzips it itself, without a summary. Windows are handled one at a time, in order.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gzip
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from stepscope.capture.collector import capture_console
+from stepscope.runfolder import ArtifactKind
+from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
+
+GZIP_LEVEL = 6  # about torch's size (it uses 9) in much less time
+CHILD_COMMAND = (sys.executable, "-m", "stepscope.cli.window_end")
+CHILD_TIMEOUT_S = 600.0  # one window's child; past it the worker gzips the trace itself
+CLOSE_WAIT_S = 900.0  # what close waits for the windows still in hand
+_TAIL_BYTES = 4096
+# The end of a whole chrome trace: the traceEvents list closes, string-valued keys may follow (kineto writes
+# "traceName"), then the object closes.
+_WHOLE_TAIL = re.compile(rb'\]\s*(?:,\s*"[^"\\]*"\s*:\s*"(?:[^"\\]|\\.)*"\s*)*\}\s*\Z')
+
+
+class Job(msgspec.Struct):
+    """One window's work, as the worker sends it to the child on stdin."""
+
+    plain: str  # the exported JSON, a hidden temp file beside `trace` (the worker removes it)
+    trace: str  # the .json.gz to write
+    summary: str | None  # the summary file to write (None: none)
+    header: str  # the summary file's first line
+    memory: str  # its memory section, taken on the training thread as the window ended
+    top: int  # rows of the console table and of the top ops handed on
+    summary_rows: int = 40
+
+
+class Result(msgspec.Struct):
+    """What the child wrote, and the rows the worker prints (ops by self CPU time, kernels by total time)."""
+
+    json_bytes: int
+    gz_bytes: int
+    summary_error: str | None
+    ops: list[dict[str, Any]]
+    kernels: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class TopOps:
+    """A window's top host ops (by self CPU time) and GPU kernels (by total time), as the summary has them:
+    dicts with name, count, self_us, total_us, ... (ops) and name, count, total_us, ... (kernels)."""
+
+    ops: list[dict[str, Any]]
+    kernels: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the training thread learns about a handled window: its sizes (None: it was skipped), a warning."""
+
+    last_step: int
+    steps: int
+    json_bytes: int | None = None
+    gz_bytes: int | None = None
+    warning: str | None = None
+    summary_failed: bool = False
+
+
+@dataclass
+class WindowWork:
+    job: Job
+    rank: int
+    first_step: int
+    last_step: int
+    title: str | None  # the console table's title; None: no table
+    console_rows: int
+    top_ops: Future[TopOps | None]
+
+
+def export_problem(path: Path) -> str | None:
+    """Why the file torch exported is not a whole chrome trace (None: it looks whole), from its size and its two
+    ends only: torch logs a failed write (a full disk, a file-size limit) and raises nothing."""
+    size = path.stat().st_size
+    if size == 0:
+        return "torch wrote an empty file: a full disk or a file-size limit?"
+    with open(path, "rb") as fh:
+        head = fh.read(64).lstrip()
+        fh.seek(max(size - _TAIL_BYTES, 0))
+        tail = fh.read()
+    if not head.startswith(b"{") or _WHOLE_TAIL.search(tail) is None:
+        return f"torch wrote {size} bytes that end before the trace does (a full disk or a file-size limit?)"
+    return None
+
+
+def write_gzip(plain: Path, target: Path) -> int:
+    """Gzip `plain` into `target` through a hidden temp file beside it (removed on every way out but a kill);
+    returns the size written."""
+    packed = temp_path_beside(target.with_name(target.name + ".part"))
+    try:
+        with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=GZIP_LEVEL) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.chmod(packed, FILE_MODE)
+        os.replace(packed, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            packed.unlink()
+    return target.stat().st_size
+
+
+class WindowEndWorker:
+    """One thread that finishes the windows a rank exports, in order (see the module's docstring)."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[WindowWork | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._summaries_off = False  # a child failed: the rest of the run's windows are only gzipped
+
+    def submit(self, work: WindowWork) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="stepscope-window-end", daemon=True)
+            self._thread.start()
+            # A trace collector switched off is never closed: its windows in hand still finish at exit.
+            atexit.register(self.close)
+        self._work.put(work)
+
+    def close(self, timeout: float = CLOSE_WAIT_S) -> bool:
+        """Finish the windows in hand (bounded); False when some were still running at the deadline."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        atexit.unregister(self.close)
+        self._work.put(None)
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def _run(self) -> None:
+        while (work := self._work.get()) is not None:
+            top: TopOps | None = None
+            try:
+                top, outcome = self._finish(work)
+            except Exception as exc:  # never let the thread die with windows still to come
+                outcome = Outcome(work.last_step, _steps(work), warning=_skipped(work, exc))
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(work.job.plain)
+                work.top_ops.set_result(top)
+            self.outcomes.put(outcome)
+
+    def _finish(self, work: WindowWork) -> tuple[TopOps | None, Outcome]:
+        job, steps = work.job, _steps(work)
+        if self._summaries_off:
+            return None, self._gzip_only(work, None)
+        try:
+            done = subprocess.run(
+                list(CHILD_COMMAND),
+                input=msgspec.json.encode(job),
+                capture_output=True,
+                timeout=CHILD_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return None, self._gzip_only(work, f"{type(exc).__name__}: {exc}")
+        reason = _last_line(done.stderr)
+        if done.returncode == 2:  # the loader refused the file: it is not a trace, index nothing
+            return None, Outcome(work.last_step, steps, warning=_skipped(work, reason))
+        if done.returncode != 0:
+            return None, self._gzip_only(work, f"exit status {done.returncode}: {reason}")
+        result = msgspec.json.decode(done.stdout, type=Result)
+        writer = self.writer
+        writer.add(ArtifactKind.TRACE, Path(job.trace), work.last_step)
+        if job.summary is not None and result.summary_error is None:
+            writer.add(ArtifactKind.SUMMARY, Path(job.summary), work.last_step)
+        top = TopOps(result.ops, result.kernels)
+        if work.title is not None:
+            print_top_ops(TopOps(top.ops[: work.console_rows], top.kernels[: work.console_rows]), work.title)
+        warning = None
+        if result.summary_error is not None:
+            warning = (
+                f"stepscope: the summary of the window ending at step {work.last_step} was not written "
+                f"({result.summary_error}); its trace is written"
+            )
+        return top, Outcome(work.last_step, steps, result.json_bytes, result.gz_bytes, warning)
+
+    def _gzip_only(self, work: WindowWork, cause: str | None) -> Outcome:
+        """The child could not summarise the window: keep its trace (gzipped here, as the child would)."""
+        job = work.job
+        json_bytes = os.stat(job.plain).st_size
+        try:
+            gz_bytes = write_gzip(Path(job.plain), Path(job.trace))
+        except OSError as exc:
+            return Outcome(
+                work.last_step, _steps(work), warning=_skipped(work, f"{type(exc).__name__}: {exc}")
+            )
+        self.writer.add(ArtifactKind.TRACE, Path(job.trace), work.last_step)
+        warning = None
+        if cause is not None:
+            self._summaries_off = True
+            warning = (
+                f"stepscope: the summary of the window ending at step {work.last_step} failed ({cause}); "
+                "summaries and the console table are off for this run, traces go on"
+            )
+        return Outcome(work.last_step, _steps(work), json_bytes, gz_bytes, warning, summary_failed=True)
+
+
+def _steps(work: WindowWork) -> int:
+    return work.last_step - work.first_step + 1
+
+
+def _skipped(work: WindowWork, cause: object) -> str:
+    return (
+        f"stepscope: the trace of the window ending at step {work.last_step} (rank {work.rank}) was not written "
+        f"({cause}); the window is skipped, training goes on"
+    )
+
+
+def _last_line(stderr: bytes) -> str:
+    lines = stderr.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else "no message"
+
+
+def print_top_ops(top: TopOps, title: str) -> None:
+    """The console table of a window: its top host ops by self CPU time, then its top kernels if it has any."""
+    from stepscope.report.terminal import fmt_pct, fmt_us, make_table
+
+    console = capture_console()
+    rows = [
+        [o["name"], o["count"], fmt_us(o["self_us"]), fmt_us(o["total_us"]), fmt_pct(o["self_pct"])]
+        for o in top.ops
+    ]
+    console.print(make_table(title, ["op", "calls", "self\nCPU", "CPU\ntotal", "%\nself"], rows))
+    if top.kernels:
+        rows = [[k["name"], k["count"], fmt_us(k["total_us"]), fmt_pct(k["pct"])] for k in top.kernels]
+        console.print(
+            make_table(f"{title}: kernels", ["kernel", "launches", "total", "%\nkernel time"], rows)
+        )
