@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from stepscope.cli._common import console, print_json
+from stepscope.units import plain
 
 
 @click.command(name="memory")
@@ -44,4 +45,4 @@ def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> N
         print_notes(report.notes)
         console().print(MemoryView(report))
     if html_out is not None:
-        click.echo(f"HTML report: {html_out}", err=as_json)
+        click.echo(f"HTML report: {plain(html_out)}", err=as_json)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stepscope.cli._common import comm_pattern_option, step_option
+from stepscope.units import plain
 
 
 @click.command(name="merge")
@@ -36,10 +37,12 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
     if output is None:
         output = unused_name(DEFAULT_OUTPUT)
         if output != DEFAULT_OUTPUT:
-            click.echo(f"note: {DEFAULT_OUTPUT} exists (kept); writing {output}. -o names the file", err=True)
+            click.echo(
+                f"note: {DEFAULT_OUTPUT} exists (kept); writing {plain(output)}. -o names the file", err=True
+            )
     info = merge_traces(table, output, comm_patterns=patterns)
     for notice in table.notices:
-        click.echo(f"note: {notice}", err=True)
+        click.echo(f"note: {plain(notice)}", err=True)
     a = info.alignment
     if a is None:
         how = "one rank: nothing to align"
@@ -49,7 +52,7 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
     else:
         how = "no collective matched across ranks: raw clocks kept"
     ranks = "1 rank" if len(info.ranks) == 1 else f"{len(info.ranks)} ranks"
-    click.echo(f"{output}: {ranks}, {how}, {info.flows} flow arrows")
+    click.echo(f"{plain(output)}: {ranks}, {how}, {info.flows} flow arrows")
 
 
 DEFAULT_OUTPUT = Path("merged.json.gz")

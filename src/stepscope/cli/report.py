@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stepscope.cli._common import comm_pattern_option, step_option
+from stepscope.units import plain
 
 
 @click.command(name="report")
@@ -64,7 +65,7 @@ def command(
     _write(html, target)
     if _is_run(path) and target.resolve().parent == path.resolve():
         _index(path, target)
-    click.echo(f"report: {target}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
+    click.echo(f"report: {plain(target)}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
     if open_browser:
         import webbrowser
 
