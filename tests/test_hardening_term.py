@@ -227,3 +227,76 @@ def test_a_folder_on_the_way_without_search_permission_is_one_line(
     for command in ("summary", "analyze", "report", "merge"):
         status, _, err = cli(capsysbinary, command, str(target))
         assert status == 2 and err.count("\n") == 1 and "Permission denied" in err, (command, err)
+
+
+# --- item 16: one output helper; nothing written through a link ----------------------------------------------
+def _snapshot(path: Path) -> Path:
+    block = {"size": 512, "address": 1, "state": "active_allocated", "frames": []}
+    snap = {
+        "segments": [{"device": 0, "total_size": 4096, "address": 1, "blocks": [block]}],
+        "device_traces": [],
+    }
+    path.write_bytes(pickle.dumps(snap))
+    return path
+
+
+def _writers(tmp_path: Path) -> dict[str, list[str]]:
+    """Each command that writes a file the user names, without its output option's value."""
+    trace = str(write_trace(tmp_path / "in" / "rank0.json", _events(), rank=0))
+    other = str(write_trace(tmp_path / "in2" / "rank0.json", _events("aten::add"), rank=0))
+    snapshot = str(_snapshot(tmp_path / "s.pickle"))
+    return {
+        "report": ["report", trace, "-o"],
+        "report --compare": ["report", trace, "--compare", other, "-o"],
+        "merge": ["merge", trace, "-o"],
+        "memory --html": ["memory", snapshot, "--html"],
+    }
+
+
+@pytest.mark.parametrize("writer", ["report", "report --compare", "merge", "memory --html"])
+@pytest.mark.parametrize("kind", ["link to a file", "dangling link", "fifo", "folder"])
+def test_no_command_writes_through_a_link_or_over_what_is_not_a_file(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], writer: str, kind: str
+) -> None:
+    import os
+    import stat
+
+    # GIVEN an output name that is a symbolic link (to a file, or to nothing), a FIFO or a folder
+    command = _writers(tmp_path)[writer]
+    real = tmp_path / "real.txt"
+    real.write_text("keep me")
+    target = tmp_path / "out.json.gz"
+    if kind == "link to a file":
+        target.symlink_to(real)
+    elif kind == "dangling link":
+        target.symlink_to(tmp_path / "nowhere.txt")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    before = os.lstat(target).st_mode
+    # WHEN the command is told to write there
+    status, _, err = cli(capsysbinary, *command, str(target))
+    # THEN one line naming it, exit 2, and the link, its target, the FIFO or the folder as they were
+    assert status == 2 and err.count("\n") == 1 and str(target) in err, err
+    assert os.lstat(target).st_mode == before and real.read_text() == "keep me"
+    assert not (tmp_path / "nowhere.txt").exists()
+    if stat.S_ISLNK(before):
+        assert "symbolic link" in err
+
+
+@pytest.mark.parametrize("writer", ["report", "report --compare", "merge", "memory --html"])
+def test_a_command_replaces_a_regular_file_whole(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], writer: str
+) -> None:
+    # GIVEN an earlier output, hard-linked elsewhere (a write in place would change the other name too)
+    command = _writers(tmp_path)[writer]
+    target = tmp_path / "out.json.gz"
+    target.write_text("an earlier output")
+    (tmp_path / "elsewhere").hardlink_to(target)
+    # WHEN the command writes there THEN a new file took its place by a rename, and no temp file is left
+    status, _, err = cli(capsysbinary, *command, str(target))
+    assert status == 0, err
+    assert (tmp_path / "elsewhere").read_text() == "an earlier output"
+    assert target.read_bytes() != b"an earlier output" and target.stat().st_size > 100
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -32,11 +32,15 @@ def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> N
     export_memory_timeline. Only plain containers and scalars are unpickled."""
     from stepscope.analysis.memory_model import to_document
     from stepscope.analysis.snapshot import analyze_memory_file
-    from stepscope.report.memory import MemoryView, write_memory_html
+    from stepscope.report.memory import MemoryView, memory_html
 
+    if html_out is not None:
+        from stepscope.cli._output import output_target, write_output
+
+        output_target(html_out, "the memory page")  # before the snapshot is read: a bad -o is said at once
     report = analyze_memory_file(snapshot, top=top)
     if html_out is not None:
-        write_memory_html(report, html_out)
+        write_output(html_out, memory_html(report), "the memory page")
     if as_json:
         print_json(to_document(report))
     else:

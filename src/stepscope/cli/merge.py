@@ -31,15 +31,17 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
     from stepscope.analysis.merge import merge_traces
     from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._common import load_traces
+    from stepscope.cli._output import output_target
 
-    patterns = resolve_patterns(path, comm_patterns)
-    table = load_traces(path, step=step)
     if output is None:
         output = unused_name(DEFAULT_OUTPUT)
         if output != DEFAULT_OUTPUT:
             click.echo(
                 f"note: {DEFAULT_OUTPUT} exists (kept); writing {plain(output)}. -o names the file", err=True
             )
+    output_target(output, "the merged trace")  # before the traces are read: a bad -o is said at once
+    patterns = resolve_patterns(path, comm_patterns)
+    table = load_traces(path, step=step)
     info = merge_traces(table, output, comm_patterns=patterns)
     for notice in table.notices:
         click.echo(f"note: {plain(notice)}", err=True)
