@@ -300,3 +300,52 @@ def test_a_command_replaces_a_regular_file_whole(
     assert (tmp_path / "elsewhere").read_text() == "an earlier output"
     assert target.read_bytes() != b"an earlier output" and target.stat().st_size > 100
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+# --- item 18: folders walked once by real path, cycles cut ---------------------------------------------------
+def _runs_read(capsysbinary: pytest.CaptureFixture[bytes], folder: Path) -> list[str]:
+    status, out, err = cli(capsysbinary, "analyze", str(folder), "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    return [r["path"] for r in doc["runs"]] if "runs" in doc else [r["source"] for r in doc["ranks"]]
+
+
+def test_a_folder_of_self_links_reads_each_real_run_once(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    import time
+
+    # GIVEN a folder of 20 links to itself and one link to a folder of traces (once: 421 runs, 72 s)
+    write_trace(tmp_path / "traces" / "rank0.json", _events(), rank=0)
+    top = tmp_path / "top"
+    top.mkdir()
+    for i in range(20):
+        (top / f"self{i:02d}").symlink_to(".")
+    (top / "tr").symlink_to(tmp_path / "traces")
+    # WHEN analyze looks for the runs below it THEN it finds the one run, once, at once
+    started = time.monotonic()
+    assert _runs_read(capsysbinary, top) == [str(top / "tr")]
+    assert time.monotonic() - started < 15  # 0.6 s here; the walk of every path took 26-72 s
+
+
+def test_a_symlink_loop_is_cut(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    # GIVEN two folders linking to each other (and to themselves), one of them to a folder of traces
+    write_trace(tmp_path / "traces" / "rank0.json", _events(), rank=0)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "to_b").symlink_to(b)
+    (b / "to_a").symlink_to(a)
+    (b / "back").symlink_to("..")
+    (b / "t").symlink_to(tmp_path / "traces")
+    (a / "t2").symlink_to(tmp_path / "traces")
+    # THEN the trace folder is read once, by the first path that reaches it
+    assert _runs_read(capsysbinary, a) == [str(a / "t2")]
+
+
+def test_two_names_of_one_trace_are_one_rank(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    trace = write_trace(tmp_path / "run" / "rank0.json", _events(), rank=0)
+    (tmp_path / "run" / "rank1.json").symlink_to(trace)
+    assert _runs_read(capsysbinary, tmp_path / "run") == [str(trace)]

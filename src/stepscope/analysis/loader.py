@@ -66,10 +66,12 @@ def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None
     if is_run_folder(p):
         return _run_folder_window(p, step)
     # Hidden files are skipped: writers' temp files (a killed export leaves `.rank0_step6.json.gz.*`) are hidden.
-    files = sorted(
-        f
-        for f in p.iterdir()
-        if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+    files = _once_each(
+        sorted(
+            f
+            for f in p.iterdir()
+            if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+        )
     )
     if not files:
         runs = run_folders(p)
@@ -78,6 +80,18 @@ def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None
             raise InputError(p, f"holds {len(runs)} runs in sub-folders ({listed}): give one of them")
         raise InputError(p, "directory has no trace files (*.json, *.json.gz)")
     return [(f, None) for f in files], []
+
+
+def _once_each(files: list[Path]) -> list[Path]:
+    """`files` without the second and later names (links) of a file already listed: one trace is one rank."""
+    seen: set[str] = set()
+    once = []
+    for f in files:
+        real = os.path.realpath(f)
+        if real not in seen:
+            seen.add(real)
+            once.append(f)
+    return once
 
 
 MAX_RUN_DEPTH = 3  # sub-folder levels searched for runs
@@ -93,6 +107,9 @@ def run_folders(path: str | Path) -> list[Path]:
     if not p.is_dir() or is_run_folder(p) or _holds_traces(p):
         return []
     found: list[Path] = []
+    # Folders are walked once each, by real path: a link back up (`x -> .`) or a second link to a folder already
+    # seen is passed over (20 self-links once made 421 runs of one, and a minute of walking).
+    walked = {os.path.realpath(p)}
 
     def walk(folder: Path, depth: int) -> None:
         try:
@@ -100,6 +117,10 @@ def run_folders(path: str | Path) -> list[Path]:
         except OSError:
             return
         for sub in subs:
+            real = os.path.realpath(sub)
+            if real in walked:
+                continue
+            walked.add(real)
             if is_run_folder(sub) or _holds_traces(sub):
                 found.append(sub)
             elif depth < MAX_RUN_DEPTH:
