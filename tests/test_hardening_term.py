@@ -349,3 +349,72 @@ def test_two_names_of_one_trace_are_one_rank(
     trace = write_trace(tmp_path / "run" / "rank0.json", _events(), rank=0)
     (tmp_path / "run" / "rank1.json").symlink_to(trace)
     assert _runs_read(capsysbinary, tmp_path / "run") == [str(trace)]
+
+
+# --- item 17: the memory page has a Content-Security-Policy ---------------------------------------------------
+def test_the_memory_page_has_a_csp_and_still_renders(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    from ._browser import visit
+
+    # GIVEN a snapshot whose frames carry a script, and its page
+    frames = [
+        {
+            "filename": "<script>window.__pwned=1</script>.py",
+            "line": 1,
+            "name": "<img src=x onerror=alert(1)>",
+        }
+    ]
+    block = {"size": 512, "address": 1, "state": "active_allocated", "frames": frames}
+    history = [{"action": "alloc", "addr": 1, "size": 512, "frames": frames, "time_us": 1}]
+    snap = {"segments": [{"device": 0, "total_size": 4096, "address": 1, "blocks": [block]}]}
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(snap | {"device_traces": [history]}))
+    page_path = tmp_path / "memory.html"
+    assert cli(capsysbinary, "memory", str(path), "--html", str(page_path))[0] == 0
+    html = page_path.read_text()
+    # THEN the page declares a policy that lets no script run and nothing load
+    assert (
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'none';"
+        in html
+    )
+    # AND in a browser it renders (its styles apply, its tables are there), with no error and nothing run
+    with visit(page_path) as seen:
+        page = seen.page
+        assert not seen.console_errors and not seen.remote_requests and not seen.dialogs
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert (
+            page.evaluate("getComputedStyle(document.querySelector('th')).backgroundColor")
+            == "rgb(243, 243, 243)"
+        )
+        assert page.locator(
+            "table"
+        ).count() >= 2 and "<script>window.__pwned=1</script>.py" in page.inner_text("body")
+
+
+# --- item 20: no JavaScript engine to write a page -----------------------------------------------------------
+def test_report_writes_its_page_under_a_memory_limit_with_no_cache_and_no_js_engine(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # GIVEN an empty cache folder, a 2 GiB address-space limit (a JS engine died there: a 39-line V8 dump, exit
+    # 133), and vl_convert made unimportable
+    trace = write_trace(tmp_path / "t.json", _events(), rank=0)
+    page = tmp_path / "t.html"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code = (
+        "import sys; sys.modules['vl_convert'] = None; from stepscope.cli import main; "
+        f"sys.exit(main(['report', {str(trace)!r}, '-o', {str(page)!r}]))"
+    )
+    done = subprocess.run(
+        ["bash", "-c", f'ulimit -v {2 << 20} && exec "$0" -c "$1"', sys.executable, code],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STEPSCOPE_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # THEN the page is written, with the charting library in it
+    assert done.returncode == 0 and done.stderr.count("\n") <= 2, done.stderr[-2000:]
+    html = page.read_text()
+    assert "window.vegaLite=__default1;" in html and "vl-convert-python" in html
