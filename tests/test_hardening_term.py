@@ -418,3 +418,21 @@ def test_report_writes_its_page_under_a_memory_limit_with_no_cache_and_no_js_eng
     assert done.returncode == 0 and done.stderr.count("\n") <= 2, done.stderr[-2000:]
     html = page.read_text()
     assert "window.vegaLite=__default1;" in html and "vl-convert-python" in html
+
+
+def test_the_progress_bar_shows_a_file_name_as_text(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stepscope.cli._progress import ProgressBar
+
+    # GIVEN a progress bar drawn as on a colour terminal, loading files named with markup and terminal sequences
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    for name in ("[/]", "[link=https://evil.example]x[/link]", HOSTILE):
+        with ProgressBar(enabled=True) as bar:
+            bar.DELAY_S = 0
+            bar(1, 10, name)  # (drawn at the latest when the bar stops: once, a MarkupError for the first)
+        err = capsys.readouterr().err
+        # THEN the name is shown, and no sequence from it reached the terminal (rich's own codes are CSI, not OSC)
+        assert "\x1b]8;;" not in err and "\x1b]0;title" not in err, repr(err)
+        assert "evil.example" in err or name == "[/]"

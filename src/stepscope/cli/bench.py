@@ -262,4 +262,4 @@ def _print(document: BenchResult) -> None:
     out.print(make_table("stepscope bench: median of the active calls", columns, rows, numeric_from=3))
     for r in document.results:
         if r.run_dir:
-            out.print(f"  {r.component}/{r.variant}: {r.run_dir}", markup=False, highlight=False)
+            out.print(plain(f"  {r.component}/{r.variant}: {r.run_dir}"), markup=False, highlight=False)
