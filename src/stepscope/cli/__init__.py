@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:  # a file or folder the command met on its way (a folder without search permission)
         where = f"{exc.filename}: " if exc.filename is not None else ""
-        return _error(f"{where}cannot read: {exc.strerror or exc}", 2)
+        return _error(f"{where}{exc.strerror or exc}", 2)
     except RecursionError:  # a reader of nested input that has no depth limit of its own
         return _error("the input is nested too deeply to be read", 2)
     except OverflowError as exc:
