@@ -348,7 +348,10 @@ def test_two_names_of_one_trace_are_one_rank(
 ) -> None:
     trace = write_trace(tmp_path / "run" / "rank0.json", _events(), rank=0)
     (tmp_path / "run" / "rank1.json").symlink_to(trace)
-    assert _runs_read(capsysbinary, tmp_path / "run") == [str(trace)]
+    status, out, _ = cli(capsysbinary, "summary", str(tmp_path / "run"), "--json")
+    doc = json.loads(out)
+    assert status == 0 and [r["source"] for r in doc["ranks"]] == [str(trace)]
+    assert f"{tmp_path / 'run' / 'rank1.json'}: the same file as {trace}; read once" in doc["notices"]
 
 
 # --- item 17: the memory page has a Content-Security-Policy ---------------------------------------------------

@@ -66,7 +66,7 @@ def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None
     if is_run_folder(p):
         return _run_folder_window(p, step)
     # Hidden files are skipped: writers' temp files (a killed export leaves `.rank0_step6.json.gz.*`) are hidden.
-    files = _once_each(
+    files, notices = _once_each(
         sorted(
             f
             for f in p.iterdir()
@@ -79,19 +79,21 @@ def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None
             listed = ", ".join(str(r.relative_to(p)) for r in runs[:8]) + (", ..." if len(runs) > 8 else "")
             raise InputError(p, f"holds {len(runs)} runs in sub-folders ({listed}): give one of them")
         raise InputError(p, "directory has no trace files (*.json, *.json.gz)")
-    return [(f, None) for f in files], []
+    return [(f, None) for f in files], notices
 
 
-def _once_each(files: list[Path]) -> list[Path]:
-    """`files` without the second and later names (links) of a file already listed: one trace is one rank."""
-    seen: set[str] = set()
-    once = []
+def _once_each(files: list[Path]) -> tuple[list[Path], list[str]]:
+    """`files` without the second and later names (links) of a file already listed, with a notice for each:
+    one trace is one rank."""
+    first: dict[str, Path] = {}
+    notices = []
     for f in files:
         real = os.path.realpath(f)
-        if real not in seen:
-            seen.add(real)
-            once.append(f)
-    return once
+        if real in first:
+            notices.append(f"{f}: the same file as {first[real]}; read once")
+        else:
+            first[real] = f
+    return list(first.values()), notices
 
 
 MAX_RUN_DEPTH = 3  # sub-folder levels searched for runs
