@@ -6,7 +6,7 @@ STAMP := $(VENV)/.stepscope-installed
 # torch is pinned for development; pip finds the CPU wheel on this machine's disk.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint bench clean gpu-check bytecode
+.PHONY: demo test lint bench clean gpu-check bytecode vega-bundle
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ GPU_PYTHON ?=
 GPU_CHECK_OUT ?= gpu_check_out
 gpu-check: $(if $(GPU_PYTHON),,$(STAMP))
 	$(or $(GPU_PYTHON),$(PY)) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+# The report's charting library, shipped as a file of the package so that writing a page runs no JavaScript
+# engine: rebuilt from vl-convert-python (a test dependency) when it is to be updated, then committed.
+vega-bundle: $(STAMP)
+	$(PY) -m stepscope.report._vega src/stepscope/report/templates/vega.js
 
 clean:
 	rm -rf $(VENV) stepscope_runs gpu_check_out

@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 from stepscope.analysis.analyze import analyze
 from stepscope.analysis.loader import load_trace
 from stepscope.analysis.snapshot import analyze_memory_file
+from stepscope.cli import main as cli_main
 from stepscope.errors import InputError
+from stepscope.units import BIDI_CODES
 
 from ._traces import cpu, launched, step
 
@@ -113,3 +115,42 @@ def test_fuzzed_snapshots_analyze_or_raise_input_error(tmp_path: Path, data: byt
     path = tmp_path / "s.pickle"
     path.write_bytes(data)
     _only_input_errors(lambda: analyze_memory_file(path))
+
+
+# Names with C0, C1 and bidirectional controls (and rich markup's characters), as op, kernel and file names: the
+# CLI's output, text and JSON, and its error lines carry none of them raw.
+_CONTROLS = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), *BIDI_CODES)]
+_NAMES = st.text(alphabet=st.sampled_from([*_CONTROLS, *"ab[]=;:/ "]), min_size=1, max_size=12)
+
+
+def _raw_controls(text: str) -> list[str]:
+    return [c for c in text if c in _CONTROLS and c != "\n"]
+
+
+@FUZZ
+@given(op=_NAMES, kernel=_NAMES, file=_NAMES.map(lambda n: n.replace("/", "_").replace("\x00", "_")))
+def test_fuzzed_names_never_reach_the_terminal_raw(
+    tmp_path: Path, capsysbinary: Any, op: str, kernel: str, file: str
+) -> None:
+    trace = {"traceEvents": [step(1, 0, 1000), cpu(op, 10, 100), *launched(kernel, 20, 200, 50, corr=1)]}
+    path = tmp_path / f"t{file}.json"
+    path.write_text(json.dumps(trace))
+    broken = tmp_path / f"b{file}.json"
+    broken.write_text("{")
+    commands = (["summary", str(path), "--wide"], ["summary", str(path), "--json"], ["summary", str(broken)])
+    for command in commands:
+        status = cli_main(command)
+        captured = capsysbinary.readouterr()
+        out, err = captured.out.decode("utf-8"), captured.err.decode("utf-8")
+        assert status == (2 if command[1] == str(broken) else 0), err
+        assert _raw_controls(out + err) == [], (command, _raw_controls(out + err))
+        if command[-1] == "--json":  # escaped, the names read back as they were
+            assert op in _strings(json.loads(out))
+
+
+def _strings(doc: Any) -> set[str]:
+    if isinstance(doc, str):
+        return {doc}
+    if isinstance(doc, dict):
+        return set(doc).union(*(_strings(v) for v in doc.values()))
+    return set().union(*(_strings(v) for v in doc)) if isinstance(doc, list) else set()

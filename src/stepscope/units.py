@@ -12,12 +12,19 @@ from collections.abc import Sequence
 
 ELLIPSIS = "…"
 
-# C0 and C1 control characters and DEL, shown as visible escapes: a name from a trace never drives the terminal.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+# C0 and C1 control characters and DEL, shown as visible escapes: a name from a trace never drives the terminal
+# (ESC starts a sequence that can clear the screen, set the window title or make a hyperlink; U+009B is a CSI on
+# many terminals).
+_CONTROL_CODES = (*range(0x20), 0x7F, *range(0x80, 0xA0))
+# Bidirectional-text controls and the line and paragraph separators: invisible, yet they reorder or break what
+# a reader sees (U+202E prints the rest of a line right to left).
+BIDI_CODES = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029)
+_CONTROLS = {c: f"\\x{c:02x}" for c in _CONTROL_CODES} | {c: f"\\u{c:04x}" for c in BIDI_CODES}
 
 
 def plain(value: object) -> str:
-    """`value` as printable text: control characters (ESC, BEL, ...) become visible escapes like \\x1b."""
+    """`value` as printable text, the one escaping of every text from a file before it is printed: control
+    characters (ESC, BEL, C1) become visible escapes like \\x1b, bidirectional controls like \\u202e."""
     return str(value).translate(_CONTROLS)
 
 

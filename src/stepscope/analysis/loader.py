@@ -66,10 +66,12 @@ def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None
     if is_run_folder(p):
         return _run_folder_window(p, step)
     # Hidden files are skipped: writers' temp files (a killed export leaves `.rank0_step6.json.gz.*`) are hidden.
-    files = sorted(
-        f
-        for f in p.iterdir()
-        if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+    files, notices = _once_each(
+        sorted(
+            f
+            for f in p.iterdir()
+            if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not f.name.startswith(".")
+        )
     )
     if not files:
         runs = run_folders(p)
@@ -77,7 +79,21 @@ def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None
             listed = ", ".join(str(r.relative_to(p)) for r in runs[:8]) + (", ..." if len(runs) > 8 else "")
             raise InputError(p, f"holds {len(runs)} runs in sub-folders ({listed}): give one of them")
         raise InputError(p, "directory has no trace files (*.json, *.json.gz)")
-    return [(f, None) for f in files], []
+    return [(f, None) for f in files], notices
+
+
+def _once_each(files: list[Path]) -> tuple[list[Path], list[str]]:
+    """`files` without the second and later names (links) of a file already listed, with a notice for each:
+    one trace is one rank."""
+    first: dict[str, Path] = {}
+    notices = []
+    for f in files:
+        real = os.path.realpath(f)
+        if real in first:
+            notices.append(f"{f}: the same file as {first[real]}; read once")
+        else:
+            first[real] = f
+    return list(first.values()), notices
 
 
 MAX_RUN_DEPTH = 3  # sub-folder levels searched for runs
@@ -93,6 +109,9 @@ def run_folders(path: str | Path) -> list[Path]:
     if not p.is_dir() or is_run_folder(p) or _holds_traces(p):
         return []
     found: list[Path] = []
+    # Folders are walked once each, by real path: a link back up (`x -> .`) or a second link to a folder already
+    # seen is passed over (20 self-links once made 421 runs of one, and a minute of walking).
+    walked = {os.path.realpath(p)}
 
     def walk(folder: Path, depth: int) -> None:
         try:
@@ -100,6 +119,10 @@ def run_folders(path: str | Path) -> list[Path]:
         except OSError:
             return
         for sub in subs:
+            real = os.path.realpath(sub)
+            if real in walked:
+                continue
+            walked.add(real)
             if is_run_folder(sub) or _holds_traces(sub):
                 found.append(sub)
             elif depth < MAX_RUN_DEPTH:

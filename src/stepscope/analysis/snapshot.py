@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -64,8 +64,12 @@ class _Block(msgspec.Struct):
     history: list[_History] = []  # snapshots before torch 2.1
 
 
+# a CUDA device index: never negative (a negative one indexed device_traces from its end, or past it)
+DeviceIndex = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class _Segment(msgspec.Struct):
-    device: int = 0
+    device: DeviceIndex = 0
     address: int = 0
     total_size: Bytes62 = 0
     segment_type: str = ""

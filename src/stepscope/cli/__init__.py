@@ -14,6 +14,7 @@ import click
 
 from stepscope import __version__
 from stepscope.errors import StepscopeError
+from stepscope.units import plain
 
 # subcommand name -> (module under stepscope.cli, one-line help shown by `stepscope --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -72,23 +73,46 @@ def cli() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 2 bad input or usage)."""
+    """Run the CLI; returns the exit status (0 ok, 2 bad input or usage). Every failure is one line on stderr,
+    its text from files and arguments escaped (`plain`): a name never drives the terminal."""
     try:
         result = cli.main(
             args=list(argv) if argv is not None else None, prog_name="stepscope", standalone_mode=False
         )
     except StepscopeError as exc:
-        click.echo(f"stepscope: error: {exc}", err=True)
-        return exc.exit_code
+        return _error(str(exc), exc.exit_code)
     except click.exceptions.Abort:
         click.echo("stepscope: aborted", err=True)
         return 130
-    except click.ClickException as exc:
+    except click.exceptions.NoArgsIsHelpError as exc:  # `stepscope` alone: the help
         exc.show()
         return exc.exit_code
+    except click.ClickException as exc:
+        return _usage_error(exc)
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file or folder the command met on its way (a folder without search permission)
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        return _error(f"{where}{exc.strerror or exc}", 2)
+    except RecursionError:  # a reader of nested input that has no depth limit of its own
+        return _error("the input is nested too deeply to be read", 2)
+    except OverflowError as exc:
+        return _error(f"a number in the input is out of range ({exc})", 2)
     return result if isinstance(result, int) else 0
+
+
+def _error(message: str, status: int) -> int:
+    click.echo(f"stepscope: error: {plain(message)}", err=True)
+    return status
+
+
+def _usage_error(exc: click.ClickException) -> int:
+    """A usage error in one line (click's own is three or four): the command, the problem, where help is."""
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "stepscope"
+    hint = f" (see '{command} --help')" if ctx is not None else ""
+    click.echo(f"{command}: error: {plain(exc.format_message())}{hint}", err=True)
+    return exc.exit_code
 
 
 def run() -> None:  # pragma: no cover - console entry point

@@ -3,19 +3,37 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from stepscope.units import plain
+from stepscope.units import BIDI_CODES, plain
 
 
 def print_json(document: Any) -> None:
     """Print one JSON document (msgspec Structs, dataclasses and plain containers all encode)."""
-    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n")
+    text = msgspec.json.format(msgspec.json.encode(document), indent=2)
+    sys.stdout.buffer.write(escape_json_controls(text) + b"\n")
     sys.stdout.flush()
+
+
+# msgspec escapes C0 controls; DEL, the C1 controls and the bidirectional ones it writes as they are. In UTF-8
+# JSON these byte sequences are those characters and nothing else, and they occur only inside strings, where
+# \uXXXX reads back as the same character.
+_RAW_IN_JSON = re.compile(
+    "|".join(
+        re.escape(chr(c).encode("utf-8")).decode("latin-1") for c in (0x7F, *range(0x80, 0xA0), *BIDI_CODES)
+    ).encode("latin-1")
+)
+
+
+def escape_json_controls(text: bytes) -> bytes:
+    """UTF-8 JSON `text` with DEL, the C1 and the bidirectional controls as \\uXXXX escapes: the document reads
+    back the same, and a terminal showing it is never driven by it (U+009B is a CSI on many terminals)."""
+    return _RAW_IN_JSON.sub(lambda m: b"\\u%04x" % ord(m.group().decode("utf-8")), text)
 
 
 WIDE_CONSOLE = 4096  # --wide: tables as wide as their longest name; free text still wraps at this width

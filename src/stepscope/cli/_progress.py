@@ -31,7 +31,13 @@ class ProgressBar:
             self._show(total)
             if self._bar is None:
                 return
-        self._bar.update(self._task, completed=done, total=total, description=f"loading {label}".rstrip())
+        from rich.markup import escape  # (rich is imported once the bar shows)
+
+        from stepscope.units import plain
+
+        # the file's name is text: never markup (a `[/]` in it raised, a `[link=...]` made a link), never controls
+        description = escape(plain(f"loading {label}".rstrip()))
+        self._bar.update(self._task, completed=done, total=total, description=description)
 
     def _show(self, total: int) -> None:
         forced = os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE")

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stepscope.cli._common import print_json
 from stepscope.errors import InputError
+from stepscope.units import plain
 
 BENCH_SCHEMA = "stepscope.bench/1"
 TOP = 3
@@ -192,7 +193,7 @@ def command(registry_path: Path, only: tuple[str, ...], out_dir: str | None, as_
     results: list[VariantResult] = []
     first_ms: dict[str, float] = {}
     for comp, var, fields in todo:
-        sys.stderr.write(f"stepscope: bench: {comp}/{var} ...\n")
+        sys.stderr.write(f"stepscope: bench: {plain(comp)}/{plain(var)} ...\n")
         run, error = run_variant(fields, registry_path.resolve().parent)
         if run is None:
             results.append(
@@ -261,4 +262,4 @@ def _print(document: BenchResult) -> None:
     out.print(make_table("stepscope bench: median of the active calls", columns, rows, numeric_from=3))
     for r in document.results:
         if r.run_dir:
-            out.print(f"  {r.component}/{r.variant}: {r.run_dir}", markup=False, highlight=False)
+            out.print(plain(f"  {r.component}/{r.variant}: {r.run_dir}"), markup=False, highlight=False)

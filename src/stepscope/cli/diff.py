@@ -7,6 +7,7 @@ import sys
 import click
 
 from stepscope.cli._common import comm_pattern_option, print_json, step_option, wide_option
+from stepscope.units import plain
 
 EXIT_GATE_BREACHED = 3
 
@@ -78,5 +79,5 @@ def command(
         if g.reason.endswith("not checked"):
             print_notes([f"--fail-on {g.expression}: {g.reason}"])
     for g in breached:
-        sys.stderr.write(f"stepscope: --fail-on {g.expression} breached: {g.reason}\n")
+        sys.stderr.write(plain(f"stepscope: --fail-on {g.expression} breached: {g.reason}") + "\n")
     return EXIT_GATE_BREACHED if breached else 0

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from stepscope.cli._common import console, print_json
+from stepscope.units import plain
 
 
 @click.command(name="memory")
@@ -31,11 +32,15 @@ def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> N
     export_memory_timeline. Only plain containers and scalars are unpickled."""
     from stepscope.analysis.memory_model import to_document
     from stepscope.analysis.snapshot import analyze_memory_file
-    from stepscope.report.memory import MemoryView, write_memory_html
+    from stepscope.report.memory import MemoryView, memory_html
 
+    if html_out is not None:
+        from stepscope.cli._output import output_target, write_output
+
+        output_target(html_out, "the memory page")  # before the snapshot is read: a bad -o is said at once
     report = analyze_memory_file(snapshot, top=top)
     if html_out is not None:
-        write_memory_html(report, html_out)
+        write_output(html_out, memory_html(report), "the memory page")
     if as_json:
         print_json(to_document(report))
     else:
@@ -44,4 +49,4 @@ def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> N
         print_notes(report.notes)
         console().print(MemoryView(report))
     if html_out is not None:
-        click.echo(f"HTML report: {html_out}", err=as_json)
+        click.echo(f"HTML report: {plain(html_out)}", err=as_json)

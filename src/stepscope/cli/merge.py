@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stepscope.cli._common import comm_pattern_option, step_option
+from stepscope.units import plain
 
 
 @click.command(name="merge")
@@ -30,16 +31,20 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
     from stepscope.analysis.merge import merge_traces
     from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._common import load_traces
+    from stepscope.cli._output import output_target
 
-    patterns = resolve_patterns(path, comm_patterns)
-    table = load_traces(path, step=step)
     if output is None:
         output = unused_name(DEFAULT_OUTPUT)
         if output != DEFAULT_OUTPUT:
-            click.echo(f"note: {DEFAULT_OUTPUT} exists (kept); writing {output}. -o names the file", err=True)
+            click.echo(
+                f"note: {DEFAULT_OUTPUT} exists (kept); writing {plain(output)}. -o names the file", err=True
+            )
+    output_target(output, "the merged trace")  # before the traces are read: a bad -o is said at once
+    patterns = resolve_patterns(path, comm_patterns)
+    table = load_traces(path, step=step)
     info = merge_traces(table, output, comm_patterns=patterns)
     for notice in table.notices:
-        click.echo(f"note: {notice}", err=True)
+        click.echo(f"note: {plain(notice)}", err=True)
     a = info.alignment
     if a is None:
         how = "one rank: nothing to align"
@@ -49,7 +54,7 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
     else:
         how = "no collective matched across ranks: raw clocks kept"
     ranks = "1 rank" if len(info.ranks) == 1 else f"{len(info.ranks)} ranks"
-    click.echo(f"{output}: {ranks}, {how}, {info.flows} flow arrows")
+    click.echo(f"{plain(output)}: {ranks}, {how}, {info.flows} flow arrows")
 
 
 DEFAULT_OUTPUT = Path("merged.json.gz")

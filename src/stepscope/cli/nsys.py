@@ -13,6 +13,7 @@ import click
 from stepscope.capture.config import ProfileConfig
 from stepscope.cli.run import build_config, config_file_option, config_options
 from stepscope.errors import InputError
+from stepscope.units import plain
 
 NSYS_TRACE = "cuda,nvtx,osrt"
 
@@ -107,7 +108,7 @@ def command(config_path: Path | None, cmd: tuple[str, ...], **values: Any) -> in
     config = build_config(config_path, values)
     config = config.model_copy(update={"nsight": True, "trace": values.get("trace") or False})
     inner, notes = profiled_command(config, list(cmd))
-    click.echo(shlex.join(nsys_argv(config, inner)))
+    click.echo(plain(shlex.join(nsys_argv(config, inner))))
     for note in notes:
-        sys.stderr.write(f"stepscope: note: {note}\n")
+        sys.stderr.write(f"stepscope: note: {plain(note)}\n")
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stepscope.cli._common import comm_pattern_option, step_option
+from stepscope.units import plain
 
 
 @click.command(name="report")
@@ -64,7 +65,7 @@ def command(
     _write(html, target)
     if _is_run(path) and target.resolve().parent == path.resolve():
         _index(path, target)
-    click.echo(f"report: {target}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
+    click.echo(f"report: {plain(target)}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
     if open_browser:
         import webbrowser
 
@@ -72,19 +73,10 @@ def command(
 
 
 def _write(html: str, target: Path) -> None:
-    """Write the page; an unusable target is one line and exit 2. Only a regular file is ever replaced (the page
-    is renamed into place, which would turn a device such as /dev/null or a symlink into a plain file)."""
-    from stepscope.errors import InputError
-    from stepscope.report.html import write_html
+    """Write the page: one line and exit 2 for a target that is not a regular file, or that cannot be written."""
+    from stepscope.cli._output import write_output
 
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        raise InputError(
-            target, "not a regular file: the report replaces only a regular file (choose another -o)"
-        )
-    try:
-        write_html(html, target)
-    except OSError as exc:
-        raise InputError(target, f"cannot write the report ({exc.strerror or exc})") from None
+    write_output(target, html, "the report")
 
 
 def default_output(path: Path) -> Path:

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from stepscope.errors import InputError
+from stepscope.units import plain
 
 
 def _on_demand_config(run_dir: Path) -> dict | None:
@@ -89,7 +90,7 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
     if len(running) > 1:
         sys.stderr.write(
             f"stepscope: note: {len(running)} running on-demand jobs in {path}; triggering the newest, "
-            f"{run_dir.name}\n"
+            f"{plain(run_dir.name)}\n"
         )
     return run_dir, config
 
@@ -127,15 +128,15 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
     poll = config.get("trigger_poll_steps")
     if made:
         click.echo(
-            f"requested a window of {steps} active step(s) in {run_dir} (id {request.id}); profiled ranks "
+            f"requested a window of {steps} active step(s) in {plain(run_dir)} (id {plain(request.id)}); profiled ranks "
             f"look every {poll} steps"
         )
     else:
         age = time.time() - request.requested
         click.echo(
-            f"a request is already pending in {run_dir} (id {request.id}, from {request.source}, made {age:.0f} s "
+            f"a request is already pending in {plain(run_dir)} (id {plain(request.id)}, from {plain(request.source)}, made {age:.0f} s "
             "ago); its window comes first, trigger again after it. If the job is no longer running, delete "
-            f"{run_dir / 'trigger.json'}",
+            f"{plain(run_dir / 'trigger.json')}",
             err=True,
         )
         return 1
@@ -152,12 +153,13 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
                 first = claim.start + claim.warmup
                 click.echo(f"window recorded: active steps {first}-{first + claim.active - 1}")
                 for trace in traces:
-                    click.echo(f"  {trace}")
+                    click.echo(f"  {plain(trace)}")
                 return 0
         if ended is not None:
             _withdraw(run_dir, request.id)
             click.echo(
-                f"stepscope: {ended} before the window was recorded; the request is withdrawn", err=True
+                f"stepscope: {plain(ended)} before the window was recorded; the request is withdrawn",
+                err=True,
             )
             return 1
         time.sleep(0.2)

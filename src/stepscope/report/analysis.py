@@ -65,7 +65,7 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         yield make_table("Collectives in the window", columns, rows, numeric_from=3 if grouped else 2)
         sources = sorted({c.time_source for c in collectives if c.time_source})
         yield (
-            f"[dim]time: {', '.join(sources) or 'not recorded'}; waiting: for the last rank to arrive; "
+            f"[dim]time: {markup_safe(', '.join(sources)) or 'not recorded'}; waiting: for the last rank to arrive; "
             "busbw: nccl-tests' bus bandwidth over the transfer time[/dim]"
         )
         yield Text("")
@@ -272,10 +272,11 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
         )
         for t in run.step_times:
             slowest = ", ".join(
-                f"{s.step} ({_ms(s.wall_ms)}, {_STEP_PHASE.get(s.phase, s.phase)})" for s in t.slowest[:3]
+                f"{s.step} ({_ms(s.wall_ms)}, {markup_safe(_STEP_PHASE.get(s.phase, s.phase))})"
+                for s in t.slowest[:3]
             )
             yield f"[dim]rank {t.rank} slowest steps: {slowest}[/dim]"
-            yield Text(f"rank {t.rank} {t.trend_note}", style="dim")
+            yield Text(plain(f"rank {t.rank} {t.trend_note}"), style="dim")
         windows = run.step_times[0].windows
         if windows:
             marked = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in windows)
@@ -292,7 +293,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
                 if note:
                     yield Text(f"  {plain(note)}", style="dim")
     elif run.flops_note:
-        yield Text(run.flops_note, style="dim")
+        yield Text(plain(run.flops_note), style="dim")
     for m in run.memory:
         growth = (
             f", RSS {fmt_bytes(m.rss_growth_bytes_per_step)}/step"
@@ -323,5 +324,5 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             f"{fmt_bytes(sy.peak_rss_bytes)}{gpus}"
         )
         if sy.note:
-            yield Text(f"  {sy.note}", style="dim")
+            yield Text(f"  {plain(sy.note)}", style="dim")
     yield Text("")

@@ -237,11 +237,26 @@ def timeline_svg(dev: DeviceMemory, width: int = 900, height: int = 280) -> str:
     return "".join(parts) + legend
 
 
+# The page's Content-Security-Policy, in the report's style: it holds no script, so none may run (a name from the
+# snapshot that escaped its escaping still could not), and nothing is loaded from anywhere.
+MEMORY_PAGE_CSP = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'none'",
+        "style-src 'unsafe-inline'",
+        "img-src data:",
+        "base-uri 'none'",
+        "form-action 'none'",
+    ]
+)
+
+
 def memory_html(report: MemoryReport) -> str:
     """The whole page as one string."""
     what = "CUDA memory snapshot" if report.kind == "snapshot" else "Memory timeline"
     out = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f'<meta http-equiv="Content-Security-Policy" content="{MEMORY_PAGE_CSP}">',
         f"<title>stepscope memory: {_e(Path(report.source).name)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(what)}</h1><p class='l'>{_e(report.source)}</p>",
     ]

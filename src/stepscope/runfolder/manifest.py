@@ -76,6 +76,8 @@ def read_manifest(run_dir: str | Path) -> Manifest:
         manifest = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise InputError(path, f"invalid manifest: {exc}") from None
+    except RecursionError:  # msgspec's own depth limit is Python's recursion limit
+        raise InputError(path, "invalid manifest: nested too deeply") from None
     except UnicodeDecodeError:
         raise InputError(path, "invalid manifest: not UTF-8 text") from None
     if manifest.schema not in READABLE_SCHEMAS:
