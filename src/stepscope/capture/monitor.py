@@ -13,6 +13,7 @@ import functools
 import itertools
 import platform
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,7 @@ _monitor_index = itertools.count()
 # enabled on this thread"), so a second monitor is refused with a warning and records nothing.
 _recording: PerformanceMonitor | None = None
 _perf_ns = time.perf_counter_ns
+_thread_id = threading.get_ident
 
 
 def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
@@ -129,6 +131,13 @@ class PerformanceMonitor:
         self._quiet_until = 0
         self._quiet: list[tuple[int, int]] = []  # (step, wall ns) of quiet steps, the writer's buffer
         self._begin_again = False  # decorator form: a busy step failed, its next call begins it again
+        # torch's profiler belongs to the thread that starts it (stopping it from another one crashes the
+        # process): the collectors work only at the steps of the thread that started the monitor.
+        self._owner = 0
+        self._owner_name = ""
+        self._other_threads = False  # a step ended on another thread (warned once)
+        self._open: int | None = None  # the step whose before_step hooks ran, until its after_step hooks
+        self._start_lock = threading.Lock()
 
     # --- public surface ---------------------------------------------------------------------------
     @property
@@ -184,6 +193,10 @@ class PerformanceMonitor:
         if not self.recording:
             self.steps_done += 1
             return fn(*args, **kwargs)
+        if _thread_id() != self._owner:
+            result = fn(*args, **kwargs)
+            self._step_on_other_thread()
+            return result
         step = self.steps_done
         if self._begin_again:
             self._begin_again = False
@@ -208,16 +221,22 @@ class PerformanceMonitor:
             from stepscope.errors import ConfigError
 
             raise ConfigError(f"first_step must be >= 0 (got {first_step})")
-        if self.enabled and self._state == "new":
-            if first_step:
-                self.steps_done = first_step
-                self.schedule = dataclasses.replace(
-                    self.schedule, skip_first=self.schedule.skip_first + first_step
-                )
-            self._start_safely()
-            if self.recording:
-                self._begin_step()
+        with self._start_lock:  # steps from several threads: one of them starts the monitor
+            if self.enabled and self._state == "new":
+                self._owner = _thread_id()
+                self._owner_name = threading.current_thread().name
+                self._start_from(first_step)
         return self
+
+    def _start_from(self, first_step: int) -> None:
+        if first_step:
+            self.steps_done = first_step
+            self.schedule = dataclasses.replace(
+                self.schedule, skip_first=self.schedule.skip_first + first_step
+            )
+        self._start_safely()
+        if self.recording:
+            self._begin_step()
 
     def __enter__(self) -> PerformanceMonitor:
         return self.start()
@@ -249,6 +268,9 @@ class PerformanceMonitor:
             return
         if not self.recording:
             self.steps_done += 1
+            return
+        if _thread_id() != self._owner:
+            self._step_on_other_thread()
             return
         self._end_busy_step()
         self._begin_step()
@@ -290,7 +312,9 @@ class PerformanceMonitor:
         assert self._ctx is not None and self._writer is not None
         self._ctx.step = self.steps_done
         trace = self._trace
-        if trace is not None and trace.name not in self._guard.failed:
+        if trace is not None and trace.name not in self._guard.failed and _thread_id() != self._owner:
+            self._drop_other_threads_window(trace)
+        elif trace is not None and trace.name not in self._guard.failed:
             self._guard.call(trace, "close")  # a partial last window still reaches the others
             window = trace.take_window()
             if window is not None:
@@ -331,6 +355,19 @@ class PerformanceMonitor:
 
             write_run_report(self._ctx.run_dir, console=self.config.console)
 
+    def _drop_other_threads_window(self, trace: Any) -> None:
+        """close() on a thread other than the monitor's: a window still open there is dropped untouched
+        (stopping torch's profiler from another thread crashes the process)."""
+        if trace.prof is not None:
+            warn_user(
+                f"stepscope: the monitor is closed on {threading.current_thread().name}, not on "
+                f"{self._owner_name} whose profiler records the window still open; that window is dropped "
+                "(close the monitor on the thread that steps it to keep it)",
+                StepscopeWarning,
+            )
+        with contextlib.suppress(Exception):
+            trace.abandon()
+
     # --- lifecycle --------------------------------------------------------------------------------
     def _resolve_identity(self) -> None:
         from stepscope.capture.dist import agree_run_name, rank_and_world
@@ -348,13 +385,11 @@ class PerformanceMonitor:
             )
         self._run_dir = out_dir / name
 
-    def _profiled_ranks(self) -> list[int]:
+    def _profiled_ranks(self) -> list[int] | None:
+        """The profiled ranks of the job; None for "all". Nothing here is sized by the world size: that is a
+        number from the environment when there is no process group (WORLD_SIZE=100000000 must cost nothing)."""
         ranks = self.config.profiled_ranks
-        return (
-            list(range(self.world_size))
-            if ranks == "all"
-            else sorted(r for r in ranks if r < self.world_size)
-        )
+        return None if ranks == "all" else sorted(r for r in ranks if r < self.world_size)
 
     def _start_safely(self) -> None:
         """`_start`, where any error of stepscope's own switches profiling off with a warning."""
@@ -379,7 +414,7 @@ class PerformanceMonitor:
         if self._run_dir is None:
             self._resolve_identity()
         profiled = self._profiled_ranks()
-        if self.rank not in profiled:
+        if profiled is not None and self.rank not in profiled:
             return  # this rank pays nothing more
         if _recording is not None and _recording is not self:
             warn_user(
@@ -427,7 +462,8 @@ class PerformanceMonitor:
         if self.config.on_demand:
             from stepscope.capture.trigger import TriggerCollector
 
-            self._collectors.append(TriggerCollector(self._ctx, self._replan, len(profiled)))
+            count = self.world_size if profiled is None else len(profiled)
+            self._collectors.append(TriggerCollector(self._ctx, self._replan, count))
         self._trace = next((c for c in self._collectors if isinstance(c, TraceCollector)), None)
         for collector in self._collectors:
             self._guard.call(collector, "start")
@@ -440,7 +476,7 @@ class PerformanceMonitor:
         self._quiet_until = self._next_busy(self.steps_done)
         atexit.register(self.close)
 
-    def _create_run_folder(self, profiled: list[int]) -> RunContext:
+    def _create_run_folder(self, profiled: list[int] | None) -> RunContext:
         import torch
 
         assert self._run_dir is not None
@@ -454,7 +490,7 @@ class PerformanceMonitor:
             world_size=self.world_size,
             writer=writer,
             model=self.model,
-            is_first_profiled_rank=self.rank == profiled[0],
+            is_first_profiled_rank=self.rank == (0 if profiled is None else profiled[0]),
             step=self.steps_done,
         )
         atomic_write_text(run_dir / CONFIG_NAME, self.config.to_yaml())
@@ -468,9 +504,10 @@ class PerformanceMonitor:
                 "python": platform.python_version(),
             },
             world_size=self.world_size,
-            profiled_ranks=profiled,
             schedule=self.schedule.as_dict(),
             hosts=[socket.gethostname()],
+            # with "all", each rank adds itself: the manifest lists the ranks that exist and record
+            **({"profiled_ranks_add": [self.rank]} if profiled is None else {"profiled_ranks": profiled}),
         )
         writer.add(ArtifactKind.CONFIG, run_dir / CONFIG_NAME, rank=None)
         writer.add(ArtifactKind.METRICS, run_dir / METRICS_NAME, rank=None)
@@ -558,8 +595,33 @@ class PerformanceMonitor:
         step = self.steps_done
         if step < self._quiet_until:
             return
+        if _thread_id() != self._owner:  # the owner's next step end begins one (see _end_busy_step)
+            self._open = None
+            return
         for hook in self._before:
             hook(step)
+        self._open = step
+
+    def _step_on_other_thread(self) -> None:
+        """A busy step ended on a thread other than the monitor's: it is counted (a metrics line with its
+        wall time), no collector works at it."""
+        with self._start_lock:  # two threads may get here together: one warns
+            first, self._other_threads = not self._other_threads, True
+        if first:
+            warn_user(
+                f"stepscope: steps end on more than one thread ({threading.current_thread().name} and "
+                f"{self._owner_name}, which started the monitor); torch's profiler records the thread that starts "
+                f"it, so only the steps of {self._owner_name} are profiled; the others are counted (training "
+                "goes on)",
+                StepscopeWarning,
+            )
+        now = _perf_ns()
+        step = self.steps_done
+        self._quiet.append((step, now - self._step_start))
+        self.steps_done = step + 1
+        self._step_start = now
+        if len(self._quiet) >= METRICS_FLUSH_LINES:
+            self._flush_metrics()
 
     def _step_failed(self, step: int, exc: BaseException) -> None:
         for failed in self._failed_hooks:
@@ -574,9 +636,15 @@ class PerformanceMonitor:
             return
         wall_ms = wall_ns / 1e6
         phase = self.schedule.phase(step)
+        hook_step = self._owner_step(step) if self._other_threads else step
+        if hook_step is None:  # no collector began this step (another thread ended the one before)
+            self._quiet.append((step, wall_ns))
+            self.steps_done = step + 1
+            return
+        self._open = None
         fields: dict[str, Any] = {}
         for hook in self._after:
-            out = hook(step, wall_ms)
+            out = hook(hook_step, wall_ms)
             if out:
                 fields.update(out)
         self.steps_done = step + 1
@@ -600,6 +668,17 @@ class PerformanceMonitor:
         if writer.pending >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
             self._flush_metrics()
         self._quiet_until = self._next_busy(step + 1)
+
+    def _owner_step(self, step: int) -> int | None:
+        """The step the collectors end at the owner's busy step `step` when other threads also end steps: the
+        steps they ended since this one began are not the profiler's, so its window ends at its last step at
+        the latest (its trace is named after it), and a step begun outside the windows ends outside them."""
+        begun = self._open
+        if begun is None:
+            return None
+        if self.schedule.phase(begun) is Phase.NONE:
+            return begun
+        return min(step, self.schedule.window_end(begun))
 
     def _flush_metrics(self) -> None:
         if self._writer is None:

@@ -130,13 +130,12 @@ class TriggerCollector(Collector):
         self._last_stat: tuple[int, int, int] | None = None
         self._busy_until = -1  # last step of the planned window: no polling before it is over
         self._current: str | None = None  # the request whose window is planned or recording
-        self._previous_handler: Any = None
-        self._handler_installed = False
 
     def start(self) -> None:
+        # The handler first: once the listener file says the job listens, a SIGUSR2 may come at any moment.
+        _listen_for_sigusr2(self.ctx.run_dir)
         listener = TriggerListener(self.ctx.rank, os.getpid(), socket.gethostname(), time.time())
         atomic_write_bytes(self.listener_path, msgspec.json.encode(listener))
-        self._install_signal_handler()
 
     def next_busy(self, step: int) -> int:
         step = max(step, self._busy_until + 1)
@@ -206,29 +205,36 @@ class TriggerCollector(Collector):
         for request_id in self._seen:
             with contextlib.suppress(OSError):
                 (self.ctx.run_dir / CLAIM_TEMPLATE.format(id=request_id)).unlink()
-        if self._handler_installed:
-            with contextlib.suppress(Exception):
-                signal.signal(signal.SIGUSR2, self._previous_handler)
-            self._handler_installed = False
+        with contextlib.suppress(ValueError):
+            _listening.remove(self.ctx.run_dir)
 
-    # --- SIGUSR2 ----------------------------------------------------------------------------------
-    def _install_signal_handler(self) -> None:
-        """SIGUSR2 asks for a window, as `stepscope trigger` does. Installed only where SIGUSR2 still has its
-        default action (which would kill the process) and only from the main thread; a handler of the job's
-        own is never replaced."""
-        sigusr2 = getattr(signal, "SIGUSR2", None)
-        if sigusr2 is None or threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(sigusr2) is not signal.SIG_DFL:
-            return
-        run_dir = self.ctx.run_dir
 
-        def on_sigusr2(signum: int, frame: Any) -> None:
-            with contextlib.suppress(Exception):
-                request_window(run_dir, source="SIGUSR2")
+# --- SIGUSR2 --------------------------------------------------------------------------------------
+# The run folders of this process's on-demand monitors that listen now. The handler stays installed once it
+# is (a SIGUSR2 after the monitors closed, or between two of them, is ignored rather than killing the job).
+_listening: list[Path] = []
+_handler_installed = False
 
-        self._previous_handler = signal.signal(sigusr2, on_sigusr2)
-        self._handler_installed = True
+
+def _on_sigusr2(signum: int, frame: Any) -> None:
+    for run_dir in list(_listening):
+        with contextlib.suppress(Exception):
+            request_window(run_dir, source="SIGUSR2")
+
+
+def _listen_for_sigusr2(run_dir: Path) -> None:
+    """SIGUSR2 asks for a window, as `stepscope trigger` does. The handler is installed only where SIGUSR2
+    still has its default action (which would kill the process) and only from the main thread; a handler of
+    the job's own is never replaced."""
+    global _handler_installed
+    _listening.append(run_dir)
+    sigusr2 = getattr(signal, "SIGUSR2", None)
+    if _handler_installed or sigusr2 is None or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(sigusr2) is not signal.SIG_DFL:
+        return
+    signal.signal(sigusr2, _on_sigusr2)
+    _handler_installed = True
 
 
 __all__ = [

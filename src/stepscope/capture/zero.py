@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stepscope.capture.collector import StepscopeWarning, warn_user
+from stepscope.capture.collector import StepscopeWarning, console_write, warn_user
 from stepscope.capture.config import ProfileConfig
 
 
@@ -147,10 +147,10 @@ def _finish(steps: OptimizerSteps, monitor: Any) -> None:
     steps.remove()
     with contextlib.suppress(Exception):
         monitor.close()
-    sys.stdout.flush()
+    with contextlib.suppress(Exception):  # a closed stdout: Python says so at exit, as without stepscope
+        sys.stdout.flush()
     if monitor.recording and monitor.run_dir is not None:
-        sys.stderr.write(f"stepscope: run folder: {monitor.run_dir}\n")
-        sys.stderr.flush()
+        console_write(f"stepscope: run folder: {monitor.run_dir}\n")
 
 
 def _exit_status(exc: SystemExit) -> int:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from stepscope.capture.collector import StepscopeWarning, warn_user
 from stepscope.capture.config import ProfileConfig
 from stepscope.runfolder.payloads import StepMetrics
 
@@ -38,6 +39,7 @@ class Headline:
     offers its headline numbers: mean step time of the active steps, and TFLOP/s / MFU when counted."""
 
     def __init__(self) -> None:
+        self.off = False  # the framework's logging refused our numbers once: none are offered again
         self._active_ms: list[float] = []
         self._tflops: float | None = None
         self._mfu: float | None = None
@@ -64,7 +66,20 @@ class Headline:
 
     @property
     def pending(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) and not self.off
+
+    def refused(self, where: str, exc: Exception) -> None:
+        """The framework's logging (`where`) raised on our numbers: one warning, and logging into it is off
+        (best effort: the numbers are in the run folder all the same)."""
+        if self.off:
+            return
+        self.off = True
+        self._pending = {}
+        warn_user(
+            f"stepscope: {where} failed on stepscope's numbers ({type(exc).__name__}: {exc}); they are no longer "
+            "logged there (the run folder has them), training goes on",
+            StepscopeWarning,
+        )
 
     def take(self) -> dict[str, float]:
         out, self._pending = self._pending, {}

@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from stepscope.capture.config import ProfileConfig
-from stepscope.integrations._common import Headline, resolve_options
+from stepscope.integrations._common import PREFIX, Headline, resolve_options
 
 try:
     from transformers import TrainerCallback
@@ -107,8 +107,37 @@ def _log_before_the_loggers(callback: Any) -> None:
             if callbacks[0] is not callback:
                 callbacks.remove(callback)
                 callbacks.insert(0, callback)
+            for other in callbacks[1:]:
+                _guard_on_log(other, callback._headline)
             return
         frame = frame.f_back
+
+
+def _guard_on_log(other: Any, headline: Headline) -> None:
+    """Make the `on_log` of a callback that logs after ours survive our numbers: where it raises on a `logs`
+    that holds them, they are taken out, it runs again without them, and our logging is off (one warning).
+    Logging into the Trainer is best effort; a logger that rejects a key (`stepscope/step_ms`) must not end
+    `train()`. Where it raises without our numbers, the error is its own and goes on as it would."""
+    on_log = getattr(other, "on_log", None)
+    if on_log is None or getattr(on_log, "_stepscope_guard", False):
+        return
+
+    def guarded(
+        args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
+        try:
+            return on_log(args, state, control, logs=logs, **kwargs)
+        except Exception as exc:
+            ours = [key for key in logs or () if key.startswith(PREFIX)]
+            if not ours or logs is None:
+                raise
+            headline.refused(f"the Trainer callback {type(other).__name__}.on_log", exc)
+            for key in ours:
+                del logs[key]
+            return on_log(args, state, control, logs=logs, **kwargs)
+
+    guarded._stepscope_guard = True  # type: ignore[attr-defined]
+    other.on_log = guarded
 
 
 __all__ = ["StepscopeCallback"]

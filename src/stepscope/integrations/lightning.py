@@ -66,7 +66,11 @@ class StepscopeCallback(Callback):  # type: ignore[misc]
         if self._headline.pending:
             metrics = self._headline.take()
             for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=global_step - 1)
+                try:
+                    logger.log_metrics(metrics, step=global_step - 1)
+                except Exception as exc:
+                    self._headline.refused(f"the logger {type(logger).__name__}.log_metrics", exc)
+                    return
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self.monitor is not None:

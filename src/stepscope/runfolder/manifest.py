@@ -100,11 +100,13 @@ def update_manifest(
     artifacts: Iterable[Artifact] = (),
     hosts: Iterable[str] = (),
     notes: Iterable[str] = (),
+    profiled_ranks_add: Iterable[int] = (),
     **fields: Any,
 ) -> Manifest:
     """Merge into the manifest under an exclusive lock, then replace it atomically.
 
-    Artifacts are de-duplicated by path; `fields` overwrite top-level values (run_name, versions, ...).
+    Artifacts are de-duplicated by path; `fields` overwrite top-level values (run_name, versions, ...);
+    `profiled_ranks_add` joins ranks to profiled_ranks (each rank of profiled_ranks="all" adds itself).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -125,6 +127,8 @@ def update_manifest(
         for note in notes:
             if note not in manifest.notes:
                 manifest.notes.append(note)
+        if profiled_ranks_add:
+            manifest.profiled_ranks = sorted({*manifest.profiled_ranks, *profiled_ranks_add})
         manifest.artifacts.sort(
             key=lambda a: (a.kind, a.rank if a.rank is not None else -1, a.step or 0, a.path)
         )
