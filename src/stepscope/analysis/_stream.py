@@ -145,7 +145,7 @@ class _GzipError(Exception):
 
 
 class _BadJSON(Exception):
-    """A piece of text did not decode; `message` is msgspec's, `at` the offset its `(byte N)` counts from."""
+    """A piece of text did not decode; `message` is msgspec's (its `(byte N)` counted in the piece)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -498,12 +498,13 @@ class _ChunkReader:
                 # Before the `]` put at `close`, the piece is the file's own text in its own context: a
                 # character the parser rejects there is an error of the file (not of the cut).
                 byte = _error_byte(exc.message)
-                if byte is None or byte >= close - (pos - 1) or "trailing characters" in exc.message:
-                    pass
-                elif self.whole:
-                    raise _BadJSON(_shifted_bytes(exc.message, self.dropped + pos - 1)) from None
-                else:
+                own = (
+                    byte is not None and byte < close - (pos - 1) and "trailing characters" not in exc.message
+                )
+                if own and not self.whole:
                     raise _Fallback("a JSON error") from None
+                if own:
+                    raise _BadJSON(_shifted_bytes(exc.message, self.dropped + pos - 1)) from None
             finally:
                 view.release()  # before the buffer may grow
                 self.buf[close] = saved
