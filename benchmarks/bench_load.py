@@ -9,6 +9,12 @@ Run from the repository root (needs ../shared/traces):
 Each figure is the best of `--repeat` runs (the machine is shared, so the minimum is the least noisy);
 MB/s are megabytes of decompressed JSON per second. Also loads a folder of six traces with and without the
 process pool. Prints a markdown table (and writes it to FILE with --out).
+
+Memory per event (`--memory FILE ...`, e.g. the tiny events of `make_big_trace.py --size 1G --tiny`): the peak RSS
+of the largest process of `stepscope summary`, `analyze` and `diff FILE FILE`, each a fresh process, and the
+same per event of the file and per GB of its JSON:
+
+    .venv/bin/python benchmarks/bench_load.py --memory /tmp/big/tiny1g.json /tmp/big/1g.json
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import gzip
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,12 +78,53 @@ def _discard(value: Any) -> None:
     del value
 
 
+def peak_rss(command: list[str]) -> tuple[float, int]:
+    """Seconds and peak RSS (bytes) of the largest process of `command` (its workers included, as wait4 counts
+    them), its output discarded."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)}: {child.stderr.read().decode() if child.stderr else ''}")
+    return time.perf_counter() - start, usage.ru_maxrss * 1024
+
+
+def memory_table(files: list[Path]) -> list[str]:
+    from stepscope.analysis.loader import load_trace
+
+    stepscope = str(REPO / ".venv" / "bin" / "stepscope")
+    lines = [
+        "| trace | JSON MB | events | command | time | peak RSS | per event | per GB of JSON |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for path in files:
+        events = len(load_trace(path, flows=False))  # rows, as `analyze` loads them
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        mb = (len(gzip.decompress(path.read_bytes())) if gz else path.stat().st_size) / 1e6
+        for name, command in (
+            ("summary", [stepscope, "summary", str(path)]),
+            ("analyze", [stepscope, "analyze", str(path)]),
+            ("diff", [stepscope, "diff", str(path), str(path)]),
+        ):
+            seconds, peak = peak_rss(command)
+            lines.append(
+                f"| `{path.name}` | {mb:.0f} | {events:,} | {name} | {seconds:.1f} s | {peak / 2**20:.0f} MiB | "
+                f"{peak / events:.0f} B | {peak / 2**20 / (mb / 1e3):.0f} MiB |"
+            )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--no-json", action="store_true", help="skip the json.loads baseline (slow)")
+    parser.add_argument("--memory", nargs="+", type=Path, metavar="FILE", help="peak RSS per event instead")
     args = parser.parse_args()
+    if args.memory:
+        print("\n".join(memory_table(args.memory)))
+        return 0
     if not TRACES.is_dir():
         print(f"{TRACES} not found: the benchmark needs the shared traces", file=sys.stderr)
         return 2

@@ -2,8 +2,11 @@
 
     .venv/bin/python benchmarks/bench_ranks.py --ranks 8 64 256 --jobs 1 2 --repeat 3
 
-Each folder is made once by make_big_trace.py (--base, default the 1.8 MB rank 0 of hta_trace_filter, one copy
-per rank, rank N // 2 slow) under --work. Every run is a fresh process, timed from start to exit; the runs of
+Each folder is made once by make_big_trace.py (--base, default the 1.8 MB rank 0 of hta_trace_filter, --copies
+of it per rank, rank N // 2 slow) under --work. 32 ranks of 54 MB of JSON (issue #32's many-rank figure):
+
+    .venv/bin/python benchmarks/bench_ranks.py --ranks 32 --copies 30 --jobs 2 --repeat 3
+ Every run is a fresh process, timed from start to exit; the runs of
 one folder alternate between the --jobs values round after round (paired), and the best time of the rounds is
 kept. Peak RSS is the largest single process (`os.wait4`). Prints a markdown table: seconds, ms per rank, the
 speed-up of each --jobs value over the first, and the straggler found (it must be the slow rank).
@@ -24,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT.parent / "shared" / "traces" / "hta_trace_filter" / "sampled_rank-0.json.gz"
 
 
-def make_folder(work: Path, ranks: int, base: Path) -> Path:
-    out = work / f"ranks{ranks}"
+def make_folder(work: Path, ranks: int, base: Path, copies: int = 1) -> Path:
+    out = work / (f"ranks{ranks}" if copies == 1 else f"ranks{ranks}x{copies}")
     if not (out / f"rank{ranks - 1}.json.gz").exists():
         subprocess.run(
             [
@@ -33,6 +36,8 @@ def make_folder(work: Path, ranks: int, base: Path) -> Path:
                 str(ROOT / "benchmarks" / "make_big_trace.py"),
                 "--ranks",
                 str(ranks),
+                "--copies",
+                str(copies),
                 "--slow-ms",
                 "100",
                 "--base",
@@ -43,6 +48,15 @@ def make_folder(work: Path, ranks: int, base: Path) -> Path:
             check=True,
         )
     return out
+
+
+def _json_bytes(path: Path) -> int:
+    """A gzip file's inflated size (its last 4 bytes: below 4 GiB a rank is), else its size."""
+    with open(path, "rb") as fh:
+        if fh.read(2) != b"\x1f\x8b":
+            return path.stat().st_size
+        fh.seek(-4, os.SEEK_END)
+        return int.from_bytes(fh.read(4), "little")
 
 
 def run_once(stepscope: str, folder: Path, jobs: int) -> tuple[float, int, dict]:
@@ -71,13 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--base", type=Path, default=BASE)
+    parser.add_argument("--copies", type=int, default=1, help="copies of the base per rank file")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "stepscope-ranks")
     parser.add_argument("--stepscope", default=str(ROOT / ".venv" / "bin" / "stepscope"))
     args = parser.parse_args(argv)
     rows = []
     for n in args.ranks:
-        folder = make_folder(args.work, n, args.base)
+        folder = make_folder(args.work, n, args.base, args.copies)
         mb = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
+        json_mb = sum(_json_bytes(f) for f in folder.iterdir()) / 1e6
         best: dict[int, float] = {}
         rss: dict[int, int] = {}
         straggler = None
@@ -88,13 +104,20 @@ def main(argv: list[str] | None = None) -> int:
                 rss[jobs] = max(rss.get(jobs, 0), peak)
                 straggler = (doc.get("straggler") or {}).get("rank")
         first = args.jobs[0]
-        cells = [f"{best[j]:.2f} s ({best[j] / n * 1e3:.0f} ms/rank, {rss[j]} MB)" for j in args.jobs]
+        cells = [
+            f"{best[j]:.2f} s ({json_mb / best[j]:.0f} MB/s, {best[j] / n * 1e3:.0f} ms/rank, {rss[j]} MB)"
+            for j in args.jobs
+        ]
         speedups = [f"{best[first] / best[j]:.2f}x" for j in args.jobs[1:]]
         rows.append(
-            f"| {n} | {mb:.1f} | " + " | ".join(cells + speedups) + f" | {straggler} (slow: {n // 2}) |"
+            f"| {n} | {mb:.1f} | {json_mb:.0f} | "
+            + " | ".join(cells + speedups)
+            + f" | {straggler} (slow: {n // 2}) |"
         )
         print(rows[-1], flush=True)
-    head = ["ranks", "gz MB"] + [f"--jobs {j}: best (per rank, peak RSS)" for j in args.jobs]
+    head = ["ranks", "gz MB", "JSON MB"] + [
+        f"--jobs {j}: best (JSON MB/s, per rank, peak RSS)" for j in args.jobs
+    ]
     head += [f"{j} vs {args.jobs[0]}" for j in args.jobs[1:]] + ["straggler found"]
     print()
     print(f"`{' '.join([Path(sys.executable).name, *sys.argv])}`, {os.cpu_count()} CPUs\n")

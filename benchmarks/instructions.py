@@ -34,7 +34,7 @@ from stepscope.analysis.analyze import analyze
 from stepscope.analysis.loader import load_trace
 mode, path = sys.argv[1], sys.argv[2]
 if mode != "imports":
-    table = load_trace(path, progress=False)
+    table = load_trace(path)
     if mode == "analyze":
         msgspec.json.encode(analyze(table, drop_last_step=True))
 """

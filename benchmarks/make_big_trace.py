@@ -12,6 +12,12 @@ end together with its own):
 
     .venv/bin/python benchmarks/make_big_trace.py --ranks 64 --out /tmp/ranks64
 
+Tiny events (--tiny): one file of CPU ops of about 80 bytes each (12.7 M events per GB of JSON, the worst case
+of memory per byte), a ProfilerStep every 10,000 of them; --members N writes a .gz of N gzip members (as pigz
+and bgzip do):
+
+    .venv/bin/python benchmarks/make_big_trace.py --size 1G --tiny --out /tmp/big/tiny1g.json
+
 The default base is ../shared/traces/hta_nccl_parser_config/nccl_data.json.gz (9.8 MB of JSON, 40,573 events,
 3 ProfilerSteps, NCCL kernels on their own stream). Deterministic for a given --seed.
 """
@@ -172,6 +178,47 @@ def big_file(base: Base, size: int, out: Path) -> None:
     )
 
 
+TINY_NAMES = [f"aten::op{i}" for i in range(50)]
+
+
+def tiny_file(size: int, out: Path, members: int) -> None:
+    """A trace of tiny CPU ops (about 80 bytes of JSON each) and a ProfilerStep every 10,000 of them."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    parts = [b'{"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [\n']
+    written, events, t = len(parts[0]), 0, 1_000_000
+    while written < size:
+        lines = []
+        lines.append(
+            f'{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{events // 10_000}",'
+            f'"pid":1,"tid":1,"ts":{t},"dur":{2 * 10_000}}}'
+        )
+        for i in range(10_000):
+            lines.append(
+                f'{{"ph":"X","cat":"cpu_op","name":"{TINY_NAMES[i % 50]}","pid":1,"tid":1,'
+                f'"ts":{t + 2 * i},"dur":1}}'
+            )
+        t += 2 * 10_000 + 5
+        chunk = (",\n".join(lines) + ",\n").encode()
+        parts.append(chunk)
+        written += len(chunk)
+        events += len(lines)
+    parts[-1] = parts[-1][:-2] + b"\n]}\n"
+    data = b"".join(parts)
+    del parts
+    if out.name.endswith(".gz"):
+        step = -(-len(data) // max(members, 1))
+        with open(out, "wb") as fh:
+            for at in range(0, len(data), step):
+                fh.write(gzip.compress(data[at : at + step], compresslevel=1))
+    else:
+        out.write_bytes(data)
+    print(
+        f"{out}: {len(data) / 1e6:,.1f} MB of JSON, {events:,} tiny events, "
+        f"{out.stat().st_size / 1e6:,.1f} MB on disk, {time.perf_counter() - start:.1f} s"
+    )
+
+
 def rank_files(base: Base, args: argparse.Namespace) -> None:
     n = args.ranks
     slow = n // 2 if args.slow_rank is None else args.slow_rank
@@ -225,7 +272,16 @@ def main(argv: list[str] | None = None) -> int:
         "--slow-ms", type=float, default=5.0, help="how late the slow rank arrives at every collective"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tiny", action="store_true", help="tiny CPU ops instead of copies of the base (--size)"
+    )
+    parser.add_argument(
+        "--members", type=int, default=1, help="gzip members of a --tiny .gz (pigz / bgzip style)"
+    )
     args = parser.parse_args(argv)
+    if args.tiny and args.size is not None:
+        tiny_file(args.size, args.out, args.members)
+        return 0
     if not args.base.is_file():
         where = (
             "the default, in the shared trace set ../shared/traces beside the clone"

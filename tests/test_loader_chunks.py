@@ -75,7 +75,7 @@ def layouts(doc: dict[str, Any]) -> dict[str, str]:
 def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail if a file is sent to the whole-file decoder."""
 
-    def refuse(path: Path, rank_hint: int | None) -> None:
+    def refuse(path: Path, rank_hint: int | None, **options: Any) -> None:
         raise AssertionError(f"{path} fell back to the whole-file decoder")
 
     monkeypatch.setattr(_stream, "load_whole", refuse)

@@ -59,6 +59,7 @@ _DTYPES: dict[str, str] = {
 # Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
 _SPARSE = frozenset({"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
 _MAX_US = (2**63 - 1) // 1000
+_MIN_CAPACITY = 1 << 12  # rows of a dense column when it first grows
 _UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
 _BYTE_UNSEEN = 255  # the same, where codes are read as bytes
 
@@ -100,6 +101,7 @@ class ColumnBuilder:
         """`spill`: a folder where the dense columns are written chunk by chunk instead of kept (a worker
         reading a stretch of a big file: see _split); `part()` then refers to the files."""
         self.path = path
+        self.flows = flows
         self._spill = spill
         self._spilled: dict[str, Any] = {}  # key -> open file, in spill mode
         self._left_out = _LEFT_OUT if flows else _LEFT_OUT_WITH_FLOWS  # phases (ord) the table leaves out
@@ -110,7 +112,11 @@ class ColumnBuilder:
         self._max_events = max_events()
         self.inexact_ts = False  # some chunk needed the exact (text) pass for its timestamps
         self.n_rows = 0  # rows kept so far
-        self._parts: dict[str, list[np.ndarray]] = {key: [] for key in _DTYPES if key not in _SPARSE}
+        # Dense columns, grown in place (see _append): chunk arrays kept in lists until a final concatenate made
+        # the peak twice the table, and their freed small blocks stayed in the heap for the analyses.
+        self._dense: dict[str, np.ndarray] = {
+            key: np.empty(0, dtype=_DTYPES[key]) for key in _DTYPES if key not in _SPARSE
+        }
         self._sparse: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in _SPARSE}
         self._name_codes: dict[str | None, int] = {}
         self._cat_codes: dict[str | None, int] = {}
@@ -196,13 +202,23 @@ class ColumnBuilder:
         self._shape_messages(sparse, cols["name"], chunk)
         for key, column in cols.items():
             if self._spill is None:
-                self._parts[key].append(column)
+                self._append(key, column)
             else:
                 self._write_spilled(key, column)
         for key, (rows, values) in sparse.items():
             if len(rows):
                 self._sparse[key].append((rows + self.n_rows, values))
         self.n_rows += n
+
+    def _append(self, key: str, column: np.ndarray) -> None:
+        """Write a chunk's column after the rows so far, growing the column by an eighth when it is full:
+        numpy's resize is a realloc, which moves the pages of a big block (mremap) instead of copying them, so
+        the peak is the columns plus at most an eighth, not twice the columns."""
+        out = self._dense[key]
+        need = self.n_rows + len(column)
+        if need > len(out):
+            out.resize(max(need, len(out) + (len(out) >> 3), _MIN_CAPACITY), refcheck=False)
+        out[self.n_rows : need] = column
 
     def _timestamps(self, chunk: Chunk) -> np.ndarray:
         timestamps = [e.ts for e in chunk.events]
@@ -321,9 +337,8 @@ class ColumnBuilder:
                 for rows, values in self._sparse.pop(key):
                     column[rows] = values
             else:
-                parts = self._parts.pop(key)
-                column = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0)
-                del parts  # the chunks' arrays go as soon as their column is joined
+                column = self._dense.pop(key)
+                column.resize(self.n_rows, refcheck=False)  # (in place: the spare rows are given back)
             columns[key] = column.astype(dtype, copy=False)
         arg_strings = {key: list(strings) for key, strings in self._arg_strings.items()}
         return PartTable(list(self.names), list(self.cats), arg_strings, columns, self.n_events, self.n_rows)

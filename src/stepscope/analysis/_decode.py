@@ -233,25 +233,62 @@ def gc_paused() -> Iterator[None]:
 
 
 # --- the whole file at once: the reference path, and every error message ---------------------------------
-def read_json_bytes(path: Path) -> bytes:
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: some editors and Windows tools begin files with it
+
+
+def read_json_bytes(path: Path, most: int | None = None, why: str = "") -> bytes:
+    """The file's JSON text, inflated if gzipped. `most`: refuse a text longer than that, saying `why` the
+    file is read whole."""
     from stepscope.analysis._limits import (
         DEFAULT_MAX_TRACE_BYTES,
         LIMIT_ENV,
+        MAX_EVENT_BYTES_ENV,
         gunzip_bounded,
         max_gzip_ratio,
         max_input_bytes,
     )
 
     limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
+    cap = limit if most is None else min(most, limit)
+    too_long = InputError(
+        path,
+        f"{why or 'it cannot be read in pieces'}, and decoding it whole would take more than {cap} bytes of text "
+        f"({MAX_EVENT_BYTES_ENV} raises the limit)",
+    )
     try:
-        if path.stat().st_size > limit:
+        size = path.stat().st_size
+        if size > limit:
             raise InputError(path, f"larger than the input limit of {limit} bytes ({LIMIT_ENV} raises it)")
+        if size > cap:
+            raise too_long
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if data[:2] != b"\x1f\x8b":
         return data
+    if cap < limit:
+        try:
+            return gunzip_bounded(path, data, cap, ratio=max_gzip_ratio())
+        except InputError as exc:
+            if "bytes (the limit;" in exc.problem:
+                raise too_long from None
+            raise
     return gunzip_bounded(path, data, limit, ratio=max_gzip_ratio())
+
+
+def json_problem(message: str) -> str:
+    """msgspec's DecodeError message as the loader says it."""
+    return "truncated JSON" if "truncated" in message else f"not valid JSON ({message})"
+
+
+_EVENT_AT = re.compile(r"`\$(?:\.traceEvents)?\[(\d+)\]")
+
+
+def wrong_type_problem(exc: msgspec.ValidationError, first_event: int) -> str:
+    """msgspec's message for a field of the wrong type in events decoded from a piece of the file, its
+    location given in the whole file (`first_event`: events before the piece)."""
+    message = _EVENT_AT.sub(lambda m: f"`$.traceEvents[{int(m.group(1)) + first_event}]", str(exc), count=1)
+    return f"wrong field type: {message}"
 
 
 def decode_whole(path: Path, data: bytes) -> _Trace:
@@ -259,9 +296,10 @@ def decode_whole(path: Path, data: bytes) -> _Trace:
     file shows float timestamps that float64 would round (otherwise the builder may need a ts-only pass)."""
     if not data or data.isspace():
         raise InputError(path, "empty file")
+    shift = len(BOM) if data.startswith(BOM) else 0
     decoder = _TEXT_TS_DECODER if EPOCH_FLOAT_TS.search(data, 0, SNIFF_BYTES) else _DECODER
     try:
-        trace: _Trace = decoder.decode(data)
+        trace: _Trace = decoder.decode(memoryview(data)[shift:])
     except msgspec.ValidationError as exc:
         message = str(exc)
         if "missing required field `traceEvents`" in message:
@@ -269,20 +307,22 @@ def decode_whole(path: Path, data: bytes) -> _Trace:
         if " - at `$" not in message:  # msgspec names no location for the top level
             raise InputError(path, "not a chrome trace: the top level is not a JSON object") from None
         raise InputError(path, f"wrong field type: {message}") from None
-    except msgspec.DecodeError as exc:
-        message = str(exc)
-        if "truncated" in message:
-            raise InputError(path, "truncated JSON") from None
-        raise InputError(path, f"not valid JSON ({message})") from None
+    except msgspec.DecodeError as exc:  # (its byte offsets counted from the file's start, mark included)
+        message = re.sub(r"\(byte (\d+)\)", lambda m: f"(byte {int(m.group(1)) + shift})", str(exc))
+        raise InputError(path, json_problem(message)) from None
     except UnicodeDecodeError as exc:  # a string that is not UTF-8
-        raise InputError(path, f"not valid JSON (bad UTF-8 at byte {exc.start} of a string)") from None
+        raise InputError(path, json_problem(f"bad UTF-8 at byte {exc.start} of a string")) from None
     return trace
 
 
-def load_whole(path: Path, rank_hint: int | None, *, flows: bool = True) -> FileTable:
-    """A file's table from one decode of all its text (more memory than the chunked reader, same table)."""
-    data = read_json_bytes(path)
+def load_whole(
+    path: Path, rank_hint: int | None, *, flows: bool = True, most: int | None = None, why: str = ""
+) -> FileTable:
+    """A file's table from one decode of all its text (about 3 times the text in memory; same table as the
+    chunked reader). `most`: refuse a text longer than that (saying `why` it is read whole)."""
+    data = read_json_bytes(path, most, why)
     trace = decode_whole(path, data)
+    data = data.removeprefix(BOM)  # (for the second passes over the text)
     builder = ColumnBuilder(path, flows=flows)
     read_header(builder.info, {key: getattr(trace, key) for key in HEADER_FIELDS})
     decoders = DECODERS[(False, isinstance(trace, _TextTsTrace))]

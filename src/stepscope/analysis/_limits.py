@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from stepscope.errors import InputError
@@ -68,18 +70,43 @@ def gunzip_bounded(path: str | Path, data: bytes, limit: int, *, ratio: int | No
     `path`: truncated, corrupt (CRC included), or inflating past `limit` bytes (or past `ratio` times its
     size, once GZIP_RATIO_FREE_BYTES are out)."""
     by_ratio = max(ratio * len(data), GZIP_RATIO_FREE_BYTES) if ratio else limit
+    most = min(limit, by_ratio)
+    out = io.BytesIO()  # (its getvalue() hands over its buffer: no second copy of the text)
+    total = 0
+    with _gzip_errors(path), gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+        # Block by block: read(n) would ask for n bytes up front (a MemoryError under an address-space limit).
+        while total <= most and (block := fh.read(min(_GUNZIP_BLOCK, most + 1 - total))):
+            out.write(block)
+            total += len(block)
+    if total > by_ratio and by_ratio < limit:
+        raise InputError(path, gzip_bomb_problem(ratio or 0))
+    if total > limit:
+        raise InputError(
+            path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
+        )
+    return out.getvalue()
+
+
+_GUNZIP_BLOCK = 1 << 20
+
+
+@contextlib.contextmanager
+def _gzip_errors(path: str | Path) -> Iterator[None]:
+    """The gzip module's errors as InputError naming `path`."""
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
-            text = fh.read(min(limit, by_ratio) + 1)
+        yield
     except EOFError:
         raise InputError(path, "truncated gzip file") from None
     except (OSError, zlib.error) as exc:
         problem = "CRC check failed" if str(exc).startswith("CRC check failed") else str(exc)
         raise InputError(path, f"corrupt gzip data ({problem})") from None
-    if len(text) > by_ratio and by_ratio < limit:
-        raise InputError(path, gzip_bomb_problem(ratio or 0))
-    if len(text) > limit:
-        raise InputError(
-            path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
-        )
-    return text
+
+
+def gzip_problem(path: str | Path, limit: int) -> InputError:
+    """What is wrong with a gzip file that a streaming inflate stopped on, said as gunzip_bounded says it: the
+    file is inflated again by the gzip module, block by block, nothing kept, up to `limit` bytes."""
+    total = 0
+    with _gzip_errors(path), gzip.open(path, "rb") as fh:
+        while total <= limit and (block := fh.read(_GUNZIP_BLOCK)):
+            total += len(block)
+    return InputError(path, "corrupt gzip data")

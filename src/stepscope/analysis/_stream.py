@@ -13,14 +13,18 @@ because the piece starts where an event starts and JSON is read the same way in 
 before the array (header keys) is decoded on its own, with `]}` appended; the last piece is decoded with the
 rest of the file (`{"traceEvents":[` prepended), header keys after the array included.
 
-Anything unexpected (a gzip stream with several members, a JSON error, a wrong field type, a file this scheme
-cannot cut) sends the file to the whole-file decoder in _decode, which gives the same table or the error
-message, so every error reads as it always did.
+An error found in a piece is the file's own when the parser stops before the `]` put after the piece (a field
+of the wrong type, a character JSON does not allow there): it is reported as the whole-file decoder reports it,
+its event and byte counted in the whole file. A truncated file, a second document after the first, damaged gzip
+data are found in the last piece or by the inflater; a second `traceEvents` key in the last piece drops the
+events read before it, as JSON keeps a key's last value. Several gzip members are inflated one after the other,
+and a UTF-8 byte order mark is skipped. What the scheme still cannot vouch for (a `traceEvents` key inside an
+object before the real one) goes to the whole-file decoder in _decode when its text is within the event limit
+(a whole decode holds about 3 times the text), and is refused past it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import re
 import zlib
@@ -33,19 +37,23 @@ import msgspec
 
 from stepscope.analysis._columns import ColumnBuilder, FileTable
 from stepscope.analysis._decode import (
+    BOM,
     DECODERS,
     EPOCH_FLOAT_TS,
     HEAD_DECODER,
     HEADER_FIELDS,
     SNIFF_BYTES,
     UNSET,
+    add_events,
     exact_ts_of_array,
     exact_ts_of_trace,
     gc_paused,
+    json_problem,
     load_whole,
     read_header,
     shapes_of_array,
     shapes_of_trace,
+    wrong_type_problem,
 )
 from stepscope.analysis._limits import (
     DEFAULT_MAX_TRACE_BYTES,
@@ -53,6 +61,7 @@ from stepscope.analysis._limits import (
     LIMIT_ENV,
     MAX_EVENT_BYTES_ENV,
     gzip_bomb_problem,
+    gzip_problem,
     max_event_bytes,
     max_gzip_ratio,
     max_input_bytes,
@@ -103,8 +112,44 @@ _ANOTHER_KEY = _key_pattern("traceEvents")
 _TAIL_PREFIX = b'{"traceEvents":['
 
 
+class _RawTail(msgspec.Struct):
+    traceEvents: msgspec.Raw  # the text of the key's last value
+
+
+_RAW_TAIL = msgspec.json.Decoder(_RawTail)
+_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _error_byte(message: str) -> int | None:
+    """The `N` of msgspec's `(byte N)`, if the message has one."""
+    m = _ERROR_BYTE.search(message)
+    return int(m.group(1)) if m else None
+
+
+def _shifted_bytes(message: str, origin: int) -> str:
+    """msgspec's message with its `(byte N)` counted from the start of the file (`origin`: where the decoded
+    text's byte 0 lies in it)."""
+    return _ERROR_BYTE.sub(lambda m: f"(byte {int(m.group(1)) + origin})", message)
+
+
 class _Fallback(Exception):
-    """The chunked reader cannot vouch for this file: decode it whole."""
+    """The chunked reader cannot vouch for this file: decode it whole (within the event limit; see load_file)."""
+
+    def __init__(self, reason: str = "it cannot be read in pieces") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _GzipError(Exception):
+    """The gzip data is damaged (truncated, corrupt, a bad CRC, bytes after the last member)."""
+
+
+class _BadJSON(Exception):
+    """A piece of text did not decode; `message` is msgspec's (its `(byte N)` counted in the piece)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class _OverLimit(Exception):
@@ -136,12 +181,16 @@ def load_file(
     p = Path(path)
     report(0.0)
     table: FileTable | None = None
+    reason = ""
     try:
         with gc_paused():
-            with contextlib.suppress(_Fallback):
+            try:
                 table = _load_chunked(p, rank_hint, report, chunk_bytes or CHUNK_BYTES, flows)
+            except _Fallback as exc:
+                reason = exc.reason
             if table is None:  # outside the except block: the failed attempt's buffers are already freed
-                table = load_whole(p, rank_hint, flows=flows)
+                # Decoding whole takes about 3 times the text: only a file within the event limit is.
+                table = load_whole(p, rank_hint, flows=flows, most=max_event_bytes(), why=reason)
     except RecursionError:
         raise InputError(p, "JSON nested too deeply") from None
     _check_times(table, p)
@@ -160,8 +209,8 @@ def _check_times(table: FileTable, path: Path) -> None:
 
 class _Text:
     """The (decompressed) text of an open file, read on demand into a reusable buffer; gzip is recognised
-    by its magic bytes. Damaged or unusual gzip data (truncated, corrupt, several members, trailing bytes)
-    raises _Fallback: gzip.decompress, in the whole-file path, says which."""
+    by its magic bytes; a file of several gzip members is inflated member after member. Damaged gzip data
+    (truncated, corrupt, a bad CRC, bytes after the last member) raises _GzipError (see gzip_problem)."""
 
     def __init__(
         self, fh: io.BufferedReader, size: int, limit: int, start: int = 0, stop: int | None = None
@@ -200,18 +249,16 @@ class _Text:
             self.eof = got == 0
             return got
         while not self.eof:
-            if self._inflate.eof:
-                if (self._inflate.unused_data + self._fh.read()).lstrip(b"\0"):
-                    raise _Fallback
+            if self._inflate.eof and not self._next_member():
                 self.eof = True
                 break
             data = self._pending or self._fh.read(_READ_BYTES)
             if not data:
-                raise _Fallback
+                raise _GzipError  # truncated
             try:
                 out = self._inflate.decompress(data, min(n, _OUT_BYTES))
             except self._error:
-                raise _Fallback from None
+                raise _GzipError from None
             self._pending = self._inflate.unconsumed_tail
             self._total += len(out)
             if self._total > self._limit:
@@ -225,6 +272,27 @@ class _Text:
                     view[at : at + len(out)] = out
                 return len(out)
         return 0
+
+    def _next_member(self) -> bool:
+        """After a gzip member: start inflating the next one (pigz and bgzip write several); False at the end
+        of the file. Zero bytes between or after members are padding, as the gzip module reads them."""
+        assert self._inflate is not None
+        rest = self._inflate.unused_data + self._pending
+        while True:
+            rest = rest.lstrip(b"\0")
+            if len(rest) < 2:
+                more = self._fh.read(_READ_BYTES)
+                if not more:
+                    if rest:
+                        raise _GzipError  # one stray byte after the last member
+                    return False
+                rest += more
+                continue
+            if rest[:2] != b"\x1f\x8b":
+                raise _GzipError  # bytes after the last member that are not another
+            self._inflate = INFLATE.decompressobj(wbits=31)
+            self._pending = rest
+            return True
 
     def read_all(self, most: int) -> bytes:
         """The rest of the text; _TooLong past `most` bytes."""
@@ -254,6 +322,10 @@ def _load_chunked(
         reader = _ChunkReader(path, _Text(fh, size, limit), chunk_bytes, flows)
         try:
             reader.run(report)
+        except _GzipError:
+            raise gzip_problem(path, limit) from None
+        except _BadJSON as exc:
+            raise InputError(path, json_problem(exc.message)) from None
         except _OverLimit:
             raise InputError(
                 path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
@@ -302,6 +374,10 @@ class _ChunkReader:
         self.strict_failures = 0
         self.text_ts = False
         self.max_event = max_event_bytes()
+        # Reading the whole file (not a stretch of it): an error found in a piece is the file's own, said here
+        # as the whole-file decoder says it. `dropped`: text offset of buf[0] (JSON errors name a byte).
+        self.whole = first and last
+        self.dropped = 0
 
     def _too_long(self, piece: int) -> None:
         """A piece with no end of an event in it grew past the event limit: stop before reading more."""
@@ -341,6 +417,7 @@ class _ChunkReader:
             with memoryview(self.buf) as view:
                 view[: self.end - nxt + 1] = view[nxt - 1 : self.end]
             self.end -= nxt - 1
+            self.dropped += nxt - 1
             pos = 1
             report(0.95 * self.text.fraction)
         if self.last:
@@ -363,8 +440,14 @@ class _ChunkReader:
                 searched = k + 1
                 continue
             searched = max(self.end - len(_KEY), 0)
+            if self.end > self.max_event:  # (the text before the array is decoded in one piece)
+                raise InputError(
+                    self.builder.path,
+                    f"no traceEvents array in its first {self.max_event} bytes: not a chrome trace "
+                    f"({MAX_EVENT_BYTES_ENV} raises the limit)",
+                )
             if not self._fill(self.end + _READ_BYTES):
-                raise _Fallback  # no traceEvents array: the whole-file path says what the file is
+                raise _Fallback("no traceEvents array")  # the whole-file path says what the file is
 
     def _check_start(self) -> None:
         """A chrome trace is a JSON object: anything else is refused before more of it is read (a gzip of
@@ -380,11 +463,11 @@ class _ChunkReader:
     def _decode_head(self, pos: int) -> Any:
         """The header keys before the array (the text up to the `[`, closed by `]}`)."""
         try:
-            head = HEAD_DECODER.decode(bytes(self.buf[:pos]) + b"]}")
+            head = HEAD_DECODER.decode(bytes(self.buf[:pos]).removeprefix(BOM) + b"]}")
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-            raise _Fallback from None
+            raise _Fallback("the text before its traceEvents array is not a JSON object's start") from None
         if head.traceEvents:
-            raise _Fallback
+            raise _Fallback("an odd traceEvents key")
         return head
 
     def _next_chunk(self, pos: int) -> int | None:
@@ -409,30 +492,46 @@ class _ChunkReader:
             self.buf[pos - 1], self.buf[close] = ord("["), ord("]")
             view = memoryview(self.buf)
             try:
-                if self._decode_and_add(view[pos - 1 : close + 1], "events"):
-                    return m.end() - 1
+                self._decode_and_add(view[pos - 1 : close + 1], "events")
+                return m.end() - 1
+            except _BadJSON as exc:
+                # Before the `]` put at `close`, the piece is the file's own text in its own context: a
+                # character the parser rejects there is an error of the file (not of the cut).
+                byte = _error_byte(exc.message)
+                own = (
+                    byte is not None and byte < close - (pos - 1) and "trailing characters" not in exc.message
+                )
+                if own and not self.whole:
+                    raise _Fallback("a JSON error") from None
+                if own:
+                    raise _BadJSON(_shifted_bytes(exc.message, self.dropped + pos - 1)) from None
             finally:
                 view.release()  # before the buffer may grow
                 self.buf[close] = saved
             at = close
         return None
 
-    def _decode_and_add(self, text: Any, which: str) -> bool:
+    def _decode_and_add(self, text: Any, which: str) -> None:
         """Decode `text` (events, or the tail Struct) with the strict Structs first, then add its events;
-        False when the text is not valid JSON (a cut inside an event). Raises _Fallback when the
-        permissive Structs reject a field's type."""
+        Raises _BadJSON when the text is not valid JSON (maybe a cut inside an event); for a field of the wrong
+        type, InputError (reading the whole file) or _Fallback (a stretch: see _split)."""
+        first_event = self.builder.n_events
         for strict in (True, False) if self.strict else (False,):
             decoders = DECODERS[(strict, self.text_ts)]
             try:
                 decoded = getattr(decoders, which).decode(text)
-            except msgspec.ValidationError:
+            except msgspec.ValidationError as exc:
                 if not strict:
-                    raise _Fallback from None
+                    if not self.whole:
+                        raise _Fallback("a field of the wrong type") from None
+                    raise InputError(self.builder.path, wrong_type_problem(exc, first_event)) from None
                 self.strict_failures += 1
                 self.strict = self.strict_failures < 2  # an odd file: stop trying the strict Structs
                 continue
-            except (msgspec.DecodeError, UnicodeDecodeError):
-                return False
+            except msgspec.DecodeError as exc:
+                raise _BadJSON(str(exc)) from None
+            except UnicodeDecodeError as exc:
+                raise _BadJSON(f"bad UTF-8 at byte {exc.start} of a string") from None
             if which == "tail":
                 self._read_header(decoded)
                 events, exact = decoded.traceEvents, (lambda: exact_ts_of_trace(bytes(text)))
@@ -441,31 +540,58 @@ class _ChunkReader:
                 events, exact = decoded, (lambda: exact_ts_of_array(bytes(text)))
                 shapes = lambda: shapes_of_array(bytes(text))  # noqa: E731
             del decoded
-            try:
-                self.builder.add(decoders.chunk(events, exact, shapes))
-            except NotANumber:
-                raise _Fallback from None
+            if not self.whole:
+                try:
+                    self.builder.add(decoders.chunk(events, exact, shapes))
+                except NotANumber:
+                    raise _Fallback("a ts that is not a number") from None
+            else:
+                add_events(self.builder, decoders.chunk(events, exact, shapes))
             if self.builder.inexact_ts:
                 self.text_ts = True  # later pieces keep `ts` as text from the start
-            return True
-        return False
+            return
 
     def _decode_tail(self, pos: int, head: Any) -> None:
         """The rest of the file: the last events, the end of the array and the header keys after it."""
         rest = bytes(self.buf[pos : self.end]) + self.text.read_all(self.max_event + self.chunk_bytes)
         self.buf = bytearray()
-        if (_KEY in rest or b"\\u" in rest) and _ANOTHER_KEY.search(rest):
-            raise _Fallback
         self.head = head
-        if not self._decode_and_add(_TAIL_PREFIX + rest, "tail"):
-            raise _Fallback
+        text = _TAIL_PREFIX + rest
+        origin = self.dropped + pos - len(_TAIL_PREFIX)  # (of the prefix's `{`: the file's own bytes follow)
+        if (_KEY in rest or b"\\u" in rest) and _ANOTHER_KEY.search(rest):
+            if not self.whole:
+                raise _Fallback("a second traceEvents key")
+            self._second_array(text, origin)
+        try:
+            self._decode_and_add(text, "tail")
+        except _BadJSON as exc:
+            if not self.whole:
+                raise _Fallback("a JSON error") from None
+            raise _BadJSON(_shifted_bytes(exc.message, origin)) from None
+
+    def _second_array(self, text: bytes, origin: int) -> None:
+        """A second `traceEvents` key after the first array replaces it (JSON keeps the last value): when the
+        tail holds one, the events read so far are dropped. (The pattern may also match inside a string:
+        which array the key's last value is tells.)"""
+        try:
+            last = _RAW_TAIL.decode(text).traceEvents
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+            return  # the tail's own decode says what is wrong
+        array_at = len(_TAIL_PREFIX) - 1
+        if text[array_at : array_at + len(last)] == last:
+            return
+        self.builder = ColumnBuilder(self.builder.path, flows=self.builder.flows)
 
     def _decode_rest(self, pos: int) -> None:
         """The last events of a stretch that ends inside the array: they must decode as a list of events."""
         rest = bytes(self.buf[pos : self.end]) + self.text.read_all(self.max_event + self.chunk_bytes)
         self.buf = bytearray()
-        if not self._decode_and_add(b"[" + rest + b"]", "events"):
-            raise _Fallback
+        try:
+            self._decode_and_add(b"[" + rest + b"]", "events")
+            return
+        except _BadJSON:
+            pass
+        raise _Fallback("a stretch that does not end between events")
 
     def _read_header(self, tail: Any) -> None:
         self.tail_header = {

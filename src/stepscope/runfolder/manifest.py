@@ -67,7 +67,7 @@ def read_manifest(run_dir: str | Path) -> Manifest:
     """Load `run_dir/manifest.json`, raising InputError with the file name on any problem."""
     path = Path(run_dir) / MANIFEST_NAME
     try:
-        data = path.read_bytes()
+        data = _read_bounded(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise InputError(path, "no manifest.json: not a stepscope run folder") from None
     except OSError as exc:
@@ -83,6 +83,25 @@ def read_manifest(run_dir: str | Path) -> Manifest:
     if manifest.schema not in READABLE_SCHEMAS:
         raise InputError(path, f"manifest schema {manifest.schema!r} is not one this stepscope reads")
     return manifest
+
+
+MAX_MANIFEST_BYTES = 256 << 20  # a manifest lists files: thousands of windows of thousands of ranks fit
+
+
+def _read_bounded(path: Path, most: int) -> bytes:
+    """The file's bytes, read block by block; InputError past `most` (a sparse file of gigabytes is refused by
+    its size before anything is read)."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size > most:
+            raise InputError(path, f"larger than {most} bytes: not a manifest stepscope writes")
+        blocks: list[bytes] = []
+        total = 0
+        while block := fh.read(1 << 20):
+            blocks.append(block)
+            total += len(block)
+            if total > most:
+                raise InputError(path, f"larger than {most} bytes: not a manifest stepscope writes")
+    return b"".join(blocks)
 
 
 def is_run_folder(path: str | Path) -> bool:
