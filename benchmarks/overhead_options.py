@@ -454,18 +454,19 @@ def measure_options(
 
 
 def _row_result(row: Row, pairs: list[tuple[list[float], list[float]]]) -> dict[str, Any]:
-    """Pooled medians of the measured and the reference steps; the ratio is the median of the rounds' ratios
-    (each of two blocks run back to back)."""
+    """Pooled medians of the measured and the reference steps; the ratio and the difference are the medians of
+    the rounds' (each of two blocks run back to back)."""
     med = statistics.median(t for m, _ in pairs for t in m)
     ref = statistics.median(t for _, r in pairs for t in r)
     per_round = [statistics.median(m) / statistics.median(r) for m, r in pairs]
+    over = statistics.median(statistics.median(m) - statistics.median(r) for m, r in pairs)
     return {
         "fields": list(row.fields),
         "label": row.label,
         "reference": row.reference,
         "median_ms": round(med, 4),
         "reference_ms": round(ref, 4),
-        "over_reference_ms": round(med - ref, 4),
+        "over_reference_ms": round(over, 4),
         "ratio": round(statistics.median(per_round), 4),
         "round_ratios": [round(x, 4) for x in per_round],
         "samples": sum(len(m) for m, _ in pairs),
