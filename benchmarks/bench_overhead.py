@@ -1,11 +1,15 @@
 """Overhead of the monitor on the demo training step, measured side by side in one process.
 
     .venv/bin/python benchmarks/bench_overhead.py [--rounds 5] [--steps 30] [--small]
+    .venv/bin/python benchmarks/bench_overhead.py --options [--rounds 4] [--steps 20] [--json-out F]
 
 A first, uncounted round warms everything up. Variants, interleaved round by round so machine noise hits them alike: the bare step; the step decorated by a
 monitor with enabled=False; a monitor in its wait phase; a monitor in an active window; raw torch.profiler
 with the same options in an active window. Times are per step (the call plus the profiler's step()), medians
 over all rounds; the export at the end of a window is not part of any timed step.
+
+`--stall` measures the step that ends a window instead, `--calls-only` the per-call costs, and `--options` the
+per-step cost of every capture option that works during steps (overhead_options.py).
 """
 
 from __future__ import annotations
@@ -344,9 +348,19 @@ def main() -> None:
         help="only the window-end stall (monitor vs raw torch.profiler), --rounds rounds of --windows windows",
     )
     parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument(
+        "--options",
+        action="store_true",
+        help="only the option table: every capture option that works during steps, against its reference "
+        "(overhead_options.py), --rounds rounds of --steps steps per variant",
+    )
+    parser.add_argument("--json-out", help="with --options: write the table as JSON to this file")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
+    if args.options:
+        run_option_table(args)
+        return
     if args.stall:
         model, plain, batch = stall_model()
         with tempfile.TemporaryDirectory() as out_dir:
@@ -380,6 +394,36 @@ def main() -> None:
     )
     print()
     print_call_costs()
+
+
+def run_option_table(args: argparse.Namespace) -> None:
+    """`--options`: the per-step cost of every capture option that works during steps, as a markdown table
+    (and JSON with --json-out)."""
+    import json
+    import platform
+    import sys
+
+    from overhead_options import markdown, measure_options
+
+    model, optimizer, make_batch = small_model() if args.small else build_demo()
+    result = measure_options(model, make_train_step(model, optimizer), make_batch(), args.rounds, args.steps)
+    what = "small step (MLP 256x2, batch 32" if args.small else "demo step (MLP 512x4, batch 64"
+    result = {
+        "command": " ".join(["benchmarks/bench_overhead.py", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d"),
+        "workload": f"{what}, 1 thread, CPU)",
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "versions": {"torch": str(torch.__version__), "python": platform.python_version()},
+        "cuda": torch.cuda.is_available(),
+        **result,
+    }
+    print(f"{result['workload']}: {args.rounds} rounds x {args.steps} steps per variant, shuffled\n")
+    print(markdown(result))
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=1)
+            fh.write("\n")
 
 
 def print_call_costs() -> None:

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window, warn_user
+from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.capture.writer import JsonLines
 from stepscope.runfolder import CONFIG_NAME, OOM_SNAPSHOT_TEMPLATE, ArtifactKind
 from stepscope.runfolder.atomic import atomic_write_text, temp_path_beside
@@ -213,6 +213,21 @@ class MemorySnapshotCollector(Collector):
             return
         if self.ctx.schedule.is_active(self.ctx.step):
             self._record(True)
+
+    def next_busy(self, step: int) -> int:
+        """While recording, every step; else the step before the next window (its after_step starts the
+        history): a CPU run, and every step outside the windows, costs nothing."""
+        if not self._cuda:
+            return NEVER
+        if self._recording:
+            return step
+        schedule = self.ctx.schedule
+        active = schedule.next_traced_step(step + 1)
+        if active == NEVER:
+            return NEVER
+        while not schedule.is_active(active):  # past the window's warmup steps
+            active += 1
+        return active - 1
 
     def after_step(self, step: int, wall_ms: float) -> None:
         # Runs before the trace collector's after_step: recording starts inside the step before the window
