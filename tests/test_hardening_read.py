@@ -1,0 +1,143 @@
+"""Every reader of an untrusted file is bounded (issue 34, items 11-13): memory files whatever their opcodes,
+`stepscope merge` on millions of events, and the small artifacts of a run folder that someone replaced with a
+FIFO or a device. Each command ends with an answer or one line and exit 2, in bounded memory and time."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepscope.analysis.snapshot import analyze_memory_file
+
+# Runs the command given as its arguments and prints that child's exit status and its own peak RSS in KiB (a
+# child forked straight from pytest would report pytest's peak: ru_maxrss survives fork and exec).
+_PEAK_OF = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n"
+)
+
+
+def stepscope(*args: str, **env: str) -> tuple[int, str, str, int, float]:
+    """`stepscope ARGS` in a child: exit status, stdout, stderr, peak RSS in MiB, wall seconds."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF, sys.executable, "-m", "stepscope", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=180,
+    )
+    code, peak_kib = done.stdout.split()[-2:]
+    out = done.stdout.rsplit("\n", 2)[0]
+    return int(code), out, done.stderr, int(peak_kib) // 1024, time.perf_counter() - t0
+
+
+def one_line(err: str, path: Path, problem: str) -> bool:
+    return err.count("\n") == 1 and err.startswith(f"stepscope: error: {path}: ") and problem in err
+
+
+# --- item 11: memory files ---------------------------------------------------------------------------------
+
+
+def test_a_10_byte_pickle_asking_for_memo_index_2_28_is_refused_at_once(tmp_path: Path) -> None:
+    # GIVEN 10 bytes: protocol 4, None, and LONG_BINPUT at index 0xfffffff (Python's unpickler: 4.1 GiB)
+    path = tmp_path / "memo.pickle"
+    path.write_bytes(b"\x80\x04N" + b"r" + struct.pack("<I", 0xFFFFFFF) + b".")
+    # WHEN `stepscope memory` reads it
+    code, _, err, peak_mb, _ = stepscope("memory", str(path))
+    # THEN one line naming the memo index, and no memory spent on it
+    assert code == 2 and one_line(err, path, "memo index 268435455 beyond the 0 entries stored"), err
+    assert peak_mb < 200
+
+
+@pytest.mark.parametrize(
+    ("opcodes", "problem"),
+    [
+        (b"]", "its objects would take more than 64 MiB"),  # EMPTY_LIST: 80 bytes each
+        (b"\x8f", "its objects would take more than 64 MiB"),  # EMPTY_SET: 340 bytes each
+        (b"N0", "pickle opcodes"),  # None, POP: nothing kept, only time
+        (b"h\x00", "memo index 0 beyond the 0 entries stored"),  # BINGET before any PUT
+    ],
+)
+def test_an_opcode_flood_stops_at_the_budget_in_one_line(
+    tmp_path: Path, opcodes: bytes, problem: str
+) -> None:
+    # GIVEN 16 MiB of one opcode (EMPTY_LIST: 1.3 GB of lists if built), the input limit at 128 MiB (a budget
+    # of 64 MiB of objects and 4 million opcodes; the default 1 GiB allows 512 MiB, 33.5 million)
+    path = tmp_path / "flood.pickle"
+    path.write_bytes(b"\x80\x04" + opcodes * ((16 << 20) // len(opcodes)) + b".")
+    # WHEN `stepscope memory` reads it
+    code, _, err, peak_mb, seconds = stepscope("memory", str(path), STEPSCOPE_MAX_INPUT_BYTES=str(128 << 20))
+    # THEN one line, exit 2, memory near the budget, a few seconds
+    assert code == 2 and one_line(err, path, problem), err
+    assert "Traceback" not in err and peak_mb < 64 + 200, peak_mb
+    assert seconds < 60
+
+
+def test_a_gzipped_list_of_ints_is_refused_while_it_streams(tmp_path: Path) -> None:
+    # GIVEN a gzip'd pickle of 40 MB of 4-byte ints (8 million: 320 MB once built; 2 MB on disk), the limit at
+    # 128 MiB (its budget 64 MiB)
+    path = tmp_path / "ints.pickle.gz"
+    body = b"\x80\x04](" + b"J\x00\x00\x00\x01" * 8_000_000 + b"e."
+    path.write_bytes(gzip.compress(body, 1))
+    del body
+    # WHEN `stepscope memory` reads it
+    code, _, err, peak_mb, _ = stepscope("memory", str(path), STEPSCOPE_MAX_INPUT_BYTES=str(128 << 20))
+    # THEN it stops at the budget: the 40 MB of text are never held whole, nor the ints built
+    assert code == 2 and one_line(err, path, "its objects would take more than 64 MiB"), err
+    assert peak_mb < 64 + 200, peak_mb
+
+
+def test_a_real_shaped_snapshot_reads_the_same_as_pythons_unpickler(tmp_path: Path) -> None:
+    # GIVEN a snapshot pickled by Python (frames shared between entries, as torch's are), protocols 2 and 4
+    frames = [{"filename": f"/u/m{i}.py", "line": i, "name": f"f{i}"} for i in range(50)]
+    entries = [
+        {
+            "action": "alloc",
+            "addr": i,
+            "size": 512 * (i + 1),
+            "time_us": 1e6 + i,
+            "frames": frames[i % 7 :][:9],
+        }
+        for i in range(300)
+    ]
+    snap = {"segments": [], "device_traces": [entries]}
+    for protocol in (2, 4, 5):
+        path = tmp_path / f"s{protocol}.pickle"
+        path.write_bytes(pickle.dumps(snap, protocol=protocol))
+        # WHEN it is analyzed
+        report = analyze_memory_file(path)
+        # THEN the history is read whole: peak = every allocation (nothing is freed)
+        assert report.devices[0].trace_entries == 300
+        assert report.devices[0].peak_allocated == sum(512 * (i + 1) for i in range(300))
+
+
+def test_a_2_million_point_memory_timeline_is_read_in_seconds(tmp_path: Path) -> None:
+    # GIVEN a memory timeline of 2 million points (torch's [times, sizes] shape, 9 columns; 75 MB)
+    rng = np.random.default_rng(0)
+    n = 2_000_000
+    sizes = rng.integers(0, 1 << 20, size=(n, 9))
+    sizes[:, 0] = 0
+    path = tmp_path / "timeline.json"
+    path.write_text(json.dumps([(np.arange(n) * 10).tolist(), sizes.tolist()]))
+    expected_peak = int(sizes.sum(axis=1).max())
+    del sizes
+    # WHEN `stepscope memory --json` reads it (once: 37 s)
+    code, out, err, peak_mb, seconds = stepscope("memory", "--json", str(path))
+    # THEN the peak is the largest row sum, in seconds (7-11 s here) and bounded memory
+    assert code == 0, err
+    device = json.loads(out)["devices"][0]
+    assert device["peak_allocated"] == expected_peak
+    assert seconds < 40 and peak_mb < 1500, (seconds, peak_mb)  # 1.2 GB here: 150 MB of JSON numbers
