@@ -141,3 +141,96 @@ def test_a_2_million_point_memory_timeline_is_read_in_seconds(tmp_path: Path) ->
     device = json.loads(out)["devices"][0]
     assert device["peak_allocated"] == expected_peak
     assert seconds < 40 and peak_mb < 1500, (seconds, peak_mb)  # 1.2 GB here: 150 MB of JSON numbers
+
+
+# --- item 13: the small files of a run folder are regular files, read in bounded amounts -------------------
+
+
+def _replace(path: Path, kind: str) -> None:
+    """Put a FIFO, a link to /dev/zero, or a sparse file of 100 GB where `path` was."""
+    path.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    else:
+        with open(path, "wb") as fh:
+            fh.truncate(100 << 30)
+
+
+def _listening_run(tmp_path: Path) -> Path:
+    """A run folder of an on-demand job whose rank 0 listens (this test's own process stands for it)."""
+    from stepscope.capture.trigger import LISTENER_TEMPLATE, TriggerListener
+    from stepscope.runfolder import Manifest, encode_manifest
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_bytes(encode_manifest(Manifest(profiled_ranks=[0])))
+    (run / "config.yaml").write_text("on_demand: true\nactive: 2\ntrigger_poll_steps: 5\n")
+    listener = TriggerListener(
+        rank=0, pid=os.getpid(), host=__import__("socket").gethostname(), since=time.time()
+    )
+    (run / LISTENER_TEMPLATE.format(rank=0)).write_bytes(
+        json.dumps(__import__("msgspec").to_builtins(listener)).encode()
+    )
+    return run
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "sparse"])
+def test_trigger_with_a_fifo_or_device_for_its_request_file_is_one_line(tmp_path: Path, kind: str) -> None:
+    # GIVEN a running on-demand job whose trigger.json is a FIFO (once: a hang), /dev/zero (once: read until
+    # MemoryError) or a sparse 100 GB file
+    run = _listening_run(tmp_path)
+    _replace(run / "trigger.json", kind)
+    # WHEN `stepscope trigger` asks for a window
+    code, _, err, peak_mb, seconds = stepscope("trigger", str(run))
+    # THEN one line naming the file, exit 2, at once
+    assert code == 2 and one_line(err, run / "trigger.json", "a trigger request file"), err
+    assert seconds < 30 and peak_mb < 200
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run folder of rank 0: one window (steps 2-3) and metrics of every step."""
+    import stepscope
+
+    from ._train import make_training
+
+    out = tmp_path_factory.mktemp("runs")
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(out), wait=1, warmup=1, active=2, console=False
+    )
+    step = monitor(train_step)
+    for _ in range(5):
+        step()
+    monitor.close()
+    assert monitor.run_dir is not None
+    return monitor.run_dir
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "sparse"])
+def test_a_run_whose_small_files_are_fifos_or_devices_still_analyzes_with_a_note(
+    small_run: Path, tmp_path: Path, kind: str
+) -> None:
+    import shutil
+
+    from stepscope.runfolder import Artifact, encode_manifest, read_manifest
+
+    # GIVEN the run, its metrics.jsonl, config.yaml and a flops artifact replaced (once: analyze hung on a FIFO)
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    manifest = read_manifest(run)
+    manifest.artifacts.append(Artifact(kind="flops", path="flops/rank0_step3.json", rank=0, step=3))
+    (run / "manifest.json").write_bytes(encode_manifest(manifest))
+    for name in ("metrics.jsonl", "config.yaml", "flops/rank0_step3.json"):
+        _replace(run / name, kind)
+    # WHEN it is analyzed
+    code, out, err, peak_mb, seconds = stepscope("analyze", str(run))
+    # THEN the traces are analyzed, and a note names each file left out
+    assert code == 0, err
+    assert "Steps" in out or "step" in out
+    for name in ("metrics.jsonl", "config.yaml", "rank0_step3.json"):
+        assert any(name in line and "left out" in line for line in err.splitlines()), err
+    assert "Traceback" not in err and seconds < 60 and peak_mb < 500

@@ -19,6 +19,7 @@ from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes
 from stepscope.runfolder.layout import MANIFEST_NAME, ArtifactKind
 from stepscope.runfolder.lock import folder_lock
+from stepscope.runfolder.regular import read_regular
 
 MANIFEST_SCHEMA = "stepscope.manifest/2"
 # Manifests a reader understands (version 1 had no `schema` per artifact and other kind names).
@@ -66,12 +67,9 @@ def encode_manifest(manifest: Manifest) -> bytes:
 def read_manifest(run_dir: str | Path) -> Manifest:
     """Load `run_dir/manifest.json`, raising InputError with the file name on any problem."""
     path = Path(run_dir) / MANIFEST_NAME
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(path, "no manifest.json: not a stepscope run folder") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not path.exists() and not path.is_symlink():
+        raise InputError(path, "no manifest.json: not a stepscope run folder")
+    data = read_regular(path, "a manifest.json")  # never a FIFO or a device, never more than 64 MiB
     try:
         manifest = _decoder.decode(data)
     except msgspec.DecodeError as exc:

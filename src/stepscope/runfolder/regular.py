@@ -1,7 +1,8 @@
 """Opening files that someone else may have replaced: only regular files, read in bounded amounts.
 
-A run folder's small artifacts (the manifest, metrics.jsonl, trigger and listener files, flops and system
-records, config.yaml) and the memory files are read through here. A FIFO in their place would make a plain
+A run folder's small artifacts (the manifest, metrics.jsonl, trigger, claim and listener files, flops, comm,
+memory and system records, config.yaml) and memory snapshots are read through here, by analysis and capture
+alike. A FIFO in their place would make a plain
 `open()` wait for a writer forever, `/dev/zero` would never end, a sparse file of terabytes would be read
 whole: each is refused with one line naming the file (InputError), before anything is read.
 """
@@ -16,7 +17,7 @@ from typing import BinaryIO
 
 from stepscope.errors import InputError
 
-__all__ = ["SMALL_FILE_BYTES", "open_regular", "read_regular", "read_regular_text"]
+__all__ = ["SMALL_FILE_BYTES", "iter_pieces", "open_regular", "read_regular", "read_regular_text"]
 
 SMALL_FILE_BYTES = 64 << 20  # a manifest, metrics.jsonl, a trigger file: real ones are KB to a few MB
 _PIECE = 1 << 20
