@@ -234,3 +234,105 @@ def test_a_run_whose_small_files_are_fifos_or_devices_still_analyzes_with_a_note
     for name in ("metrics.jsonl", "config.yaml", "rank0_step3.json"):
         assert any(name in line and "left out" in line for line in err.splitlines()), err
     assert "Traceback" not in err and seconds < 60 and peak_mb < 500
+
+
+# --- item 12: merge streams --------------------------------------------------------------------------------
+
+
+def _merge_in_child(folder: Path, out: Path, address_space: int) -> tuple[int, str, int, float]:
+    """`stepscope merge FOLDER -o OUT` in a child whose address space is limited: status, stderr, peak RSS in
+    MiB, wall seconds."""
+    script = (
+        "import resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({address_space}, {address_space}))\n"
+        "from stepscope.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF, sys.executable, "-c", script, "merge", str(folder), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    code, peak_kib = done.stdout.split()[-2:]
+    return int(code), done.stderr, int(peak_kib) // 1024, time.perf_counter() - t0
+
+
+def test_merge_of_a_million_events_streams_under_an_address_space_limit(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_merge import write_rank
+
+    # GIVEN two ranks of 500,000 events each (8.6 MB of gzip; as dicts, whole, merge once took 1.2 GB)
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in range(2):
+        write_rank(folder / f"rank{rank}.json.gz", rank, 500_000, 2)
+    out = tmp_path / "merged.json.gz"
+    # WHEN they are merged in a process limited to 1.5 GB of address space
+    code, err, peak_mb, _ = _merge_in_child(folder, out, 1536 << 20)
+    # THEN the merge succeeds with every event, well under the limit
+    assert code == 0, err
+    with gzip.open(out, "rb") as fh:
+        merged = json.loads(fh.read())["traceEvents"]
+    assert sum(1 for e in merged if e["ph"] == "X") == 1_000_000
+    assert peak_mb < 700, peak_mb
+
+
+def test_merge_keeps_every_event_whatever_its_strings_hold(tmp_path: Path) -> None:
+    # GIVEN a trace of 3 MB (several batches) whose names and args hold what a cut could be fooled by
+    tricky = ['}, {"ph":"X"', '"traceEvents":[', "]}", "\\u007d,{", "é∑😀"]
+    events = []
+    for i in range(12_000):
+        name = f"op{i} {tricky[i % len(tricky)]}"
+        args = {"list": [{"a": i}, {"b": name}], "text": "}, {" * (i % 4)}
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": i * 10,
+                "dur": 5,
+                "args": args,
+            }
+        )
+    events.append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "long",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+            "args": {"x": [{"y": "}, {"}] * 50_000},
+        }
+    )
+    path = tmp_path / "rank0.json"
+    path.write_text(
+        json.dumps(
+            {
+                "distributedInfo": {"rank": 0, "world_size": 1},
+                "traceEvents": events,
+                "after": {"traceEvents": 1},
+            }
+        )
+    )
+    # WHEN it is merged
+    from stepscope.cli import main
+
+    out = tmp_path / "merged.json"
+    assert main(["merge", str(path), "-o", str(out)]) == 0
+    # THEN every event comes out as it went in (pid: the rank's process)
+    merged = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert len(merged) == len(events)
+    for before, after in zip(events, merged, strict=True):
+        assert (after["name"], after["args"], after["ts"], after["pid"]) == (
+            before["name"],
+            before["args"],
+            before["ts"],
+            1,
+        )

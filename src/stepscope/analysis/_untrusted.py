@@ -71,11 +71,8 @@ def read_untrusted(path: str | Path) -> Any:
         if first.startswith(_GZIP_MAGIC):
             pieces = _inflated(path, itertools.chain([first], pieces), limit)
             first = next(pieces, b"")
-        while first and not first.strip() and len(first) < limit:  # only whitespace so far: look further
-            more = next(pieces, b"")
-            if not more:
-                break
-            first += more
+        while first and not first.strip():  # whitespace only so far: dropped (JSON allows it), never held
+            first = next(pieces, b"")
         if not first.strip():
             raise InputError(path, "empty file")
         if first.lstrip()[:1] in (b"[", b"{"):
