@@ -336,3 +336,15 @@ def test_merge_keeps_every_event_whatever_its_strings_hold(tmp_path: Path) -> No
             before["ts"],
             1,
         )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_config_yaml_that_is_a_fifo_or_device_is_refused_in_one_line(tmp_path: Path, kind: str) -> None:
+    # GIVEN a config YAML that is a FIFO (a plain open waits for a writer) or /dev/zero
+    path = tmp_path / "profile.yaml"
+    _replace(path, kind)
+    # WHEN ProfileConfig reads it
+    code = "import stepscope, sys\ntry:\n    stepscope.ProfileConfig.from_yaml(sys.argv[1])\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    # THEN InputError naming the file, at once
+    assert done.stdout.startswith(f"InputError {path}: not a regular file"), done.stdout + done.stderr
