@@ -16,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from stepscope.analysis.snapshot import analyze_memory_file
+from stepscope.analysis.snapshot import analyze_memory_file, analyze_memory_object
 
 # Runs the command given as its arguments and prints that child's exit status and its own peak RSS in KiB (a
 # child forked straight from pytest would report pytest's peak: ru_maxrss survives fork and exec).
@@ -101,7 +103,7 @@ def test_a_gzipped_list_of_ints_is_refused_while_it_streams(tmp_path: Path) -> N
 
 
 def test_a_real_shaped_snapshot_reads_the_same_as_pythons_unpickler(tmp_path: Path) -> None:
-    # GIVEN a snapshot pickled by Python (frames shared between entries, as torch's are), protocols 2 and 4
+    # GIVEN a snapshot pickled by Python (frames shared between entries, as torch's are), every protocol
     frames = [{"filename": f"/u/m{i}.py", "line": i, "name": f"f{i}"} for i in range(50)]
     entries = [
         {
@@ -114,7 +116,7 @@ def test_a_real_shaped_snapshot_reads_the_same_as_pythons_unpickler(tmp_path: Pa
         for i in range(300)
     ]
     snap = {"segments": [], "device_traces": [entries]}
-    for protocol in (2, 4, 5):
+    for protocol in range(6):  # 0 and 1: text opcodes (PUT, GET, INT, FLOAT, UNICODE), DICT and LIST
         path = tmp_path / f"s{protocol}.pickle"
         path.write_bytes(pickle.dumps(snap, protocol=protocol))
         # WHEN it is analyzed
@@ -122,6 +124,67 @@ def test_a_real_shaped_snapshot_reads_the_same_as_pythons_unpickler(tmp_path: Pa
         # THEN the history is read whole: peak = every allocation (nothing is freed)
         assert report.devices[0].trace_entries == 300
         assert report.devices[0].peak_allocated == sum(512 * (i + 1) for i in range(300))
+
+
+_TEXT = st.text(max_size=12)
+_FRAME = st.fixed_dictionaries({"filename": _TEXT, "line": st.integers(0, 10**6), "name": _TEXT})
+_BLOCK = st.fixed_dictionaries(
+    {
+        "size": st.integers(0, 2**40),
+        "address": st.integers(0, 2**64),
+        "state": st.sampled_from(["active_allocated", "inactive", "active_awaiting_free"]),
+        "frames": st.lists(_FRAME, max_size=4),
+    }
+)
+_SNAPSHOT = st.fixed_dictionaries(
+    {
+        "segments": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "device": st.integers(0, 3),
+                    "total_size": st.integers(0, 2**40),
+                    "segment_type": st.sampled_from(["large", "small"]),
+                    "blocks": st.lists(_BLOCK, max_size=4),
+                    "segment_pool_id": st.tuples(st.integers(0, 9), st.integers(0, 9)),
+                }
+            ),
+            max_size=4,
+        ),
+        "device_traces": st.lists(
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "action": st.sampled_from(["alloc", "free_completed", "segment_alloc", "oom"]),
+                        "size": st.integers(0, 2**40),
+                        "time_us": st.floats(0, 1e15),
+                        "frames": st.lists(_FRAME, max_size=3),
+                    }
+                ),
+                max_size=6,
+            ),
+            max_size=2,
+        ),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(snap=_SNAPSHOT, protocol=st.integers(0, 5), share=st.booleans())
+def test_a_pickled_snapshot_reads_as_the_object_it_was_made_from(
+    tmp_path: Path, snap: dict, protocol: int, share: bool
+) -> None:
+    # GIVEN any snapshot-shaped object, its frames maybe shared (memo references), pickled by Python
+    if share:
+        for segment in snap["segments"]:
+            for block in segment["blocks"]:
+                block["frames"] = (
+                    snap["segments"][0]["blocks"][0]["frames"] if snap["segments"][0]["blocks"] else []
+                )
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=protocol))
+    # WHEN the file is analyzed, THEN the report is that of the object itself
+    expected = analyze_memory_object(snap, source=str(path))
+    assert analyze_memory_file(path) == expected
 
 
 def test_a_2_million_point_memory_timeline_is_read_in_seconds(tmp_path: Path) -> None:

@@ -226,28 +226,35 @@ class _Reader:
         return _DICT_ITEM * (len(items) // 2)
 
     def run(self) -> tuple[Any, bool]:
-        """The loop over opcodes: the ones real snapshots are made of inline (a method call per opcode would
-        double the time), the rest in `_rare`."""
+        """The loop over opcodes: the ones real snapshots are made of inline, with the read position in a local
+        (a method call or an attribute write per opcode would double the time); the rest in `_rare`."""
         src, stack, memo, marks = self.src, self.stack, self.memo, self.marks
         push, remember = stack.append, memo.append
         containers = _CONTAINERS
         used = ops = 0
+        buf, pos, low = src.buf, src.pos, -1
         while True:
-            buf, pos = src.buf, src.pos
-            if len(buf) - pos < _LOOKAHEAD and not src.eof:
-                src.refill(_SLICE)
-                buf, pos = src.buf, 0
+            if (
+                pos > low
+            ):  # fewer than _LOOKAHEAD bytes left in the buffer: more input, and the budget checked
+                src.pos = pos
+                if not src.eof:
+                    src.refill(_SLICE)
+                buf, pos = src.buf, src.pos
+                low = len(buf) - (1 if src.eof else _LOOKAHEAD)
                 self.used, self.ops = used, ops
                 self._over()
+                if pos >= len(buf):
+                    raise PickleRefused("truncated pickle: no STOP opcode")
             ops += 1
             op = buf[pos]
             if op == 0x6A or op == 0x68:  # j LONG_BINGET, h BINGET
                 if op == 0x6A:
                     index = _unpack_u4(buf, pos + 1)[0]
-                    src.pos = pos + 5
+                    pos += 5
                 else:
                     index = buf[pos + 1]
-                    src.pos = pos + 2
+                    pos += 2
                 if index >= len(memo):
                     raise PickleRefused(f"memo index {index} beyond the {len(memo)} entries stored")
                 value = memo[index]
@@ -255,57 +262,68 @@ class _Reader:
                     self.shared = True
                 push(value)
                 used += _SLOT
-                continue
-            src.pos = pos + 1
-            if op == 0x94:  # MEMOIZE
+            elif op == 0x94:  # MEMOIZE
+                pos += 1
                 remember(stack[-1])
                 used += _SLOT
             elif op == 0x28:  # ( MARK
+                pos += 1
                 marks.append(len(stack))
                 used += _SLOT
             elif op == 0x7D:  # } EMPTY_DICT
+                pos += 1
                 push({})
                 used += _DICT
             elif op == 0x5D:  # ] EMPTY_LIST
+                pos += 1
                 push([])
                 used += _LIST
             elif op == 0x75:  # u SETITEMS
+                pos += 1
                 items = self._pop_mark()
                 used += self._set_items(stack[-1], items)
             elif op == 0x65:  # e APPENDS
+                pos += 1
                 items = self._pop_mark()
                 target = stack[-1]
                 if type(target) is not list:
                     raise PickleRefused("damaged pickle: APPENDS without a list")
                 target.extend(items)
             elif op == 0x4B:  # K BININT1
-                src.pos = pos + 2
                 push(buf[pos + 1])
+                pos += 2
                 used += _SLOT
             elif op == 0x4A:  # J BININT
-                src.pos = pos + 5
                 push(_unpack_i4(buf, pos + 1)[0])
+                pos += 5
                 used += _INT
             elif op == 0x47:  # G BINFLOAT
-                src.pos = pos + 9
                 push(_unpack_f8(buf, pos + 1)[0])
+                pos += 9
                 used += _FLOAT
-            elif op == 0x8A:  # LONG1
-                n = buf[pos + 1]
-                src.pos = pos + 2
-                push(int.from_bytes(src.take(n), "little", signed=True))
-                used += _INT
-            elif op == 0x8C:  # SHORT_BINUNICODE
-                src.pos = pos + 2
-                text = src.take(buf[pos + 1]).decode("utf-8", "surrogatepass")
-                push(text)
-                used += _SLOT + sys.getsizeof(text)
+            elif op == 0x8C or op == 0x8A:  # SHORT_BINUNICODE, LONG1: a one-byte length, then the bytes
+                stop = pos + 2 + buf[pos + 1]
+                if stop <= len(buf):
+                    data = buf[pos + 2 : stop]
+                    pos = stop
+                else:  # the bytes run past the buffer
+                    src.pos = pos + 2
+                    data = src.take(buf[pos + 1])
+                    buf, pos = src.buf, src.pos
+                    low = len(buf) - (1 if src.eof else _LOOKAHEAD)
+                if op == 0x8C:
+                    text = data.decode("utf-8", "surrogatepass")
+                    push(text)
+                    used += _SLOT + sys.getsizeof(text)
+                else:
+                    push(int.from_bytes(data, "little", signed=True))
+                    used += _INT
             elif op == 0x71:  # q BINPUT
-                src.pos = pos + 2
                 used += self._put(buf[pos + 1])
+                pos += 2
             elif op == 0x72:  # r LONG_BINPUT
-                src.pos = pos + 5
                 used += self._put(_unpack_u4(buf, pos + 1)[0])
+                pos += 5
             elif op == 0x2E:  # . STOP
                 self.used, self.ops = used, ops
                 self._over()
@@ -315,8 +333,11 @@ class _Reader:
             else:
                 ops += 1  # the rarer opcodes take about twice as long: they count twice
                 self.used = used
+                src.pos = pos + 1
                 self._rare(op, pos)
                 used = self.used
+                buf, pos = src.buf, src.pos
+                low = len(buf) - (1 if src.eof else _LOOKAHEAD)
 
     def _rare(self, op: int, pos: int) -> None:
         src, stack, push = self.src, self.stack, self.stack.append
