@@ -56,7 +56,7 @@ def open_regular(path: str | Path, what: str, *, limit: int | None = None) -> Bi
             raise InputError(path, f"not a regular file ({_kind(info.st_mode)}), expected {what}")
         if limit is not None and info.st_size > limit:
             raise InputError(path, f"{info.st_size} bytes, over the limit of {limit} for {what}")
-        if hasattr(os, "set_blocking"):
+        if _FLAGS & getattr(os, "O_NONBLOCK", 0):  # (POSIX only) reads of the regular file block as usual
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
