@@ -390,7 +390,7 @@ MEMORY_CASES = {
     ),
     "wrap.json": (lambda: json_bytes([[i, 1, 2**61, 1] for i in range(3)]), "add up past 2**62"),
     "latin1.json": (lambda: b'[{"a": "\xff\xfe"}]', "not UTF-8"),
-    "zeros.gz": (lambda: gzip_bytes(b"\0" * (3 << 20)), "inflates to more than"),
+    "over_limit.gz": (lambda: gzip_bytes(b"\x80\x04(" + b"K\x01" * (3 << 19)), "inflates to more than"),
 }
 
 

@@ -154,3 +154,30 @@ def _strings(doc: Any) -> set[str]:
     if isinstance(doc, dict):
         return set(doc).union(*(_strings(v) for v in doc.values()))
     return set().union(*(_strings(v) for v in doc)) if isinstance(doc, list) else set()
+
+
+# Opcodes that address the memo, with indices that are huge, out of range or just right, and memo-heavy streams
+# (each value stored and fetched again): Python's own unpickler sized its memo by the largest index asked for.
+MEMO_OPCODES = st.one_of(
+    st.integers(0, 2**32 - 1).map(lambda i: b"r" + i.to_bytes(4, "little")),  # LONG_BINPUT
+    st.integers(0, 2**32 - 1).map(lambda i: b"j" + i.to_bytes(4, "little")),  # LONG_BINGET
+    st.integers(0, 255).map(lambda i: b"h" + bytes([i])),  # BINGET
+    st.integers(0, 255).map(lambda i: b"q" + bytes([i])),  # BINPUT
+    st.integers(0, 2**40).map(lambda i: b"p%d\n" % i),  # PUT (text)
+    st.integers(0, 2**40).map(lambda i: b"g%d\n" % i),  # GET (text)
+    st.sampled_from([b"\x94", b"]", b"}", b"(", b"e", b"N", b"0", b"2", b"a", b"K\x07", b"\x8c\x01a"]),
+)
+
+
+@FUZZ
+@given(
+    at=st.integers(0, len(SEED_SNAPSHOT)),
+    ops=st.lists(MEMO_OPCODES, min_size=1, max_size=40),
+    repeat=st.sampled_from([1, 1, 1000]),
+)
+def test_memo_opcodes_with_any_index_analyze_or_raise_input_error(
+    tmp_path: Path, at: int, ops: list[bytes], repeat: int
+) -> None:
+    path = tmp_path / "memo.pickle"
+    path.write_bytes(SEED_SNAPSHOT[:at] + b"".join(ops) * repeat + SEED_SNAPSHOT[at:])
+    _only_input_errors(lambda: analyze_memory_file(path))

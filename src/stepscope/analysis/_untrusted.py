@@ -1,31 +1,37 @@
 """Read memory files from unknown sources without running anything they contain.
 
-A pickle can name any importable callable and have it called on load; `_PlainUnpickler` refuses every global,
-so only the containers and scalars pickle builds by itself (dict, list, tuple, str, bytes, int, float, bool,
-None) ever come out. Gzip is recognised by its magic bytes, JSON by its first character.
+Pickles are read by `_plain_pickle`, which builds only plain containers and scalars (dict, list, tuple, set,
+str, bytes, int, float, bool, None), refuses every global, and counts what it builds against a budget (bytes
+of objects and opcodes, from the input limit). Gzip is recognised by its magic bytes and inflated a piece at
+a time, JSON by its first character; its size once decoded is estimated before it is decoded.
 
-Every answer is bounded: only regular files are read, up to `max_input_bytes()` before and after gunzip, and the
-decoded objects, counted as the tree a reader walks (shared references count each time, so a small pickle whose
-lists repeat one another cannot expand into billions of objects later), stop at `MAX_OBJECTS` and `MAX_DEPTH`.
+Every answer is bounded: only regular files are read, up to `max_input_bytes()` before and after gunzip; what
+they build stays within `object_budget()`; and where a pickle reaches a container twice, the objects counted
+as the tree a reader walks (shared references count each time, so a small pickle whose lists repeat one
+another cannot expand into billions of objects later) stop at `MAX_OBJECTS` and `MAX_DEPTH`.
 """
 
 from __future__ import annotations
 
-import io
-import os
-import pickle
-import stat
+import itertools
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 
-from stepscope.analysis._limits import LIMIT_ENV, gunzip_bounded, max_input_bytes
+from stepscope.analysis._limits import LIMIT_ENV, max_input_bytes
+from stepscope.analysis._plain_pickle import PickleRefused, RefusedGlobal, load_plain_pickle
 from stepscope.errors import InputError
+from stepscope.runfolder.regular import iter_pieces, open_regular
 
 _GZIP_MAGIC = b"\x1f\x8b"
 MAX_OBJECTS = 20_000_000  # containers and scalars, counted as a tree
 MAX_DEPTH = 200  # snapshots and timelines nest a handful of levels
+_JSON_CONTAINER = 88  # bytes of an empty list or dict, with its slot
+_INFLATE_PIECE = 1 << 20
+_SUM_PIECE = 1 << 20
 # Integers of memory files: byte counts and times fit int64 with room for their sums; past that, a file is
 # refused rather than read into wrong (wrapped) numbers.
 BIG = 1 << 62
@@ -39,93 +45,110 @@ def check_total(source: str | Path, what: str, *parts: Any) -> None:
     sums would wrap."""
     import numpy as np
 
-    total = sum(float(np.abs(np.asarray(part, dtype=np.float64)).sum()) for part in parts)
+    total = 0.0
+    for part in parts:
+        flat = np.asarray(part).reshape(-1)
+        for at in range(0, len(flat), _SUM_PIECE):  # float copies of a piece at a time, not of the whole
+            total += float(np.abs(flat[at : at + _SUM_PIECE].astype(np.float64)).sum())
     if total >= BIG:
         raise InputError(source, f"{what} add up past 2**62 bytes: not a real memory record")
 
 
-class RefusedGlobal(pickle.UnpicklingError):
-    """The pickle asked for a class or function: never loaded, the file is rejected."""
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise RefusedGlobal(
-            f"refused to load {module}.{name}: only plain containers and scalars are accepted"
-        )
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise RefusedGlobal("refused a persistent id: only plain containers and scalars are accepted")
-
-
-def load_plain_pickle(data: bytes) -> Any:
-    """Unpickle bytes admitting only plain containers and scalars; any global or persistent id raises."""
-    return _PlainUnpickler(io.BytesIO(data)).load()
+def object_budget(limit: int) -> tuple[int, int]:
+    """The estimated bytes of objects and the pickle opcodes a memory file may cost, for an input limit of
+    `limit` bytes: half of it (at least 64 MiB), and one opcode per 32 bytes (at least 4 million; for the
+    default 1 GiB, 33.5 million: under 20 s of reading on a busy core)."""
+    return max(limit // 2, 64 << 20), max(limit // 32, 4_000_000)
 
 
 def read_untrusted(path: str | Path) -> Any:
     """Decode a pickle or JSON file (optionally gzip'd) into plain Python objects, or raise InputError."""
     path = Path(path)
     limit = max_input_bytes()
-    raw = _read_regular(path, limit)
-    if raw.startswith(_GZIP_MAGIC):
-        raw = gunzip_bounded(path, raw, limit)
-    if not raw.strip():
-        raise InputError(path, "empty file")
-    if raw.lstrip()[:1] in (b"[", b"{"):
-        try:
-            obj = msgspec.json.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise InputError(path, f"invalid JSON: {exc}") from None
-        except RecursionError:
-            raise InputError(path, "JSON nested too deeply") from None
-        except UnicodeDecodeError:
-            raise InputError(path, "invalid JSON: not UTF-8 text") from None
-    else:
-        obj = _unpickle(path, raw)
-    del raw
-    check_shape(obj, path)
-    return obj
+    with open_regular(path, "a memory snapshot file", limit=limit) as fh:
+        pieces = iter_pieces(fh, path, limit)
+        first = next(pieces, b"")
+        if first.startswith(_GZIP_MAGIC):
+            pieces = _inflated(path, itertools.chain([first], pieces), limit)
+            first = next(pieces, b"")
+        while first and not first.strip():  # whitespace only so far: dropped (JSON allows it), never held
+            first = next(pieces, b"")
+        if not first.strip():
+            raise InputError(path, "empty file")
+        if first.lstrip()[:1] in (b"[", b"{"):
+            return _decode_json(path, _joined(path, first, pieces, limit), limit)
+        return _unpickle(path, itertools.chain([first], pieces), limit)
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes (never a FIFO, a device or a folder)."""
-    try:
-        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-        with os.fdopen(fd, "rb") as fh:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-                raise InputError(path, f"{kind}, expected a memory snapshot file")
-            if info.st_size > limit:
+def _joined(path: Path, first: bytes, pieces: Iterator[bytes], limit: int) -> bytes:
+    parts, total = [first], len(first)
+    for piece in pieces:
+        parts.append(piece)
+        total += len(piece)
+        if total > limit:
+            raise InputError(path, f"over the limit of {limit} bytes ({LIMIT_ENV} raises it)")
+    return b"".join(parts)
+
+
+def _inflated(path: Path, pieces: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    """The text of gzip data (every member; zero padding after the last is allowed), inflated a piece at a time
+    (never a buffer sized by a guess), or InputError: truncated, corrupt, or more than `limit` bytes."""
+    inflate = zlib.decompressobj(wbits=31)
+    total = 0
+    for data in pieces:
+        while data:
+            if inflate.eof:  # another member, or padding
+                data = inflate.unused_data + data
+                if not data.strip(b"\0"):
+                    break
+                inflate = zlib.decompressobj(wbits=31)
+            try:
+                out = inflate.decompress(data, _INFLATE_PIECE)
+            except zlib.error as exc:
+                raise InputError(path, f"corrupt gzip data ({exc})") from None
+            data = inflate.unconsumed_tail
+            total += len(out)
+            if total > limit:
                 raise InputError(
-                    path, f"{info.st_size} bytes, over the limit of {limit} ({LIMIT_ENV} raises it)"
+                    path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
                 )
-            data = fh.read(limit + 1)
-            if len(data) > limit:  # it grew since fstat
-                raise InputError(path, f"over the limit of {limit} bytes ({LIMIT_ENV} raises it)")
-            return data
-    except IsADirectoryError:
-        raise InputError(path, "a folder, expected a memory snapshot file") from None
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+            if out:
+                yield out
+    if not inflate.eof:
+        raise InputError(path, "truncated gzip file")
 
 
-def _unpickle(path: Path, raw: bytes) -> Any:
+def _decode_json(path: Path, raw: bytes, limit: int) -> Any:
+    """JSON decoded whole, after its size once decoded is estimated from its brackets and length (a JSON text
+    never shares a value, so the estimate is the tree readers walk)."""
+    max_bytes, _ = object_budget(limit)
+    containers = raw.count(b"[") + raw.count(b"{")  # brackets inside strings count too: an upper bound
+    if containers > MAX_OBJECTS or _JSON_CONTAINER * containers + 2 * len(raw) > max_bytes:
+        raise InputError(
+            path,
+            f"its objects would take more than {max_bytes >> 20} MiB of memory ({LIMIT_ENV} raises the limit)",
+        )
     try:
-        return load_plain_pickle(raw)
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InputError(path, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(path, "JSON nested too deeply") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "invalid JSON: not UTF-8 text") from None
+
+
+def _unpickle(path: Path, pieces: Iterator[bytes], limit: int) -> Any:
+    max_bytes, max_ops = object_budget(limit)
+    try:
+        obj, shared = load_plain_pickle(pieces, max_bytes=max_bytes, max_ops=max_ops)
     except RefusedGlobal as exc:
         raise InputError(path, f"unsafe pickle rejected ({exc})") from None
-    except RecursionError:
-        raise InputError(path, "pickle nested too deeply") from None
-    except MemoryError:
-        raise InputError(path, "pickle too large to load in this machine's memory") from None
-    # Anything else a hostile or damaged byte stream makes the unpickler raise is still just bad input.
-    except Exception as exc:
-        raise InputError(path, f"not a readable pickle or JSON file ({type(exc).__name__}: {exc})") from None
+    except PickleRefused as exc:
+        raise InputError(path, f"not loaded: {exc}") from None
+    if shared:  # a container reached twice: count the tree its readers will walk
+        check_shape(obj, path)
+    return obj
 
 
 def check_shape(

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from stepscope.analysis._untrusted import Int62, check_total
+from stepscope.analysis._untrusted import BIG, Int62, check_total
 from stepscope.analysis.memory_model import DeviceMemory, MemoryReport
 from stepscope.errors import InputError
 from stepscope.units import fmt_bytes
@@ -64,12 +64,19 @@ def analyze_timeline(obj: Sequence[Any], *, source: str = "", max_points: int = 
     )
     try:
         if coalesced:
-            data = msgspec.convert(obj, tuple[list[Int62], list[list[Int62]]])
-            check_total(source, "sizes", *data[1])
-            times, levels, cats = _coalesced(data)
+            t, table = _int_array(obj[0], 1), _int_array(obj[1], 2)
+            if t is None or table is None:  # not plain integers: validate each (the message names the first)
+                data = msgspec.convert(obj, tuple[list[Int62], list[list[Int62]]])
+                t, table = np.array(data[0], dtype=np.int64), _ragged(data[1])
+            check_total(source, "sizes", table)
+            times, levels, cats = _coalesced(t, table)
         else:
-            events = msgspec.convert(obj, list[tuple[Int62, Int62, Int62, Int62]])
-            check_total(source, "sizes", [e[2] for e in events])
+            events = _int_array(obj, 2)
+            if events is None or events.shape[1:] != (4,):
+                events = np.array(
+                    msgspec.convert(obj, list[tuple[Int62, Int62, Int62, Int62]]), dtype=np.int64
+                ).reshape(-1, 4)
+            check_total(source, "sizes", events[:, 2])
             times, levels, cats = _raw(events)
     except msgspec.ValidationError as exc:
         raise InputError(source, f"not a memory timeline: {exc}") from None
@@ -114,10 +121,35 @@ def analyze_timeline(obj: Sequence[Any], *, source: str = "", max_points: int = 
     return MemoryReport(source, "memory_timeline", [device], [], [], notes)
 
 
-def _raw(events: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
-    if not events:
+def _int_array(obj: Any, ndim: int) -> np.ndarray | None:
+    """`obj` (lists of integers, `ndim` deep, rows of one length) as one int64 array in one conversion, its
+    values within Int62's bounds; None when it is anything else (the caller then validates it item by item)."""
+    if not len(obj):
+        return None
+    try:
+        arr = np.array(obj)
+    except (ValueError, TypeError, OverflowError):  # ragged rows, or numbers past int64
+        return None
+    if arr.ndim != ndim or arr.dtype.kind not in "iu" or arr.dtype.itemsize > 8:
+        return None
+    arr = arr.astype(np.int64, copy=False)
+    if max(int(arr.max()), -int(arr.min())) > BIG:
+        return None
+    return arr
+
+
+def _ragged(rows: list[list[int]]) -> np.ndarray:
+    if not rows:
+        return np.zeros((0, 1), dtype=np.int64)
+    table = np.zeros((len(rows), max(1, max(len(row) for row in rows))), dtype=np.int64)
+    for i, row in enumerate(rows):
+        table[i, : len(row)] = row
+    return table
+
+
+def _raw(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+    if not len(arr):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), {}
-    arr = np.array(events, dtype=np.int64).reshape(-1, 4)
     arr = arr[np.argsort(arr[:, 0], kind="stable")]
     t = arr[:, 0]
     known = t[t >= 0]
@@ -130,21 +162,13 @@ def _raw(events: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, np.ndarra
     return times_us, levels, cats
 
 
-def _coalesced(
-    data: tuple[list[int], list[list[int]]],
-) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
-    times, sizes = data
-    if len(times) != len(sizes):
-        raise ValueError(f"{len(times)} times but {len(sizes)} rows of sizes")
-    if not times:
+def _coalesced(t: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+    if len(t) != len(table):
+        raise ValueError(f"{len(t)} times but {len(table)} rows of sizes")
+    if not len(t):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), {}
-    width = max(len(row) for row in sizes)
-    table = np.zeros((len(sizes), width), dtype=np.int64)
-    for i, row in enumerate(sizes):
-        table[i, : len(row)] = row
-    t = np.array(times, dtype=np.int64)
     # Column 0 is torch's padding; column k >= 1 is category k - 1.
-    cats = {k - 1: table[:, k] for k in range(1, width)}
+    cats = {k - 1: table[:, k] for k in range(1, table.shape[1])}
     if table[:, 0].any():
         cats[len(CATEGORIES) - 1] = cats.get(len(CATEGORIES) - 1, 0) + table[:, 0]
     return t - t.min(), table.sum(axis=1), cats

@@ -6,6 +6,10 @@ ranks share the reference rank's clock. Every collective instance matched across
 from the instance on one rank to the same instance on the next. Ids of the ranks' own flows and async
 events are made distinct per rank. The document names what it did under `stepscopeMerge`, which our
 loader reads to load the file back as one rank per process.
+
+Memory stays bounded by the loaded table (the columns alignment and flows need): each rank's file is read again
+a batch of events at a time (_event_stream) and the merged document is written as it is made, to a temp file
+renamed into place.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis._decode import read_json_bytes
+from stepscope.analysis._event_stream import iter_event_batches
 from stepscope.analysis._rank import prepare_rank
 from stepscope.analysis.collectives import Instances, rank_instances
 from stepscope.analysis.distributed import ClockAlignment, Matching, cross_rank_analysis, summarize_rank
@@ -155,22 +159,17 @@ def _events(
 ) -> Iterator[dict[str, Any]]:
     for done, rank in enumerate(ranks):
         source = Path(table.ranks[rank].source)
-        try:
-            doc = msgspec.json.decode(read_json_bytes(source))
-        except msgspec.DecodeError as exc:
-            raise InputError(source, f"not valid JSON ({exc})") from None
-        events = doc.get("traceEvents") if isinstance(doc, dict) else None
-        if not isinstance(events, list):
-            raise InputError(source, "no traceEvents list")
         pid = rank + 1
         yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"rank {rank}"}}
         yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": rank}}
         shift_us = offsets.get(rank, 0) / 1e3
         streams: set[tuple[int, int]] = set()
-        for event in events:
-            moved = _move(event, rank, pid, shift_us, streams)
-            if moved is not None:
-                yield moved
+        # A batch of events at a time: a file's events as dicts would take ~1 KB each (11.5 GB for 10 M).
+        for batch in iter_event_batches(source):
+            for event in batch:
+                moved = _move(event, rank, pid, shift_us, streams)
+                if moved is not None:
+                    yield moved
         for device, stream in sorted(streams):
             yield {
                 "ph": "M",

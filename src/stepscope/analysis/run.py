@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from stepscope.analysis._limits import max_input_bytes
+from stepscope.analysis._limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis._stats import fmean, median, quantile
 from stepscope.analysis._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
+from stepscope.errors import InputError
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest, read_manifest
 from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
 
@@ -82,17 +83,14 @@ def load_run(path: str | Path) -> Run:
 
 
 def _read_bytes(path: Path, notes: list[str]) -> bytes | None:
+    from stepscope.runfolder.regular import read_regular
+
     limit = max_input_bytes()
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except OSError as exc:
-        notes.append(f"{path}: cannot read ({exc.strerror or exc}); left out")
+    try:  # a FIFO, a device or a file over the limit in its place is left out, never waited on or read whole
+        return read_regular(path, f"a run-folder file ({LIMIT_ENV} raises the limit)", limit=limit)
+    except InputError as exc:
+        notes.append(f"{exc.path}: {exc.problem}; left out")
         return None
-    if len(data) > limit:
-        notes.append(f"{path}: larger than {limit} bytes (STEPSCOPE_MAX_INPUT_BYTES); left out")
-        return None
-    return data
 
 
 def read_config(path: Path, notes: list[str]) -> dict[str, Any]:

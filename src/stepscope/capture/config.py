@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from stepscope.errors import ConfigError, InputError
+from stepscope.runfolder.regular import read_regular_text
 
 
 class ProfileConfig(BaseModel):
@@ -184,12 +185,11 @@ class ProfileConfig(BaseModel):
 def read_yaml_mapping(path: Path, not_a_mapping: str) -> dict[str, Any]:
     """A YAML file whose top level is a mapping (an empty file is {}); InputError naming the file, and the line
     of a syntax error, otherwise."""
+    text = read_regular_text(
+        path, "a YAML file"
+    )  # a FIFO or a device is refused, not waited on or read forever
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -205,8 +205,8 @@ def read_yaml_mapping(path: Path, not_a_mapping: str) -> dict[str, Any]:
 def _key_lines(path: Path) -> dict[str, int]:
     """The line (1-based) of each top-level key of a YAML mapping that already parsed."""
     try:
-        node = yaml.compose(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        node = yaml.compose(read_regular_text(path, "a YAML file"))
+    except (InputError, yaml.YAMLError):
         return {}
     if not isinstance(node, yaml.MappingNode):
         return {}

@@ -33,11 +33,14 @@ import msgspec
 
 from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
 from stepscope.capture.schedule import Schedule
+from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes, create_exclusive
 from stepscope.runfolder.layout import LISTENER_TEMPLATE
+from stepscope.runfolder.regular import read_regular
 
 TRIGGER_NAME = "trigger.json"
 CLAIM_TEMPLATE = ".trigger-{id}.json"
+TRIGGER_FILE_BYTES = 1 << 16  # a request, a claim, a listener: about 100 bytes each
 
 
 class TriggerRequest(msgspec.Struct, omit_defaults=True):
@@ -75,8 +78,8 @@ def read_listeners(run_dir: Path) -> list[TriggerListener]:
     """The listener files of the run folder, by rank (unreadable ones left out)."""
     found = []
     for path in sorted(run_dir.glob(LISTENER_TEMPLATE.format(rank="*"))):
-        with contextlib.suppress(OSError, msgspec.DecodeError):
-            found.append(msgspec.json.decode(path.read_bytes(), type=TriggerListener))
+        with contextlib.suppress(InputError, msgspec.DecodeError):
+            found.append(msgspec.json.decode(_read_small(path, "a listener file"), type=TriggerListener))
     return sorted(found, key=lambda listener: listener.rank)
 
 
@@ -98,20 +101,36 @@ def request_window(
     return False, pending if pending is not None else request
 
 
+def _read_small(path: Path, what: str) -> bytes:
+    """A request, claim or listener file: a few hundred bytes. InputError when it is missing, not a regular
+    file (a FIFO would block, /dev/zero never end) or longer than TRIGGER_FILE_BYTES."""
+    return read_regular(path, what, limit=TRIGGER_FILE_BYTES)
+
+
 def read_request(path: Path) -> TriggerRequest | None:
+    """The pending request, None when there is none or it does not decode (being written); InputError when
+    something else than a regular file of a few KB is in its place."""
     try:
-        return msgspec.json.decode(path.read_bytes(), type=TriggerRequest)
-    except (OSError, msgspec.DecodeError):
+        return msgspec.json.decode(_read_small(path, "a trigger request file"), type=TriggerRequest)
+    except msgspec.DecodeError:
         return None
+    except InputError:
+        if not path.exists() and not path.is_symlink():
+            return None  # removed since (the window was recorded)
+        raise
 
 
 def read_claim(run_dir: Path, request_id: str) -> TriggerClaim | None:
+    """The claim of a request, None when there is none yet; InputError as read_request."""
+    path = run_dir / CLAIM_TEMPLATE.format(id=request_id)
     try:
-        return msgspec.json.decode(
-            (run_dir / CLAIM_TEMPLATE.format(id=request_id)).read_bytes(), type=TriggerClaim
-        )
-    except (OSError, msgspec.DecodeError):
+        return msgspec.json.decode(_read_small(path, "a trigger claim file"), type=TriggerClaim)
+    except msgspec.DecodeError:
         return None
+    except InputError:
+        if not path.exists() and not path.is_symlink():
+            return None
+        raise
 
 
 class TriggerCollector(Collector):

@@ -19,6 +19,7 @@ from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes
 from stepscope.runfolder.layout import MANIFEST_NAME, ArtifactKind
 from stepscope.runfolder.lock import folder_lock
+from stepscope.runfolder.regular import read_regular
 
 MANIFEST_SCHEMA = "stepscope.manifest/2"
 # Manifests a reader understands (version 1 had no `schema` per artifact and other kind names).
@@ -66,12 +67,9 @@ def encode_manifest(manifest: Manifest) -> bytes:
 def read_manifest(run_dir: str | Path) -> Manifest:
     """Load `run_dir/manifest.json`, raising InputError with the file name on any problem."""
     path = Path(run_dir) / MANIFEST_NAME
-    try:
-        data = _read_bounded(path, MAX_MANIFEST_BYTES)
-    except FileNotFoundError:
-        raise InputError(path, "no manifest.json: not a stepscope run folder") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not path.exists() and not path.is_symlink():
+        raise InputError(path, "no manifest.json: not a stepscope run folder")
+    data = read_regular(path, "a manifest.json", limit=MAX_MANIFEST_BYTES)  # never a FIFO or a device
     try:
         manifest = _decoder.decode(data)
     except msgspec.DecodeError as exc:
@@ -86,22 +84,6 @@ def read_manifest(run_dir: str | Path) -> Manifest:
 
 
 MAX_MANIFEST_BYTES = 256 << 20  # a manifest lists files: thousands of windows of thousands of ranks fit
-
-
-def _read_bounded(path: Path, most: int) -> bytes:
-    """The file's bytes, read block by block; InputError past `most` (a sparse file of gigabytes is refused by
-    its size before anything is read)."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size > most:
-            raise InputError(path, f"larger than {most} bytes: not a manifest stepscope writes")
-        blocks: list[bytes] = []
-        total = 0
-        while block := fh.read(1 << 20):
-            blocks.append(block)
-            total += len(block)
-            if total > most:
-                raise InputError(path, f"larger than {most} bytes: not a manifest stepscope writes")
-    return b"".join(blocks)
 
 
 def is_run_folder(path: str | Path) -> bool:

@@ -1,0 +1,114 @@
+"""Memory and time of `stepscope merge` on millions of events (docs/scale.md, "Merge").
+
+Writes RANKS gzip'd rank files of EVENTS small events each (CPU ops and kernels with args, about 150 bytes
+of JSON each), then runs `stepscope merge` on them in a child and prints its peak RSS and wall time, and the
+events in the merged file:
+
+    .venv/bin/python benchmarks/bench_merge.py --events 5000000 --ranks 2 --out /tmp/merge-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# Runs the command given as its arguments and prints its exit status and peak RSS (KiB): a child forked from
+# this small process reports its own peak, not the parent's.
+PEAK_OF = (
+    "import os, subprocess, sys\n"
+    "child = subprocess.Popen(sys.argv[1:])\n"
+    "_, status, usage = os.wait4(child.pid, 0)\n"
+    "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n"
+)
+
+
+def write_rank(path: Path, rank: int, events: int, world: int) -> None:
+    """`events` events of one rank: ProfilerSteps of 1,000 events, ops on thread 1, kernels on stream 7."""
+    head = (
+        f'{{"schemaVersion":1,"distributedInfo":{{"rank":{rank},"world_size":{world},"backend":"nccl"}},'
+        '"deviceProperties":[],"traceEvents":['
+    ).encode()
+    with gzip.open(path, "wb", compresslevel=1) as fh:
+        fh.write(head)
+        block = []
+        for i in range(events):
+            ts = 1_000_000 + i * 10
+            if i % 1000 == 0:
+                event = (
+                    f'{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{i // 1000}","pid":1,"tid":1,'
+                    f'"ts":{ts},"dur":9990}}'
+                )
+            elif i % 2:
+                event = (
+                    f'{{"ph":"X","cat":"kernel","name":"gemm_kernel","pid":0,"tid":7,"ts":{ts},"dur":4,'
+                    f'"args":{{"device":0,"stream":7,"correlation":{i}}}}}'
+                )
+            else:
+                event = (
+                    f'{{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":{ts},"dur":5,'
+                    f'"args":{{"External id":{i},"Sequence number":{i}}}}}'
+                )
+            block.append(event)
+            if len(block) == 10_000:
+                fh.write((("," if i >= 10_000 else "") + ",".join(block)).encode())
+                block = []
+        if block:
+            fh.write((("," if events > len(block) else "") + ",".join(block)).encode())
+        fh.write(b"]}")
+
+
+def run_merge(folder: Path, out: Path, env: dict[str, str] | None = None) -> tuple[int, int, float, str]:
+    """(exit status, peak RSS in MiB, wall seconds, stderr) of `stepscope merge FOLDER -o OUT`."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PEAK_OF,
+            sys.executable,
+            "-m",
+            "stepscope",
+            "merge",
+            str(folder),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    code, peak = done.stdout.split()[-2:]
+    return int(code), int(peak) // 1024, time.perf_counter() - t0, done.stderr
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=2_000_000, help="events per rank")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True, help="a folder for the rank files and the result")
+    args = parser.parse_args()
+    folder = args.out / "ranks"
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(args.ranks):
+        path = folder / f"rank{rank}.json.gz"
+        if not path.exists():
+            write_rank(path, rank, args.events, args.ranks)
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    code, peak, seconds, err = run_merge(folder, args.out / "merged.json.gz")
+    print(
+        f"{args.ranks} x {args.events:,} events ({size / 1e6:.0f} MB gzip): exit {code}, {peak} MiB, {seconds:.1f} s"
+    )
+    if code:
+        print(err)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""The events of a chrome trace as plain objects, a batch at a time: what `stepscope merge` rewrites.
+
+The loader turns events into columns; merge must write each event back with all its fields, so it needs them
+as dicts, but never all of a file's at once (10 million events as dicts took 11.5 GB). The text is inflated
+a block at a time (every gzip member), the `traceEvents` array is cut after an event's `}` followed by `,`
+and `{`, and each piece is decoded as `[piece]`. A cut inside a string or inside an event leaves that text
+unbalanced, so its decode fails and a later cut is tried (each try at least twice as far as the last, so a
+long event costs linear time); the piece then holds exactly the events the whole file holds there. The
+last piece is decoded with the keys after the array.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from stepscope.analysis._limits import (
+    DEFAULT_MAX_TRACE_BYTES,
+    LIMIT_ENV,
+    MAX_EVENT_BYTES_ENV,
+    max_event_bytes,
+    max_input_bytes,
+)
+from stepscope.errors import InputError
+from stepscope.runfolder.regular import open_regular
+
+__all__ = ["BATCH_BYTES", "iter_event_batches"]
+
+BATCH_BYTES = 1 << 20  # JSON text decoded at a time (its dicts take several times as much)
+_READ = 1 << 16
+_KEY = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
+_CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
+_DECODE = msgspec.json.Decoder()
+
+
+def _text(fh: BinaryIO, path: Path, limit: int) -> Iterator[bytes]:
+    """The file's text in blocks: inflated where it is gzip (every member; zero padding after the last)."""
+    first = fh.read(_READ)
+    if first[:2] != b"\x1f\x8b":
+        total = len(first)
+        yield first
+        while block := fh.read(_READ):
+            total += len(block)
+            if total > limit:
+                raise InputError(
+                    path, f"larger than the input limit of {limit} bytes ({LIMIT_ENV} raises it)"
+                )
+            yield block
+        return
+    inflate, total, data = zlib.decompressobj(wbits=31), 0, first
+    while data:
+        while data:
+            if inflate.eof:
+                data = inflate.unused_data + data
+                if not data.strip(b"\0"):
+                    break
+                inflate = zlib.decompressobj(wbits=31)
+            try:
+                out = inflate.decompress(data, _READ * 4)
+            except zlib.error as exc:
+                raise InputError(path, f"corrupt gzip data ({exc})") from None
+            data = inflate.unconsumed_tail
+            total += len(out)
+            if total > limit:
+                raise InputError(
+                    path, f"gzip data inflates to more than {limit} bytes ({LIMIT_ENV} raises it)"
+                )
+            if out:
+                yield out
+        data = fh.read(_READ)
+    if not inflate.eof:
+        raise InputError(path, "truncated gzip file")
+
+
+class _Buffer:
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks = blocks
+        self.data = bytearray()
+        self.eof = False
+
+    def more(self) -> bool:
+        block = next(self.blocks, None)
+        if block is None:
+            self.eof = True
+            return False
+        self.data += block
+        return True
+
+
+def iter_event_batches(path: str | Path, *, batch_bytes: int = BATCH_BYTES) -> Iterator[list[Any]]:
+    """Lists of the events of the trace at `path` (plain objects, in file order), each from about
+    `batch_bytes` of its text; InputError naming the file when it is not a chrome trace that can be read so."""
+    p = Path(path)
+    limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
+    longest = max_event_bytes()
+    with open_regular(p, "a trace file") as fh:
+        buf = _Buffer(_text(fh, p, limit))
+        start = _array_start(buf, p)
+        at = start + batch_bytes
+        while True:
+            m = _CUT.search(buf.data, max(at, start), len(buf.data))
+            if m is None:
+                if len(buf.data) - start > batch_bytes + longest:
+                    raise InputError(
+                        p, f"no end of an event in {longest} bytes ({MAX_EVENT_BYTES_ENV} raises the limit)"
+                    )
+                if buf.more():
+                    continue
+                break
+            events = _decode_piece(buf.data, start, m.start() + 1)
+            if events is None:  # the cut lies inside an event or a string: try one at least twice as far
+                at = max(m.end(), start + 2 * (m.start() + 1 - start))
+                continue
+            yield events
+            del buf.data[: m.end() - 1]  # keep the next event's `{`
+            start, at = 0, batch_bytes
+        yield _tail(p, bytes(buf.data[start:]))
+
+
+def _array_start(buf: _Buffer, path: Path) -> int:
+    """The offset just after the `[` of the top-level `traceEvents` array (the keys before it checked)."""
+    searched = 0
+    while True:
+        m = _KEY.search(buf.data, searched)
+        if m is None:
+            searched = max(len(buf.data) - 64, 0)
+            if len(buf.data) > max_event_bytes():
+                raise InputError(path, "no traceEvents array found: not a chrome trace")
+            if not buf.more():
+                raise InputError(path, "no traceEvents array found: not a chrome trace")
+            continue
+        try:
+            head = _DECODE.decode(bytes(buf.data[: m.end()]).lstrip(b"\xef\xbb\xbf") + b"]}")
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            head = None
+        if isinstance(head, dict) and head.get("traceEvents") == []:
+            return m.end()
+        searched = m.start() + 1  # the key text inside a string of an earlier key
+
+
+def _decode_piece(data: bytearray, start: int, end: int) -> list[Any] | None:
+    try:
+        events = _DECODE.decode(b"[" + bytes(data[start:end]) + b"]")
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    return events if isinstance(events, list) else None
+
+
+def _tail(path: Path, rest: bytes) -> list[Any]:
+    """The last events: `rest` is the end of the array and the keys after it."""
+    if _KEY.search(rest):
+        raise InputError(path, "a second traceEvents array: cannot be merged")
+    try:
+        doc = _DECODE.decode(b'{"traceEvents":[' + rest)
+    except msgspec.DecodeError as exc:
+        raise InputError(path, f"not valid JSON ({exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "not valid JSON (bad UTF-8)") from None
+    except RecursionError:
+        raise InputError(path, "JSON nested too deeply") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list):
+        raise InputError(path, "no traceEvents list")
+    return events
