@@ -91,7 +91,7 @@ def test_memory_timeline_html(tmp_path, capsys):
     assert main(["memory", str(path), "--html", str(out)]) == 0
     assert "Memory timeline" in capsys.readouterr().out
     page = out.read_text()
-    assert "<svg" in page and "activation" in page and "http" not in page
+    assert "<svg" in page and "activation" in page and "http://" not in page and "https://" not in page
 
 
 @pytest.mark.parametrize("payload", [_RunsCommand, _OpensFile])

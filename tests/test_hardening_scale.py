@@ -187,7 +187,7 @@ def test_a_sparse_huge_manifest_is_refused_by_its_size(tmp_path: Path) -> None:
     done = _run_limited(["analyze", str(run)], 2 << 30)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(manifest) in lines[0] and "larger than" in lines[0]
+    assert len(lines) == 1 and str(manifest) in lines[0] and "over the limit" in lines[0]
 
 
 def _run_limited(args: list[str], address_space: int, **env_vars: str) -> subprocess.CompletedProcess[str]:
