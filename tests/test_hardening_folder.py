@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,14 @@ def _damage(path: Path, how: str) -> None:
         os.mkfifo(path)
 
 
+def _wait_for(run_dir: Path, artifact: tuple[str, int | None, int | None]) -> None:
+    """Until the manifest indexes `artifact` (the monitor merges it on a thread of its own)."""
+    deadline = time.monotonic() + 60
+    while artifact not in artifacts(run_dir):
+        assert time.monotonic() < deadline, artifacts(run_dir)
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("how", ["garbage", "fifo"])
 def test_a_manifest_damaged_mid_run_is_whole_again_at_close(tmp_path: Path, how: str) -> None:
     # GIVEN a run whose manifest.json is overwritten (or replaced by a FIFO) between its two windows
@@ -154,6 +163,8 @@ def test_a_manifest_damaged_mid_run_is_whole_again_at_close(tmp_path: Path, how:
         for _ in range(3):
             step()
         assert monitor.run_dir is not None
+        # the first window's last file is merged: no merge under way overwrites the damage unseen
+        _wait_for(monitor.run_dir, ("summary", 0, 1))
         _damage(monitor.run_dir / "manifest.json", how)
         for _ in range(3):
             step()
@@ -313,3 +324,24 @@ def test_a_hostile_marker_never_sends_a_rank_outside_out_dir(
     (run_dir,) = [p for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")]
     assert f"run dir out/{run_dir.name}" in done.stdout and _traced_ranks(run_dir) == [1]
     assert not elsewhere.exists() and not (tmp_path / "escape").exists()
+
+
+def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path) -> None:
+    from stepscope.runfolder.lock import folder_lock
+
+    # GIVEN a child forked while this process holds the run folder's lock (a DataLoader worker forked by the
+    # training thread while the manifest thread merges), still alive after the lock is released
+    with folder_lock(tmp_path):
+        child = os.fork()
+        if child == 0:  # the child lives on for a while, as a worker does, then leaves without cleanup
+            time.sleep(20)
+            os._exit(0)
+    try:
+        # WHEN another process asks for the lock without waiting
+        probe = "import fcntl, os, sys; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)"
+        done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, timeout=60)
+        # THEN it gets it: the child closed its copy of the locked descriptor at the fork
+        assert done.returncode == 0, done.stderr[-1000:]
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
