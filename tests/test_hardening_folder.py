@@ -345,3 +345,35 @@ def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path
     finally:
         os.kill(child, 9)
         os.waitpid(child, 0)
+
+
+def test_report_indexes_its_page_or_says_why_within_a_bounded_wait(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a finished run whose folder's lock another process holds (before: `stepscope report` waited 60 s, then
+    # a TimeoutError traceback, and the monitor's report at close waited with it)
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=1, active=1, console=False, report=False
+    )
+    step = monitor(train_step)
+    for _ in range(3):
+        step()
+    monitor.close()
+    run_dir = monitor.run_dir
+    assert run_dir is not None
+    hold = "import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        code = cli_main(["report", str(run_dir)])
+        seconds = time.monotonic() - t0
+    finally:
+        holder.kill()
+        holder.wait()
+    # THEN the page is written, the command exits 0 within the bounded wait, and a note says it is not indexed
+    err = capsys.readouterr().err
+    assert code == 0 and (run_dir / "report.html").is_file(), err
+    assert seconds < 40 and "the report is not indexed" in err and err.count("\n") == 1, err
+    assert ("report", None, None) not in artifacts(run_dir)
