@@ -106,7 +106,10 @@ def agree_run_name(out_dir: Path, rank: int, world_size: int, index: int) -> str
 def _name_from_store(store, key: str, rank: int) -> str:  # type: ignore[no-untyped-def]
     try:
         name = bytes(store.compare_set(key, "", new_run_name())).decode()
-    except (AttributeError, NotImplementedError, RuntimeError):  # a store without compare-and-set
+    except (AttributeError, NotImplementedError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "not implemented" not in str(exc).lower():
+            raise  # a store that is there but does not answer: waiting on it would not help
+        # a store without compare-and-set (a user's own): rank 0 publishes, the others wait for it
         if rank == 0:
             name = new_run_name()
             store.set(key, name)
