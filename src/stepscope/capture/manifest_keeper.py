@@ -10,6 +10,7 @@ is whole again with this rank's next merge. Close waits for the last merge a bou
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterable
@@ -171,4 +172,6 @@ class ManifestKeeper:
     def _say(self, what: str, message: str) -> None:
         if what not in self._said:
             self._said.add(what)
-            warn_user(message, StepscopeWarning)
+            # (warnings turned into errors must not end this thread, nor reach the job from close)
+            with contextlib.suppress(Exception):
+                warn_user(message, StepscopeWarning)
