@@ -93,7 +93,8 @@ if {free_it}:
 t0 = time.perf_counter()
 m.close()
 print(f"closed in {{time.perf_counter() - t0:.1f}} s", flush=True)
-open("release", "w").close()
+time.sleep(1.0)  # a monitor that gave up has stopped trying: the lock freed now changes nothing
+holder.kill()
 holder.wait()
 """
 
@@ -119,7 +120,9 @@ def test_a_manifest_lock_held_by_another_process_never_holds_a_step(tmp_path: Pa
     assert ("report", None, None) in kinds
 
 
-def test_a_manifest_lock_never_freed_costs_a_bounded_wait_at_close(tmp_path: Path) -> None:
+def test_a_manifest_lock_never_freed_costs_a_bounded_wait_at_close(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # GIVEN the same job, the lock never freed while it runs
     done = run_job(tmp_path, HOLD_THE_LOCK.format(free_it=False))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -129,8 +132,15 @@ def test_a_manifest_lock_never_freed_costs_a_bounded_wait_at_close(tmp_path: Pat
     assert done.stderr.count("StepscopeWarning") == 1 and "held the lock of" in done.stderr
     (run_dir,) = (tmp_path / "out").iterdir()
     assert sorted((run_dir / "traces").iterdir()) and not (run_dir / "report.html").exists()
-    # AND the manifest written before the lock was taken is whole (what it lacks is on disk)
+    # AND the manifest written before the lock was taken is whole, and what it lacks is read from the folder
     assert ("config", None, None) in artifacts(run_dir)
+    assert not [k for k in artifacts(run_dir) if k[0] == "trace"]
+    code, doc, err = _analyze(run_dir, capsys)
+    assert code == 0, err
+    assert any("windows end at steps 3, 7, 11" in n for n in doc["notices"])
+    assert doc["run"]["step_times"][0]["windows"] == [[2, 3], [6, 7], [10, 11]]
+    (note,) = [n for n in doc["notices"] if "are not in it" in n]
+    assert "6 file(s)" in note and "read all the same" in note
 
 
 # --- item 10: a damaged manifest ---------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A damaged manifest never makes a run unreadable: a writer rebuilds it from the files in the folder before it
 merges (and each rank's writer merges its whole index again), a reader (`load_manifest`) reads the folder by
-its layout instead, with a note.
+its layout instead, with a note, and adds the files that fit the layout but that a whole manifest lacks.
 
 The lock (runfolder/lock.py) is an flock on the run folder itself on POSIX, which leaves no file behind, and
 `filelock`'s elsewhere: msvcrt on Windows, and where neither exists a lock file that is created exclusively
@@ -99,16 +99,17 @@ def _decode(path: Path, data: bytes) -> Manifest:
 
 
 def load_manifest(run_dir: str | Path) -> tuple[Manifest, list[str]]:
-    """The manifest of a run folder for a reader, and notes: a damaged manifest is replaced by the index of the
-    files in the folder (runfolder/recover.py), with a note saying so. InputError when the folder has no
-    manifest, or a damaged one and no artifact on disk either."""
+    """The manifest of a run folder for a reader, and notes. The files of the folder complete it: a damaged
+    manifest is replaced by the index of the files the layout names (runfolder/recover.py), and files that fit
+    the layout but that a whole manifest lacks (a writer stopped, or kept from the lock, before it indexed them)
+    are added; a note says so. InputError when the folder has no manifest, or a damaged one and no artifact."""
+    from stepscope.runfolder.recover import manifest_from_files
+
     try:
-        return read_manifest(run_dir), []
+        manifest = read_manifest(run_dir)
     except InputError as exc:
         if not os.path.lexists(Path(run_dir) / MANIFEST_NAME):
             raise
-        from stepscope.runfolder.recover import manifest_from_files
-
         rebuilt = manifest_from_files(run_dir)
         if not rebuilt.artifacts:
             raise
@@ -117,6 +118,17 @@ def load_manifest(run_dir: str | Path) -> tuple[Manifest, list[str]]:
             "instead (versions, hosts and schedule unknown)"
         )
         return rebuilt, [note]
+    indexed = {a.path for a in manifest.artifacts}
+    missing = [a for a in manifest_from_files(run_dir).artifacts if a.path not in indexed]
+    if not missing:
+        return manifest, []
+    manifest.artifacts.extend(missing)
+    listed = ", ".join(a.path for a in missing[:3]) + (", ..." if len(missing) > 3 else "")
+    note = (
+        f"{Path(run_dir) / MANIFEST_NAME}: {len(missing)} file(s) of the folder are not in it ({listed}; a writer "
+        "stopped, or was kept from the folder's lock, before it indexed them); read all the same"
+    )
+    return manifest, [note]
 
 
 def is_run_folder(path: str | Path) -> bool:
