@@ -173,10 +173,12 @@ def release_marker(marker: Path, rank: int, world_size: int) -> None:
     _released.add((marker, rank))
     from stepscope.runfolder.atomic import create_exclusive
 
-    closed = [marker.with_name(f"{marker.name}.closed-{r}") for r in range(world_size)]
+    prefix = f"{marker.name}.closed-"
     with contextlib.suppress(OSError):
-        create_exclusive(closed[rank], b"")
-        if all(os.path.lexists(c) for c in closed):
+        create_exclusive(marker.with_name(f"{prefix}{rank}"), b"")
+        # counted from the folder, never by a list of world_size names (WORLD_SIZE can be any number)
+        closed = [p for p in marker.parent.iterdir() if p.name.startswith(prefix)]
+        if len(closed) >= world_size:
             for path in [marker, *closed]:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
