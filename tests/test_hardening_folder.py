@@ -243,8 +243,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def torchrun_folder_job(out: Path, mode: str, delay: float, standalone: bool) -> list[dict[str, Any]]:
-    """Run tests/_folder_job.py on 2 ranks; the reports of rank 0 and rank 1."""
+def torchrun_folder_job(
+    out: Path, mode: str, delay: float, standalone: bool, wrapped: bool = False
+) -> list[dict[str, Any]]:
+    """Run tests/_folder_job.py on 2 ranks (`wrapped`: each through a shell that stays its parent, as a site's
+    wrapper script does); the reports of rank 0 and rank 1."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("TORCHELASTIC_RUN_ID", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
@@ -252,6 +255,8 @@ def torchrun_folder_job(out: Path, mode: str, delay: float, standalone: bool) ->
         cmd.append("--standalone")
     else:  # torchrun's static rendezvous, as most multi-node scripts start it: TORCHELASTIC_RUN_ID is `none`
         cmd += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    if wrapped:  # (the shell runs python, then exits with its status: it is not replaced by it)
+        cmd += ["--no-python", "sh", "-c", '"$0" "$@"; exit $?', sys.executable]
     cmd += [str(FOLDER_JOB), str(out), mode, str(delay)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -284,9 +289,10 @@ def test_a_slow_rank_0_never_holds_the_other_ranks_steps(tmp_path: Path) -> None
 def test_two_jobs_in_a_row_without_standalone_keep_their_own_folders(tmp_path: Path) -> None:
     # GIVEN two 2-rank jobs in a row without --standalone and without a process group (torchrun's run id is
     # `none`), rank 1 starting first in each (before the fix job 2's rank 1 read job 1's marker and wrote its
-    # traces into job 1's folder, leaving job 2's folder with rank 0 only)
+    # traces into job 1's folder, leaving job 2's folder with rank 0 only); the second job's ranks run under a
+    # shell each, so their parents differ
     first = torchrun_folder_job(tmp_path, "env", delay=1.5, standalone=False)
-    second = torchrun_folder_job(tmp_path, "env", delay=1.5, standalone=False)
+    second = torchrun_folder_job(tmp_path, "env", delay=1.5, standalone=False, wrapped=True)
     assert first[0]["run_id"] == second[0]["run_id"] == "none"
     # THEN each job's ranks share a folder of their own, which holds both ranks' traces
     folders = [Path(first[0]["run_dir"]), Path(second[0]["run_dir"])]
@@ -320,6 +326,7 @@ def test_a_hostile_marker_never_sends_a_rank_outside_out_dir(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
     elsewhere = tmp_path / "elsewhere"
     target = str(elsewhere) if content == "absolute" else "../escape"
     marker = job_marker(tmp_path / "out", 0, launcher_pid=os.getpid())  # the job's launcher: this process

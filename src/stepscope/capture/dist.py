@@ -126,27 +126,40 @@ def job_marker(out_dir: Path, index: int, launcher_pid: int | None = None) -> Pa
     process group) share the name of monitor `index`'s run folder; None outside torchrun.
 
     torchrun's run id alone does not tell launches apart (it is `none` unless --standalone or --rdzv-id gives
-    one), nor does MASTER_ADDR:MASTER_PORT (29500 by default): the marker is named after those and the
-    launcher, the process that started this one (torchrun's agent: its pid, its start time, this host and
-    this boot), so that no two launches share one, even with the same id, on the same port, one after the
-    other. (Ranks on other hosts have other launchers: without a process group, each host's ranks share a
-    folder of their own.)"""
+    one), nor does MASTER_ADDR:MASTER_PORT (29500 by default): the marker is named after those and the launch
+    of torchrun's agent on this host: the folder it made for this attempt's error files (a fresh temp folder
+    per launch, the same for all its workers, named in TORCHELASTIC_ERROR_FILE), or else the launcher, the
+    process that started this one (its pid and start time, this host and this boot). No two launches share a
+    marker, even with the same id, on the same port, one after the other. (Ranks on other hosts have other
+    agents: without a process group, each host's ranks share a folder of their own.)"""
     run_id = os.environ.get("TORCHELASTIC_RUN_ID")
     if not run_id:
         return None
-    launcher = os.getppid() if launcher_pid is None else launcher_pid
-    parts = (
+    parts = [
         run_id,
         os.environ.get("TORCHELASTIC_RESTART_COUNT", ""),
         os.environ.get("MASTER_ADDR", ""),
         os.environ.get("MASTER_PORT", ""),
         socket.gethostname(),
         _boot_id(),
-        str(launcher),
-        _start_time(launcher),
-    )
+    ]
+    launch = _agent_launch_folder()
+    if launch:
+        parts.append(launch)
+    else:
+        launcher = os.getppid() if launcher_pid is None else launcher_pid
+        parts += [str(launcher), _start_time(launcher)]
     digest = hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
     return out_dir / MARKER_TEMPLATE.format(job=digest, index=index)
+
+
+def _agent_launch_folder() -> str:
+    """`<log dir>/<run id>_<random>/attempt_<N>` of TORCHELASTIC_ERROR_FILE (`.../<local rank>/error.json`):
+    what torchrun's agent made for this attempt of this launch; empty where it is not set so."""
+    error_file = Path(os.environ.get("TORCHELASTIC_ERROR_FILE", ""))
+    if error_file.name != "error.json" or not error_file.parent.parent.name.startswith("attempt_"):
+        return ""
+    return str(error_file.parent.parent)
 
 
 def _name_from_marker(marker: Path, rank: int, world_size: int) -> str:
