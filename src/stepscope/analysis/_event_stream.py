@@ -27,7 +27,7 @@ from stepscope.analysis._limits import (
     max_input_bytes,
 )
 from stepscope.errors import InputError
-from stepscope.runfolder.regular import open_regular
+from stepscope.runfolder.files import open_regular
 
 __all__ = ["BATCH_BYTES", "iter_event_batches"]
 

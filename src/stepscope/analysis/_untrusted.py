@@ -24,7 +24,7 @@ import msgspec
 from stepscope.analysis._limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis._plain_pickle import PickleRefused, RefusedGlobal, load_plain_pickle
 from stepscope.errors import InputError
-from stepscope.runfolder.regular import iter_pieces, open_regular
+from stepscope.runfolder.files import iter_pieces, open_regular
 
 _GZIP_MAGIC = b"\x1f\x8b"
 MAX_OBJECTS = 20_000_000  # containers and scalars, counted as a tree

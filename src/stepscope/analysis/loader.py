@@ -144,9 +144,10 @@ def _holds_traces(folder: Path) -> bool:
 
 def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
     """One trace per rank from a run folder: the window ending at `step`, or each rank's latest."""
-    from stepscope.runfolder import read_manifest
+    from stepscope.runfolder.manifest import load_manifest
 
-    traces = [a for a in read_manifest(p).artifacts if a.kind == "trace"]
+    manifest, notices = load_manifest(p)  # a damaged manifest: the folder read by its layout, with a notice
+    traces = [a for a in manifest.artifacts if a.kind == "trace"]
     if not traces:
         raise InputError(p, "run folder has no trace artifacts in its manifest")
     windows = sorted({a.step for a in traces if a.step is not None})
@@ -165,7 +166,6 @@ def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int 
     for file, _ in chosen:
         if not file.is_file():
             raise InputError(file, "listed in the run folder's manifest but missing")
-    notices = []
     if len(windows) > 1:
         which = f"step {step}" if step is not None else "each rank's latest"
         notices.append(

@@ -5,7 +5,8 @@ memory logs and the system samples (traces are loaded on demand: `run.traces()`)
 into plain figures: step wall time over the whole run, FLOPs / TFLOP/s / MFU (or why there is none), memory
 (peak, growth per step) and system samples (CPU %, RSS, GPU utilisation where present). No torch, no rich.
 
-A damaged artifact never stops the reading: it is left out with a note naming the file and the problem.
+A damaged artifact never stops the reading: it is left out with a note naming the file and the problem; a
+damaged manifest is replaced by what the folder holds, read by its layout.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from stepscope.analysis._limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis._stats import fmean, median, quantile
 from stepscope.analysis._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
 from stepscope.errors import InputError
-from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest, read_manifest
+from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
+from stepscope.runfolder.files import read_regular
+from stepscope.runfolder.manifest import load_manifest
 from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
 
 T = TypeVar("T")
@@ -55,10 +58,10 @@ class Run:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read a run folder whole. Raises InputError when `path` is not a readable run folder."""
+    """Read a run folder whole. Raises InputError when `path` is not a readable run folder. A damaged manifest
+    is replaced by the index of the files in the folder, with a note."""
     path = Path(path)
-    manifest = read_manifest(path)
-    notes: list[str] = []
+    manifest, notes = load_manifest(path)
     config = read_config(path / CONFIG_NAME, notes)
     metrics = list(_read_lines(path / METRICS_NAME, StepMetrics, notes))
     flops = [
@@ -83,8 +86,6 @@ def load_run(path: str | Path) -> Run:
 
 
 def _read_bytes(path: Path, notes: list[str]) -> bytes | None:
-    from stepscope.runfolder.regular import read_regular
-
     limit = max_input_bytes()
     try:  # a FIFO, a device or a file over the limit in its place is left out, never waited on or read whole
         return read_regular(path, f"a run-folder file ({LIMIT_ENV} raises the limit)", limit=limit)

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from stepscope.errors import ConfigError, InputError
-from stepscope.runfolder.regular import read_regular_text
+from stepscope.runfolder.files import read_regular_text
 
 
 class ProfileConfig(BaseModel):

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime as _dt
 import hashlib
 import os
+import re
 import socket
 import time
 from pathlib import Path
 
 RUN_NAME_KEY = "stepscope/run_name/{index}"
-NAME_WAIT_SECONDS = 120.0
+RUN_NAME_PATTERN = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}__[0-9]{2}-[0-9]{2}-[0-9]{2}_[0-9a-f]{8}")
+NAME_WAIT_SECONDS = 120.0  # only with a store that has no compare-and-set
+MARKER_TEMPLATE = ".job-{job}-{index}"
+MARKER_MAX_BYTES = 256
+_released: set[tuple[Path, int]] = set()
 
 
 def _dist():  # type: ignore[no-untyped-def]
@@ -70,43 +77,143 @@ def new_run_name(now: float | None = None) -> str:
     return f"{stamp}_{hashlib.sha1(seed.encode()).hexdigest()[:8]}"
 
 
-def agree_run_name(out_dir: Path, rank: int, world_size: int, index: int) -> str:
-    """One name for all ranks: rank 0 chooses it and publishes it; the others wait for it.
+def is_run_name(text: str) -> bool:
+    """A name `new_run_name` makes: one folder name, never a path (no separator, no `..`, not absolute)."""
+    return RUN_NAME_PATTERN.fullmatch(text) is not None
 
-    With a process group the name travels through its key-value store (no collective, so ranks that do not
-    record need not take part); otherwise, under torchrun, through a small file keyed by the job's run id.
-    Clocks of different hosts are never compared.
+
+def agree_run_name(out_dir: Path, rank: int, world_size: int, index: int) -> str:
+    """One name for all ranks of a job, and no rank ever waits for another: the first rank to get here proposes
+    its name and every later one takes it.
+
+    With a process group the name travels through its key-value store (compare-and-set: no collective, so
+    ranks that do not record need not take part, and a rank that starts late, rank 0 included, finds the name
+    there); otherwise, under torchrun, through a marker file in `out_dir` named after this launch of the job
+    (see `job_marker`), created exclusively. Clocks of different hosts are never compared.
     """
     if world_size <= 1:
         return new_run_name()
     dist = _dist()
     store = _default_store(dist) if dist is not None else None
-    key = RUN_NAME_KEY.format(index=index)
     if store is not None:
+        return _name_from_store(store, RUN_NAME_KEY.format(index=index), rank)
+    marker = job_marker(out_dir, index)
+    if marker is None:
+        return new_run_name()
+    return _name_from_marker(marker, rank, world_size)
+
+
+def _name_from_store(store, key: str, rank: int) -> str:  # type: ignore[no-untyped-def]
+    try:
+        name = bytes(store.compare_set(key, "", new_run_name())).decode()
+    except (AttributeError, NotImplementedError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "not implemented" not in str(exc).lower():
+            raise  # a store that is there but does not answer: waiting on it would not help
+        # a store without compare-and-set (a user's own): rank 0 publishes, the others wait for it
         if rank == 0:
             name = new_run_name()
             store.set(key, name)
             return name
         store.wait([key], _dt.timedelta(seconds=NAME_WAIT_SECONDS))
-        return bytes(store.get(key)).decode()
-    job = os.environ.get("TORCHELASTIC_RUN_ID")
-    if not job:
-        return new_run_name()
-    marker = out_dir / f".job-{hashlib.sha1(job.encode()).hexdigest()[:12]}-{index}"
-    if rank == 0:
-        from stepscope.runfolder.atomic import atomic_write_text
+        name = bytes(store.get(key)).decode()
+    if not is_run_name(name):
+        raise ValueError(f"the process group's store holds {name[:80]!r} as the run folder name")
+    return name
 
-        name = new_run_name()
-        atomic_write_text(marker, name)
-        return name
-    deadline = time.monotonic() + NAME_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if marker.is_file():
-            return marker.read_text().strip()
-        time.sleep(0.05)
-    raise TimeoutError(
-        f"rank 0 did not publish the run folder name in {marker} within {NAME_WAIT_SECONDS:.0f} s"
-    )
+
+def job_marker(out_dir: Path, index: int, launcher_pid: int | None = None) -> Path | None:
+    """The marker file, inside `out_dir`, through which the ranks of one launch of a torchrun job (without a
+    process group) share the name of monitor `index`'s run folder; None outside torchrun.
+
+    torchrun's run id alone does not tell launches apart (it is `none` unless --standalone or --rdzv-id gives
+    one), nor does MASTER_ADDR:MASTER_PORT (29500 by default): the marker is named after those and the launch
+    of torchrun's agent on this host: the folder it made for this attempt's error files (a fresh temp folder
+    per launch, the same for all its workers, named in TORCHELASTIC_ERROR_FILE), or else the launcher, the
+    process that started this one (its pid and start time, this host and this boot). No two launches share a
+    marker, even with the same id, on the same port, one after the other. (Ranks on other hosts have other
+    agents: without a process group, each host's ranks share a folder of their own.)"""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if not run_id:
+        return None
+    parts = [
+        run_id,
+        os.environ.get("TORCHELASTIC_RESTART_COUNT", ""),
+        os.environ.get("MASTER_ADDR", ""),
+        os.environ.get("MASTER_PORT", ""),
+        socket.gethostname(),
+        _boot_id(),
+    ]
+    launch = _agent_launch_folder()
+    if launch:
+        parts.append(launch)
+    else:
+        launcher = os.getppid() if launcher_pid is None else launcher_pid
+        parts += [str(launcher), _start_time(launcher)]
+    digest = hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
+    return out_dir / MARKER_TEMPLATE.format(job=digest, index=index)
+
+
+def _agent_launch_folder() -> str:
+    """`<log dir>/<run id>_<random>/attempt_<N>` of TORCHELASTIC_ERROR_FILE (`.../<local rank>/error.json`):
+    what torchrun's agent made for this attempt of this launch; empty where it is not set so."""
+    error_file = Path(os.environ.get("TORCHELASTIC_ERROR_FILE", ""))
+    if error_file.name != "error.json" or not error_file.parent.parent.name.startswith("attempt_"):
+        return ""
+    return str(error_file.parent.parent)
+
+
+def _name_from_marker(marker: Path, rank: int, world_size: int) -> str:
+    from stepscope.runfolder.atomic import create_exclusive
+    from stepscope.runfolder.files import read_regular
+
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    proposal = new_run_name()
+    if create_exclusive(marker, proposal.encode()):
+        name = proposal
+    else:
+        name = read_regular(marker, "a job marker", limit=MARKER_MAX_BYTES).decode("utf-8", "replace").strip()
+        if not is_run_name(name):
+            raise ValueError(f"{marker} does not hold a run folder name; it is ignored")
+    atexit.register(release_marker, marker, rank, world_size)
+    return name
+
+
+def release_marker(marker: Path, rank: int, world_size: int) -> None:
+    """Say that this rank is done with `marker`; the last rank of the job removes it, and the others' notes.
+    (A rank that never gets here, one that has no monitor or was killed, leaves it: no later launch reads it.)"""
+    if (marker, rank) in _released:
+        return
+    _released.add((marker, rank))
+    from stepscope.runfolder.atomic import create_exclusive
+
+    prefix = f"{marker.name}.closed-"
+    with contextlib.suppress(OSError):
+        create_exclusive(marker.with_name(f"{prefix}{rank}"), b"")
+        # counted from the folder, never by a list of world_size names (WORLD_SIZE can be any number)
+        closed = [p for p in marker.parent.iterdir() if p.name.startswith(prefix)]
+        if len(closed) >= world_size:
+            for path in [marker, *closed]:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read(64).strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """When process `pid` started, in clock ticks since boot (Linux); empty where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read(4096)
+    except OSError:
+        return ""
+    fields = stat.rpartition(b")")[2].split()
+    return fields[19].decode() if len(fields) > 19 else ""  # field 22, starttime
 
 
 def _default_store(dist):  # type: ignore[no-untyped-def]

@@ -341,15 +341,9 @@ class PerformanceMonitor:
             notes.append(note)
             warn_user(f"stepscope: {note}", StepscopeWarning)
         self._flush_metrics()
-        try:
-            self._writer.update(notes=notes)
-        except Exception as exc:  # a manifest damaged during the run: say so, never raise into the job
-            warn_user(
-                f"stepscope: cannot finish {self._ctx.run_dir / 'manifest.json'} ({type(exc).__name__}: {exc}); "
-                "the files of the run are in the folder",
-                StepscopeWarning,
-            )
-            return
+        self._writer.update(notes=notes)
+        if not self._writer.close():  # the manifest lock stayed held, or the manifest could not be written
+            return  # (said once); the report would wait for the same lock
         if self.config.report and self._ctx.is_first_profiled_rank:
             from stepscope.capture.report import write_run_report
 
@@ -494,7 +488,6 @@ class PerformanceMonitor:
             step=self.steps_done,
         )
         atomic_write_text(run_dir / CONFIG_NAME, self.config.to_yaml())
-        (run_dir / METRICS_NAME).touch()
         writer.update(
             run_name=run_dir.name,
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -511,6 +504,11 @@ class PerformanceMonitor:
         )
         writer.add(ArtifactKind.CONFIG, run_dir / CONFIG_NAME, rank=None)
         writer.add(ArtifactKind.METRICS, run_dir / METRICS_NAME, rank=None)
+        try:
+            writer.create_metrics()
+        except OSError as exc:  # a FIFO or a device put in its place: metrics are off, the rest goes on
+            self._metrics_failed(exc)
+        writer.manifest.merge_now()  # the folder is a run folder at once, unless another process holds the lock
         return ctx
 
     def _live(self) -> list[Collector]:

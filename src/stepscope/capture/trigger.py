@@ -35,8 +35,8 @@ from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeW
 from stepscope.capture.schedule import Schedule
 from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes, create_exclusive
+from stepscope.runfolder.files import read_regular
 from stepscope.runfolder.layout import LISTENER_TEMPLATE
-from stepscope.runfolder.regular import read_regular
 
 TRIGGER_NAME = "trigger.json"
 CLAIM_TEMPLATE = ".trigger-{id}.json"

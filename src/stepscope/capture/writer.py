@@ -1,22 +1,26 @@
 """The run writer: the one object of a recording rank that writes into the run folder.
 
-It owns the manifest updates (a thread lock inside the process, the manifest's file lock across ranks), the
-metrics buffer, and the encoding of every typed payload; collectors ask it for paths by artifact kind and hand
-it what they wrote. No torch here.
+It owns the manifest updates, the metrics buffer, and the encoding of every typed payload; collectors ask it
+for paths by artifact kind and hand it what they wrote. No torch here.
+
+The manifest is merged by a thread of its own (capture/manifest_keeper.py): no step ever waits for the run
+folder's lock. The metrics file is appended to only while it is a regular file (a FIFO in its place would
+block the job forever).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import IO, Any
 
 import msgspec
 
+from stepscope.capture.manifest_keeper import ManifestKeeper
 from stepscope.capture.schedule import Schedule
-from stepscope.runfolder import Artifact, ArtifactKind, artifact_path, relpath, update_manifest
+from stepscope.runfolder import Artifact, ArtifactKind, artifact_path, relpath
 from stepscope.runfolder.atomic import atomic_write_bytes, atomic_write_text
+from stepscope.runfolder.files import append_regular, open_regular_fd
 from stepscope.runfolder.payloads import KIND_SCHEMAS, StepMetrics
 
 METRICS_FLUSH_LINES = 256
@@ -30,7 +34,7 @@ class RunWriter:
         self.run_dir = run_dir
         self.rank = rank
         self.schedule = schedule
-        self._lock = threading.Lock()
+        self.manifest = ManifestKeeper(run_dir)
         # metrics: full lines of busy steps, and (step, wall ns) of quiet ones, formatted at flush (the
         # monitor appends to quiet_buffer directly: it is the same list for the whole run)
         self._lines: list[StepMetrics] = []
@@ -61,13 +65,18 @@ class RunWriter:
             step=step,
             schema=KIND_SCHEMAS.get(kind),
         )
-        with self._lock:
-            update_manifest(self.run_dir, artifacts=[artifact])
+        self.manifest.record(artifacts=[artifact])
 
-    def update(self, **fields: Any) -> None:
-        """Merge top-level fields, notes or hosts into the manifest."""
-        with self._lock:
-            update_manifest(self.run_dir, **fields)
+    def update(
+        self, *, notes: Any = (), hosts: Any = (), profiled_ranks_add: Any = (), **fields: Any
+    ) -> None:
+        """Merge notes, hosts, ranks that join profiled_ranks or top-level fields (set where the manifest has
+        none yet) into the manifest."""
+        self.manifest.record(notes=notes, hosts=hosts, defaults=fields, ranks=profiled_ranks_add)
+
+    def close(self) -> bool:
+        """Wait a bounded time for the manifest to hold all this rank recorded; False (said) if it could not."""
+        return self.manifest.close()
 
     def write_json(self, kind: ArtifactKind | str, payload: Any, step: int | None = None) -> Path:
         """Write a typed payload (msgspec Struct) as indented JSON, atomically, and index it."""
@@ -115,14 +124,11 @@ class RunWriter:
         self.quiet_buffer.clear()
         lines.sort(key=lambda line: line.step)
         # One O_APPEND write per flush: lines of different ranks never interleave mid-line.
-        data = _encoder.encode_lines(lines)
-        fd = os.open(
-            self.run_dir / artifact_path(ArtifactKind.METRICS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
-        )
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        append_regular(self.run_dir / artifact_path(ArtifactKind.METRICS), _encoder.encode_lines(lines))
+
+    def create_metrics(self) -> None:
+        """Create metrics.jsonl (empty) if there is none; OSError when what is there is not a regular file."""
+        append_regular(self.run_dir / artifact_path(ArtifactKind.METRICS), b"")
 
 
 class JsonLines:
@@ -130,7 +136,8 @@ class JsonLines:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file: IO[bytes] | None = open(path, "wb")  # noqa: SIM115 (kept open for the run)
+        fd = open_regular_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, follow=False)
+        self._file: IO[bytes] | None = os.fdopen(fd, "wb")  # kept open for the run
 
     def write(self, row: Any) -> None:
         if self._file is None:

@@ -115,8 +115,8 @@ def _print(result: Any, wide: bool) -> None:
 
     print_notes(result.notices)
     print_notes(f"rank {r.rank}: {note}" for r in result.ranks for note in r.notes)
-    if result.run is not None:
-        print_notes(result.run.notes)
+    if result.run is not None:  # (a note the traces' loader gave too, such as a rebuilt manifest, once)
+        print_notes(note for note in result.run.notes if note not in result.notices)
     console(wide).print(AnalysisReport(result, wide=wide))
 
 

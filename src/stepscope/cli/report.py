@@ -98,8 +98,18 @@ def _is_run(path: Path) -> bool:
     return is_run_folder(path)
 
 
+INDEX_LOCK_WAIT_S = 10.0  # the page is written; indexing it never waits longer for another holder of the lock
+
+
 def _index(run_dir: Path, report: Path) -> None:
-    """Record the page in the run folder's manifest (kind `report`)."""
+    """Record the page in the run folder's manifest (kind `report`); a lock held too long, or a folder that
+    cannot be written, is a note: the page itself is there."""
+    from stepscope.cli._common import print_notes
     from stepscope.runfolder import Artifact, ArtifactKind, relpath, update_manifest
 
-    update_manifest(run_dir, artifacts=[Artifact(str(ArtifactKind.REPORT), relpath(run_dir, report))])
+    artifact = Artifact(str(ArtifactKind.REPORT), relpath(run_dir, report))
+    try:
+        update_manifest(run_dir, artifacts=[artifact], timeout=INDEX_LOCK_WAIT_S)
+    except (TimeoutError, OSError) as exc:
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print_notes([f"{run_dir / 'manifest.json'}: the report is not indexed ({cause})"])

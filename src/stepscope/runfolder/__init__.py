@@ -1,7 +1,10 @@
 """The run folder: the contract between capture and analysis (no torch, no rich).
 
 `layout` names every path and artifact kind, `manifest` indexes the folder under a cross-platform lock,
-`payloads` types every file stepscope reads back, `atomic` writes files that are never seen half-written.
+`payloads` types every file stepscope reads back, `atomic` writes files that are never seen half-written,
+`files` opens only regular files (never waiting on a FIFO), `recover` indexes a folder by its layout.
+Readers take `load_manifest` (the manifest completed, or replaced when damaged, by the files in the folder);
+`read_manifest` is the file as written.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from stepscope.runfolder.manifest import (
     Manifest,
     encode_manifest,
     is_run_folder,
+    load_manifest,
     read_manifest,
     relpath,
     update_manifest,
@@ -39,6 +43,7 @@ __all__ = [
     "artifact_path",
     "encode_manifest",
     "is_run_folder",
+    "load_manifest",
     "read_manifest",
     "relpath",
     "update_manifest",

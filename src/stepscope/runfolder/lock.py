@@ -21,6 +21,22 @@ from typing import Any
 from stepscope.runfolder.layout import LOCK_NAME
 
 LOCK_TIMEOUT_S = 60.0
+# Descriptors of run folders this process holds or waits to flock. A process forked meanwhile (a DataLoader worker
+# forked by the training thread while a writer's thread holds the lock) closes its copies at once: an flock
+# belongs to the open file, so a child that kept a copy would hold the lock for as long as it lives.
+_open_fds: set[int] = set()
+
+
+def _close_in_child() -> None:
+    for fd in list(_open_fds):
+        with contextlib.suppress(OSError):
+            os.close(fd)  # (never LOCK_UN: that would release the parent's lock)
+    _open_fds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
+
 # flock's answers for "held by another process" (EACCES on some filesystems, as filelock also reads it)
 _HELD = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES})
 # ... and for "this filesystem cannot flock a folder": the same on every process of the job, so all of them
@@ -41,6 +57,7 @@ def folder_lock(run_dir: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None
     try:
         yield
     finally:
+        _open_fds.discard(fd)
         os.close(fd)  # closing the last descriptor releases the flock
 
 
@@ -55,6 +72,7 @@ def _lock_folder(run_dir: Path, timeout: float) -> int | None:
         if exc.errno in _UNSUPPORTED:
             return None
         raise
+    _open_fds.add(fd)
     deadline = time.monotonic() + timeout
     pause = 0.002
     while True:
@@ -63,11 +81,13 @@ def _lock_folder(run_dir: Path, timeout: float) -> int | None:
             return fd
         except OSError as exc:
             if exc.errno not in _HELD:
+                _open_fds.discard(fd)
                 os.close(fd)
                 if exc.errno in _UNSUPPORTED:
                     return None
                 raise
         if time.monotonic() >= deadline:
+            _open_fds.discard(fd)
             os.close(fd)
             raise TimeoutError(f"{run_dir}: another process held the run folder's lock for {timeout:g} s")
         time.sleep(pause)

@@ -1,5 +1,9 @@
 """The manifest: the index of a run folder, merged by every rank under a lock that works on every OS.
 
+A damaged manifest never makes a run unreadable: a writer rebuilds it from the files in the folder before it
+merges (and each rank's writer merges its whole index again), a reader (`load_manifest`) reads the folder by
+its layout instead, with a note, and adds the files that fit the layout but that a whole manifest lacks.
+
 The lock (runfolder/lock.py) is an flock on the run folder itself on POSIX, which leaves no file behind, and
 `filelock`'s elsewhere: msvcrt on Windows, and where neither exists a lock file that is created exclusively
 (SoftFileLock: a lock left behind by a killed process makes later updates time out with a warning rather than
@@ -17,9 +21,9 @@ import msgspec
 
 from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes
+from stepscope.runfolder.files import read_regular
 from stepscope.runfolder.layout import MANIFEST_NAME, ArtifactKind
-from stepscope.runfolder.lock import folder_lock
-from stepscope.runfolder.regular import read_regular
+from stepscope.runfolder.lock import LOCK_TIMEOUT_S, folder_lock
 
 MANIFEST_SCHEMA = "stepscope.manifest/2"
 # Manifests a reader understands (version 1 had no `schema` per artifact and other kind names).
@@ -56,6 +60,7 @@ class Manifest(msgspec.Struct):
         return [a for a in self.artifacts if a.kind == kind]
 
 
+_EMPTY = Manifest()
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Manifest)
 
@@ -64,12 +69,21 @@ def encode_manifest(manifest: Manifest) -> bytes:
     return msgspec.json.format(_encoder.encode(manifest), indent=2) + b"\n"
 
 
+MANIFEST_MAX_BYTES = (
+    256 * 1024 * 1024
+)  # ~1.5 million artifacts; a larger file is not a manifest stepscope wrote
+
+
 def read_manifest(run_dir: str | Path) -> Manifest:
     """Load `run_dir/manifest.json`, raising InputError with the file name on any problem."""
     path = Path(run_dir) / MANIFEST_NAME
     if not path.exists() and not path.is_symlink():
         raise InputError(path, "no manifest.json: not a stepscope run folder")
-    data = read_regular(path, "a manifest.json", limit=MAX_MANIFEST_BYTES)  # never a FIFO or a device
+    data = read_regular(path, "a manifest.json", limit=MANIFEST_MAX_BYTES)  # never a FIFO or a device
+    return _decode(path, data)
+
+
+def _decode(path: Path, data: bytes) -> Manifest:
     try:
         manifest = _decoder.decode(data)
     except msgspec.DecodeError as exc:
@@ -83,16 +97,49 @@ def read_manifest(run_dir: str | Path) -> Manifest:
     return manifest
 
 
-MAX_MANIFEST_BYTES = 256 << 20  # a manifest lists files: thousands of windows of thousands of ranks fit
+def load_manifest(run_dir: str | Path) -> tuple[Manifest, list[str]]:
+    """The manifest of a run folder for a reader, and notes. The files of the folder complete it: a damaged
+    manifest is replaced by the index of the files the layout names (runfolder/recover.py), and files that fit
+    the layout but that a whole manifest lacks (a writer stopped, or kept from the lock, before it indexed them)
+    are added; a note says so. InputError when the folder has no manifest, or a damaged one and no artifact."""
+    from stepscope.runfolder.recover import manifest_from_files
+
+    try:
+        manifest = read_manifest(run_dir)
+    except InputError as exc:
+        if not os.path.lexists(Path(run_dir) / MANIFEST_NAME):
+            raise
+        rebuilt = manifest_from_files(run_dir)
+        if not rebuilt.artifacts:
+            raise
+        note = (
+            f"{exc.path}: {exc.problem}; the run is read from the {len(rebuilt.artifacts)} files in its folder "
+            "instead (versions, hosts and schedule unknown)"
+        )
+        return rebuilt, [note]
+    indexed = {a.path for a in manifest.artifacts}
+    missing = [a for a in manifest_from_files(run_dir).artifacts if a.path not in indexed]
+    if not missing:
+        return manifest, []
+    manifest.artifacts.extend(missing)
+    listed = ", ".join(a.path for a in missing[:3]) + (", ..." if len(missing) > 3 else "")
+    note = (
+        f"{Path(run_dir) / MANIFEST_NAME}: {len(missing)} file(s) of the folder are not in it ({listed}; a writer "
+        "stopped, or was kept from the folder's lock, before it indexed them); read all the same"
+    )
+    return manifest, [note]
 
 
 def is_run_folder(path: str | Path) -> bool:
-    return (Path(path) / MANIFEST_NAME).is_file()
+    """A folder with a manifest.json: a file, even a damaged one or a FIFO put in its place (readers then read
+    the folder by its layout), but not a folder of that name."""
+    manifest = Path(path) / MANIFEST_NAME
+    return os.path.lexists(manifest) and not manifest.is_dir()
 
 
-def manifest_lock(run_dir: Path) -> Any:
+def manifest_lock(run_dir: Path, timeout: float = LOCK_TIMEOUT_S) -> Any:
     """The run folder's manifest lock (a context manager)."""
-    return folder_lock(run_dir)
+    return folder_lock(run_dir, timeout)
 
 
 def update_manifest(
@@ -102,23 +149,56 @@ def update_manifest(
     hosts: Iterable[str] = (),
     notes: Iterable[str] = (),
     profiled_ranks_add: Iterable[int] = (),
+    timeout: float = LOCK_TIMEOUT_S,
     **fields: Any,
 ) -> Manifest:
     """Merge into the manifest under an exclusive lock, then replace it atomically.
 
     Artifacts are de-duplicated by path; `fields` overwrite top-level values (run_name, versions, ...);
-    `profiled_ranks_add` joins ranks to profiled_ranks (each rank of profiled_ranks="all" adds itself).
+    `profiled_ranks_add` joins ranks to profiled_ranks (each rank of profiled_ranks="all" adds itself). A
+    manifest that cannot be read (overwritten, cut, not a regular file) is rebuilt from the files in the
+    folder before the merge. TimeoutError when another process holds the lock for `timeout` s.
     """
+    return merge_manifest(
+        run_dir,
+        artifacts=artifacts,
+        hosts=hosts,
+        notes=notes,
+        fields=fields,
+        profiled_ranks_add=profiled_ranks_add,
+        timeout=timeout,
+    )[0]
+
+
+def merge_manifest(
+    run_dir: str | Path,
+    *,
+    artifacts: Iterable[Artifact] = (),
+    hosts: Iterable[str] = (),
+    notes: Iterable[str] = (),
+    fields: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
+    profiled_ranks_add: Iterable[int] = (),
+    timeout: float = LOCK_TIMEOUT_S,
+) -> tuple[Manifest, str | None]:
+    """`update_manifest`, saying also what was wrong with the manifest it rebuilt (None: it was whole).
+
+    `defaults` are top-level values set only where the manifest has none yet (the first rank's `created`
+    stays): a writer can merge them again and again, as it does after a manifest was rebuilt."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with manifest_lock(run_dir):
-        path = run_dir / MANIFEST_NAME
-        manifest = _decoder.decode(path.read_bytes()) if path.is_file() else Manifest()
-        for key, value in fields.items():
+    artifacts = list(artifacts)
+    for artifact in artifacts:
+        ArtifactKind(artifact.kind)  # ValueError on a kind the contract does not know
+    with manifest_lock(run_dir, timeout):
+        manifest, damage = _current(run_dir)
+        for key, value in (defaults or {}).items():
+            if getattr(manifest, key) == getattr(_EMPTY, key):
+                setattr(manifest, key, value)
+        for key, value in (fields or {}).items():
             setattr(manifest, key, value)
         known = {a.path for a in manifest.artifacts}
         for artifact in artifacts:
-            ArtifactKind(artifact.kind)  # ValueError on a kind the contract does not know
             if artifact.path not in known:
                 manifest.artifacts.append(artifact)
                 known.add(artifact.path)
@@ -128,13 +208,28 @@ def update_manifest(
         for note in notes:
             if note not in manifest.notes:
                 manifest.notes.append(note)
-        if profiled_ranks_add:
-            manifest.profiled_ranks = sorted({*manifest.profiled_ranks, *profiled_ranks_add})
+        added = set(profiled_ranks_add)
+        if added:
+            manifest.profiled_ranks = sorted({*manifest.profiled_ranks, *added})
         manifest.artifacts.sort(
             key=lambda a: (a.kind, a.rank if a.rank is not None else -1, a.step or 0, a.path)
         )
-        atomic_write_bytes(path, encode_manifest(manifest))
-    return manifest
+        atomic_write_bytes(run_dir / MANIFEST_NAME, encode_manifest(manifest))
+    return manifest, damage
+
+
+def _current(run_dir: Path) -> tuple[Manifest, str | None]:
+    """The manifest on disk (a new one where there is none), or, when it cannot be read, the index of the
+    files in the folder and the problem."""
+    path = run_dir / MANIFEST_NAME
+    try:
+        return read_manifest(run_dir), None
+    except InputError as exc:
+        if not os.path.lexists(path):
+            return Manifest(), None
+        from stepscope.runfolder.recover import manifest_from_files
+
+        return manifest_from_files(run_dir), exc.problem
 
 
 def relpath(run_dir: str | Path, path: str | Path) -> str:

@@ -1,14 +1,18 @@
-"""Opening files that someone else may have replaced: only regular files, read in bounded amounts.
+"""Opening run-folder files without ever waiting on what is not a regular file, and reading them in bounded
+amounts.
 
-A run folder's small artifacts (the manifest, metrics.jsonl, trigger, claim and listener files, flops, comm,
-memory and system records, config.yaml) and memory snapshots are read through here, by analysis and capture
-alike. A FIFO in their place would make a plain
-`open()` wait for a writer forever, `/dev/zero` would never end, a sparse file of terabytes would be read
-whole: each is refused with one line naming the file (InputError), before anything is read.
+A FIFO put where metrics.jsonl or config.yaml was makes a plain `open` wait forever (for a reader, or a
+writer); a device such as /dev/zero reads without end; a sparse file of terabytes would be read whole.
+Writers open through `open_regular_fd` / `append_regular` (an OSError at once, never a hang); readers of a
+run folder's small artifacts (the manifest, metrics.jsonl, trigger, claim and listener files, flops, comm,
+memory and system records, config.yaml) and of memory snapshots, in analysis and capture alike, through
+`open_regular` / `read_regular`: one InputError naming the file, before anything is read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -17,14 +21,63 @@ from typing import BinaryIO
 
 from stepscope.errors import InputError
 
-__all__ = ["SMALL_FILE_BYTES", "iter_pieces", "open_regular", "read_regular", "read_regular_text"]
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_NOCTTY = getattr(os, "O_NOCTTY", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation
 
+
+class NotRegularFileError(OSError):
+    """A run-folder path that is a FIFO, a device, a socket, a folder or (for writers) a symbolic link."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", str(path))
+
+
+def open_regular_fd(path: str | Path, flags: int, mode: int = 0o644, *, follow: bool = True) -> int:
+    """`os.open(path, flags)` that returns only a descriptor of a regular file, at once: a FIFO or a device
+    raises NotRegularFileError instead of blocking. `follow=False` refuses a symbolic link too (writers)."""
+    extra = _NONBLOCK | _NOCTTY | _BINARY | (0 if follow else _NOFOLLOW)
+    try:
+        fd = os.open(path, flags | extra, mode)
+    except OSError as exc:
+        # ENXIO: a FIFO opened for writing without a reader; ELOOP: a symbolic link under O_NOFOLLOW
+        if exc.errno in (errno.ENXIO, errno.ELOOP, errno.EISDIR):
+            raise NotRegularFileError(path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(path)
+        _set_blocking(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _set_blocking(fd: int) -> None:
+    # a regular file ignores O_NONBLOCK; cleared all the same so that the descriptor is an ordinary one
+    with contextlib.suppress(AttributeError, OSError):
+        os.set_blocking(fd, True)
+
+
+def append_regular(path: str | Path, data: bytes) -> None:
+    """Append `data` to a regular file (created if missing) in one write: lines of several writers never
+    interleave mid-line. A FIFO, a device or a symbolic link there raises NotRegularFileError at once."""
+    fd = open_regular_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, follow=False)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+# --- readers ---------------------------------------------------------------------------------------
 SMALL_FILE_BYTES = 64 << 20  # a manifest, metrics.jsonl, a trigger file: real ones are KB to a few MB
 _PIECE = 1 << 20
 
 # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. (Reads of a regular file
 # ignore it.) O_NOCTTY: a terminal device named here never becomes this process's controlling terminal.
-_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+_FLAGS = os.O_RDONLY | _NONBLOCK | _NOCTTY | _BINARY
 
 
 def _kind(mode: int) -> str:

@@ -1,0 +1,396 @@
+"""A hostile or slow run folder never hangs the job, never mixes two jobs, never makes a run unreadable (issue 34
+items 4, 6, 7, 10): FIFOs in place of run-folder files, a manifest lock held by another process, a slow rank 0,
+stale or hostile torchrun markers, a damaged manifest. Capture cases run as real jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stepscope
+from stepscope.capture.collector import StepscopeWarning
+from stepscope.cli import main as cli_main
+from stepscope.runfolder import read_manifest
+
+from ._train import make_training
+from .test_faults import run_job
+
+FOLDER_JOB = Path(__file__).with_name("_folder_job.py")
+
+
+def artifacts(run_dir: Path) -> list[tuple[str, int | None, int | None]]:
+    return sorted((a.kind, a.rank, a.step) for a in read_manifest(run_dir).artifacts)
+
+
+# --- item 4: FIFOs and a held lock --------------------------------------------------------------------
+SWAP_FOR_FIFO = """
+import time
+m = stepscope.performance_monitor(model, out_dir="out", wait=1, warmup=1, active=2, repeat=2, console=False)
+s = m(step)
+s()
+target = m.run_dir / {name!r}
+os.unlink(target)
+os.mkfifo(target)
+t0 = time.perf_counter()
+for _ in range(11):
+    s()
+m.close()
+print(f"trained in {{time.perf_counter() - t0:.1f}} s", flush=True)
+"""
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "config.yaml"])
+def test_a_fifo_in_place_of_a_run_folder_file_never_holds_the_job(tmp_path: Path, name: str) -> None:
+    # GIVEN a job whose metrics.jsonl or config.yaml is replaced by a FIFO after its first step (before the fix
+    # the job hung forever: the metrics flush waited for a reader, the report at close for a writer)
+    done = run_job(tmp_path, SWAP_FOR_FIFO.format(name=name))
+    # THEN it ends normally, both windows recorded and indexed, the report written at close
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "trained in" in done.stdout and "user atexit ran" in done.stdout
+    (run_dir,) = (tmp_path / "out").iterdir()
+    kinds = artifacts(run_dir)
+    assert [k for k in kinds if k[0] == "trace"] == [("trace", 0, 3), ("trace", 0, 7)]
+    assert ("report", None, None) in kinds and (run_dir / "report.html").is_file()
+    # AND a FIFO for metrics switched metrics off with one warning; config.yaml is never opened during the run
+    said = done.stderr.count("cannot write metrics.jsonl (not a regular file)")
+    assert said == (1 if name == "metrics.jsonl" else 0), done.stderr[-2000:]
+    assert done.stderr.count("StepscopeWarning") == said
+
+
+HOLD_THE_LOCK = """
+import subprocess, sys, time
+m = stepscope.performance_monitor(model, out_dir="out", wait=1, warmup=1, active=2, repeat=3, console=False)
+s = m(step)
+s()
+# another process takes the run folder's lock (an flock on the folder) and holds it until `release` exists
+holder = subprocess.Popen([sys.executable, "-c", '''
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+while not os.path.exists("release"):
+    time.sleep(0.05)
+''', str(m.run_dir)], stdout=subprocess.PIPE, text=True)
+assert holder.stdout.readline().strip() == "held"
+worst = 0.0
+for _ in range(13):
+    t0 = time.perf_counter()
+    s()
+    worst = max(worst, time.perf_counter() - t0)
+print(f"worst step {{worst:.2f}} s", flush=True)
+if {free_it}:
+    import threading
+    threading.Timer(1.0, lambda: open("release", "w").close()).start()
+t0 = time.perf_counter()
+m.close()
+print(f"closed in {{time.perf_counter() - t0:.1f}} s", flush=True)
+time.sleep(1.0)  # a monitor that gave up has stopped trying: the lock freed now changes nothing
+holder.kill()
+holder.wait()
+"""
+
+
+def _figure(stdout: str, label: str) -> float:
+    (line,) = [line for line in stdout.splitlines() if line.startswith(label)]
+    return float(line.split()[len(label.split())])
+
+
+def test_a_manifest_lock_held_by_another_process_never_holds_a_step(tmp_path: Path) -> None:
+    # GIVEN a job with three windows while another process holds the run folder's lock, freed 1 s into close
+    # (before the fix each step that indexed a file waited 60 s for the lock: 20 steps took 120 s)
+    done = run_job(tmp_path, HOLD_THE_LOCK.format(free_it=True))
+    assert done.returncode == 0, done.stderr[-2000:]
+    # THEN no step waited for the lock, close waited only until it freed, nothing was said
+    assert _figure(done.stdout, "worst step") < 5.0
+    assert 0.9 < _figure(done.stdout, "closed in") < 9.0
+    assert "StepscopeWarning" not in done.stderr, done.stderr[-2000:]
+    # AND the manifest holds all three windows and the report, written once the lock freed
+    (run_dir,) = (tmp_path / "out").iterdir()
+    kinds = artifacts(run_dir)
+    assert [k for k in kinds if k[0] == "trace"] == [("trace", 0, 3), ("trace", 0, 7), ("trace", 0, 11)]
+    assert ("report", None, None) in kinds
+
+
+def test_a_manifest_lock_never_freed_costs_a_bounded_wait_at_close(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the same job, the lock never freed while it runs
+    done = run_job(tmp_path, HOLD_THE_LOCK.format(free_it=False))
+    assert done.returncode == 0, done.stderr[-2000:]
+    # THEN steps never waited; close waited its bound (10 s), said why once, and left the report out
+    assert _figure(done.stdout, "worst step") < 5.0
+    assert 9.5 < _figure(done.stdout, "closed in") < 30.0
+    assert done.stderr.count("StepscopeWarning") == 1 and "held the lock of" in done.stderr
+    (run_dir,) = (tmp_path / "out").iterdir()
+    assert sorted((run_dir / "traces").iterdir()) and not (run_dir / "report.html").exists()
+    # AND the manifest written before the lock was taken is whole, and what it lacks is read from the folder
+    assert ("config", None, None) in artifacts(run_dir)
+    assert not [k for k in artifacts(run_dir) if k[0] == "trace"]
+    code, doc, err = _analyze(run_dir, capsys)
+    assert code == 0, err
+    assert any("windows end at steps 3, 7, 11" in n for n in doc["notices"])
+    assert doc["run"]["step_times"][0]["windows"] == [[2, 3], [6, 7], [10, 11]]
+    (note,) = [n for n in doc["notices"] if "are not in it" in n]
+    assert "6 file(s)" in note and "read all the same" in note
+
+
+# --- item 10: a damaged manifest ---------------------------------------------------------------------
+def _damage(path: Path, how: str) -> None:
+    if how == "garbage":
+        path.write_bytes(b"\xff{not json")
+    else:
+        path.unlink()
+        os.mkfifo(path)
+
+
+def _wait_for(run_dir: Path, artifact: tuple[str, int | None, int | None]) -> None:
+    """Until the manifest indexes `artifact` (the monitor merges it on a thread of its own)."""
+    deadline = time.monotonic() + 60
+    while artifact not in artifacts(run_dir):
+        assert time.monotonic() < deadline, artifacts(run_dir)
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("how", ["garbage", "fifo"])
+def test_a_manifest_damaged_mid_run_is_whole_again_at_close(tmp_path: Path, how: str) -> None:
+    # GIVEN a run whose manifest.json is overwritten (or replaced by a FIFO) between its two windows
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path), wait=0, warmup=1, active=1, repeat=2, console=False, report=False
+    )
+    step = monitor(train_step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            step()
+        assert monitor.run_dir is not None
+        # the first window's last file is merged: no merge under way overwrites the damage unseen
+        _wait_for(monitor.run_dir, ("summary", 0, 1))
+        _damage(monitor.run_dir / "manifest.json", how)
+        for _ in range(3):
+            step()
+        monitor.close()
+    # THEN the manifest at close is whole: every artifact of both windows, the run's facts as written
+    manifest = read_manifest(monitor.run_dir)
+    assert artifacts(monitor.run_dir) == [
+        ("config", None, None),
+        ("metrics", None, None),
+        ("summary", 0, 1),
+        ("summary", 0, 3),
+        ("trace", 0, 1),
+        ("trace", 0, 3),
+    ]
+    assert manifest.run_name == monitor.run_dir.name and manifest.profiled_ranks == [0]
+    assert manifest.schedule["active"] == 1 and set(manifest.versions) == {"stepscope", "torch", "python"}
+    # AND the damage was said once
+    messages = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
+    assert len(messages) == 1 and "was damaged" in messages[0], messages
+
+
+def _analyze(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
+    code = cli_main(["analyze", str(path), "--json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code == 0 else {}, err
+
+
+def test_a_run_with_a_garbage_manifest_is_analyzed_from_its_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a finished run with two windows, analyzed, then its manifest overwritten with garbage
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path), wait=0, warmup=1, active=2, repeat=2, console=False, report=False
+    )
+    step = monitor(train_step)
+    for _ in range(8):
+        step()
+    monitor.close()
+    run_dir = monitor.run_dir
+    assert run_dir is not None
+    code, before, _ = _analyze(run_dir, capsys)
+    assert code == 0
+    (run_dir / "manifest.json").write_bytes(b'{"schema": "stepscope.manifest/2", "artifacts": [{"kind"')
+    # WHEN it is analyzed again (before the fix: exit 2, "invalid manifest")
+    code, after, err = _analyze(run_dir, capsys)
+    # THEN it answers, with a one-line note saying the run was read from its files
+    assert code == 0, err
+    (note,) = [n for n in after["run"]["notes"] if "manifest.json" in n]
+    assert "read from the" in note and note in after["notices"]
+    assert cli_main(["analyze", str(run_dir)]) == 0
+    assert capsys.readouterr().err.count(note) == 1
+    # AND the same window, steps and findings as with the manifest
+    assert after["ranks"][0]["window"] == before["ranks"][0]["window"]
+    assert [f["id"] for f in after["findings"]] == [f["id"] for f in before["findings"]]
+    assert after["run"]["step_times"] == before["run"]["step_times"]
+    # AND the other commands read it too
+    assert cli_main(["summary", str(run_dir), "--json"]) == 0
+    assert cli_main(["report", str(run_dir), "-o", str(tmp_path / "page.html")]) == 0
+
+
+# --- items 6 and 7: the run folder's name across ranks ---------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def torchrun_folder_job(
+    out: Path, mode: str, delay: float, standalone: bool, wrapped: bool = False
+) -> list[dict[str, Any]]:
+    """Run tests/_folder_job.py on 2 ranks (`wrapped`: each through a shell that stays its parent, as a site's
+    wrapper script does); the reports of rank 0 and rank 1."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    if standalone:
+        cmd.append("--standalone")
+    else:  # torchrun's static rendezvous, as most multi-node scripts start it: TORCHELASTIC_RUN_ID is `none`
+        cmd += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    if wrapped:  # (the shell runs python, then exits with its status: it is not replaced by it)
+        cmd += ["--no-python", "sh", "-c", '"$0" "$@"; exit $?', sys.executable]
+    cmd += [str(FOLDER_JOB), str(out), mode, str(delay)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads((out / f"job_rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def _traced_ranks(run_dir: Path) -> list[int | None]:
+    return sorted(rank for kind, rank, _ in artifacts(run_dir) if kind == "trace")
+
+
+@pytest.mark.slow
+def test_a_slow_rank_0_never_holds_the_other_ranks_steps(tmp_path: Path) -> None:
+    # GIVEN a 2-rank gloo job whose rank 0 creates its monitor 6 s after rank 1 (before the fix rank 1's first
+    # step waited for rank 0 to publish the run folder: 3.85 s of its 6 steps with a 4 s delay)
+    reports = torchrun_folder_job(tmp_path, "pg", delay=6.0, standalone=True)
+    # THEN rank 1's steps and close took far less than rank 0's delay
+    assert reports[1]["seconds"] < 3.0, reports
+    run_dir = Path(reports[1]["run_dir"])
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(m["wall_ms"] for m in metrics if m["rank"] == 1) < 3000
+    # AND both ranks share the one run folder, which holds both ranks' traces and steps
+    assert reports[0]["run_dir"] == reports[1]["run_dir"]
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [run_dir.name]
+    assert _traced_ranks(run_dir) == [0, 1]
+    assert sorted({m["rank"] for m in metrics}) == [0, 1] and len(metrics) == 12
+    assert read_manifest(run_dir).world_size == 2
+
+
+@pytest.mark.slow
+def test_two_jobs_in_a_row_without_standalone_keep_their_own_folders(tmp_path: Path) -> None:
+    # GIVEN two 2-rank jobs in a row without --standalone and without a process group (torchrun's run id is
+    # `none`), rank 1 starting first in each (before the fix job 2's rank 1 read job 1's marker and wrote its
+    # traces into job 1's folder, leaving job 2's folder with rank 0 only); the second job's ranks run under a
+    # shell each, so their parents differ
+    first = torchrun_folder_job(tmp_path, "env", delay=1.5, standalone=False)
+    second = torchrun_folder_job(tmp_path, "env", delay=1.5, standalone=False, wrapped=True)
+    assert first[0]["run_id"] == second[0]["run_id"] == "none"
+    # THEN each job's ranks share a folder of their own, which holds both ranks' traces
+    folders = [Path(first[0]["run_dir"]), Path(second[0]["run_dir"])]
+    assert [r["run_dir"] for r in first + second] == [str(folders[0])] * 2 + [str(folders[1])] * 2
+    assert folders[0] != folders[1]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(f.name for f in folders)
+    for folder in folders:
+        assert _traced_ranks(folder) == [0, 1]
+
+
+HOSTILE_MARKER_JOB = """
+m = stepscope.performance_monitor(model, out_dir="out", wait=0, warmup=1, active=1, console=False,
+                                  report=False, profiled_ranks="all")
+s = m(step)
+for _ in range(3):
+    s()
+m.close()
+print("run dir", m.run_dir, flush=True)
+"""
+
+
+@pytest.mark.parametrize("content", ["absolute", "../escape"])
+def test_a_hostile_marker_never_sends_a_rank_outside_out_dir(
+    tmp_path: Path, content: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stepscope.capture.dist import job_marker
+
+    # GIVEN rank 1 of a torchrun job (no process group) whose marker in out_dir names a folder elsewhere
+    env = {"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "127.0.0.1"}
+    env["MASTER_PORT"] = "29555"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    elsewhere = tmp_path / "elsewhere"
+    target = str(elsewhere) if content == "absolute" else "../escape"
+    marker = job_marker(tmp_path / "out", 0, launcher_pid=os.getpid())  # the job's launcher: this process
+    assert marker is not None and marker.parent == tmp_path / "out"
+    marker.parent.mkdir()
+    marker.write_text(target)
+    # WHEN the job runs
+    done = run_job(tmp_path, HOSTILE_MARKER_JOB, env=env)
+    # THEN the marker is ignored with one warning, and the run folder is a new one inside out_dir
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "does not hold a run folder name" in done.stderr and done.stderr.count("StepscopeWarning") == 1
+    (run_dir,) = [p for p in (tmp_path / "out").iterdir() if not p.name.startswith(".")]
+    assert f"run dir out/{run_dir.name}" in done.stdout and _traced_ranks(run_dir) == [1]
+    assert not elsewhere.exists() and not (tmp_path / "escape").exists()
+
+
+def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path) -> None:
+    from stepscope.runfolder.lock import folder_lock
+
+    # GIVEN a child forked while this process holds the run folder's lock (a DataLoader worker forked by the
+    # training thread while the manifest thread merges), still alive after the lock is released
+    with folder_lock(tmp_path):
+        child = os.fork()
+        if child == 0:  # the child lives on for a while, as a worker does, then leaves without cleanup
+            time.sleep(20)
+            os._exit(0)
+    try:
+        # WHEN another process asks for the lock without waiting
+        probe = "import fcntl, os, sys; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)"
+        done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, timeout=60)
+        # THEN it gets it: the child closed its copy of the locked descriptor at the fork
+        assert done.returncode == 0, done.stderr[-1000:]
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+
+
+def test_report_indexes_its_page_or_says_why_within_a_bounded_wait(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a finished run whose folder's lock another process holds (before: `stepscope report` waited 60 s, then
+    # a TimeoutError traceback, and the monitor's report at close waited with it)
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=1, active=1, console=False, report=False
+    )
+    step = monitor(train_step)
+    for _ in range(3):
+        step()
+    monitor.close()
+    run_dir = monitor.run_dir
+    assert run_dir is not None
+    hold = "import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        code = cli_main(["report", str(run_dir)])
+        seconds = time.monotonic() - t0
+    finally:
+        holder.kill()
+        holder.wait()
+    # THEN the page is written, the command exits 0 within the bounded wait, and a note says it is not indexed
+    err = capsys.readouterr().err
+    assert code == 0 and (run_dir / "report.html").is_file(), err
+    assert seconds < 40 and "the report is not indexed" in err and err.count("\n") == 1, err
+    assert ("report", None, None) not in artifacts(run_dir)
