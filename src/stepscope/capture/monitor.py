@@ -312,10 +312,11 @@ class PerformanceMonitor:
         assert self._ctx is not None and self._writer is not None
         self._ctx.step = self.steps_done
         trace = self._trace
-        if trace is not None and trace.name not in self._guard.failed and _thread_id() != self._owner:
-            self._drop_other_threads_window(trace)
-        elif trace is not None and trace.name not in self._guard.failed:
-            self._guard.call(trace, "close")  # a partial last window still reaches the others
+        if trace is not None and trace.name not in self._guard.failed:
+            if _thread_id() != self._owner:
+                self._drop_other_threads_window(trace)
+            else:
+                self._guard.call(trace, "close")  # a partial last window still reaches the others
             window = trace.take_window()
             if window is not None:
                 for hook in self._on_window:
@@ -359,8 +360,7 @@ class PerformanceMonitor:
                 "(close the monitor on the thread that steps it to keep it)",
                 StepscopeWarning,
             )
-        with contextlib.suppress(Exception):
-            trace.abandon()
+        self._guard.call(trace, "close_elsewhere")  # the windows exported before are finished all the same
 
     # --- lifecycle --------------------------------------------------------------------------------
     def _resolve_identity(self) -> None:

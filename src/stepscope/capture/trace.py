@@ -146,6 +146,15 @@ class TraceCollector(Collector):
         finally:
             self._wait_for_windows()
 
+    def close_elsewhere(self) -> None:
+        """close() on a thread other than the one whose profiler records: a window still open is dropped
+        untouched (stopping torch's profiler from another thread crashes the process); the windows already
+        exported are finished by the worker as at any close."""
+        try:
+            self.abandon()
+        finally:
+            self._wait_for_windows()
+
     def abandon(self) -> None:
         """After a failure: drop the profiler untouched. torch raised inside its own state change (e.g. another
         profiler is enabled on this thread), and stop() on such a profiler has crashed the interpreter."""
