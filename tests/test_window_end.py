@@ -122,3 +122,31 @@ def test_a_trace_the_loader_refuses_is_not_indexed(tmp_path: Path, monkeypatch: 
     assert monitor.run_dir is not None
     assert [a for a in read_manifest(monitor.run_dir).artifacts if a.kind in ("trace", "summary")] == []
     assert list((monitor.run_dir / "traces").iterdir()) == []
+
+
+def test_windows_that_end_faster_than_their_summaries_keep_every_trace_and_close_promptly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a window every two steps, for 120 steps: far faster than a child can summarise each one
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path), wait=0, warmup=1, active=1, repeat=0, report=False
+    )
+    step = monitor(train_step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(120):
+            step()
+        monitor.close()
+    # THEN every window's trace is there at close; the backlog is said once, and the windows it caught have
+    # their trace without a summary (the first ones, summarised, keep theirs)
+    said = [str(w.message) for w in caught if "faster than their summaries" in str(w.message)]
+    assert len(said) == 1, said
+    assert monitor.run_dir is not None
+    artifacts = read_manifest(monitor.run_dir).artifacts
+    traced = sorted(a.step for a in artifacts if a.kind == "trace")
+    assert traced == list(range(1, 120, 2))
+    summarised = [a.step for a in artifacts if a.kind == "summary"]
+    assert 1 in summarised and len(summarised) < len(traced)
+    assert "window ending at step 1" in capsys.readouterr().err
+    assert cli_main(["analyze", str(monitor.run_dir), "--json"]) == 0

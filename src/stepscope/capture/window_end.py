@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import gzip
 import os
 import queue
@@ -38,6 +39,10 @@ GZIP_LEVEL = 6  # about torch's size (it uses 9) in much less time
 CHILD_COMMAND = (sys.executable, "-m", "stepscope.cli.window_end")
 CHILD_TIMEOUT_S = 600.0  # one window's child; past it the worker gzips the trace itself
 CLOSE_WAIT_S = 900.0  # what close waits for the windows still in hand
+# Windows waiting behind the one in hand past which the worker only gzips (no child, no summary, no table) until
+# it has caught up: windows that end every step or two would otherwise queue without end, and close (at exit,
+# after a Ctrl-C) would wait for a child per window.
+BACKLOG_WINDOWS = 2
 _TAIL_BYTES = 4096
 # The end of a whole chrome trace: the traceEvents list closes, string-valued keys may follow (kineto writes
 # "traceName"), then the object closes.
@@ -137,6 +142,7 @@ class WindowEndWorker:
         self._work: queue.SimpleQueue[WindowWork | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._summaries_off = False  # a child failed: the rest of the run's windows are only gzipped
+        self._backlog_said = False
 
     def submit(self, work: WindowWork) -> None:
         if self._thread is None:
@@ -173,6 +179,8 @@ class WindowEndWorker:
         job, steps = work.job, _steps(work)
         if self._summaries_off:
             return None, self._gzip_only(work, None)
+        if self._work.qsize() > BACKLOG_WINDOWS:
+            return None, self._behind(work)
         try:
             done = subprocess.run(
                 list(CHILD_COMMAND),
@@ -203,6 +211,21 @@ class WindowEndWorker:
                 f"({result.summary_error}); its trace is written"
             )
         return top, Outcome(work.last_step, steps, result.json_bytes, result.gz_bytes, warning)
+
+    def _behind(self, work: WindowWork) -> Outcome:
+        """More windows wait than the worker can summarise: this one's trace only (said once per run)."""
+        outcome = self._gzip_only(work, None)
+        if outcome.gz_bytes is not None and not self._backlog_said:
+            self._backlog_said = True
+            outcome = dataclasses.replace(
+                outcome,
+                warning=(
+                    f"stepscope: windows end faster than their summaries are written (more than {BACKLOG_WINDOWS} "
+                    f"waiting at the window ending at step {work.last_step}); until the worker catches up, windows "
+                    "get their trace only, without a summary or a console table (fewer or shorter windows avoid it)"
+                ),
+            )
+        return outcome
 
     def _gzip_only(self, work: WindowWork, cause: str | None) -> Outcome:
         """The child could not summarise the window: keep its trace (gzipped here, as the child would)."""
