@@ -53,8 +53,10 @@ def command(
 
     # The imports of the analyses, the loader (which pauses the collector itself) and the analyses make few
     # reference cycles; the collector's passes over the modules' objects cost ~3% of a small trace's analyze.
+    # (Not with Dask: its client's event loop makes cycles all along.)
     enabled = gc.isenabled()
-    gc.disable()
+    if executor != "dask":
+        gc.disable()
     try:
         _command(
             path,
