@@ -51,11 +51,12 @@ def command(
     memory and system samples."""
     import gc
 
-    # The imports of the analyses, the loader (which pauses the collector itself) and the analyses make few
-    # reference cycles; the collector's passes over the modules' objects cost ~3% of a small trace's analyze.
-    # (Not with Dask: its client's event loop makes cycles all along.)
+    # One trace file: its imports, its load (which pauses the collector itself) and its analyses make few reference
+    # cycles, and the collector's passes over the modules' objects cost ~3% of a small trace's analyze. (Not for
+    # folders: pool workers forked from here would run rank after rank without it; nor with Dask, whose client's
+    # event loop makes cycles all along.)
     enabled = gc.isenabled()
-    if executor != "dask":
+    if executor != "dask" and path.is_file():
         gc.disable()
     try:
         _command(
