@@ -347,12 +347,26 @@ def _cell_time(r: Run | None, mb: float) -> str:
     return f"{r.wall_s:.2f} ({mb / r.wall_s:.1f}{median})" + (" *" if r.note else "")
 
 
+def _paired(ours: list[Run], theirs: list[Run]) -> str:
+    """Median (min-max) of peer / stepscope over the rounds, each round's two runs made one right after the other:
+    on a busy machine both of a round's runs meet much the same load, where the two best times may not."""
+    ratios = sorted(
+        t.wall_s / o.wall_s
+        for o, t in zip(ours, theirs, strict=False)
+        if o.status == "ok" and t.status == "ok" and o.wall_s > 0
+    )
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.1f}x ({ratios[0]:.1f}-{ratios[-1]:.1f})"
+
+
 def table(rows: list[dict[str, Any]], tools: list[Tool]) -> str:
     keys = [t.key for t in tools]
     header = ["input", "JSON MB", "events"]
     for k in keys:
         header += [f"{NAMES[k]} s (MB/s)", f"{NAMES[k]} peak RSS MB"]
     header += [f"{NAMES[k]} / stepscope time" for k in keys if k != "stepscope"]
+    header += [f"{NAMES[k]} / stepscope paired" for k in keys if k != "stepscope" and "stepscope" in keys]
     header += [f"{NAMES[k]} / stepscope RSS" for k in keys if k != "stepscope"]
     lines = []
     for row in rows:
@@ -365,9 +379,12 @@ def table(rows: list[dict[str, Any]], tools: list[Tool]) -> str:
             cells += [_cell_time(b, mb), f"{b.rss_mb:.0f}" if b is not None and b.status == "ok" else "-"]
         ours = bests.get("stepscope")
         ours_ok = ours is not None and ours.status == "ok"
-        for attr in ("wall_s", "rss_mb"):
+        for attr in ("wall_s", "paired", "rss_mb"):
             for k in keys:
-                if k == "stepscope":
+                if k == "stepscope" or (attr == "paired" and "stepscope" not in keys):
+                    continue
+                if attr == "paired":
+                    cells.append(_paired(row["runs"]["stepscope"], row["runs"][k]))
                     continue
                 b = bests[k]
                 good = ours_ok and b is not None and b.status == "ok"
@@ -510,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
         "Time: best of the rounds, start to exit of the process (MB/s: JSON MB / time; the median of the rounds "
         "beside it, from 3 rounds on). Peak RSS: the largest "
         "ru_maxrss of the successful rounds (a forked child's ru_maxrss starts from the harness's own peak, "
-        f"{_own_hwm_mb():.0f} MB here). Ratios: peer / stepscope, of the best times and of the peak RSS.",
+        f"{_own_hwm_mb():.0f} MB here). Ratios: peer / stepscope, of the best times and of the peak RSS; "
+        "paired: the median (min-max) over the rounds of peer / stepscope within a round.",
         f"Load average {load_end[0]:.2f} at the end; the whole sitting took {time.perf_counter() - t_all:.0f} s.",
     ]
     if any(r.note for row in rows for v in row["runs"].values() for r in v):

@@ -2,13 +2,16 @@
 not move with the load of a shared machine, for comparing two versions of the loader where wall time cannot
 tell a 2% change from noise. Needs `valgrind` on PATH; each count takes 5-15 s.
 
-    .venv/bin/python benchmarks/instructions.py [--analyze] [SET ...]
+    .venv/bin/python benchmarks/instructions.py [--analyze] [--cli] [SET ...]
 
 Prints, per trace, the instructions of `load_trace` (and of `analyze` + JSON encoding with --analyze): the
-whole process's count minus that of a process that only imports. OpenBLAS threads (which spin at numpy import)
-are limited to one and hash randomisation is off, so two runs of one version agree to within a few thousand
-instructions. Instructions are not time (cache misses, page faults and the memory traffic of a change do not
-show): confirm a change found here with bench_analyze.py or bench_load.py.
+whole process's count minus that of a process that only imports. With --cli, also the whole process of
+`stepscope analyze SET --json` (interpreter start, imports, load, analyses, output, exit: what a user waits for)
+and, for scale, that of a process that only starts Python and of one that only imports numpy. A SET is a path
+under ../shared/traces or any other path. OpenBLAS threads (which spin at numpy import) are limited to one and
+hash randomisation is off, so two runs of one version agree to within a few thousand instructions.
+Instructions are not time (cache misses, page faults and the memory traffic of a change do not show): confirm a
+change found here with bench_analyze.py, bench_peers.py or bench_load.py.
 """
 
 from __future__ import annotations
@@ -40,35 +43,50 @@ if mode != "imports":
 """
 
 
-def count(mode: str, path: Path) -> int:
+def instructions(argv: list[str]) -> int:
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-    argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+    grind = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
     proc = subprocess.run(
-        [*argv, sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True, env=env
+        [*grind, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
     )
     match = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
     if proc.returncode != 0 or match is None:
-        raise SystemExit(f"{path}: valgrind run failed (exit {proc.returncode}): {proc.stderr[-300:]}")
+        raise SystemExit(f"{argv}: valgrind run failed (exit {proc.returncode}): {proc.stderr[-300:]}")
     return int(match.group(1).replace(",", ""))
+
+
+def count(mode: str, path: Path) -> int:
+    return instructions([sys.executable, "-c", _CHILD, mode, str(path)])
+
+
+def count_cli(path: Path) -> int:
+    """The whole `stepscope analyze PATH --json` process, as its console script runs it."""
+    return instructions([str(Path(sys.executable).parent / "stepscope"), "analyze", str(path), "--json"])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sets", nargs="*", default=list(DEFAULT_SETS), help="paths under ../shared/traces")
     parser.add_argument("--analyze", action="store_true", help="also count analyze + JSON encoding")
+    parser.add_argument("--cli", action="store_true", help="also count the whole `stepscope analyze` process")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed", file=sys.stderr)
         return 2
-    first = (TRACES / args.sets[0]).resolve()
-    base = count("imports", first)
+    paths = [(TRACES / name).resolve() for name in args.sets]
+    base = count("imports", paths[0])
     print(f"imports only: {base / 1e6:,.1f} M instructions")
-    for name in args.sets:
-        path = (TRACES / name).resolve()
+    if args.cli:
+        start = instructions([sys.executable, "-c", "pass"])
+        numpy = instructions([sys.executable, "-c", "import numpy"])
+        print(f"python start: {start / 1e6:,.1f} M; python start + import numpy: {numpy / 1e6:,.1f} M")
+    for name, path in zip(args.sets, paths, strict=True):
         load = count("load", path) - base
         line = f"{name.split('/')[0]}: load_trace {load / 1e6:,.1f} M"
         if args.analyze:
             line += f", analyze + encode {(count('analyze', path) - base - load) / 1e6:,.1f} M"
+        if args.cli:
+            line += f", whole `stepscope analyze --json` process {count_cli(path) / 1e6:,.1f} M"
         print(line)
     return 0
 

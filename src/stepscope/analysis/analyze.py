@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -36,11 +37,13 @@ from stepscope.analysis.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
 from stepscope.analysis.overview import StepCategories, add_comm_waiting, step_categories
-from stepscope.analysis.run import RunFacts
 from stepscope.analysis.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.straggler import Straggler
 from stepscope.analysis.summary import keep_op_trees
 from stepscope.analysis.table import TraceTable
+
+if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
+    from stepscope.analysis.run import RunFacts
 
 SCHEMA = "stepscope.analysis/4"
 
@@ -88,7 +91,9 @@ class AnalysisResult(msgspec.Struct):
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
 
 
-@dataclass
+# Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
+# would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
+@dataclass(eq=False, repr=False)
 class RankPart:
     """One rank's share of `analyze`: its sections, its own findings, its collectives and what the cross-rank
     analysis needs. Small (no rows of the trace): this is what a worker process sends back."""

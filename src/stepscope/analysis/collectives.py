@@ -47,7 +47,9 @@ SOURCES = ("kernel", "backend_range", "record_param_comms", "c10d_op")
 _X = ord("X")
 
 
-@dataclass
+# Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
+# would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
+@dataclass(eq=False, repr=False)
 class Instances:
     """The collectives of one rank, one entry each; times in ns on the rank's own clock."""
 

@@ -155,6 +155,8 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
             message = f"{pattern!r} matches every kernel name (it matches the empty string)"
             raise click.BadParameter(message, param_hint="--comm-pattern")
     configured: list[str] = []
+    if not Path(path).is_dir():  # (a trace file: none of the run folders' modules)
+        return list(given)
     from stepscope.runfolder import is_run_folder
 
     if is_run_folder(path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.padding import Padding
@@ -11,9 +11,11 @@ from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
-from stepscope.analysis.run import RunFacts
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
+
+if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
+    from stepscope.analysis.run import RunFacts
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
