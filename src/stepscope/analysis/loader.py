@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.analysis._heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis._split import load_file_split
 from stepscope.analysis._stream import FileTable, load_file
 from stepscope.analysis.table import (
@@ -202,6 +203,8 @@ def load_trace(
     # In a plain folder, JSON files that are not chrome traces (an execution trace, a config) are skipped.
     skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
+    if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
+        keep_freed_memory()
     n_workers = _choose_workers(workers, sizes)
     tables = _load_in_pool(files, sizes, n_workers, progress, skipped, flows) if n_workers > 1 else None
     if tables is None and len(files) == 1 and workers is not None and workers > 1:

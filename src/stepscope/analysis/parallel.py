@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepscope.analysis._heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
 from stepscope.analysis.loader import (
     ProgressCallback,
@@ -101,6 +102,8 @@ def analyze_path(
         )
     skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
     sizes = [_estimated_json_bytes(f) for f, _ in files]
+    if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
+        keep_freed_memory()  # (before the workers are forked: they inherit it)
     tasks = [(str(f), hint) for f, hint in files]
     if executor == "dask":
         results = _run_dask(tasks, sizes, options, scheduler, progress)
