@@ -56,7 +56,8 @@ SCHEMA = "stepscope.gpu_check/1"
 PHASES = ("train", "gemm", "oom", "overhead", "stall")
 # The step that ends a window vs raw torch.profiler's export (issue #32): the target on CUDA; the dry mode's
 # windows are tiny and few, there the check proves that the path runs and every window is written.
-STALL_LIMITS = {True: 1.25, False: 3.0}
+# the dry mode (CPU, windows of a few ms on a tiny model) checks the path, not the figure: a loose limit
+STALL_LIMITS = {True: 1.25, False: 5.0}
 NO_CUDA = "skipped: no CUDA"
 TRAIN_SCHEDULE = {"wait": 3, "warmup": 1, "active": 3, "repeat": 2}
 TRAIN_STEPS = 18  # windows [4, 6] and [11, 13]; steps 8, 9, 15-17 are undisturbed, timed for TFLOP/s

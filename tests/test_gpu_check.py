@@ -26,6 +26,7 @@ CPU_CHECKS = {
     "run folder: every collector's artifacts indexed",
     "mfu: GEMM TFLOP/s agrees with an independent timing",
     "overhead: wait phase vs bare step",
+    "window end: stall vs raw torch.profiler's export",
     "overhead: active window vs raw torch.profiler",
 }
 GPU_CHECKS = {
