@@ -278,6 +278,48 @@ def test_a_stream_of_sigusr2_never_kills_an_on_demand_job(tmp_path: Path) -> Non
         assert read_manifest(only_run(tmp_path / f"out{k}")).of_kind("trace")
 
 
+def test_sigusr2_never_kills_an_on_demand_job_whose_steps_run_on_a_worker_thread(tmp_path: Path) -> None:
+    # GIVEN an on-demand monitor made on the main thread whose first step (so its start) runs on a worker
+    # thread, where no signal handler can be installed (before: killed by signal 12 at the first SIGUSR2)
+    script = job_script(
+        tmp_path,
+        """
+        step, model = make_training()
+        m = stepscope.performance_monitor(model, out_dir="out", on_demand=True, trigger_poll_steps=2,
+                                          warmup=1, active=2, console=False, report=False)
+        s = m(step)
+        def work():
+            for _ in range(80):
+                s(); time.sleep(0.005)
+        t = threading.Thread(target=work); t.start(); t.join()
+        m.close()
+        print("done", flush=True)
+        """,
+    )
+    job = subprocess.Popen(
+        [sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(tmp_path / "out/*/.listening-rank0.json")):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+            time.sleep(0.001)
+        # WHEN a burst of SIGUSR2 comes as soon as the job says it listens
+        for _ in range(20):
+            os.kill(job.pid, signal.SIGUSR2)
+            time.sleep(0.002)
+        out, err = job.communicate(timeout=240)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    # THEN the job ends normally and records the window the signals asked for
+    assert job.returncode == 0, err[-3000:]
+    assert out == "done\n"
+    assert read_manifest(only_run(tmp_path / "out")).of_kind("trace")
+
+
 # --- 7b. a framework logger that rejects our numbers --------------------------------------------------------
 REJECTING = """
 def rejects(metrics):

@@ -99,9 +99,12 @@ class PerformanceMonitor:
             wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat, skip_first=c.skip_first
         )
         if c.on_demand:
-            from stepscope.capture.trigger import never_schedule
+            from stepscope.capture.trigger import install_sigusr2_handler, never_schedule
 
             self.schedule = never_schedule(self.schedule)
+            # here, where the monitor is made (mostly the main thread): its first step may run on another
+            # thread, where no signal handler can be installed, and a SIGUSR2 would then kill the job
+            install_sigusr2_handler()
         self.model = model
         self.rank = 0
         self.world_size = 1

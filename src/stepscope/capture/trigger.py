@@ -152,7 +152,13 @@ class TriggerCollector(Collector):
 
     def start(self) -> None:
         # The handler first: once the listener file says the job listens, a SIGUSR2 may come at any moment.
-        _listen_for_sigusr2(self.ctx.run_dir)
+        if not _listen_for_sigusr2(self.ctx.run_dir):
+            warn_user(
+                "stepscope: on_demand: the monitor was made and started off the main thread, where no signal "
+                "handler can be installed; SIGUSR2 would end the job, ask with `stepscope trigger RUN_DIR` "
+                "instead",
+                StepscopeWarning,
+            )
         listener = TriggerListener(self.ctx.rank, os.getpid(), socket.gethostname(), time.time())
         atomic_write_bytes(self.listener_path, msgspec.json.encode(listener))
 
@@ -241,19 +247,27 @@ def _on_sigusr2(signum: int, frame: Any) -> None:
             request_window(run_dir, source="SIGUSR2")
 
 
-def _listen_for_sigusr2(run_dir: Path) -> None:
-    """SIGUSR2 asks for a window, as `stepscope trigger` does. The handler is installed only where SIGUSR2
-    still has its default action (which would kill the process) and only from the main thread; a handler of
-    the job's own is never replaced."""
+def install_sigusr2_handler() -> bool:
+    """Install the SIGUSR2 handler (once per process) where SIGUSR2 still has its default action, which would
+    kill the process; a handler of the job's own is never replaced. Only the main thread can install one:
+    False when it is not there (and not installed before)."""
     global _handler_installed
-    _listening.append(run_dir)
     sigusr2 = getattr(signal, "SIGUSR2", None)
-    if _handler_installed or sigusr2 is None or threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(sigusr2) is not signal.SIG_DFL:
-        return
-    signal.signal(sigusr2, _on_sigusr2)
-    _handler_installed = True
+    if _handler_installed or sigusr2 is None:
+        return _handler_installed or sigusr2 is None
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(sigusr2) is signal.SIG_DFL:
+        signal.signal(sigusr2, _on_sigusr2)
+    _handler_installed = True  # ours, or the job's own: either way a SIGUSR2 does not kill the job
+    return True
+
+
+def _listen_for_sigusr2(run_dir: Path) -> bool:
+    """SIGUSR2 asks for a window, as `stepscope trigger` does; False when no handler could be installed (the
+    monitor was made and started off the main thread), so that a SIGUSR2 would kill the job."""
+    _listening.append(run_dir)
+    return install_sigusr2_handler()
 
 
 __all__ = [
