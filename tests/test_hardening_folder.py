@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -234,6 +235,64 @@ def test_a_run_with_a_garbage_manifest_is_analyzed_from_its_files(
     # AND the other commands read it too
     assert cli_main(["summary", str(run_dir), "--json"]) == 0
     assert cli_main(["report", str(run_dir), "-o", str(tmp_path / "page.html")]) == 0
+
+
+def test_one_ranks_damaged_or_deleted_trace_leaves_that_rank_out_not_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ddp_two_buckets_all_ranks: Path
+) -> None:
+    # GIVEN a 4-rank run folder, every rank traced, with two windows per rank
+    run_dir = tmp_path / "run"
+    shutil.copytree(ddp_two_buckets_all_ranks, run_dir)
+    manifest = read_manifest(run_dir)
+    latest = {
+        rank: max(
+            (a for a in manifest.artifacts if a.kind == "trace" and a.rank == rank), key=lambda a: a.step
+        )
+        for rank in (1, 3)
+    }
+    # WHEN rank 1's latest trace is garbage and rank 3's latest is deleted (before: analyze refused the whole
+    # run, exit 2, "not valid JSON" or "listed in the run folder's manifest but missing")
+    (run_dir / latest[1].path).write_bytes(b"not a trace")
+    (run_dir / latest[3].path).unlink()
+    code, doc, err = _analyze(run_dir, capsys)
+    # THEN the run is analyzed: rank 1 is left out with a notice naming its file, rank 3 is read from its window
+    # before where it has one (else left out; a notice either way), the other ranks as they were
+    assert code == 0, err
+    notices = "\n".join(doc["notices"])
+    assert f"{run_dir / latest[1].path}: " in notices and "rank is left out" in notices
+    earlier = [a for a in manifest.artifacts if a.kind == "trace" and a.rank == 3 and a.step < latest[3].step]
+    gone = f"{run_dir / latest[3].path}: listed in the run folder's manifest but missing; rank 3 is "
+    assert gone + ("read from the window ending at step" if earlier else "left out") in notices
+    assert sorted(r["rank"] for r in doc["ranks"]) == ([0, 2, 3] if earlier else [0, 2])
+    # AND a run whose only readable traces are gone is still refused in one line
+    for artifact in read_manifest(run_dir).artifacts:
+        if artifact.kind == "trace" and (run_dir / artifact.path).exists():
+            (run_dir / artifact.path).write_bytes(b"not a trace")
+    assert cli_main(["analyze", str(run_dir)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_deleted_latest_trace_is_read_from_the_window_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a run with windows ending at steps 2 and 5, whose latest trace was deleted
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path), wait=0, warmup=1, active=2, repeat=2, console=False, report=False
+    )
+    step = monitor(train_step)
+    for _ in range(8):
+        step()
+    monitor.close()
+    assert monitor.run_dir is not None
+    (monitor.run_dir / "traces/rank0_step5.json.gz").unlink()
+    # WHEN it is analyzed (before: exit 2, "listed in the run folder's manifest but missing")
+    code, doc, err = _analyze(monitor.run_dir, capsys)
+    # THEN the window before is read, and a notice says why
+    assert code == 0, err
+    assert doc["ranks"][0]["window"]["steps"] == 2
+    assert any("rank0_step5.json.gz: listed in the run folder's manifest but missing; rank 0 is read from the "
+               "window ending at step 2" in n for n in doc["notices"])  # fmt: skip
 
 
 # --- items 6 and 7: the run folder's name across ranks ---------------------------------------------------

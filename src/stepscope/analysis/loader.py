@@ -159,14 +159,27 @@ def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int 
         listed = ", ".join(map(str, windows)) or "none"
         raise InputError(p, f"no trace of a window ending at step {step} (windows end at steps: {listed})")
     chosen = []
+    missing: list[Path] = []
     for rank, artifacts in by_rank.items():
         candidates = [a for a in artifacts if step is None or a.step == step]
-        if candidates:
-            best = max(candidates, key=lambda a: -1 if a.step is None else a.step)
-            chosen.append((p / best.path, rank))
-    for file, _ in chosen:
-        if not file.is_file():
-            raise InputError(file, "listed in the run folder's manifest but missing")
+        candidates.sort(key=lambda a: -1 if a.step is None else a.step, reverse=True)
+        present = [a for a in candidates if (p / a.path).is_file()]
+        gone = [p / a.path for a in candidates[: candidates.index(present[0])]] if present else []
+        if present:
+            chosen.append((p / present[0].path, rank))
+            for file in gone:  # its latest window's file was deleted: the one before it is read instead
+                notices.append(
+                    f"{file}: listed in the run folder's manifest but missing; rank {rank} is read from the "
+                    f"window ending at step {present[0].step}"
+                )
+        elif candidates:
+            missing.append(p / candidates[0].path)
+            notices.append(
+                f"{p / candidates[0].path}: listed in the run folder's manifest but missing; "
+                f"rank {rank} is left out"
+            )
+    if not chosen:
+        raise InputError(missing[0], "listed in the run folder's manifest but missing")
     if len(windows) > 1:
         which = f"step {step}" if step is not None else "each rank's latest"
         notices.append(
@@ -201,7 +214,7 @@ def load_trace(
     """
     files, window_notices = _find_traces(Path(path), step)
     # In a plain folder, JSON files that are not chrome traces (an execution trace, a config) are skipped.
-    skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
+    skipped = _skipping(path)
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
         keep_freed_memory()
@@ -227,7 +240,7 @@ def load_trace(
             done += size
         bar.update(done, "")
     if not tables:
-        raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
+        raise skipped.nothing_left(path)
     table = _merge(tables)
     table.notices[:0] = window_notices + skipped.notices
     return table
@@ -240,16 +253,34 @@ def _is_run_folder(path: str | Path) -> bool:
 
 
 class _Skipped:
-    """Files of a folder that are JSON but not chrome traces: a notice each instead of an error."""
+    """Files that are left out with a notice instead of an error: in a plain folder, JSON files that are not
+    chrome traces; in a run folder, a rank's trace that cannot be read (a damaged artifact never stops the
+    reading of the others). `first` keeps the first such error: raised when no file is left."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, run_folder: bool = False) -> None:
         self.enabled = enabled
+        self.run_folder = run_folder
         self.notices: list[str] = []
+        self.first: InputError | None = None
 
     def skip_or_raise(self, error: InputError) -> None:
+        if self.run_folder:
+            self.first = self.first or error
+            self.notices.append(
+                f"{error.path}: {error.problem}; this rank is left out, the others are analyzed"
+            )
+            return
         if not (self.enabled and "not a chrome trace" in error.problem):
             raise error
         self.notices.append(f"{error.path}: skipped, {error.problem}")
+
+    def nothing_left(self, path: str | Path) -> InputError:
+        return self.first or InputError(path, "directory has no chrome traces (JSON with traceEvents)")
+
+
+def _skipping(path: str | Path) -> _Skipped:
+    run_folder = _is_run_folder(path)
+    return _Skipped(Path(path).is_dir() and not run_folder, run_folder)
 
 
 def _estimated_json_bytes(path: Path) -> int:

@@ -27,8 +27,7 @@ from stepscope.analysis.loader import (
     _assign_ranks,
     _estimated_json_bytes,
     _find_traces,
-    _is_run_folder,
-    _Skipped,
+    _skipping,
     _split_merged,
     load_trace,
 )
@@ -100,7 +99,7 @@ def analyze_path(
         return analyze(
             table, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns, steps=steps
         )
-    skipped = _Skipped(Path(path).is_dir() and not _is_run_folder(path))
+    skipped = _skipping(path)
     sizes = [_estimated_json_bytes(f) for f, _ in files]
     if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
         keep_freed_memory()  # (before the workers are forked: they inherit it)
@@ -116,7 +115,7 @@ def analyze_path(
             skipped.skip_or_raise(InputError(result.path, result.problem))
     kept = [r for r in ordered if r.problem is None]
     if not kept:
-        raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
+        raise skipped.nothing_left(path)
     return _combine(kept, [*window_notices, *skipped.notices])
 
 
