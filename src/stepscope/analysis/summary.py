@@ -117,7 +117,14 @@ class OpTree:
 
     def new_thread(self, table: TraceTable) -> np.ndarray:
         """True where a thread's events begin in `rows`."""
-        return _new_thread([table.columns[k][self.rows] for k in _THREAD_KEYS], len(self.rows))
+        new = _new_thread([], len(self.rows))
+        for (
+            k
+        ) in _THREAD_KEYS:  # (one column at a time, none that is constant: each is tens of MB on a big trace)
+            if not _constant(table.columns[k]):
+                key = table.columns[k][self.rows]
+                new[1:] |= key[1:] != key[:-1]
+        return new
 
 
 _THREAD_KEYS = ("rank", "pid", "tid")
