@@ -91,9 +91,44 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     return _sweep([a, b], lambda mask: mask == 3)
 
 
+_FEW = 4096  # intervals of `b` up to which subtract goes gap by gap (no sweep over every boundary)
+
+
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """The parts of `a` not covered by `b`."""
+    if len(a[0]) and len(b[0]) <= _FEW and _disjoint_sorted(a) and _disjoint_sorted(b):
+        return _subtract_few(a, b)
     return _sweep([a, b], lambda mask: mask == 1)
+
+
+def _disjoint_sorted(intervals: Intervals) -> bool:
+    s, e = intervals
+    return bool((e >= s).all() and (s[1:] >= e[:-1]).all())
+
+
+def _subtract_few(a: Intervals, b: Intervals) -> Intervals:
+    """`subtract` for disjoint sorted sets, `b` of few intervals: the parts of `a` inside each gap of `b`, cut
+    straight into the result (the sweep would make several arrays twice as long as `a`)."""
+    a_s, a_e = a
+    gap_s, gap_e = complement(b, int(a_s[0]), int(a_e[-1]))
+    first = np.searchsorted(a_e, gap_s, side="right")  # the first interval of `a` ending after the gap starts
+    stop = np.searchsorted(a_s, gap_e, side="left")  # the first starting at or after its end
+    total = int(np.maximum(stop - first, 0).sum())
+    out_s = np.empty(total, dtype=np.int64)
+    out_e = np.empty(total, dtype=np.int64)
+    at = 0
+    for g_s, g_e, i, j in zip(gap_s.tolist(), gap_e.tolist(), first.tolist(), stop.tolist(), strict=True):
+        if j > i:
+            np.maximum(a_s[i:j], g_s, out=out_s[at : at + j - i])
+            np.minimum(a_e[i:j], g_e, out=out_e[at : at + j - i])
+            at += j - i
+    keep = out_e > out_s
+    if not keep.all():
+        out_s, out_e = out_s[keep], out_e[keep]
+    del keep
+    if len(out_s) > 1 and (out_s[1:] == out_e[:-1]).any():  # (touching parts, from touching intervals of `a`)
+        return merge(out_s, out_e, owned=True)
+    return out_s, out_e
 
 
 def clip(intervals: Intervals, lo: int, hi: int, *, owned: bool = False) -> Intervals:
