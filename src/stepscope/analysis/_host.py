@@ -123,20 +123,25 @@ def untraced_time(table: TraceTable, lo: int, hi: int) -> iv.Intervals:
     step_threads = _step_threads(table)
     if len(ops) and len(step_threads):
         ops = ops[np.isin(table.columns["tid"][ops], step_threads)]
-    start = table.columns["ts"][ops]
-    busy = iv.merge(start, start + table.columns["dur"][ops])
+    busy = _union_of(table, ops)
     is_coll = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
     coll = rows[is_coll[table.columns["name"][rows]]] if len(rows) else rows
-    coll_start = table.columns["ts"][coll]
     for extra in (
         region_union(table, DATALOADER_RE),
         region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE),
-        iv.merge(coll_start, coll_start + table.columns["dur"][coll]),
+        _union_of(table, coll),
     ):
-        if extra is not None:
+        if extra is not None and len(extra[0]):  # (each union of a big trace's ops is tens of MB)
             busy = iv.merge(np.r_[busy[0], extra[0]], np.r_[busy[1], extra[1]])
-    window = (np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
-    return iv.subtract(window, busy)
+    return iv.complement(busy, lo, hi)
+
+
+def _union_of(table: TraceTable, rows: np.ndarray) -> iv.Intervals:
+    """The union of the spans of some complete events."""
+    start = table.columns["ts"][rows]
+    end = table.columns["dur"][rows]
+    end += start
+    return iv.merge(start, end, owned=True)
 
 
 def regions_during(table: TraceTable, within: iv.Intervals, top: int = 1) -> list[tuple[str, int]]:
@@ -168,21 +173,36 @@ def small_top_level_ops(table: TraceTable, lo: int, hi: int, max_ns: int) -> tup
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     if len(tree.rows) == 0:
         return 0, 0, empty
-    ts, dur = table.columns["ts"][tree.rows], table.columns["dur"][tree.rows]
-    new_thread = tree.new_thread(table)
+    # (on a big trace every n-long array is tens of MB: they are filtered by masks, reused, dropped early)
     top = tree.parent < 0
-    inside = top & (ts >= lo) & (ts < hi)
-    small = inside & (dur < max_ns)
-    idx = np.flatnonzero(small)
-    start, end = ts[idx], ts[idx] + dur[idx]
-    if len(idx) > 1:
+    rows = tree.rows[top]
+    thread = np.cumsum(tree.new_thread(table), dtype=np.int32 if len(tree.rows) < 2**31 else np.int64)[top]
+    del top
+    start = table.columns["ts"][rows]
+    inside = start >= lo
+    inside &= start < hi
+    if not inside.all():
+        rows, start, thread = rows[inside], start[inside], thread[inside]
+    del inside
+    count = len(rows)
+    end = table.columns["dur"][rows]
+    del rows
+    small = end < max_ns
+    if not small.all():
+        start, end, thread = start[small], end[small], thread[small]
+    del small
+    end += start
+    if len(start) > 1:
         # a short gap to the next short op of the same thread belongs to the run of small ops
-        same_thread = np.cumsum(new_thread)[idx]
+        joined = thread[1:] == thread[:-1]
         gap = start[1:] - end[:-1]
-        joined = (same_thread[1:] == same_thread[:-1]) & (gap >= 0) & (gap < max_ns)
-        end = end.copy()
-        end[:-1] = np.where(joined, start[1:], end[:-1])
-    return int(inside.sum()), int(small.sum()), iv.clip(iv.merge(start, end), lo, hi)
+        joined &= gap >= 0
+        joined &= gap < max_ns
+        del gap
+        end[:-1][joined] = start[1:][joined]
+    del thread
+    n_small = len(start)
+    return count, n_small, iv.clip(iv.merge(start, end, owned=True), lo, hi, owned=True)
 
 
 def _cpu_op_self(table: TraceTable) -> tuple[np.ndarray, np.ndarray]:

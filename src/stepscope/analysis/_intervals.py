@@ -13,30 +13,53 @@ Intervals = tuple[np.ndarray, np.ndarray]
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-def merge(starts: np.ndarray, ends: np.ndarray) -> Intervals:
-    """Union of intervals as disjoint, sorted (starts, ends); touching intervals are joined."""
+def merge(starts: np.ndarray, ends: np.ndarray, *, owned: bool = False) -> Intervals:
+    """Union of intervals as disjoint, sorted (starts, ends); touching intervals are joined. `owned`: the
+    caller gives up both arrays (int64), which the result may reuse."""
     if len(starts) == 0:
         return _EMPTY, _EMPTY
-    # (on big inputs every temporary is tens of MB: they are reused or dropped as soon as they are used)
+    # (on big inputs every temporary is tens of MB: they are reused or dropped as soon as they are used, and
+    # the groups are picked by masks, not n-long index arrays)
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     if (s[1:] < s[:-1]).any():
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
         del order
-    else:
-        e = e.copy()
-    np.maximum(e, s, out=e)
-    reach = np.maximum.accumulate(e, out=e)
-    new_group = np.empty(len(s), dtype=bool)
-    new_group[0] = True
-    np.greater(s[1:], reach[:-1], out=new_group[1:])
-    first = np.flatnonzero(new_group)
-    del new_group
-    last = np.empty_like(first)
-    last[:-1] = first[1:] - 1
-    last[-1] = len(s) - 1
-    return s[first], reach[last]
+        owned = True
+    reach = np.maximum(e, s, out=e if owned else None)
+    np.maximum.accumulate(reach, out=reach)
+    first = np.empty(len(s), dtype=bool)  # an interval that begins a group
+    first[0] = True
+    np.greater(s[1:], reach[:-1], out=first[1:])
+    if owned and first.all():  # no two intervals meet: the union is the intervals themselves
+        return s, reach
+    merged_s = s[first]
+    last = first  # (reused) an interval that ends a group: the one before the next group's first
+    last[:-1] = first[1:]
+    last[-1] = True
+    return merged_s, reach[last]
+
+
+def complement(intervals: Intervals, lo: int, hi: int) -> Intervals:
+    """The parts of the window [lo, hi) outside disjoint sorted `intervals` (what subtract gives for one
+    window, without its sweep over every boundary)."""
+    s, e = intervals
+    lasting = e > s  # (a zero-length interval takes nothing away)
+    if not lasting.all():
+        s, e = s[lasting], e[lasting]
+    del lasting
+    gap_s = np.empty(len(s) + 1, dtype=np.int64)
+    gap_e = np.empty(len(s) + 1, dtype=np.int64)
+    gap_s[0], gap_s[1:] = lo, e
+    gap_e[:-1], gap_e[-1] = s, hi
+    np.clip(gap_s, lo, hi, out=gap_s)
+    np.clip(gap_e, lo, hi, out=gap_e)
+    keep = gap_e > gap_s
+    first, last = int(np.argmax(keep)), len(keep) - int(np.argmax(keep[::-1]))
+    if keep[first : max(last, first)].all():  # (the usual case: only the gaps at the ends can be empty)
+        return gap_s[first:last], gap_e[first:last]
+    return gap_s[keep], gap_e[keep]
 
 
 def length(intervals: Intervals) -> int:
@@ -68,16 +91,55 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     return _sweep([a, b], lambda mask: mask == 3)
 
 
+_FEW = 4096  # intervals of `b` up to which subtract goes gap by gap (no sweep over every boundary)
+
+
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """The parts of `a` not covered by `b`."""
+    if len(a[0]) and len(b[0]) <= _FEW and _disjoint_sorted(a) and _disjoint_sorted(b):
+        return _subtract_few(a, b)
     return _sweep([a, b], lambda mask: mask == 1)
 
 
-def clip(intervals: Intervals, lo: int, hi: int) -> Intervals:
-    """Disjoint intervals cut to the window [lo, hi)."""
+def _disjoint_sorted(intervals: Intervals) -> bool:
     s, e = intervals
-    s2, e2 = np.maximum(s, lo), np.minimum(e, hi)
+    return bool((e >= s).all() and (s[1:] >= e[:-1]).all())
+
+
+def _subtract_few(a: Intervals, b: Intervals) -> Intervals:
+    """`subtract` for disjoint sorted sets, `b` of few intervals: the parts of `a` inside each gap of `b`, cut
+    straight into the result (the sweep would make several arrays twice as long as `a`)."""
+    a_s, a_e = a
+    gap_s, gap_e = complement(b, int(a_s[0]), int(a_e[-1]))
+    first = np.searchsorted(a_e, gap_s, side="right")  # the first interval of `a` ending after the gap starts
+    stop = np.searchsorted(a_s, gap_e, side="left")  # the first starting at or after its end
+    total = int(np.maximum(stop - first, 0).sum())
+    out_s = np.empty(total, dtype=np.int64)
+    out_e = np.empty(total, dtype=np.int64)
+    at = 0
+    for g_s, g_e, i, j in zip(gap_s.tolist(), gap_e.tolist(), first.tolist(), stop.tolist(), strict=True):
+        if j > i:
+            np.maximum(a_s[i:j], g_s, out=out_s[at : at + j - i])
+            np.minimum(a_e[i:j], g_e, out=out_e[at : at + j - i])
+            at += j - i
+    keep = out_e > out_s
+    if not keep.all():
+        out_s, out_e = out_s[keep], out_e[keep]
+    del keep
+    if len(out_s) > 1 and (out_s[1:] == out_e[:-1]).any():  # (touching parts, from touching intervals of `a`)
+        return merge(out_s, out_e, owned=True)
+    return out_s, out_e
+
+
+def clip(intervals: Intervals, lo: int, hi: int, *, owned: bool = False) -> Intervals:
+    """Disjoint intervals cut to the window [lo, hi). `owned`: the caller gives up the arrays (int64), which
+    the result may reuse."""
+    s, e = intervals
+    s2 = np.maximum(s, lo, out=s if owned else None)
+    e2 = np.minimum(e, hi, out=e if owned else None)
     keep = e2 > s2
+    if owned and keep.all():
+        return s2, e2
     return s2[keep], e2[keep]
 
 

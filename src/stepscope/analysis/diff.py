@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -174,15 +175,16 @@ def diff_paths(
     from stepscope.runfolder import is_run_folder
 
     load = load or load_trace
-    return diff_tables(
-        load(base, step=step),
-        load(test, step=step),
-        base_path=str(base),
-        test_path=str(test),
-        factor=factor,
-        comm_patterns=comm_patterns,
-        base_run=load_run(base) if is_run_folder(base) else None,
-        test_run=load_run(test) if is_run_folder(test) else None,
+    # one run at a time: a run's table goes once what the diff needs of it is taken (two big traces would
+    # otherwise be held at once, with their analyses' caches)
+    base_facts = _facts(load(base, step=step), str(base), comm_patterns)
+    test_facts = _facts(load(test, step=step), str(test), comm_patterns)
+    return _compare(
+        base_facts,
+        test_facts,
+        factor,
+        load_run(base) if is_run_folder(base) else None,
+        load_run(test) if is_run_folder(test) else None,
     )
 
 
@@ -198,8 +200,39 @@ def diff_tables(
     test_run: Run | None = None,
 ) -> Diff:
     """Compare two loaded runs; `base_run` / `test_run`: their run folders, for the step time of plain steps."""
-    base_self, test_self = self_times(base), self_times(test)
-    b, t = _side(base, base_self, base_path), _side(test, test_self, test_path)
+    return _compare(
+        _facts(base, base_path, comm_patterns),
+        _facts(test, test_path, comm_patterns),
+        factor,
+        base_run,
+        test_run,
+    )
+
+
+# Records of results: compared and printed by identity (see analyze.RankPart).
+@dataclass(eq=False, repr=False)
+class _Facts:
+    """What a diff needs of one run, small: its side, its analysis, its kernels and ops by name, its notices."""
+
+    side: Side
+    result: AnalysisResult
+    kernels: _Totals
+    ops: _Totals
+    notices: list[str]
+
+
+def _facts(table: TraceTable, path: str, comm_patterns: Sequence[str]) -> _Facts:
+    self_ns = self_times(table)
+    side = _side(table, self_ns, path)
+    kernels = _by_name(kernel_stats(table))
+    ops = _op_totals(op_stats(table, self_ns))
+    del self_ns
+    table.row_cache.clear()  # (the analysis makes what it needs itself)
+    return _Facts(side, analyze(table, comm_patterns=comm_patterns), kernels, ops, list(table.notices))
+
+
+def _compare(base: _Facts, test: _Facts, factor: float, base_run: Run | None, test_run: Run | None) -> Diff:
+    b, t = base.side, test.side
     notices = [f"base: {n}" for n in base.notices] + [f"test: {n}" for n in test.notices]
     notices += [f"base: {n}" for n in (base_run.notes if base_run else [])]
     notices += [f"test: {n}" for n in (test_run.notes if test_run else [])]
@@ -210,8 +243,7 @@ def diff_tables(
     if len(b.ranks) != len(t.ranks):
         notices.append(f"the runs have {len(b.ranks)} and {len(t.ranks)} ranks: totals pool all ranks")
     threshold = max(MIN_CHANGE_US, MIN_CHANGE_PCT / 100 * (b.step_mean_us or 0.0))
-    base_result = analyze(base, comm_patterns=comm_patterns)
-    test_result = analyze(test, comm_patterns=comm_patterns)
+    base_result, test_result = base.result, test.result
     b.findings, t.findings = _by_severity(base_result.findings), _by_severity(test_result.findings)
     phases = _phases(base_result, test_result)
     per_step = (b.steps or 1, t.steps or 1) if b.steps and t.steps else (1, 1)
@@ -229,16 +261,8 @@ def diff_tables(
             threshold,
             {p.name: None if p.low_ms is None else p.significant for p in phases},
         ),
-        kernels=_deltas(
-            _by_name(kernel_stats(base)), _by_name(kernel_stats(test)), factor, per_step, threshold
-        ),
-        ops=_deltas(
-            _op_totals(op_stats(base, base_self)),
-            _op_totals(op_stats(test, test_self)),
-            factor,
-            per_step,
-            threshold,
-        ),
+        kernels=_deltas(base.kernels, test.kernels, factor, per_step, threshold),
+        ops=_deltas(base.ops, test.ops, factor, per_step, threshold),
         notices=notices,
     )
 
@@ -320,7 +344,7 @@ def _side(table: TraceTable, self_ns: np.ndarray, path: str) -> Side:
     step_durations: list[int] = []
     for rank in table.rank_ids():
         in_rank = table.rank == rank
-        spans = find_steps(table.select(in_rank))
+        spans = find_steps(table if in_rank.all() else table.select(in_rank))
         step_durations += (spans.end - spans.start).tolist()
         rows = gpu & in_rank
         if rows.any():
@@ -334,8 +358,8 @@ def _side(table: TraceTable, self_ns: np.ndarray, path: str) -> Side:
         ranks=table.rank_ids(),
         steps=len(step_durations),
         step_mean_us=_us(sum(step_durations) / len(step_durations)) if step_durations else None,
-        cpu_self_us=_us(int(self_ns[ops].sum())),
-        kernel_total_us=_us(int(table.dur[kernels].sum())),
+        cpu_self_us=_us(int(self_ns.sum(where=ops))),
+        kernel_total_us=_us(int(table.dur.sum(where=kernels))),
         gpu_busy_us=_us(busy),
         gpu_span_us=_us(span),
         gpu_busy_pct=round(100.0 * busy / span, 2) if span else None,

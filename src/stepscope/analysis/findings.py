@@ -126,7 +126,7 @@ def _idle_gaps(data: RankData) -> _Gaps | None:
         return None
     order = np.argsort(g.start, kind="stable")
     starts = g.start[order]
-    busy_s, busy_e = iv.clip(iv.merge(g.start, g.end), data.lo, data.hi)
+    busy_s, busy_e = iv.clip(iv.merge(g.start, g.end), data.lo, data.hi, owned=True)
     gap_s = np.r_[data.lo, busy_e].astype(np.int64)
     gap_e = np.r_[busy_s, data.hi].astype(np.int64)
     # the activity that ends each gap (the last gap, up to the window's end, has none)

@@ -98,8 +98,13 @@ def step_categories(data: RankData, comm: iv.Intervals | None) -> list[StepCateg
     for make in sets:
         intervals = make()
         # what this category adds to the union of those before it: its own time, nothing counted twice
-        taken = iv.merge(np.concatenate((taken[0], intervals[0])), np.concatenate((taken[1], intervals[1])))
-        del intervals
+        if not len(taken[0]):
+            taken = intervals
+        elif len(intervals[0]):
+            both = (np.concatenate((taken[0], intervals[0])), np.concatenate((taken[1], intervals[1])))
+            del taken, intervals
+            taken = iv.merge(*both, owned=True)
+            del both
         now = iv.covered_within(taken, lo, hi)
         parts.append(now - covered)
         covered = now
@@ -150,4 +155,6 @@ def _host_union(
         )
         rows = rows[keep[name]]
     start = table.columns["ts"][rows]
-    return iv.merge(start, start + table.columns["dur"][rows])
+    end = table.columns["dur"][rows]
+    end += start
+    return iv.merge(start, end, owned=True)

@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis._codes import unique_inverse
+from stepscope.analysis._nesting import tree_parents
 from stepscope.analysis.table import TraceTable
 
 SUMMARY_SCHEMA = "stepscope.summary/1"
@@ -79,7 +80,7 @@ def summarize(table: TraceTable, top: int = 10) -> Summary:
             RankSummary(
                 rank=rank,
                 source=info.source if info else "",
-                cpu_self_us=_us(int(self_ns[in_rank].sum())),
+                cpu_self_us=_us(int(self_ns.sum(where=in_rank))),
                 kernel_us=_us(int(table.dur[in_rank & table.cat_mask(KERNEL_CATEGORY)].sum())),
                 memcpy_us=_us(int(table.dur[in_rank & table.cat_mask("gpu_memcpy")].sum())),
                 memset_us=_us(int(table.dur[in_rank & table.cat_mask("gpu_memset")].sum())),
@@ -116,10 +117,18 @@ class OpTree:
 
     def new_thread(self, table: TraceTable) -> np.ndarray:
         """True where a thread's events begin in `rows`."""
-        return _new_thread([table.columns[k][self.rows] for k in _THREAD_KEYS], len(self.rows))
+        new = _new_thread([], len(self.rows))
+        for (
+            k
+        ) in _THREAD_KEYS:  # (one column at a time, none that is constant: each is tens of MB on a big trace)
+            if not _constant(table.columns[k]):
+                key = table.columns[k][self.rows]
+                new[1:] |= key[1:] != key[:-1]
+        return new
 
 
 _THREAD_KEYS = ("rank", "pid", "tid")
+_BATCH = 1 << 18  # events per batch where a pass over all of them would make n-long temporaries
 
 
 def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
@@ -136,19 +145,25 @@ def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
     index = np.int32 if len(table) < 2**31 else np.int64
     rows = table.complete_rows(*categories).astype(index, copy=False)
     start = table.columns["ts"][rows]
-    end = start + table.columns["dur"][rows]
-    keys = [
-        key for key in (table.columns[k][rows] for k in _THREAD_KEYS) if len(key) and key.min() != key.max()
+    end = table.columns["dur"][rows]
+    end += start
+    keys = [  # (a column constant over the whole table is left out before it is gathered)
+        key
+        for key in (table.columns[k][rows] for k in _THREAD_KEYS if not _constant(table.columns[k]))
+        if len(key) and key.min() != key.max()
     ]
-    order = thread_order(keys, start, end)
-    new_thread = _new_thread([k[order] for k in keys], len(rows))
+    if keys or not _in_thread_order(start, end):
+        order = thread_order(keys, start, end)
+        new_thread = _new_thread([k[order] for k in keys], len(rows))
+        rows = rows[order]
+        start = start[order]
+        end = end[order]
+        del order
+    else:  # one thread, its events in order already (tiny-event traces are): no copies
+        new_thread = _new_thread([], len(rows))
     del keys
-    rows = rows[order]
-    start = start[order]
-    end = end[order]
-    del order
-    parent, nested = _tree_parents(start, end, new_thread)
-    tree = OpTree(rows, parent.astype(index), nested)
+    parent, nested = tree_parents(start, end, new_thread, index)
+    tree = OpTree(rows, parent, nested)
     tree.rows.flags.writeable = tree.parent.flags.writeable = False
     table.row_cache[key] = tree
     return tree
@@ -214,119 +229,39 @@ def _new_thread(keys: list[np.ndarray], n: int) -> np.ndarray:
     return new
 
 
+def _constant(column: np.ndarray) -> bool:
+    return len(column) == 0 or bool(column.min() == column.max())
+
+
+def _in_thread_order(start: np.ndarray, end: np.ndarray) -> bool:
+    """Whether events are in `thread_order`'s order already (one thread): by start, longest first."""
+    for at in range(0, len(start), _BATCH):
+        s, e = start[at : at + _BATCH + 1], end[at : at + _BATCH + 1]
+        if not ((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (e[1:] <= e[:-1]))).all():
+            return False
+    return True
+
+
 def _self_times(table: TraceTable, categories: tuple[str, ...]) -> np.ndarray:
     out = np.zeros(len(table), dtype=np.int64)
     tree = op_tree(table, categories)
-    if len(tree.rows) == 0:
-        return out
-    # (temporaries are dropped as soon as they are used: on a big trace each is tens of MB)
-    start = table.columns["ts"][tree.rows]
-    end = start + table.columns["dur"][tree.rows]
-    child = np.flatnonzero(tree.parent >= 0)
-    parent = tree.parent[child]
-    inside = np.minimum(end[child], end[parent]) - start[child]
-    del child
-    # (float64 sums are exact below 2**53 ns, 104 days; np.add.at is several times slower)
-    children_ns = np.bincount(parent, weights=inside, minlength=len(start)).astype(np.int64)
-    del parent, inside
-    end -= start
-    end -= children_ns
-    out[tree.rows] = np.maximum(end, 0)
-    return out
-
-
-def _parents(start: np.ndarray, end: np.ndarray, new_thread: np.ndarray) -> np.ndarray:
-    """Index of each interval's innermost enclosing interval (-1: none), intervals sorted by thread,
-    start, then longest first: what one pass with a stack of the open intervals gives (`_parents_loop`).
-
-    Per thread, vectorized: the depth of an interval is the number of intervals still open when it starts
-    (earlier ones with a duration, less those that ended by then), and its parent the last earlier interval
-    one level up. That is the stack's answer when the thread's intervals nest (each inside its parent,
-    siblings apart), which is checked; a thread where they do not (overlaps without nesting) is left to the
-    loop."""
-    return _tree_parents(start, end, new_thread)[0]
-
-
-def _tree_parents(start: np.ndarray, end: np.ndarray, new_thread: np.ndarray) -> tuple[np.ndarray, bool]:
-    """`_parents`, and whether every thread's intervals nest."""
-    n = len(start)
-    parent = np.full(n, -1, dtype=np.int64)
-    nested = True
-    if n == 0:
-        return parent, nested
-    bounds = np.append(np.flatnonzero(new_thread), n)
-    if bounds[0] != 0:
-        bounds = np.insert(bounds, 0, 0)
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        if b - a == 1:
+    ts, dur = table.columns["ts"], table.columns["dur"]
+    # a batch of the tree's events at a time (on a big trace each n-long temporary is tens of MB): the time of
+    # each child inside its parent is taken from the parent's row (np.add.at: exact int64 sums)
+    for at in range(0, len(tree.rows), _BATCH):
+        parent = tree.parent[at : at + _BATCH]
+        child = np.flatnonzero(parent >= 0)
+        if not len(child):
             continue
-        s, e = start[a:b], end[a:b]
-        found = _nested_parents(s, e)
-        nested = nested and found is not None
-        parent[a:b] = _parents_loop(s, e) if found is None else found
-        parent[a:b][parent[a:b] >= 0] += a
-    return parent, nested
-
-
-def _nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
-    """`_parents` of one thread's intervals when they nest; None when they do not."""
-    n = len(s)
-    lasting = e > s  # only an interval with a duration can hold another
-    # (the sorts are stable: timsort and radix sort are quick on what is almost in order, or small ints;
-    # temporaries are n long and go as soon as they are used)
-    ends = np.sort(e[lasting], kind="stable")
-    depth = np.searchsorted(ends, s, side="right")  # lasting ones ended by each start
-    del ends
-    before: np.ndarray = np.cumsum(lasting) - lasting  # lasting intervals earlier in the order
-    np.subtract(before, depth, out=depth)  # the depth: lasting ones still open
-    del before
-    # the parent: the last earlier lasting interval of depth - 1. By depth, then position: `key`, ascending
-    by_depth = np.argsort(depth.astype(np.int16) if depth.max() < 2**15 else depth, kind="stable")
-    key = depth[by_depth] * (n + 1) + by_depth
-    candidates = key[lasting[by_depth]]
-    if not len(candidates):  # nothing lasts: nothing holds anything
-        return np.full(n, -1, dtype=np.int64)
-    key -= n + 1
-    at = np.searchsorted(candidates, key, side="left")
-    del key
-    at -= 1
-    found = at >= 0
-    np.maximum(at, 0, out=at)
-    hit = candidates[at]
-    del at, candidates
-    found &= hit // (n + 1) == depth[by_depth] - 1
-    parent = np.full(n, -1, dtype=np.int64)
-    parent[by_depth[found]] = hit[found] % (n + 1)
-    del hit, found, by_depth
-    if ((depth > 0) & (parent < 0)).any():
-        return None
-    del depth
-    # check that this tree nests: each interval inside its parent (and opened while it is open), siblings
-    # (the same parent, in order of start) apart from each other
-    child = np.flatnonzero(parent >= 0)
-    p = parent[child]
-    if (e[child] > e[p]).any() or (s[child] >= e[p]).any():
-        return None
-    del child, p
-    order = np.argsort(parent, kind="stable")  # siblings together, in order
-    same = parent[order][1:] == parent[order][:-1]
-    if (e[order[:-1][same]] > s[order[1:][same]]).any():
-        return None
-    return parent
-
-
-def _parents_loop(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """`_parents` of one thread's intervals by one pass with a stack of the open intervals (the reference)."""
-    parent = [-1] * len(start)
-    stack: list[int] = []
-    ends = end.tolist()
-    for k, s in enumerate(start.tolist()):
-        while stack and ends[stack[-1]] <= s:
-            stack.pop()
-        if stack:
-            parent[k] = stack[-1]
-        stack.append(k)
-    return np.array(parent, dtype=np.int64)
+        child_rows = tree.rows[at : at + _BATCH][child]
+        parent_rows = tree.rows[parent[child]]
+        child_start = ts[child_rows]
+        inside = np.minimum(child_start + dur[child_rows], ts[parent_rows] + dur[parent_rows]) - child_start
+        np.subtract.at(out, parent_rows, inside)
+    for at in range(0, len(tree.rows), _BATCH):
+        rows = tree.rows[at : at + _BATCH]
+        out[rows] = np.maximum(out[rows] + dur[rows], 0)
+    return out
 
 
 def _group_codes(table: TraceTable) -> tuple[np.ndarray, list[str]]:
@@ -352,17 +287,25 @@ def op_stats(
     """Every op name with its calls and times (one rank, or all ranks pooled), by self time, descending.
 
     `self_ns` comes from `self_times(table)`; `groups` from `_group_codes(table)` when calling per rank."""
-    mask = (table.ph == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES)
-    if rank is not None:
-        mask &= table.rank == rank
     codes, group_names = groups or _group_codes(table)
-    keys = codes[table.name[mask]]
-    selfs = self_ns[mask]
-    durs = table.dur[mask]
-    uniq, inverse = unique_inverse(keys)
-    count = np.bincount(inverse, minlength=len(uniq))
-    self_sum = _int_sums(inverse, selfs, len(uniq))
-    dur_sum = _int_sums(inverse, durs, len(uniq))
+    count = np.zeros(len(group_names), dtype=np.int64)
+    self_sum = np.zeros(len(group_names), dtype=np.int64)
+    dur_sum = np.zeros(len(group_names), dtype=np.int64)
+    is_op = _category_lookup(table, CPU_OP_CATEGORIES)
+    ph, cat, name, dur = (table.columns[k] for k in ("ph", "cat", "name", "dur"))
+    # a batch of rows at a time: on a big trace the selected rows' codes and times would be n-long arrays
+    for at in range(0, len(table), _BATCH):
+        part = slice(at, at + _BATCH)
+        mask = is_op[cat[part]]
+        mask &= ph[part] == ord("X")
+        if rank is not None:
+            mask &= table.columns["rank"][part] == rank
+        keys = codes[name[part][mask]]
+        np.add.at(count, keys, 1)
+        np.add.at(self_sum, keys, self_ns[part][mask])
+        np.add.at(dur_sum, keys, dur[part][mask])
+    uniq = np.flatnonzero(count)
+    count, self_sum, dur_sum = count[uniq], self_sum[uniq], dur_sum[uniq]
     grand = int(self_sum.sum())
     stats = [
         OpStat(
@@ -400,6 +343,13 @@ def kernel_stats(table: TraceTable, rank: int | None = None) -> list[KernelStat]
     ]
     stats.sort(key=lambda s: (-s.total_us, s.name))
     return stats
+
+
+def _category_lookup(table: TraceTable, categories: tuple[str, ...]) -> np.ndarray:
+    """By category code (the last entry: -1, none): whether it is one of `categories`."""
+    lookup = np.zeros(len(table.cats) + 1, dtype=bool)
+    lookup[[i for i in (table.cat_id(c) for c in categories) if i >= 0]] = True
+    return lookup
 
 
 def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

@@ -1,0 +1,153 @@
+"""Memory per event of the analyses on traces of tiny events (#34 item 14): `summary`, `analyze` and `diff` need
+less than the loaded table again, and what they compute in pieces is what the whole-array definitions give."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from stepscope.analysis import _intervals as iv
+from stepscope.analysis import _nesting, summary
+from stepscope.analysis.analyze import analyze
+from stepscope.analysis.diff import diff_paths
+from stepscope.analysis.loader import load_trace
+from stepscope.analysis.summary import op_tree, self_times, summarize
+
+from ._traces import cpu, table_of
+from .test_summary import _nesting_only, _self_times_by_stack
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """40 MB of tiny CPU ops (480,048 events; a ProfilerStep every 10,000)."""
+    out = tmp_path_factory.mktemp("tiny") / "tiny40m.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "make_big_trace.py"),
+            "--size",
+            "40M",
+            "--tiny",
+            "--out",
+            out,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def _peak_bytes(work: Callable[[], Any]) -> int:
+    """The most memory `work` holds at once beyond what was held before it (numpy arrays included)."""
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _table_bytes(path: Path) -> tuple[Any, int]:
+    table = load_trace(path, workers=1, flows=False)
+    return table, sum(column.nbytes for column in table.columns.values())
+
+
+# The limits, as a share of the loaded table's columns (61 B an event): what each analysis may hold at once on
+# top of the table. Measured 0.69 (summary) and 0.92 (analyze); the per-op nesting, self times and unions of
+# every op held whole took 1.49 and 1.97.
+@pytest.mark.parametrize(("name", "limit"), [("summary", 1.0), ("analyze", 1.3)])
+def test_an_analysis_of_tiny_events_holds_less_than_the_table_again(
+    tiny_trace: Path, name: str, limit: float
+) -> None:
+    table, table_bytes = _table_bytes(tiny_trace)
+    assert len(table) == 480_048
+    run = {"summary": lambda: summarize(table), "analyze": lambda: analyze(table)}[name]
+    peak = _peak_bytes(run)
+    assert peak <= limit * table_bytes, (
+        f"{name}: {peak / 1e6:.1f} MB on a table of {table_bytes / 1e6:.1f} MB"
+    )
+
+
+def test_diff_holds_one_run_at_a_time(tiny_trace: Path) -> None:
+    # the load included: one table, its analysis, the other run's small results; never both tables
+    # (measured 1.9 tables; both tables and both analyses held at once took 4.4)
+    _, table_bytes = _table_bytes(tiny_trace)
+    result: list[Any] = []
+    peak = _peak_bytes(lambda: result.append(diff_paths(tiny_trace, tiny_trace)))
+    assert peak <= 2.6 * table_bytes, f"diff: {peak / 1e6:.1f} MB on tables of {table_bytes / 1e6:.1f} MB"
+    (d,) = result
+    assert d.base.steps == d.test.steps == 48 and d.base.cpu_self_us == d.test.cpu_self_us > 0
+    assert not [o for o in d.ops if o.flagged]
+
+
+def _random_ops(seed: int) -> list[dict]:
+    """Ops of 1-3 threads in runs separated by gaps (many groups), nesting or not, some of zero length."""
+    rng = np.random.default_rng(seed)
+    events = []
+    for tid in range(int(rng.integers(1, 4))):
+        t = 0.0
+        for _ in range(int(rng.integers(1, 150))):
+            t += int(rng.integers(0, 30)) / 4
+            length = 0.0 if rng.random() < 0.1 else int(rng.integers(1, 60 if seed % 2 else 8)) / 4
+            cat = str(rng.choice(["cpu_op", "cpu_op", "user_annotation", "cuda_runtime"]))
+            start = t if seed % 5 else int(rng.integers(0, 400)) / 4
+            events.append(cpu("op", start, length, cat=cat, tid=tid))
+    return _nesting_only(events) if seed % 3 == 0 else events
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_nesting_and_self_times_in_small_pieces_are_the_stack_definition(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pieces of a few events and batches of a few rows: every cut between groups and every batch edge is met
+    monkeypatch.setattr(_nesting, "PIECE", 5)
+    monkeypatch.setattr(summary, "_BATCH", 7)
+    events = _random_ops(seed)
+    table = table_of({0: events})
+    assert self_times(table).tolist() == _self_times_by_stack(events)
+    tree = op_tree(table, ("cpu_op",))
+    new_thread = tree.new_thread(table)
+    start = table.ts[tree.rows]
+    end = start + table.dur[tree.rows]
+    threads = [*np.flatnonzero(new_thread).tolist(), len(start)]
+    expected = np.full(len(start), -1)
+    for a, b in itertools.pairwise(threads):
+        found = _nesting.parents_loop(start[a:b], end[a:b])
+        expected[a:b] = np.where(found >= 0, found + a, -1)
+    assert tree.parent.tolist() == expected.tolist()
+
+
+def _disjoint_set(rng: np.random.Generator, n: int, touching: bool) -> iv.Intervals:
+    """Disjoint sorted intervals; `touching`: some cut in two touching parts."""
+    start = np.sort(rng.integers(0, 300, n))
+    s, e = iv.merge(start, start + rng.integers(0, 15, n) * (rng.random(n) > 0.1))
+    if touching and len(s):
+        cut = (e - s > 2) & (rng.random(len(s)) < 0.5)
+        middle = (s[cut] + e[cut]) // 2
+        s, e = np.sort(np.r_[s, middle]), np.sort(np.r_[e, middle])
+    return s, e
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_subtract_and_complement_are_the_sweep(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a = _disjoint_set(rng, int(rng.integers(1, 50)), seed % 2 == 1)
+    b = _disjoint_set(rng, int(rng.integers(0, 20)), seed % 3 == 0)
+    swept = iv._sweep([a, b], lambda mask: mask == 1)
+    got = iv.subtract(a, b)
+    assert (got[0].tolist(), got[1].tolist()) == (swept[0].tolist(), swept[1].tolist())
+    lo, hi = sorted(int(x) for x in rng.integers(-10, 320, 2))
+    window = (np.array([lo]), np.array([hi]))
+    swept = iv._sweep([window, b], lambda mask: mask == 1)
+    got = iv.complement(b, lo, hi)
+    assert (got[0].tolist(), got[1].tolist()) == (swept[0].tolist(), swept[1].tolist())
