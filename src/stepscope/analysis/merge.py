@@ -14,6 +14,7 @@ renamed into place.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import os
@@ -36,6 +37,7 @@ MERGE_KEY = "stepscopeMerge"
 GPU_TID_BASE = 1_000_000_000  # GPU stream threads: base + device * 100_000 + stream (CPU tids stay below)
 FLOW_CAT = "stepscope_collective"
 _ID_SHIFT = 40  # a rank's own numeric ids move to (rank + 1) << 40 + id
+_GZIP_LEVEL = 6
 
 
 class MergedRank(msgspec.Struct):
@@ -227,10 +229,12 @@ def _stream_tid(event: dict[str, Any], streams: set[tuple[int, int]]) -> int:
     """The merged thread of a GPU event (its device and stream, from its args, else its pid and tid)."""
     raw_args = event.get("args")
     args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
-    device = _int(args.get("device"), _int(event.get("pid"), 0))
-    stream = _int(args.get("stream"), 0) if "stream" in args else _int(event.get("tid"), 0)
+    device, stream = args.get("device"), args.get("stream")
+    if type(device) is not int or type(stream) is not int:  # (ints: the common case, read as they are)
+        device = _int(device, _int(event.get("pid"), 0))
+        stream = _int(stream, 0) if "stream" in args else _int(event.get("tid"), 0)
     streams.add((device, stream))
-    return _gpu_tid(device, stream)
+    return GPU_TID_BASE + (device if device > 0 else 0) * 100_000 + (stream if stream > 0 else 0)
 
 
 def _int(value: Any, default: int) -> int:
@@ -264,8 +268,10 @@ def _write(out: Path, batches: Iterator[list[Any]], info: MergeInfo) -> None:
         raise InputError(out, f"cannot write: {exc.strerror or exc}") from None
     encoder = msgspec.json.Encoder()
     try:
-        opener = gzip.open if out.name.endswith(".gz") else open
-        with opener(tmp, "wb") as fh:  # type: ignore[operator]
+        # gzip's default level: level 9 compresses real traces at ~50 MB/s of JSON (28 s for 10 M events), 6
+        # at ~85 MB/s into a file ~7% larger
+        opener = functools.partial(gzip.open, compresslevel=_GZIP_LEVEL) if out.name.endswith(".gz") else open
+        with opener(tmp, "wb") as fh:
             fh.write(b'{"traceEvents":[')
             first = True
             for batch in batches:
