@@ -2,9 +2,11 @@
 
 Writes RANKS gzip'd rank files of EVENTS small events each (CPU ops and kernels with args, about 150 bytes
 of JSON each), then runs `stepscope merge` on them in a child and prints its peak RSS and wall time, and the
-events in the merged file:
+events in the merged file. `--against SRC` runs another version's `src` folder (e.g. one made by `git archive
+REV src | tar -x -C /tmp/rev`) in turn with this one, `--rounds` times, for a paired comparison:
 
     .venv/bin/python benchmarks/bench_merge.py --events 5000000 --ranks 2 --out /tmp/merge-bench
+    .venv/bin/python benchmarks/bench_merge.py --events 1000000 --out /tmp/merge-bench --against /tmp/rev/src
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-# Runs the command given as its arguments and prints its exit status and peak RSS (KiB): a child forked from
-# this small process reports its own peak, not the parent's.
+# Runs the command given as its arguments and prints its exit status, peak RSS (KiB) and CPU seconds (user +
+# system): a child forked from this small process reports its own peak, not the parent's.
 PEAK_OF = (
     "import os, subprocess, sys\n"
     "child = subprocess.Popen(sys.argv[1:])\n"
     "_, status, usage = os.wait4(child.pid, 0)\n"
-    "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n"
+    "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, usage.ru_utime + usage.ru_stime)\n"
 )
 
 
@@ -62,8 +64,10 @@ def write_rank(path: Path, rank: int, events: int, world: int) -> None:
         fh.write(b"]}")
 
 
-def run_merge(folder: Path, out: Path, env: dict[str, str] | None = None) -> tuple[int, int, float, str]:
-    """(exit status, peak RSS in MiB, wall seconds, stderr) of `stepscope merge FOLDER -o OUT`."""
+def run_merge(
+    folder: Path, out: Path, env: dict[str, str] | None = None
+) -> tuple[int, int, float, float, str]:
+    """(exit status, peak RSS in MiB, wall seconds, CPU seconds, stderr) of `stepscope merge FOLDER -o OUT`."""
     t0 = time.perf_counter()
     done = subprocess.run(
         [
@@ -82,8 +86,8 @@ def run_merge(folder: Path, out: Path, env: dict[str, str] | None = None) -> tup
         text=True,
         env={**os.environ, **(env or {})},
     )
-    code, peak = done.stdout.split()[-2:]
-    return int(code), int(peak) // 1024, time.perf_counter() - t0, done.stderr
+    code, peak, cpu = done.stdout.split()[-3:]
+    return int(code), int(peak) // 1024, time.perf_counter() - t0, float(cpu), done.stderr
 
 
 def main() -> int:
@@ -93,6 +97,10 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=2_000_000, help="events per rank")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True, help="a folder for the rank files and the result")
+    parser.add_argument(
+        "--against", type=Path, default=None, help="another version's src folder, run in turn"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each version (alternating)")
     args = parser.parse_args()
     folder = args.out / "ranks"
     folder.mkdir(parents=True, exist_ok=True)
@@ -101,13 +109,21 @@ def main() -> int:
         if not path.exists():
             write_rank(path, rank, args.events, args.ranks)
     size = sum(p.stat().st_size for p in folder.iterdir())
-    code, peak, seconds, err = run_merge(folder, args.out / "merged.json.gz")
-    print(
-        f"{args.ranks} x {args.events:,} events ({size / 1e6:.0f} MB gzip): exit {code}, {peak} MiB, {seconds:.1f} s"
-    )
-    if code:
-        print(err)
-    return code
+    versions: list[tuple[str, dict[str, str] | None]] = [("this", None)]
+    if args.against is not None:
+        versions.insert(0, (str(args.against), {"PYTHONPATH": str(args.against.resolve())}))
+    for _ in range(args.rounds):
+        for label, env in versions:
+            code, peak, seconds, cpu, err = run_merge(folder, args.out / "merged.json.gz", env)
+            print(
+                f"{label}: {args.ranks} x {args.events:,} events ({size / 1e6:.0f} MB gzip): exit {code}, "
+                f"{peak} MiB, {seconds:.1f} s wall, {cpu:.1f} s CPU",
+                flush=True,
+            )
+            if code:
+                print(err)
+                return code
+    return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import msgspec
 
@@ -29,13 +29,14 @@ from stepscope.analysis._limits import (
 from stepscope.errors import InputError
 from stepscope.runfolder.files import open_regular
 
-__all__ = ["BATCH_BYTES", "iter_event_batches"]
+__all__ = ["BATCH_BYTES", "EventPieces", "Piece", "iter_event_batches"]
 
 BATCH_BYTES = 1 << 20  # JSON text decoded at a time (its dicts take several times as much)
 _READ = 1 << 16
 _KEY = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
 _CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
 _DECODE = msgspec.json.Decoder()
+_RAW_KEYS = msgspec.json.Decoder(dict[str, msgspec.Raw])  # a document's keys, values left as text
 
 
 def _text(fh: BinaryIO, path: Path, limit: int) -> Iterator[bytes]:
@@ -95,35 +96,100 @@ class _Buffer:
 def iter_event_batches(path: str | Path, *, batch_bytes: int = BATCH_BYTES) -> Iterator[list[Any]]:
     """Lists of the events of the trace at `path` (plain objects, in file order), each from about
     `batch_bytes` of its text; InputError naming the file when it is not a chrome trace that can be read so."""
-    p = Path(path)
-    limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
-    longest = max_event_bytes()
-    with open_regular(p, "a trace file") as fh:
-        buf = _Buffer(_text(fh, p, limit))
-        start = _array_start(buf, p)
-        at = start + batch_bytes
-        while True:
-            m = _CUT.search(buf.data, max(at, start), len(buf.data))
-            if m is None:
-                if len(buf.data) - start > batch_bytes + longest:
-                    raise InputError(
-                        p, f"no end of an event in {longest} bytes ({MAX_EVENT_BYTES_ENV} raises the limit)"
-                    )
-                if buf.more():
+    for piece in EventPieces(path, batch_bytes=batch_bytes):
+        yield piece.events
+
+
+class Piece(NamedTuple):
+    """A run of a trace's events: `text`, the JSON array that holds them, and `events`, that array decoded (by
+    the reader's `decoder`; plain objects where `typed` is False: some event does not fit its type)."""
+
+    text: bytes
+    events: list[Any]
+    typed: bool
+
+
+class EventPieces:
+    """The events of a trace file in pieces of about `batch_bytes` of JSON, in file order (iterate), each
+    decoded by `decoder` (a msgspec decoder of a list; plain objects by default); after the last piece,
+    `head` and `tail` hold the document's other keys as raw JSON (those before the array, those after it).
+    InputError naming the file when it is not a chrome trace that can be read so."""
+
+    def __init__(self, path: str | Path, *, decoder: Any = None, batch_bytes: int = BATCH_BYTES) -> None:
+        self.path = Path(path)
+        self.decoder = decoder or _DECODE
+        self.batch_bytes = batch_bytes
+        self.head: dict[str, msgspec.Raw] = {}
+        self.tail: dict[str, msgspec.Raw] = {}
+
+    def __iter__(self) -> Iterator[Piece]:
+        p, batch_bytes = self.path, self.batch_bytes
+        limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
+        longest = max_event_bytes()
+        with open_regular(p, "a trace file") as fh:
+            buf = _Buffer(_text(fh, p, limit))
+            start = _array_start(buf, p, self.head)
+            at = start + batch_bytes
+            while True:
+                m = _CUT.search(buf.data, max(at, start), len(buf.data))
+                if m is None:
+                    if len(buf.data) - start > batch_bytes + longest:
+                        raise InputError(
+                            p,
+                            f"no end of an event in {longest} bytes ({MAX_EVENT_BYTES_ENV} raises the limit)",
+                        )
+                    if buf.more():
+                        continue
+                    break
+                piece = self._decode(b"[" + bytes(buf.data[start : m.start() + 1]) + b"]")
+                if piece is None:  # the cut lies inside an event or a string: try one at least twice as far
+                    at = max(m.end(), start + 2 * (m.start() + 1 - start))
                     continue
-                break
-            events = _decode_piece(buf.data, start, m.start() + 1)
-            if events is None:  # the cut lies inside an event or a string: try one at least twice as far
-                at = max(m.end(), start + 2 * (m.start() + 1 - start))
-                continue
-            yield events
-            del buf.data[: m.end() - 1]  # keep the next event's `{`
-            start, at = 0, batch_bytes
-        yield _tail(p, bytes(buf.data[start:]))
+                yield piece
+                del buf.data[: m.end() - 1]  # keep the next event's `{`
+                start, at = 0, batch_bytes
+            yield self._tail(bytes(buf.data[start:]))
+
+    def _decode(self, text: bytes) -> Piece | None:
+        """`text` decoded; None when it is not JSON (a cut inside an event)."""
+        try:
+            return Piece(text, self.decoder.decode(text), True)
+        except msgspec.ValidationError:
+            pass  # valid JSON or not, an event of another shape: decoded plainly, which tells
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            return None
+        try:
+            events = _DECODE.decode(text)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            return None
+        return Piece(text, events, False) if isinstance(events, list) else None
+
+    def _tail(self, rest: bytes) -> Piece:
+        """The last events: `rest` is the end of the array and the keys after it."""
+        p = self.path
+        if _KEY.search(rest):
+            raise InputError(p, "a second traceEvents array: cannot be merged")
+        try:
+            doc = _RAW_KEYS.decode(b'{"traceEvents":[' + rest)
+            array = doc.pop("traceEvents", None)
+            piece = None if array is None else self._decode(bytes(array))
+            if piece is None and array is not None:
+                _DECODE.decode(array)  # says what is wrong
+        except msgspec.DecodeError as exc:
+            raise InputError(p, f"not valid JSON ({exc})") from None
+        except UnicodeDecodeError:
+            raise InputError(p, "not valid JSON (bad UTF-8)") from None
+        except RecursionError:
+            raise InputError(p, "JSON nested too deeply") from None
+        if piece is None or not isinstance(piece.events, list):
+            raise InputError(p, "no traceEvents list")
+        self.tail = doc
+        return piece
 
 
-def _array_start(buf: _Buffer, path: Path) -> int:
-    """The offset just after the `[` of the top-level `traceEvents` array (the keys before it checked)."""
+def _array_start(buf: _Buffer, path: Path, keys: dict[str, msgspec.Raw]) -> int:
+    """The offset just after the `[` of the top-level `traceEvents` array (the keys before it checked and put
+    into `keys`, raw)."""
     searched = 0
     while True:
         m = _KEY.search(buf.data, searched)
@@ -135,35 +201,11 @@ def _array_start(buf: _Buffer, path: Path) -> int:
                 raise InputError(path, "no traceEvents array found: not a chrome trace")
             continue
         try:
-            head = _DECODE.decode(bytes(buf.data[: m.end()]).lstrip(b"\xef\xbb\xbf") + b"]}")
-        except (msgspec.DecodeError, UnicodeDecodeError):
+            head = _RAW_KEYS.decode(bytes(buf.data[: m.end()]).lstrip(b"\xef\xbb\xbf") + b"]}")
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
             head = None
-        if isinstance(head, dict) and head.get("traceEvents") == []:
+        if head is not None and bytes(head.get("traceEvents", b"")) == b"[]":
+            del head["traceEvents"]
+            keys.update(head)
             return m.end()
         searched = m.start() + 1  # the key text inside a string of an earlier key
-
-
-def _decode_piece(data: bytearray, start: int, end: int) -> list[Any] | None:
-    try:
-        events = _DECODE.decode(b"[" + bytes(data[start:end]) + b"]")
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
-    return events if isinstance(events, list) else None
-
-
-def _tail(path: Path, rest: bytes) -> list[Any]:
-    """The last events: `rest` is the end of the array and the keys after it."""
-    if _KEY.search(rest):
-        raise InputError(path, "a second traceEvents array: cannot be merged")
-    try:
-        doc = _DECODE.decode(b'{"traceEvents":[' + rest)
-    except msgspec.DecodeError as exc:
-        raise InputError(path, f"not valid JSON ({exc})") from None
-    except UnicodeDecodeError:
-        raise InputError(path, "not valid JSON (bad UTF-8)") from None
-    except RecursionError:
-        raise InputError(path, "JSON nested too deeply") from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else None
-    if not isinstance(events, list):
-        raise InputError(path, "no traceEvents list")
-    return events

@@ -28,9 +28,10 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
 
     Every rank becomes a process "rank N"; clocks are aligned on the collectives the ranks share (see
     docs/analysis.md, "Across ranks"), and flow arrows link each collective across ranks."""
+    from stepscope.analysis._merge_select import alignment_table
+    from stepscope.analysis.kernels import compile_patterns
     from stepscope.analysis.merge import merge_traces
     from stepscope.cli._common import comm_patterns as resolve_patterns
-    from stepscope.cli._common import load_traces
     from stepscope.cli._output import output_target
 
     if output is None:
@@ -41,7 +42,8 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
             )
     output_target(output, "the merged trace")  # before the traces are read: a bad -o is said at once
     patterns = resolve_patterns(path, comm_patterns)
-    table = load_traces(path, step=step)
+    # the events alignment needs, found by streaming each file: memory does not grow with the events
+    table = alignment_table(path, step=step, patterns=compile_patterns(patterns))
     info = merge_traces(table, output, comm_patterns=patterns)
     for notice in table.notices:
         click.echo(f"note: {plain(notice)}", err=True)
