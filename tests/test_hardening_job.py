@@ -106,6 +106,36 @@ def test_steps_taking_turns_on_four_threads_profile_the_first_threads_steps(tmp_
     assert cli_main(["analyze", str(run_dir)]) == 0
 
 
+@pytest.mark.parametrize("how", ["its thread ends", "closed on another thread"])
+def test_a_window_left_open_on_its_thread_is_dropped_without_a_crash(tmp_path: Path, how: str) -> None:
+    # GIVEN a window open on the thread that started the monitor when that thread ends (the main thread steps on
+    # and closes), or when the monitor is closed on another thread (before: SIGSEGV at exit, exit 139: the
+    # profiler was left running, and only its own thread can stop it)
+    body = {
+        "its thread ends": """
+        t = threading.Thread(target=lambda: [s() for _ in range(4)], name="owner"); t.start(); t.join()
+        for _ in range(4): s()
+        m.close()
+        """,
+        "closed on another thread": """
+        for _ in range(4): s()
+        c = threading.Thread(target=m.close, name="closer"); c.start(); c.join()
+        """,
+    }[how]
+    head = """
+        step, model = make_training()
+        m = stepscope.performance_monitor(model, out_dir="out", wait=0, warmup=1, active=10, repeat=1,
+                                          console=False, report=False)
+        s = m(step)
+        """
+    done = run_job(tmp_path, textwrap.dedent(head) + textwrap.dedent(body) + 'print("done", flush=True)\n')
+    # THEN the job ends normally; the window is dropped, with a warning saying so
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "done\n"
+    assert "that window is dropped" in done.stderr
+    assert metric_steps(only_run(tmp_path / "out")) == list(range(8 if how == "its thread ends" else 4))
+
+
 def test_steps_of_four_threads_at_once_under_a_context_monitor_never_crash(tmp_path: Path) -> None:
     # GIVEN `with monitor:` on the main thread and 4 threads, each training its own model, calling
     # monitor.step() at the same time, no lock; the first window begins on the main thread

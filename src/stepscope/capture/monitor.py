@@ -354,12 +354,12 @@ class PerformanceMonitor:
             write_run_report(self._ctx.run_dir, console=self.config.console)
 
     def _drop_other_threads_window(self, trace: Any) -> None:
-        """close() on a thread other than the monitor's: a window still open there is dropped untouched
-        (stopping torch's profiler from another thread crashes the process)."""
-        if trace.prof is not None:
+        """close() on a thread other than the monitor's: a window still open there is dropped, stopped on its
+        own thread (stopping torch's profiler from another thread crashes the process: trace.close_elsewhere)."""
+        if trace.dropped_window:
             warn_user(
                 f"stepscope: the monitor is closed on {threading.current_thread().name}, not on "
-                f"{self._owner_name} whose profiler records the window still open; that window is dropped "
+                f"{self._owner_name} whose profiler recorded the window still open; that window is dropped "
                 "(close the monitor on the thread that steps it to keep it)",
                 StepscopeWarning,
             )

@@ -10,10 +10,13 @@ also checks each window's size as it begins (budget.py), against the last window
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import resource
+import threading
 import time
 import warnings
+import weakref
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from stepscope.capture.collector import (
     warn_user,
 )
 from stepscope.capture.schedule import Phase
+from stepscope.capture.thread_exit import stop_at_thread_exit
 from stepscope.capture.window_end import (
     CLOSE_WAIT_S,
     GZIP_LEVEL,
@@ -71,6 +75,8 @@ class TraceCollector(Collector):
         )
         # a profiler recording one warmup step alone, to measure a step for the budget
         self._probe: Any = None
+        self._owner_is_main = True  # the thread that started the profiler (see _guard_thread)
+        self._dropped = False  # a window stopped on its thread's end, unexported
 
     def start(self) -> None:
         import torch
@@ -147,13 +153,47 @@ class TraceCollector(Collector):
             self._wait_for_windows()
 
     def close_elsewhere(self) -> None:
-        """close() on a thread other than the one whose profiler records: a window still open is dropped
-        untouched (stopping torch's profiler from another thread crashes the process); the windows already
-        exported are finished by the worker as at any close."""
+        """close() on a thread other than the one whose profiler records: a window still open is dropped, and
+        stopped on its own thread (from another thread, torch crashes the process): as that thread ends, or at
+        the process's exit when it is the main thread (thread_exit.py). The windows already exported are
+        finished by the worker as at any close."""
         try:
-            self.abandon()
+            if (self.prof is not None or self._probe is not None) and self._owner_is_main:
+                atexit.register(self._stop_on_this_thread)
         finally:
             self._wait_for_windows()
+
+    @property
+    def dropped_window(self) -> bool:
+        """A window was (or will be) dropped: open when its thread ended, or when the monitor closed elsewhere."""
+        return self._dropped or self.prof is not None
+
+    def _guard_thread(self) -> None:
+        """Stop this thread's profiler on this thread if it ends with a window open (see close_elsewhere)."""
+        self._owner_is_main = threading.current_thread() is threading.main_thread()
+        collector = weakref.ref(self)
+
+        def stop() -> None:
+            live = collector()
+            if live is not None:
+                live._stop_on_this_thread()
+
+        stop_at_thread_exit(self, stop)
+
+    def _stop_on_this_thread(self) -> None:
+        """On the thread that started them: stop the window's profiler and the budget's probe, without export."""
+        for attr in ("_probe", "prof"):
+            prof = getattr(self, attr)
+            setattr(self, attr, None)
+            if prof is None:
+                continue
+            self._dropped = True
+            try:
+                prof.stop_trace()
+            except Exception:
+                _disable_profiler_quietly()
+        self._recording = False
+        self._step_range = None
 
     def abandon(self) -> None:
         """After a failure: drop the profiler untouched. torch raised inside its own state change (e.g. another
@@ -171,6 +211,7 @@ class TraceCollector(Collector):
         prof = self._new_profiler()
         prof.prepare_trace()
         self.prof = prof
+        self._guard_thread()
         self._recording = False
         self._first_active = None
 
@@ -194,6 +235,7 @@ class TraceCollector(Collector):
             probe = self._new_profiler()
             probe.prepare_trace()
             probe.start_trace()
+            self._guard_thread()
         except Exception as exc:  # dropped untouched (see abandon); the window's profiler opens as usual
             self._budget_failed("starting the profiler that measures a step", exc)
             return
