@@ -279,8 +279,10 @@ class _Skipped:
 
 
 def _skipping(path: str | Path) -> _Skipped:
+    if not Path(path).is_dir():  # one file (and no run-folder modules to import for it)
+        return _Skipped(False)
     run_folder = _is_run_folder(path)
-    return _Skipped(Path(path).is_dir() and not run_folder, run_folder)
+    return _Skipped(not run_folder, run_folder)
 
 
 def _estimated_json_bytes(path: Path) -> int:
