@@ -11,8 +11,8 @@ last piece is decoded with the keys after the array.
 
 from __future__ import annotations
 
+import itertools
 import re
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -23,6 +23,7 @@ from stepscope.analysis._limits import (
     DEFAULT_MAX_TRACE_BYTES,
     LIMIT_ENV,
     MAX_EVENT_BYTES_ENV,
+    inflate_pieces,
     max_event_bytes,
     max_input_bytes,
 )
@@ -53,29 +54,9 @@ def _text(fh: BinaryIO, path: Path, limit: int) -> Iterator[bytes]:
                 )
             yield block
         return
-    inflate, total, data = zlib.decompressobj(wbits=31), 0, first
-    while data:
-        while data:
-            if inflate.eof:
-                data = inflate.unused_data + data
-                if not data.strip(b"\0"):
-                    break
-                inflate = zlib.decompressobj(wbits=31)
-            try:
-                out = inflate.decompress(data, _READ * 4)
-            except zlib.error as exc:
-                raise InputError(path, f"corrupt gzip data ({exc})") from None
-            data = inflate.unconsumed_tail
-            total += len(out)
-            if total > limit:
-                raise InputError(
-                    path, f"gzip data inflates to more than {limit} bytes ({LIMIT_ENV} raises it)"
-                )
-            if out:
-                yield out
-        data = fh.read(_READ)
-    if not inflate.eof:
-        raise InputError(path, "truncated gzip file")
+    yield from inflate_pieces(
+        path, itertools.chain([first], iter(lambda: fh.read(_READ), b"")), limit, _READ * 4
+    )
 
 
 class _Buffer:

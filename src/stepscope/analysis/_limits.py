@@ -87,6 +87,37 @@ def gunzip_bounded(path: str | Path, data: bytes, limit: int, *, ratio: int | No
     return out.getvalue()
 
 
+def inflate_pieces(
+    path: str | Path, pieces: Iterator[bytes], limit: int, piece_bytes: int
+) -> Iterator[bytes]:
+    """The text of gzip data given in pieces (every member; zero padding after the last is allowed), inflated
+    at most `piece_bytes` at a time (never a buffer sized by a guess), or InputError naming `path`: truncated,
+    corrupt, or more than `limit` bytes."""
+    inflate = zlib.decompressobj(wbits=31)
+    total = 0
+    for data in pieces:
+        while data:
+            if inflate.eof:  # another member, or padding
+                data = inflate.unused_data + data
+                if not data.strip(b"\0"):
+                    break
+                inflate = zlib.decompressobj(wbits=31)
+            try:
+                out = inflate.decompress(data, piece_bytes)
+            except zlib.error as exc:
+                raise InputError(path, f"corrupt gzip data ({exc})") from None
+            data = inflate.unconsumed_tail
+            total += len(out)
+            if total > limit:
+                raise InputError(
+                    path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
+                )
+            if out:
+                yield out
+    if not inflate.eof:
+        raise InputError(path, "truncated gzip file")
+
+
 _GUNZIP_BLOCK = 1 << 20
 
 

@@ -14,14 +14,13 @@ another cannot expand into billions of objects later) stop at `MAX_OBJECTS` and 
 from __future__ import annotations
 
 import itertools
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 
-from stepscope.analysis._limits import LIMIT_ENV, max_input_bytes
+from stepscope.analysis._limits import LIMIT_ENV, inflate_pieces, max_input_bytes
 from stepscope.analysis._plain_pickle import PickleRefused, RefusedGlobal, load_plain_pickle
 from stepscope.errors import InputError
 from stepscope.runfolder.files import iter_pieces, open_regular
@@ -91,31 +90,7 @@ def _joined(path: Path, first: bytes, pieces: Iterator[bytes], limit: int) -> by
 
 
 def _inflated(path: Path, pieces: Iterator[bytes], limit: int) -> Iterator[bytes]:
-    """The text of gzip data (every member; zero padding after the last is allowed), inflated a piece at a time
-    (never a buffer sized by a guess), or InputError: truncated, corrupt, or more than `limit` bytes."""
-    inflate = zlib.decompressobj(wbits=31)
-    total = 0
-    for data in pieces:
-        while data:
-            if inflate.eof:  # another member, or padding
-                data = inflate.unused_data + data
-                if not data.strip(b"\0"):
-                    break
-                inflate = zlib.decompressobj(wbits=31)
-            try:
-                out = inflate.decompress(data, _INFLATE_PIECE)
-            except zlib.error as exc:
-                raise InputError(path, f"corrupt gzip data ({exc})") from None
-            data = inflate.unconsumed_tail
-            total += len(out)
-            if total > limit:
-                raise InputError(
-                    path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
-                )
-            if out:
-                yield out
-    if not inflate.eof:
-        raise InputError(path, "truncated gzip file")
+    return inflate_pieces(path, pieces, limit, _INFLATE_PIECE)
 
 
 def _decode_json(path: Path, raw: bytes, limit: int) -> Any:
