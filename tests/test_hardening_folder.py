@@ -295,6 +295,41 @@ def test_a_deleted_latest_trace_is_read_from_the_window_before(
                "window ending at step 2" in n for n in doc["notices"])  # fmt: skip
 
 
+def test_manifest_paths_outside_the_run_folder_are_never_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a run whose manifest also lists, as rank 5, a trace outside the folder (once: read and analyzed)
+    train_step, model = make_training()
+    monitor = stepscope.performance_monitor(
+        model,
+        out_dir=str(tmp_path / "out"),
+        wait=0,
+        warmup=1,
+        active=2,
+        repeat=1,
+        console=False,
+        report=False,
+    )
+    step = monitor(train_step)
+    for _ in range(4):
+        step()
+    monitor.close()
+    run_dir = monitor.run_dir
+    assert run_dir is not None
+    shutil.copy(run_dir / "traces/rank0_step2.json.gz", tmp_path / "outside.json.gz")
+    doc = json.loads((run_dir / "manifest.json").read_text())
+    for path in ("../../outside.json.gz", str(tmp_path / "outside.json.gz")):
+        doc["artifacts"].append({"kind": "trace", "path": path, "rank": 5, "step": 2})
+    (run_dir / "manifest.json").write_text(json.dumps(doc))
+    # WHEN it is analyzed
+    code, out, err = _analyze(run_dir, capsys)
+    # THEN only the folder's own trace is read, and a notice names what was left out
+    assert code == 0, err
+    assert [r["rank"] for r in out["ranks"]] == [0]
+    (note,) = [n for n in out["notices"] if "outside the run folder" in n]
+    assert "2 artifact path(s)" in note and "../../outside.json.gz" in note
+
+
 # --- items 6 and 7: the run folder's name across ranks ---------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as sock:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import msgspec
@@ -117,17 +117,42 @@ def load_manifest(run_dir: str | Path) -> tuple[Manifest, list[str]]:
             "instead (versions, hosts and schedule unknown)"
         )
         return rebuilt, [note]
+    notes = _outside_left_out(run_dir, manifest)
     indexed = {a.path for a in manifest.artifacts}
     missing = [a for a in manifest_from_files(run_dir).artifacts if a.path not in indexed]
     if not missing:
-        return manifest, []
+        return manifest, notes
     manifest.artifacts.extend(missing)
     listed = ", ".join(a.path for a in missing[:3]) + (", ..." if len(missing) > 3 else "")
-    note = (
+    notes.append(
         f"{Path(run_dir) / MANIFEST_NAME}: {len(missing)} file(s) of the folder are not in it ({listed}; a writer "
         "stopped, or was kept from the folder's lock, before it indexed them); read all the same"
     )
-    return manifest, [note]
+    return manifest, notes
+
+
+def _outside_left_out(run_dir: str | Path, manifest: Manifest) -> list[str]:
+    """Artifacts are paths inside the run folder: one that is absolute or climbs out of it (`..`) is not read
+    (a manifest is input like any other file), and a note names it."""
+    outside = [a for a in manifest.artifacts if not is_inside_path(a.path)]
+    if not outside:
+        return []
+    manifest.artifacts = [a for a in manifest.artifacts if is_inside_path(a.path)]
+    listed = ", ".join(a.path for a in outside[:3]) + (", ..." if len(outside) > 3 else "")
+    return [
+        f"{Path(run_dir) / MANIFEST_NAME}: {len(outside)} artifact path(s) outside the run folder left out ({listed})"
+    ]
+
+
+def is_inside_path(path: str) -> bool:
+    """A manifest path that names a file inside its run folder: relative, no `..`, no drive."""
+    pure = PurePosixPath(path.replace("\\", "/"))
+    return (
+        bool(path)
+        and not pure.is_absolute()
+        and ".." not in pure.parts
+        and ":" not in (pure.parts[0] if pure.parts else "")
+    )
 
 
 def is_run_folder(path: str | Path) -> bool:
