@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,67 +51,45 @@ def command(
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
+    from stepscope.analysis.loader import run_folders
+
+    with _collector_paused_for_a_file(path, executor):
+        options: dict[str, Any] = {
+            "step": step,
+            "drop_last_step": drop_last_step,
+            "top": top,
+            "steps": step_range,
+        }
+        options |= {"jobs": jobs, "executor": executor, "scheduler": scheduler}
+        runs = run_folders(path) if path.is_dir() else []  # (a file: none of the run folders' modules)
+        if runs:
+            _analyze_runs(path, runs, as_json, comm_patterns, wide, **options)
+            return
+        result = _analyze_one(path, comm_patterns, **options)
+        if as_json:
+            from stepscope.cli._common import print_json
+
+            print_json(result)
+            return
+        _print(result, wide)
+
+
+@contextlib.contextmanager
+def _collector_paused_for_a_file(path: Path, executor: str) -> Iterator[None]:
+    """One trace file: its imports, its load (which pauses the collector itself) and its analyses make few
+    reference cycles, and the collector's passes over the modules' objects cost ~3% of a small trace's analyze.
+    (Not for folders: pool workers forked from here would run rank after rank without it; nor with Dask, whose
+    client's event loop makes cycles all along.)"""
     import gc
 
-    # One trace file: its imports, its load (which pauses the collector itself) and its analyses make few reference
-    # cycles, and the collector's passes over the modules' objects cost ~3% of a small trace's analyze. (Not for
-    # folders: pool workers forked from here would run rank after rank without it; nor with Dask, whose client's
-    # event loop makes cycles all along.)
     enabled = gc.isenabled()
     if executor != "dask" and path.is_file():
         gc.disable()
     try:
-        _command(
-            path,
-            step,
-            as_json,
-            drop_last_step,
-            step_range,
-            top,
-            comm_patterns,
-            jobs,
-            executor,
-            scheduler,
-            wide,
-        )
+        yield
     finally:
         if enabled:
             gc.enable()
-
-
-def _command(
-    path: Path,
-    step: int | None,
-    as_json: bool,
-    drop_last_step: bool,
-    step_range: tuple[int | None, int | None] | None,
-    top: int,
-    comm_patterns: tuple[str, ...],
-    jobs: int | None,
-    executor: str,
-    scheduler: str | None,
-    wide: bool,
-) -> None:
-    from stepscope.analysis.loader import run_folders
-
-    options: dict[str, Any] = {
-        "step": step,
-        "drop_last_step": drop_last_step,
-        "top": top,
-        "steps": step_range,
-    }
-    options |= {"jobs": jobs, "executor": executor, "scheduler": scheduler}
-    runs = run_folders(path) if path.is_dir() else []  # (a file: none of the run folders' modules)
-    if runs:
-        _analyze_runs(path, runs, as_json, comm_patterns, wide, **options)
-        return
-    result = _analyze_one(path, comm_patterns, **options)
-    if as_json:
-        from stepscope.cli._common import print_json
-
-        print_json(result)
-        return
-    _print(result, wide)
 
 
 def _step_range(value: str | None) -> tuple[int | None, int | None] | None:
