@@ -1,7 +1,7 @@
 """The reference table builder: slow and simple, the oracle the fast loader is tested against.
 
 `reference_table` builds a `TraceTable` from plain chrome-trace event dicts, one iterable per rank; the fast
-loader (stepscope.analysis.loader) must give the same table for the same events. `reference` reads a trace
+loader (stepscope.analysis.read.loader) must give the same table for the same events. `reference` reads a trace
 file for it, with exact decimals.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.table import (
+from stepscope.analysis.read.table import (
     COLUMNS,
     GPU_CATEGORIES,
     INT_ARGS,

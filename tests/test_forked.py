@@ -15,8 +15,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from stepscope.analysis import _forked, parallel
-from stepscope.analysis.parallel import analyze_path
+from stepscope.analysis.ranks import _forked, parallel
+from stepscope.analysis.ranks.parallel import analyze_path
 from tests._traces import SHARED_TRACES
 
 pytestmark = pytest.mark.skipif(not _forked.available(), reason="no safe os.fork here")

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis import _stream
-from stepscope.analysis._decode import load_whole
-from stepscope.analysis.loader import _merge, load_trace
+from stepscope.analysis.read import _stream
+from stepscope.analysis.read._decode import load_whole
+from stepscope.analysis.read.loader import _merge, load_trace
 from stepscope.cli import main as cli_main
 from stepscope.errors import InputError
 from stepscope.runfolder.layout import MANIFEST_NAME
