@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from stepscope.analysis.read import _stream
 from stepscope.analysis.read._decode import load_whole
-from stepscope.analysis.read.loader import _merge
+from stepscope.analysis.read.loader import merge_tables
 from stepscope.analysis.read.table import TraceTable
 from stepscope.errors import InputError
 
@@ -93,11 +93,11 @@ def inflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def load(path: Path, chunk_bytes: int) -> TraceTable:
-    return _merge([_stream.load_file(path, chunk_bytes=chunk_bytes)])
+    return merge_tables([_stream.load_file(path, chunk_bytes=chunk_bytes)])
 
 
 def whole(path: Path) -> TraceTable:
-    return _merge([load_whole(path, None)])
+    return merge_tables([load_whole(path, None)])
 
 
 @pytest.mark.parametrize("layout", ["compact", "spaced", "pretty", "kineto", "header_after", "comma_first"])

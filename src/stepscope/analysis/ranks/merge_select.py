@@ -43,8 +43,8 @@ from stepscope.analysis.read.table import (
     MISSING,
     OLD_CATEGORIES,
     TraceTable,
-    _as_int,
-    _id_as_int,
+    as_int,
+    id_as_int,
 )
 from stepscope.errors import InputError
 
@@ -183,9 +183,9 @@ class _Selection:
                 start, dur = _number(e.ts), _number(e.dur)
                 if start is not None:
                     end = start + max(dur or 0.0, 0.0)
-                    self.ranges.add(_id_as_int(e.pid), _id_as_int(e.tid), start, end)
+                    self.ranges.add(id_as_int(e.pid), id_as_int(e.tid), start, end)
             elif kind & _COMM and isinstance(e.cat, str) and e.cat in _GPU_CATS and e.args is not None:
-                ident = _as_int(e.args.correlation)
+                ident = as_int(e.args.correlation)
                 if ident != MISSING:
                     self.comm_ids.add(ident)
 
@@ -206,7 +206,7 @@ class _Selection:
                 continue
             ident = e.args.correlation if e.args is not None else None
             if type(ident) is not int:  # (an int: the common case, as it is)
-                ident = _as_int(ident)
+                ident = as_int(ident)
             gpu = isinstance(e.cat, str) and e.cat in _GPU_CATS
             if (gpu and kind & _COMM) or (ident != MISSING and ident in ids):
                 keep.append(i)
@@ -215,7 +215,7 @@ class _Selection:
                 continue
             if seen is not None and not gpu:
                 at = _number(e.ts)
-                if at is not None and self.ranges.holds(_id_as_int(e.pid), _id_as_int(e.tid), at):
+                if at is not None and self.ranges.holds(id_as_int(e.pid), id_as_int(e.tid), at):
                     late = late or bool(seen[ident & (_SEEN_BITS - 1)])
                     ids.add(ident)
                     keep.append(i)
@@ -266,10 +266,10 @@ def alignment_table(
     that aligning the ranks and linking their collectives needs (see the module doc); each rank's `source` is
     its file, to be read again for the merge. `patterns`: the user's communication patterns, compiled."""
     from stepscope.analysis.read import loader
-    from stepscope.analysis.read._stream import load_file
+    from stepscope.analysis.read.loader import load_file
 
-    files, window_notices = loader._find_traces(Path(path), step)
-    skipped = loader._Skipped(Path(path).is_dir() and not loader._is_run_folder(path))
+    files, window_notices = loader.find_traces(Path(path), step)
+    skipped = loader.Skipped(Path(path).is_dir() and not loader.is_run_folder(path))
     tables = []
     with tempfile.TemporaryDirectory(prefix="stepscope-merge-") as tmp:
         small = Path(tmp) / "events.json"
@@ -290,6 +290,6 @@ def alignment_table(
             tables.append(table)
     if not tables:
         raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
-    merged = loader._merge(tables)
+    merged = loader.merge_tables(tables)
     merged.notices[:0] = window_notices + skipped.notices
     return merged

@@ -44,8 +44,8 @@ from stepscope.analysis.read.table import (
     STRING_ARGS,
     RankInfo,
     SparseColumn,
-    _as_int,
-    _id_as_int,
+    as_int,
+    id_as_int,
     shapes_message,
 )
 from stepscope.errors import InputError
@@ -236,7 +236,7 @@ class ColumnBuilder:
         if all_ints:
             with contextlib.suppress(OverflowError):
                 return np.fromiter(values, dtype=np.int64, count=len(values))
-        return _codes(values, self._id_values, _id_as_int, np.int64)
+        return _codes(values, self._id_values, id_as_int, np.int64)
 
     def _rare_columns(self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], args: list[Any]) -> None:
         """The args of collectives (record_param_comms), which few events carry: read only where present.
@@ -537,21 +537,21 @@ def _int_column(values: Sequence[Any], *, strict: bool) -> np.ndarray:
         try:
             return np.fromiter(values, dtype=np.int64, count=len(values))
         except OverflowError:
-            return np.array([_as_int(v) for v in values], dtype=np.int64)
+            return np.array([as_int(v) for v in values], dtype=np.int64)
     types = set(map(type, values))
     if types <= {int, type(None)}:
         with contextlib.suppress(OverflowError):
             ints = values if type(None) not in types else [MISSING if v is None else v for v in values]
             return np.fromiter(ints, dtype=np.int64, count=len(values))
     try:  # few distinct non-int values: convert each once
-        cache = {v: _as_int(v) for v in set(values) if type(v) is not int}
+        cache = {v: as_int(v) for v in set(values) if type(v) is not int}
         fast = [v if type(v) is int else cache[v] for v in values]
     except (TypeError, KeyError):  # unhashable args values, or 1 and 1.0 sharing a hash
-        fast = [v if type(v) is int else _as_int(v) for v in values]
+        fast = [v if type(v) is int else as_int(v) for v in values]
     try:
         return np.fromiter(fast, dtype=np.int64, count=len(fast))
     except OverflowError:
-        return np.array([_as_int(v) for v in fast], dtype=np.int64)
+        return np.array([as_int(v) for v in fast], dtype=np.int64)
 
 
 def _strict_all_ints(values: list[Any]) -> bool:

@@ -43,6 +43,7 @@ from stepscope.analysis.read.limits import (
     max_input_bytes,
 )
 from stepscope.analysis.read.table import MISSING, RankInfo
+from stepscope.analysis.tasks import fork_is_safe, run_tasks
 from stepscope.errors import InputError
 
 SPLIT_MIN_BYTES = 64 << 20  # below this a file is read by one process: a pool costs more than it saves
@@ -191,41 +192,32 @@ def _run(
     chunk_bytes: int,
     spill: Path | None,
 ) -> list[_StretchResult] | None:
-    """The stretches' results in order, each read in a worker process; None when any failed."""
+    """The stretches' results in order, each read by a task on the task runner; None when any failed."""
     global _FRACTIONS
     import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    context = multiprocessing.get_context(method)
     sizes = [s.stop - s.start for s in stretches]
+    # where the workers are forked, they report how far they are through shared memory they inherit
+    _FRACTIONS = multiprocessing.Array("d", len(stretches), lock=False) if fork_is_safe() else None
+
+    def report() -> None:
+        if progress is not None and _FRACTIONS is not None:
+            read = sum(f * n for f, n in zip(_FRACTIONS[:], sizes, strict=True))
+            progress(0.95 * read / max(sum(sizes), 1))
+
+    folder = None if spill is None else str(spill)
+    tasks = [(str(path), s, flows, chunk_bytes, folder) for s in stretches]
+    results: list[_StretchResult | None] = [None] * len(stretches)
     try:
-        _FRACTIONS = context.Array("d", len(stretches), lock=False) if method == "fork" else None
-        pool = ProcessPoolExecutor(max_workers=min(processes, len(stretches)), mp_context=context)
-        futures = [
-            pool.submit(
-                _read_stretch, str(path), s, flows, chunk_bytes, None if spill is None else str(spill)
-            )
-            for s in stretches
-        ]
-    except (OSError, RuntimeError):
-        return None
-    try:
-        with pool:
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_EXCEPTION)
-                if any(f.exception() is not None or f.result() is None for f in done):
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    return None
-                if progress is not None and _FRACTIONS is not None:
-                    read = sum(f * n for f, n in zip(_FRACTIONS[:], sizes, strict=True))
-                    progress(0.95 * read / max(sum(sizes), 1))
-            return [r for r in (f.result() for f in futures) if r is not None]
-    except OSError:
+        for i, result in run_tasks(_read_stretch, tasks, workers=processes, weights=sizes, poll=report):
+            if result is None:
+                return None  # (the stretches not started are cancelled)
+            results[i] = result
+    except Exception:  # whatever it was, the one-process reader says it properly
         return None
     finally:
         _FRACTIONS = None
+    return [r for r in results if r is not None]
 
 
 def _read_stretch(

@@ -28,9 +28,23 @@ from stepscope.analysis.read.table import (
     TraceTable,
     concatenate_columns,
 )
+from stepscope.analysis.tasks import ProgressCallback, run_tasks
 from stepscope.errors import InputError
 
-__all__ = ["load_trace", "run_folders", "trace_files"]
+__all__ = [
+    "FileProgress",
+    "Skipped",
+    "assign_ranks",
+    "estimated_json_bytes",
+    "find_traces",
+    "load_file",
+    "load_trace",
+    "merge_tables",
+    "run_folders",
+    "skipping",
+    "split_merged",
+    "trace_files",
+]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Use worker processes when at least this many bytes of JSON (estimated) are spread over several files.
@@ -45,10 +59,10 @@ def trace_files(path: str | Path, *, step: int | None = None) -> list[tuple[Path
     A run folder holds one trace per rank per profiled window: `step` picks the window ending at that step,
     by default each rank's latest.
     """
-    return _find_traces(Path(path), step)[0]
+    return find_traces(Path(path), step)[0]
 
 
-def _find_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
+def find_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
     try:
         return _list_traces(p, step)
     except PermissionError as exc:  # a folder without search or read permission, on the way or at the end
@@ -189,7 +203,6 @@ def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int 
 
 
 # --- several files: ranks, pool, merge ----------------------------------------------------------------
-ProgressCallback = Callable[[int, int, str], None]  # (bytes done, bytes in all, file at work)
 
 
 def load_trace(
@@ -212,16 +225,16 @@ def load_trace(
     no analysis reads; leaving them out saves about a third of the rows of a GPU trace).
     Raises InputError naming the file and the problem.
     """
-    files, window_notices = _find_traces(Path(path), step)
+    files, window_notices = find_traces(Path(path), step)
     # In a plain folder, JSON files that are not chrome traces (an execution trace, a config) are skipped.
-    skipped = _skipping(path)
-    sizes = [_estimated_json_bytes(f) for f, _ in files]
+    skipped = skipping(path)
+    sizes = [estimated_json_bytes(f) for f, _ in files]
     if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
         keep_freed_memory()
     n_workers = _choose_workers(workers, sizes)
     tables = _load_in_pool(files, sizes, n_workers, progress, skipped, flows) if n_workers > 1 else None
     if tables is None and len(files) == 1 and workers is not None and workers > 1:
-        (file, hint), bar = files[0], _Progress(sizes[0], progress)
+        (file, hint), bar = files[0], FileProgress(sizes[0], progress)
         try:
             tables = [load_file_split(file, hint, workers, bar.reporter(file.name, 0, sizes[0]), flows=flows)]
         except InputError as exc:
@@ -229,7 +242,7 @@ def load_trace(
             tables = []
     if tables is None:
         skipped.notices.clear()
-        bar = _Progress(sum(sizes), progress)
+        bar = FileProgress(sum(sizes), progress)
         tables = []
         done = 0
         for (file, hint), size in zip(files, sizes, strict=True):
@@ -241,18 +254,18 @@ def load_trace(
         bar.update(done, "")
     if not tables:
         raise skipped.nothing_left(path)
-    table = _merge(tables)
+    table = merge_tables(tables)
     table.notices[:0] = window_notices + skipped.notices
     return table
 
 
-def _is_run_folder(path: str | Path) -> bool:
+def is_run_folder(path: str | Path) -> bool:
     from stepscope.runfolder import is_run_folder
 
     return is_run_folder(path)
 
 
-class _Skipped:
+class Skipped:
     """Files that are left out with a notice instead of an error: in a plain folder, JSON files that are not
     chrome traces; in a run folder, a rank's trace that cannot be read (a damaged artifact never stops the
     reading of the others). `first` keeps the first such error: raised when no file is left."""
@@ -278,14 +291,14 @@ class _Skipped:
         return self.first or InputError(path, "directory has no chrome traces (JSON with traceEvents)")
 
 
-def _skipping(path: str | Path) -> _Skipped:
+def skipping(path: str | Path) -> Skipped:
     if not Path(path).is_dir():  # one file (and no run-folder modules to import for it)
-        return _Skipped(False)
-    run_folder = _is_run_folder(path)
-    return _Skipped(not run_folder, run_folder)
+        return Skipped(False)
+    run_folder = is_run_folder(path)
+    return Skipped(not run_folder, run_folder)
 
 
-def _estimated_json_bytes(path: Path) -> int:
+def estimated_json_bytes(path: Path) -> int:
     """Size of the JSON: a gzip file's last 4 bytes hold it (modulo 4 GiB)."""
     try:
         size = path.stat().st_size
@@ -314,7 +327,7 @@ def _choose_workers(workers: int | None, sizes: list[int]) -> int:
 
 
 def _load_or_error(path: Path, hint: int | None, flows: bool) -> FileTable | tuple[str, str]:
-    """Pool worker: InputError comes back as (path, problem), which pickles without surprises."""
+    """Task: InputError comes back as (path, problem), which pickles without surprises."""
     try:
         return load_file(path, hint, flows=flows)
     except InputError as exc:
@@ -326,45 +339,31 @@ def _load_in_pool(
     sizes: list[int],
     n_workers: int,
     progress: ProgressCallback | None,
-    skipped: _Skipped,
+    skipped: Skipped,
     flows: bool,
-) -> list[FileTable] | None:
-    """Decode the files in worker processes; None when no pool can run (the caller loads serially)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-
-    # fork where there is one: spawn would re-import the caller's __main__ (scripts without a main guard
-    # break). Workers are all forked at the first submit, before the progress bar starts a thread.
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+) -> list[FileTable]:
+    """Decode the files on the task runner's processes (in this process when none can run)."""
     results: dict[int, FileTable | None] = {}
-    try:
-        pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=multiprocessing.get_context(method))
-        futures = {pool.submit(_load_or_error, f, hint, flows): i for i, (f, hint) in enumerate(files)}
-    except (OSError, RuntimeError):
-        return None
-    bar = _Progress(sum(sizes), progress)
-    with pool:
-        try:
-            for future in as_completed(futures):
-                i = futures[future]
-                result = future.result()
-                if isinstance(result, tuple):
-                    try:
-                        skipped.skip_or_raise(InputError(*result))
-                    except InputError:
-                        pool.shutdown(wait=False, cancel_futures=True)
-                        raise
-                    results[i] = None
-                else:
-                    results[i] = result
-                bar.update(sum(sizes[j] for j in results), files[i][0].name)
-        except (BrokenProcessPool, OSError):
-            return None
+    done = run_tasks(
+        _load_or_error,
+        [(f, hint, flows) for f, hint in files],
+        workers=n_workers,
+        weights=sizes,
+        labels=[f.name for f, _ in files],
+        progress=progress,
+    )
+    for i, result in done:
+        if isinstance(result, tuple):
+            skipped.skip_or_raise(
+                InputError(*result)
+            )  # (an error that is raised stops the tasks not started)
+            results[i] = None
+        else:
+            results[i] = result
     return [t for t in (results[i] for i in range(len(files))) if t is not None]
 
 
-def _assign_ranks(tables: list[FileTable]) -> list[str]:
+def assign_ranks(tables: list[FileTable]) -> list[str]:
     """Give every file a distinct rank: declared ones first (path order), then the lowest free ranks."""
     notices: list[str] = []
     taken: dict[int, str] = {}
@@ -391,7 +390,7 @@ def _assign_ranks(tables: list[FileTable]) -> list[str]:
     return notices
 
 
-def _split_merged(tables: list[FileTable]) -> list[FileTable]:
+def split_merged(tables: list[FileTable]) -> list[FileTable]:
     """A trace written by `stepscope merge` holds one process per rank: each becomes a table of its own."""
     out = []
     for t in tables:
@@ -427,9 +426,9 @@ def _merged_pids(header: Any) -> dict[int, tuple[int, int | None, str | None]] |
     return out or None
 
 
-def _merge(tables: list[FileTable]) -> TraceTable:
-    tables = _split_merged(tables)
-    notices = _assign_ranks(tables)
+def merge_tables(tables: list[FileTable]) -> TraceTable:
+    tables = split_merged(tables)
+    notices = assign_ranks(tables)
     tables = sorted(tables, key=lambda t: t.info.rank)
     names: dict[str, int] = {}
     cats: dict[str, int] = {}
@@ -465,7 +464,7 @@ def _join(parts: list[Any], dtype: str) -> Any:
     return column.astype(dtype, copy=False)
 
 
-class _Progress:
+class FileProgress:
     """Turns per-file progress into (done, total, label) calls of the caller's callback (if any)."""
 
     def __init__(self, total_bytes: int, callback: ProgressCallback | None) -> None:

@@ -355,7 +355,7 @@ class TraceTable:
         return sorted(self.ranks) if self.ranks else sorted(set(self.columns["rank"].tolist()))
 
 
-def _as_int(value: Any) -> int:
+def as_int(value: Any) -> int:
     """An int64 arg value, or -1 (absent, not a number, or beyond int64: some traces carry such ids)."""
     if isinstance(value, bool) or value is None:
         return MISSING
@@ -364,18 +364,18 @@ def _as_int(value: Any) -> int:
     if isinstance(value, float) and value == value and abs(value) < 2**63:
         return int(value)
     if isinstance(value, Decimal) and value.is_finite():  # read like the loader: through float64
-        return _as_int(float(value))
+        return as_int(float(value))
     return MISSING
 
 
-def _id_as_int(value: Any) -> int:
+def id_as_int(value: Any) -> int:
     """pid / tid: ints as they are; old traces write tids as strings ('5555', 'stream 7')."""
     if isinstance(value, str):
         digits = value[7:] if value.startswith("stream ") else value
         if digits.isdecimal() and digits.isascii() and len(digits) < 19:
             return int(digits)
         return MISSING
-    return _as_int(value)
+    return as_int(value)
 
 
 _INT64_MAX = 2**63 - 1
