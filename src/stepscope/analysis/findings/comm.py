@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.findings.comm_rank import COMM_BOUND
 from stepscope.analysis.findings.pricing import Finding, price_of, price_per_step, priced
+from stepscope.analysis.findings.registry import Rule
 from stepscope.analysis.rank.collectives import Instances
 from stepscope.analysis.rank.comm_names import algorithm_bytes
 from stepscope.analysis.rank.prepare import RankSummary
@@ -29,6 +31,13 @@ COLLECTIVE_SLOW_MIN_INSTANCES = 3  # ... among at least this many instances of t
 COLLECTIVE_SLOW_MIN_BYTES = 1 << 20  # ... of at least this size (smaller ones measure latency, not bandwidth)
 
 TRACE_ALL = 'trace every rank (profiled_ranks="all", or --profiled-ranks all) to split waiting from transfer'
+
+
+COMM_WAIT_UNKNOWN = Rule("comm_wait_unknown", "overview", "")
+COLLECTIVE_SLOW = Rule(
+    "collective_slow", "communication", "the transfer time beyond what the run's reference bandwidth needs"
+)
+RULES = (COMM_WAIT_UNKNOWN, COLLECTIVE_SLOW)  # (COMM_BOUND: comm_rank.py's, priced here on CPU backends)
 
 
 def waiting_known(
@@ -81,7 +90,7 @@ def _cpu_comm_bound(
     transfer = iv.merge(start + waits[known], end)
     price = price_of(data, transfer, min_pct=COMM_CPU_MIN_PCT)
     return priced(
-        "comm_bound",
+        COMM_BOUND.id,
         data.rank,
         price,
         "time in which a CPU-backend collective transfers data (after the last rank arrived)",
@@ -114,7 +123,7 @@ def _wait_unknown(data: RankSummary, inst: Instances, known: np.ndarray, traced:
     else:
         who = "they could not be matched with the same collectives on the other ranks"
     return Finding(
-        "comm_wait_unknown",
+        COMM_WAIT_UNKNOWN.id,
         "info",
         data.rank,
         f"Collectives on the CPU backend take {fmt_ms(price.ms)} per step ({fmt_pct(price.pct)} of the step)"
@@ -178,7 +187,7 @@ def _collective_slow(
         price = price_per_step(data, at, np.array([x[1] for x in slow]))
         worst = min(slow, key=lambda x: x[2] / x[3])
         found = priced(
-            "collective_slow",
+            COLLECTIVE_SLOW.id,
             rank,
             price,
             "transfer time beyond what the reference bandwidth needs",
