@@ -17,7 +17,7 @@ from stepscope.analysis.findings.pricing import Finding, price_of, price_per_ste
 from stepscope.analysis.findings.registry import Rule
 from stepscope.analysis.rank.collectives import Instances
 from stepscope.analysis.rank.comm_names import algorithm_bytes
-from stepscope.analysis.rank.prepare import RankSummary
+from stepscope.analysis.rank.prepare import RankDigest
 from stepscope.analysis.ranks.distributed import Distributed
 from stepscope.analysis.stats import quantile
 from stepscope.units import fmt_ms, fmt_pct
@@ -41,7 +41,7 @@ RULES = (COMM_WAIT_UNKNOWN, COLLECTIVE_SLOW)  # (COMM_BOUND: comm_rank.py's, pri
 
 
 def waiting_known(
-    instances: dict[int, Instances], dist: Distributed, ranks: dict[int, RankSummary]
+    instances: dict[int, Instances], dist: Distributed, ranks: dict[int, RankDigest]
 ) -> dict[int, np.ndarray]:
     """Per rank, per instance: whether its waiting for peers is known, i.e. it was matched with the instances of
     every rank of its process group (the group's size from the trace, else the job's world size)."""
@@ -58,7 +58,7 @@ def waiting_known(
 
 
 def comm_findings(
-    instances: dict[int, Instances], dist: Distributed, ranks: dict[int, RankSummary]
+    instances: dict[int, Instances], dist: Distributed, ranks: dict[int, RankDigest]
 ) -> list[Finding]:
     """`comm_bound` and `comm_wait_unknown` for CPU backends (GPU communication is judged per rank from the
     kernels), then `collective_slow`."""
@@ -80,7 +80,7 @@ def comm_findings(
 
 
 def _cpu_comm_bound(
-    data: RankSummary, inst: Instances, known: np.ndarray, waits: np.ndarray
+    data: RankDigest, inst: Instances, known: np.ndarray, waits: np.ndarray
 ) -> Finding | None:
     """The time some collective of the rank transfers data (a backend may run several at once: a union), over
     the instances whose waiting is known."""
@@ -105,7 +105,7 @@ def _cpu_comm_bound(
     )
 
 
-def _wait_unknown(data: RankSummary, inst: Instances, known: np.ndarray, traced: int) -> Finding | None:
+def _wait_unknown(data: RankDigest, inst: Instances, known: np.ndarray, traced: int) -> Finding | None:
     """Collective time whose waiting for peers cannot be told from transfer: said, never priced."""
     unknown = ~known
     if not unknown.any():
@@ -147,7 +147,7 @@ def _collective_slow(
     instances: dict[int, Instances],
     wait_ns: dict[int, np.ndarray],
     known: dict[int, np.ndarray],
-    ranks: dict[int, RankSummary],
+    ranks: dict[int, RankDigest],
 ) -> list[Finding]:
     """Instances whose bandwidth is far below the reference of the same kind and size across the run (only
     those whose waiting is known: the rest may be waiting, not moving data)."""
