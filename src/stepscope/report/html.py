@@ -19,8 +19,9 @@ import msgspec
 
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _compare as compare
+from stepscope.report import _findings
 from stepscope.report import _report_sections as build
-from stepscope.report._page import SECTION_TITLES, Charts
+from stepscope.report.model import SECTION_TITLES, Charts
 
 
 def render_report(data: ReportData) -> str:
@@ -28,7 +29,7 @@ def render_report(data: ReportData) -> str:
 
     pc = Charts()
     sections = build.sections(data, pc)
-    findings = build.findings(data)
+    findings = _findings.findings(data)
     return _render(
         "report.html.j2",
         title=f"stepscope report: {data.title}",
