@@ -204,29 +204,6 @@ def fit_table(table: model.Table, *, wide: bool = False) -> FitTable:
     )
 
 
-class SectionView:
-    """A model section in the terminal: its title, then what it holds, in the page's order (charts are the page's
-    alone)."""
-
-    def __init__(self, section: model.Section, *, wide: bool = False) -> None:
-        self.section = section
-        self.wide = wide
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        s = self.section
-        yield Text(plain(s.title), style="bold")
-        if s.empty:
-            yield Text(plain(s.empty), style="dim")
-        for label, value in s.facts:
-            yield Text(plain(f"{label}: {value}"))
-        for paragraph in s.paragraphs:
-            yield Text(plain(paragraph))
-        for table in s.tables:
-            yield fit_table(table, wide=self.wide)
-        for item in s.items:
-            yield Text(plain(item), overflow="fold")
-
-
 def _cell_width(text: str) -> int:
     return max((len(line) for line in text.split("\n")), default=0)
 
@@ -251,7 +228,6 @@ MIN_NAME_WIDTH = 12
 
 __all__ = [
     "FitTable",
-    "SectionView",
     "distinct_labels",
     "fit_table",
     "fmt_bytes",
