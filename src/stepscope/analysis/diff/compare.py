@@ -227,7 +227,7 @@ def _facts(table: TraceTable, path: str, comm_patterns: Sequence[str]) -> _Facts
     kernels = _by_name(kernel_stats(table))
     ops = _op_totals(op_stats(table, self_ns))
     del self_ns
-    table.row_cache.clear()  # (the analysis makes what it needs itself)
+    table.derived.clear()  # (the analysis makes what it needs itself)
     return _Facts(side, analyze(table, comm_patterns=comm_patterns), kernels, ops, list(table.notices))
 
 
