@@ -74,16 +74,16 @@ def summarize(table: TraceTable, top: int = 10) -> Summary:
     for rank in table.rank_ids():
         ops = op_stats(table, self_ns, rank, groups=groups)
         kernels = kernel_stats(table, rank)
-        in_rank = table.rank == rank
+        in_rank = table.columns["rank"] == rank
         info = table.ranks.get(rank)
         ranks.append(
             RankSummary(
                 rank=rank,
                 source=info.source if info else "",
                 cpu_self_us=_us(int(self_ns.sum(where=in_rank))),
-                kernel_us=_us(int(table.dur[in_rank & table.cat_mask(KERNEL_CATEGORY)].sum())),
-                memcpy_us=_us(int(table.dur[in_rank & table.cat_mask("gpu_memcpy")].sum())),
-                memset_us=_us(int(table.dur[in_rank & table.cat_mask("gpu_memset")].sum())),
+                kernel_us=_us(int(table.columns["dur"][in_rank & table.cat_mask(KERNEL_CATEGORY)].sum())),
+                memcpy_us=_us(int(table.columns["dur"][in_rank & table.cat_mask("gpu_memcpy")].sum())),
+                memset_us=_us(int(table.columns["dur"][in_rank & table.cat_mask("gpu_memset")].sum())),
                 ops=ops[:top] if top > 0 else ops,
                 kernels=kernels[:top] if top > 0 else kernels,
             )
@@ -286,12 +286,12 @@ def op_stats(
 
 def kernel_stats(table: TraceTable, rank: int | None = None) -> list[KernelStat]:
     """Every kernel name with its launches and total time, by total time, descending."""
-    mask = (table.ph == ord("X")) & table.cat_mask(KERNEL_CATEGORY)
+    mask = (table.columns["ph"] == ord("X")) & table.cat_mask(KERNEL_CATEGORY)
     if rank is not None:
-        mask &= table.rank == rank
-    uniq, inverse = unique_inverse(table.name[mask])
+        mask &= table.columns["rank"] == rank
+    uniq, inverse = unique_inverse(table.columns["name"][mask])
     count = np.bincount(inverse, minlength=len(uniq))
-    total = _int_sums(inverse, table.dur[mask], len(uniq))
+    total = _int_sums(inverse, table.columns["dur"][mask], len(uniq))
     grand = int(total.sum())
     stats = [
         KernelStat(

@@ -272,12 +272,6 @@ class TraceTable:
     def __len__(self) -> int:
         return len(self.columns["ts"])
 
-    def __getattr__(self, item: str) -> np.ndarray:
-        columns = self.__dict__.get("columns")
-        if columns is not None and item in columns:
-            return columns[item]
-        raise AttributeError(item)
-
     # --- symbol helpers ---------------------------------------------------------------------------
     def cat_id(self, category: str) -> int:
         """Index of a category, or -1 when no event has it."""
