@@ -116,7 +116,7 @@ def test_nesting_and_self_times_in_small_pieces_are_the_stack_definition(
     table = table_of({0: events})
     assert self_times(table).tolist() == _self_times_by_stack(events)
     tree = op_tree(table, ("cpu_op",))
-    new_thread = tree.new_thread(table)
+    new_thread = tree.new_thread(table.columns)
     start = table.columns["ts"][tree.rows]
     end = start + table.columns["dur"][tree.rows]
     threads = [*np.flatnonzero(new_thread).tolist(), len(start)]

@@ -18,10 +18,8 @@ from stepscope.runfolder.layout import (
     ArtifactKind,
     artifact_path,
 )
+from stepscope.runfolder.entries import MANIFEST_SCHEMA, Artifact, Manifest
 from stepscope.runfolder.manifest import (
-    MANIFEST_SCHEMA,
-    Artifact,
-    Manifest,
     encode_manifest,
     is_run_folder,
     load_manifest,

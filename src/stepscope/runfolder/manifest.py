@@ -21,44 +21,11 @@ import msgspec
 
 from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes
+from stepscope.runfolder.entries import READABLE_SCHEMAS, Artifact, Manifest
 from stepscope.runfolder.files import read_regular
 from stepscope.runfolder.layout import MANIFEST_NAME, ArtifactKind
 from stepscope.runfolder.lock import LOCK_TIMEOUT_S, folder_lock
-
-MANIFEST_SCHEMA = "stepscope.manifest/2"
-# Manifests a reader understands (version 1 had no `schema` per artifact and other kind names).
-READABLE_SCHEMAS = ("stepscope.manifest/1", MANIFEST_SCHEMA)
-
-
-class Artifact(msgspec.Struct, frozen=True, omit_defaults=True):
-    """One file of the run: what it is, who wrote it, for which step, where it lies (relative path), and the
-    schema of its payload when stepscope reads it back."""
-
-    kind: str
-    path: str
-    rank: int | None = None
-    step: int | None = None
-    schema: str | None = None
-
-
-class Manifest(msgspec.Struct):
-    """Index of a run folder. Every rank merges its own facts and artifacts into it under a file lock."""
-
-    schema: str = MANIFEST_SCHEMA
-    run_name: str = ""
-    created: str = ""
-    versions: dict[str, str] = {}
-    hosts: list[str] = []
-    world_size: int = 1
-    profiled_ranks: list[int] = []
-    schedule: dict[str, int] = {}
-    artifacts: list[Artifact] = []
-    notes: list[str] = []
-
-    def of_kind(self, kind: ArtifactKind | str) -> list[Artifact]:
-        kind = str(kind)
-        return [a for a in self.artifacts if a.kind == kind]
-
+from stepscope.runfolder.recover import manifest_from_files
 
 _EMPTY = Manifest()
 _encoder = msgspec.json.Encoder()
@@ -102,7 +69,6 @@ def load_manifest(run_dir: str | Path) -> tuple[Manifest, list[str]]:
     manifest is replaced by the index of the files the layout names (runfolder/recover.py), and files that fit
     the layout but that a whole manifest lacks (a writer stopped, or kept from the lock, before it indexed them)
     are added; a note says so. InputError when the folder has no manifest, or a damaged one and no artifact."""
-    from stepscope.runfolder.recover import manifest_from_files
 
     try:
         manifest = read_manifest(run_dir)
@@ -252,7 +218,6 @@ def _current(run_dir: Path) -> tuple[Manifest, str | None]:
     except InputError as exc:
         if not os.path.lexists(path):
             return Manifest(), None
-        from stepscope.runfolder.recover import manifest_from_files
 
         return manifest_from_files(run_dir), exc.problem
 

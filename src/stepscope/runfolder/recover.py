@@ -12,8 +12,8 @@ import re
 import stat
 from pathlib import Path
 
+from stepscope.runfolder.entries import Artifact, Manifest
 from stepscope.runfolder.layout import OOM_SNAPSHOT_TEMPLATE, TEMPLATES, ArtifactKind
-from stepscope.runfolder.manifest import Artifact, Manifest
 from stepscope.runfolder.payloads import KIND_SCHEMAS
 
 # a folder of artifacts, whose files the writer (TensorBoard) names itself

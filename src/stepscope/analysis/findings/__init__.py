@@ -13,13 +13,14 @@ if TYPE_CHECKING:
     from stepscope.analysis.findings.comm import comm_findings
     from stepscope.analysis.findings.groups import group_across_ranks
     from stepscope.analysis.findings.pricing import Evidence, Finding
-    from stepscope.analysis.findings.registry import Rule, all_rules, section_of
+    from stepscope.analysis.findings.registry import all_rules, section_of
+    from stepscope.analysis.findings.rule import Rule
     from stepscope.analysis.findings.rules import rank_by_cost, rank_findings, straggler_finding
 
 _EXPORTS = {
     "Finding": "pricing",
     "Evidence": "pricing",
-    "Rule": "registry",
+    "Rule": "rule",
     "all_rules": "registry",
     "section_of": "registry",
     "rank_findings": "rules",

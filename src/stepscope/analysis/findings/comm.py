@@ -14,7 +14,7 @@ import numpy as np
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm_rank import COMM_BOUND
 from stepscope.analysis.findings.pricing import Finding, price_of, price_per_step, priced
-from stepscope.analysis.findings.registry import Rule
+from stepscope.analysis.findings.rule import Rule
 from stepscope.analysis.rank.collectives import Instances
 from stepscope.analysis.rank.comm_names import algorithm_bytes
 from stepscope.analysis.rank.prepare import RankDigest

@@ -9,7 +9,7 @@ from stepscope.analysis.findings.pricing import (
     price_of,
     priced,
 )
-from stepscope.analysis.findings.registry import Rule
+from stepscope.analysis.findings.rule import Rule
 from stepscope.analysis.rank.breakdown import Temporal
 from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
 from stepscope.analysis.rank.overlap import CommOverlap

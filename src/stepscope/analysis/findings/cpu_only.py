@@ -13,7 +13,7 @@ from stepscope.analysis.findings.pricing import (
     price_of,
     priced,
 )
-from stepscope.analysis.findings.registry import Rule
+from stepscope.analysis.findings.rule import Rule
 from stepscope.analysis.rank import host
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.stats import median

@@ -20,7 +20,7 @@ from stepscope.analysis.findings.pricing import (
     price_of,
     priced,
 )
-from stepscope.analysis.findings.registry import Rule
+from stepscope.analysis.findings.rule import Rule
 from stepscope.analysis.rank import host
 from stepscope.analysis.rank.kernels import MEMORY, MISSING_TS
 from stepscope.analysis.rank.prepare import RankData
@@ -238,7 +238,7 @@ def _enclosing_op(table: TraceTable, rows: np.ndarray) -> tuple[str, int] | None
         # it on its thread and climbs that op's ancestors until one ends no earlier than the query
         start, end = ts[ops], ts[ops] + dur[ops]
         pid = table.columns["pid"]
-        bounds = np.append(np.flatnonzero(tree.new_thread(table)), len(ops)).tolist()
+        bounds = np.append(np.flatnonzero(tree.new_thread(table.columns)), len(ops)).tolist()
         q = rows[queries]
         q_start, q_end, q_pid, q_tid = ts[q], ts[q] + dur[q], pid[q], tid[q]
         cand = np.full(len(q), -1, dtype=np.int64)

@@ -4,30 +4,19 @@ rules.py); `all_rules()` gathers them, and the report asks `section_of` where a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
+
+from stepscope.analysis.findings import comm, comm_rank, cpu_only, gpu_idle, rules
+from stepscope.analysis.findings.rule import Rule
 
 __all__ = ["Rule", "all_rules", "section_of"]
 
 DEFAULT_SECTION = "overview"
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One kind of finding. `section`: the report section with its evidence (overview, gpu, ops,
-    communication, ranks); `priced_by`: what its `cost_ms_per_step` measures ("" for a finding without a
-    price)."""
-
-    id: str
-    section: str
-    priced_by: str
-
-
 @cache
 def all_rules() -> dict[str, Rule]:
     """Every rule of every family, by id."""
-    from stepscope.analysis.findings import comm, comm_rank, cpu_only, gpu_idle, rules
-
     out: dict[str, Rule] = {}
     for family in (gpu_idle, comm_rank, cpu_only, comm, rules):
         for rule in family.RULES:

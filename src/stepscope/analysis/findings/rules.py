@@ -37,7 +37,7 @@ from stepscope.analysis.findings.pricing import (
     Finding,
     severity_of,
 )
-from stepscope.analysis.findings.registry import Rule
+from stepscope.analysis.findings.rule import Rule
 from stepscope.analysis.rank import host
 from stepscope.analysis.rank.breakdown import Temporal
 from stepscope.analysis.rank.overlap import CommOverlap

@@ -176,7 +176,9 @@ def small_top_level_ops(table: TraceTable, lo: int, hi: int, max_ns: int) -> tup
     # (on a big trace every n-long array is tens of MB: they are filtered by masks, reused, dropped early)
     top = tree.parent < 0
     rows = tree.rows[top]
-    thread = np.cumsum(tree.new_thread(table), dtype=np.int32 if len(tree.rows) < 2**31 else np.int64)[top]
+    thread = np.cumsum(
+        tree.new_thread(table.columns), dtype=np.int32 if len(tree.rows) < 2**31 else np.int64
+    )[top]
     del top
     start = table.columns["ts"][rows]
     inside = start >= lo

@@ -10,15 +10,12 @@ shared by every caller.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-
-if TYPE_CHECKING:
-    from stepscope.analysis.read.table import TraceTable
 
 __all__ = ["THREAD_KEYS", "DerivedRows", "OpTree", "is_constant", "new_thread_mask"]
 
@@ -37,9 +34,8 @@ class OpTree:
     parent: np.ndarray  # position in `rows` of the enclosing event, -1 for none
     nested: bool = False  # every thread's events nest (each inside its parent, siblings apart)
 
-    def new_thread(self, table: TraceTable) -> np.ndarray:
-        """True where a thread's events begin in `rows`."""
-        columns = table.columns
+    def new_thread(self, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """True where a thread's events begin in `rows` (`columns`: the table's)."""
         new = new_thread_mask([], len(self.rows))
         for (
             k

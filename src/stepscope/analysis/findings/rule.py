@@ -1,0 +1,18 @@
+"""`Rule`: what a family of findings declares about each kind of finding it raises (registry.py gathers them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Rule"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One kind of finding. `section`: the report section with its evidence (overview, gpu, ops,
+    communication, ranks); `priced_by`: what its `cost_ms_per_step` measures ("" for a finding without a
+    price)."""
+
+    id: str
+    section: str
+    priced_by: str
