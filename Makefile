@@ -6,7 +6,7 @@ STAMP := $(VENV)/.stepscope-installed
 # torch is pinned for development; pip finds the CPU wheel on this machine's disk.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint bench clean gpu-check bytecode vega-bundle
+.PHONY: demo test test-fast lint bench-docs bench clean gpu-check bytecode vega-bundle
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,13 @@ demo: bytecode
 	$(VENV)/bin/stepscope demo
 	@echo "stepscope is installed in $(VENV), not on PATH: 'source $(VENV)/bin/activate' runs the README's commands as written"
 
+# The whole suite (CI); the 20 slowest tests are listed at the end so that a test that grows is seen.
 test: bytecode
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
+
+# Everything but the tests marked slow (multi-process jobs, real training runs): a couple of minutes.
+test-fast: bytecode
+	$(PY) -m pytest -q -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
