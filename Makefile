@@ -50,5 +50,9 @@ gpu-check: $(if $(GPU_PYTHON),,$(STAMP))
 vega-bundle: $(STAMP)
 	$(PY) -m stepscope.report._vega src/stepscope/report/templates/vega.js
 
+# docs/benchmarks.md's tables, rendered from the results files the benchmarks write (benchmarks/results/*.json).
+bench-docs: $(STAMP)
+	$(PY) benchmarks/docs_tables.py
+
 clean:
 	rm -rf $(VENV) stepscope_runs gpu_check_out
