@@ -1,15 +1,16 @@
-"""Render docs/benchmarks.md's tables from benchmarks/results/*.json (`make bench-docs`).
+"""Render the benchmark tables of docs/*.md (docs/benchmarks.md, the findings bench of docs/analysis.md) from
+benchmarks/results/*.json (`make bench-docs`).
 
-Each table in the page sits between two markers that name its results file and the command that makes it:
+Each table in a page sits between two markers that name its results file and the command that makes it:
 
     <!-- results NAME: COMMAND -->
     ... generated: the table, its notes and the environment it was measured in ...
     <!-- /results -->
 
 Everything outside the markers (the method) is prose and stays as written. Without a results file the table
-says how to make one. `--check` changes nothing and exits 1 when the page is not what the results files give.
+says how to make one. `--check` changes nothing and exits 1 when a page is not what the results files give.
 
-    .venv/bin/python benchmarks/docs_tables.py [--check] [--doc docs/benchmarks.md] [--results DIR]
+    .venv/bin/python benchmarks/docs_tables.py [--check] [--doc docs/benchmarks.md ...] [--results DIR]
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def environment_line(env: dict[str, Any]) -> str:
     commit = (env.get("commit") or "unknown")[:10] + (" with src/ changed" if env.get("src_changed") else "")
     load = env.get("load_average_at_start")
     load_text = f", load {load[0]:.1f} at start" if load else ""
+    if load and env.get("cpus_usable") and load[0] >= 0.5 * env["cpus_usable"]:
+        load_text += ": a busy machine, times slower and noisier than on a quiet one"
     versions = ", ".join(
         f"{name} {env[key]}"
         for name, key in (("Python", "python"), ("numpy", "numpy"), ("torch", "torch"))
@@ -79,21 +82,28 @@ def render_page(text: str, folder: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument(
+        "--doc", type=Path, action="append", help="default: every docs/*.md with a table marker"
+    )
     parser.add_argument("--results", type=Path, default=None, help="default: benchmarks/results")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the page is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a page is out of date")
     args = parser.parse_args(argv)
     folder = args.results or results_dir()
-    text = args.doc.read_text()
-    page = render_page(text, folder)
+    docs = args.doc or sorted(p for p in (ROOT / "docs").glob("*.md") if MARKER.search(p.read_text()))
+    stale = []
+    for doc in docs:
+        text = doc.read_text()
+        page = render_page(text, folder)
+        if page == text:
+            continue
+        stale.append(doc)
+        if not args.check:
+            doc.write_text(page)
     if args.check:
-        if page != text:
-            print(f"{args.doc} is out of date: run `make bench-docs`", file=sys.stderr)
-            return 1
-        return 0
-    if page != text:
-        args.doc.write_text(page)
-    print(f"{args.doc}: {len(MARKER.findall(text))} tables", file=sys.stderr)
+        for doc in stale:
+            print(f"{doc} is out of date: run `make bench-docs`", file=sys.stderr)
+        return 1 if stale else 0
+    print(f"{len(docs)} pages, {len(stale)} rendered anew", file=sys.stderr)
     return 0
 
 
