@@ -16,6 +16,7 @@ import _results  # noqa: E402
 import docs_tables  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
+pytestmark = pytest.mark.timeout(60)  # file reading and rendering only: seconds
 
 
 @pytest.fixture

@@ -21,6 +21,9 @@ from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training
 
+# each test takes a second or two; a sampler that never stops must not hold the suite for the default 300 s
+pytestmark = pytest.mark.timeout(60)
+
 BASE_FIELDS = [
     "t_s", "unix_time", "process_cpu_percent", "system_cpu_percent", "rss_bytes", "sys_used_bytes", "sys_percent"
 ]  # fmt: skip
