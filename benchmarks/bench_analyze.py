@@ -104,7 +104,7 @@ def peak_rss_mb() -> float:
 def child_ours(path: Path) -> dict[str, Any]:
     """load_trace + analyze + the JSON encoding `stepscope analyze --json` does."""
     from stepscope.analysis.analyze import analyze
-    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.read.loader import load_trace
 
     t0 = time.perf_counter()
     table = load_trace(path)

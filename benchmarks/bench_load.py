@@ -66,7 +66,7 @@ def best_of(repeat: int, fn: Callable[[], Any]) -> float:
 
 def floor_decode(data: bytes) -> None:
     """The least a typed loader must do: parse into the loader's own Structs (GC off), then free them."""
-    from stepscope.analysis._decode import _DECODER
+    from stepscope.analysis.read._decode import _DECODER
 
     gc.disable()
     try:
@@ -91,7 +91,7 @@ def peak_rss(command: list[str]) -> tuple[float, int]:
 
 
 def memory_table(files: list[Path]) -> list[str]:
-    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.read.loader import load_trace
 
     stepscope = str(REPO / ".venv" / "bin" / "stepscope")
     lines = [
@@ -133,7 +133,7 @@ def main() -> int:
     if not TRACES.is_dir():
         print(f"{TRACES} not found: the benchmark needs the shared traces", file=sys.stderr)
         return 2
-    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.read.loader import load_trace
 
     lines = [
         f"Python {platform.python_version()}, msgspec {msgspec.__version__}, {os.cpu_count()} CPUs "

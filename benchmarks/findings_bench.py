@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _results import write_markdown_result
 from findings_cases import CASES, run_jobs
 from stepscope.analysis.analyze import analyze
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.read.loader import load_trace
 
 
 def main() -> int:

@@ -36,7 +36,7 @@ _CHILD = """
 import sys
 import msgspec
 from stepscope.analysis.analyze import analyze
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.read.loader import load_trace
 mode, path = sys.argv[1], sys.argv[2]
 if mode != "imports":
     table = load_trace(path)

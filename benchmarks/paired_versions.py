@@ -25,7 +25,7 @@ CASES = [
 CODE = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.read.loader import load_trace
 from stepscope.analysis.analyze import analyze
 start = time.perf_counter()
 analyze(load_trace(sys.argv[2], workers=1))

@@ -1,7 +1,7 @@
 """The reference table builder: slow and simple, the oracle the fast loader is tested against.
 
 `reference_table` builds a `TraceTable` from plain chrome-trace event dicts, one iterable per rank; the fast
-loader (stepscope.analysis.loader) must give the same table for the same events. `reference` reads a trace
+loader (stepscope.analysis.read.loader) must give the same table for the same events. `reference` reads a trace
 file for it, with exact decimals.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.table import (
+from stepscope.analysis.read.table import (
     COLUMNS,
     GPU_CATEGORIES,
     INT_ARGS,
@@ -27,10 +27,10 @@ from stepscope.analysis.table import (
     STRING_ARGS,
     RankInfo,
     TraceTable,
-    _as_int,
     _clipped,
-    _id_as_int,
+    as_int,
     decimal_us_to_ns,
+    id_as_int,
     shapes_message,
 )
 
@@ -83,23 +83,23 @@ def reference_table(
             rows["cat"].append(intern(cats, cat) if cat is not None else MISSING)
             name = ev.get("name")
             rows["name"].append(intern(names, "" if name is None else str(name)))
-            rows["pid"].append(_id_as_int(ev.get("pid")))
-            rows["tid"].append(_id_as_int(ev.get("tid")))
+            rows["pid"].append(id_as_int(ev.get("pid")))
+            rows["tid"].append(id_as_int(ev.get("tid")))
             rows["ts"].append(_us_to_ns(ev.get("ts")))
             dur = _us_to_ns(ev.get("dur"))
             rows["dur"].append(max(dur, 0))
             is_gpu = cat in GPU_CATEGORIES
-            stream = _as_int(args.get("stream")) if is_gpu else MISSING
+            stream = as_int(args.get("stream")) if is_gpu else MISSING
             rows["stream"].append(stream if -(2**31) <= stream < 2**31 else MISSING)  # int32 column
-            device = _as_int(args.get("device")) if is_gpu else MISSING
+            device = as_int(args.get("device")) if is_gpu else MISSING
             rows["device"].append(device if -(2**31) <= device < 2**31 else MISSING)
-            rows["correlation"].append(_as_int(args.get("correlation")))
-            rows["bytes"].append(_as_int(args.get("bytes")) if is_gpu else MISSING)
+            rows["correlation"].append(as_int(args.get("correlation")))
+            rows["bytes"].append(as_int(args.get("bytes")) if is_gpu else MISSING)
             for key, arg in STRING_ARGS.items():
                 value = args.get(arg)
                 rows["args_" + key].append(intern(names, str(value)) if value is not None else MISSING)
             for key, arg in INT_ARGS.items():
-                rows["args_" + key].append(_as_int(args.get(arg)))
+                rows["args_" + key].append(as_int(args.get(arg)))
             rare = (*STRING_ARGS.values(), *INT_ARGS.values())
             if SHAPED_RANGE_RE.match(str(name)) and all(args.get(arg) is None for arg in rare):
                 message = shapes_message(args.get("Input Dims"), args.get("Input type"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.analysis.table import STRING_ARGS, TraceTable
+from stepscope.analysis.read.table import STRING_ARGS, TraceTable
 
 
 def decoded(table: TraceTable) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from stepscope.analysis.table import TraceTable
+from stepscope.analysis.read.table import TraceTable
 
 SHARED_TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
 
@@ -100,7 +100,7 @@ def table_of(events_by_rank: Mapping[int, Iterable[Event]]) -> TraceTable:
 
 def load(path: Path) -> TraceTable:
     """A trace file or folder as a TraceTable, through the real loader."""
-    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.read.loader import load_trace
 
     return load_trace(path)
 

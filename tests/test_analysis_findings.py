@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from stepscope.analysis.analyze import analyze
-from stepscope.analysis.findings import Finding
+from stepscope.analysis.findings.rules import Finding
 
 from ._traces import cpu, launched, runtime, step, table_of
 from .test_analysis_breakdown import T0, two_step_trace

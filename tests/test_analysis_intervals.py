@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepscope.analysis import _intervals as iv
+from stepscope.analysis import intervals as iv
 
 SIZE = 200
 spans = st.lists(st.tuples(st.integers(0, SIZE), st.integers(0, 40)), max_size=12)

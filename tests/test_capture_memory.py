@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.analysis.snapshot import analyze_memory_file
+from stepscope.analysis.memory.snapshot import analyze_memory_file
 from stepscope.capture import memory as capture_memory
 from stepscope.capture.collector import StepscopeWarning
 from stepscope.runfolder import read_manifest

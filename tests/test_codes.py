@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stepscope.analysis._codes import unique_inverse
+from stepscope.analysis.codes import unique_inverse
 
 
 def _cases() -> list[np.ndarray]:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis._rank import prepare_rank
-from stepscope.analysis.collectives import CollectiveStats, collective_stats, rank_instances
-from stepscope.analysis.comm_names import bus_factor, collective_kind, nccl_algorithm
-from stepscope.analysis.kernels import COMMUNICATION
-from stepscope.analysis.loader import load_trace
-from stepscope.analysis.table import TraceTable
+from stepscope.analysis.rank.collectives import CollectiveStats, collective_stats, rank_instances
+from stepscope.analysis.rank.comm_names import bus_factor, collective_kind, nccl_algorithm
+from stepscope.analysis.rank.kernels import COMMUNICATION
+from stepscope.analysis.rank.prepare import prepare_rank
+from stepscope.analysis.read.loader import load_trace
+from stepscope.analysis.read.table import TraceTable
 
 from ._traces import table_of
 

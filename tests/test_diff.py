@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis.diff import DIFF_SCHEMA, diff_tables
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.diff.compare import DIFF_SCHEMA, diff_tables
+from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 
 from ._traces import SHARED_TRACES, cpu, kernel, step, trace, write

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stepscope.analysis._shift import critical_rank, quantile_shift, shift
-from stepscope.analysis.diff import match_findings
-from stepscope.analysis.diff_steps import step_ranges
+from stepscope.analysis.diff._shift import critical_rank, quantile_shift, shift
+from stepscope.analysis.diff.compare import match_findings
+from stepscope.analysis.diff.steps import step_ranges
 
 MAX_N = 40
 
@@ -157,9 +157,9 @@ def runs_of(base: np.ndarray, test: np.ndarray) -> tuple[Any, Any]:
 
 
 def step_time_gate(base: np.ndarray, test: np.ndarray, tmp: Any) -> Any:
-    from stepscope.analysis.diff import diff_tables
-    from stepscope.analysis.diff_gates import evaluate_gates
-    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.diff.compare import diff_tables
+    from stepscope.analysis.diff.gates import evaluate_gates
+    from stepscope.analysis.read.loader import load_trace
 
     from ._traces import step, trace, write
 

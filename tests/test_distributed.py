@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from stepscope.analysis.analyze import analyze
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.read.loader import load_trace
 from stepscope.capture.collector import StepscopeWarning
 from stepscope.cli import main as cli_main
 from stepscope.errors import InputError

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from stepscope.analysis.analyze import AnalysisResult, analyze
-from stepscope.analysis.findings import Finding
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.findings.rules import Finding
+from stepscope.analysis.read.loader import load_trace
 from stepscope.units import fmt_ms
 
 from .findings_cases import CASES, Case, run_jobs

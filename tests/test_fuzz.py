@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stepscope.analysis.analyze import analyze
-from stepscope.analysis.loader import load_trace
-from stepscope.analysis.snapshot import analyze_memory_file
+from stepscope.analysis.memory.snapshot import analyze_memory_file
+from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main as cli_main
 from stepscope.errors import InputError
 from stepscope.units import BIDI_CODES

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stepscope.analysis.snapshot import analyze_memory_file, analyze_memory_object
+from stepscope.analysis.memory.snapshot import analyze_memory_file, analyze_memory_object
 
 # Runs the command given as its arguments and prints that child's exit status and its own peak RSS in KiB (a
 # child forked straight from pytest would report pytest's peak: ru_maxrss survives fork and exec).

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis import _stream
-from stepscope.analysis._decode import load_whole
-from stepscope.analysis.loader import _merge, load_trace
+from stepscope.analysis.read import _stream
+from stepscope.analysis.read._decode import load_whole
+from stepscope.analysis.read.loader import load_trace, merge_tables
 from stepscope.cli import main as cli_main
 from stepscope.errors import InputError
 from stepscope.runfolder.layout import MANIFEST_NAME
@@ -52,7 +52,7 @@ def whole_error(path: Path) -> str:
 
 
 def load(path: Path, chunk_bytes: int) -> Any:
-    return _merge([_stream.load_file(path, chunk_bytes=chunk_bytes)])
+    return merge_tables([_stream.load_file(path, chunk_bytes=chunk_bytes)])
 
 
 @pytest.mark.usefixtures("streamed")
@@ -98,7 +98,7 @@ def test_the_whole_file_decoder_reads_a_byte_order_mark_too(tmp_path: Path) -> N
     plain = write(tmp_path / "plain.json", TEXT)
     path = tmp_path / "bom.json"
     path.write_bytes(b"\xef\xbb\xbf" + TEXT.encode())
-    assert_same_table(_merge([load_whole(path, None)]), reference(plain, 1))
+    assert_same_table(merge_tables([load_whole(path, None)]), reference(plain, 1))
 
 
 LATE_ERRORS = [

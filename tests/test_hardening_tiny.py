@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stepscope.analysis import _intervals as iv
-from stepscope.analysis import _nesting, summary
+from stepscope.analysis import intervals as iv
 from stepscope.analysis.analyze import analyze
-from stepscope.analysis.diff import diff_paths
-from stepscope.analysis.loader import load_trace
-from stepscope.analysis.summary import op_tree, self_times, summarize
+from stepscope.analysis.diff.compare import diff_paths
+from stepscope.analysis.rank import _nesting, summary
+from stepscope.analysis.rank.summary import op_tree, self_times, summarize
+from stepscope.analysis.read.loader import load_trace
 
 from ._traces import cpu, table_of
 from .test_summary import _nesting_only, _self_times_by_stack

@@ -28,17 +28,22 @@ def modules_of(layer: str) -> list[Path]:
     return sorted((PACKAGE / layer).rglob("*.py"))
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def bad_imports(path: Path, *forbidden: str) -> set[str]:
     return {m for m in imported_modules(path) if any(m == f or m.startswith(f + ".") for f in forbidden)}
 
 
-@pytest.mark.parametrize("path", modules_of("analysis"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", modules_of("analysis"), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_analysis_imports_neither_torch_nor_rich_nor_capture(path: Path) -> None:
     bad = bad_imports(path, "torch", "rich", "stepscope.capture", "stepscope.report", "stepscope.cli")
     assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
-@pytest.mark.parametrize("path", modules_of("runfolder"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", modules_of("runfolder"), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_runfolder_imports_no_other_layer(path: Path) -> None:
     bad = bad_imports(
         path, "torch", "rich", "stepscope.capture", "stepscope.analysis", "stepscope.report", "stepscope.cli"
@@ -46,7 +51,7 @@ def test_runfolder_imports_no_other_layer(path: Path) -> None:
     assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
-@pytest.mark.parametrize("path", modules_of("report"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", modules_of("report"), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_report_never_imports_capture_and_reporters_never_import_each_other(path: Path) -> None:
     bad = bad_imports(path, "stepscope.capture", "stepscope.cli", "torch")
     # shared helpers: the terminal's, and the private modules of the HTML pages (report._page, report._charts, ...)
@@ -69,14 +74,14 @@ def test_top_level_holds_only_entry_points() -> None:
     assert layers == ["analysis", "capture", "cli", "integrations", "report", "runfolder"]
 
 
-@pytest.mark.parametrize("path", modules_of("capture"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", modules_of("capture"), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_capture_does_not_import_analysis(path: Path) -> None:
     bad = {m for m in imported_modules(path) if m.startswith("stepscope.analysis")}
     assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
 def test_analysis_and_cli_import_without_torch() -> None:
-    modules = [f"stepscope.analysis.{p.stem}" for p in modules_of("analysis") if p.stem != "__init__"]
+    modules = [module_name(p) for p in modules_of("analysis")]
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in modules)

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stepscope.analysis.loader import load_trace
-from stepscope.analysis.table import MISSING
+from stepscope.analysis.read.loader import load_trace
+from stepscope.analysis.read.table import MISSING
 from stepscope.errors import InputError
 from stepscope.runfolder import Artifact, update_manifest
 
@@ -274,7 +274,7 @@ def test_progress_bar_can_be_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_analysis_never_imports_torch() -> None:
     code = (
-        "import sys; import stepscope.analysis.loader, stepscope.analysis.summary, stepscope.analysis.diff, "
+        "import sys; import stepscope.analysis.read.loader, stepscope.analysis.rank.summary, stepscope.analysis.diff.compare, "
         "stepscope.cli.summary, stepscope.cli.diff; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -362,7 +362,7 @@ def test_fast_loader_matches_reference_on_random_traces(tmp_path: Path, events: 
 )
 def test_strict_time_columns_match_the_type_scan(values: list[Any]) -> None:
     # strict chunks skip the scan of value types; the columns must be the same as with it
-    from stepscope.analysis._columns import _ns_from_us
+    from stepscope.analysis.read._columns import _ns_from_us
 
     fast, fast_inexact = _ns_from_us(list(values), strict=True)
     slow, slow_inexact = _ns_from_us(list(values))
@@ -371,7 +371,7 @@ def test_strict_time_columns_match_the_type_scan(values: list[Any]) -> None:
 
 def test_symbol_codes_across_the_byte_boundary() -> None:
     # codes are read as bytes while the lookup is small; past 255 symbols, and for -1, through numpy
-    from stepscope.analysis._columns import _codes
+    from stepscope.analysis.read._columns import _codes
 
     names: dict[str, int] = {}
 

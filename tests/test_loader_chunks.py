@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stepscope.analysis import _stream
-from stepscope.analysis._decode import load_whole
-from stepscope.analysis.loader import _merge
-from stepscope.analysis.table import TraceTable
+from stepscope.analysis.read import _stream
+from stepscope.analysis.read._decode import load_whole
+from stepscope.analysis.read.loader import merge_tables
+from stepscope.analysis.read.table import TraceTable
 from stepscope.errors import InputError
 
 from ._reference import reference
@@ -93,11 +93,11 @@ def inflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def load(path: Path, chunk_bytes: int) -> TraceTable:
-    return _merge([_stream.load_file(path, chunk_bytes=chunk_bytes)])
+    return merge_tables([_stream.load_file(path, chunk_bytes=chunk_bytes)])
 
 
 def whole(path: Path) -> TraceTable:
-    return _merge([load_whole(path, None)])
+    return merge_tables([load_whole(path, None)])
 
 
 @pytest.mark.parametrize("layout", ["compact", "spaced", "pretty", "kineto", "header_after", "comma_first"])
@@ -329,7 +329,7 @@ def test_random_traces_in_chunks_match_reference(
 
 
 def test_small_chunks_are_decoded_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepscope.analysis._columns import ColumnBuilder
+    from stepscope.analysis.read._columns import ColumnBuilder
 
     sizes: list[int] = []
     add = ColumnBuilder.add

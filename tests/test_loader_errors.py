@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stepscope.analysis.loader import load_trace
-from stepscope.analysis.table import TraceTable
+from stepscope.analysis.read.loader import load_trace
+from stepscope.analysis.read.table import TraceTable
 from stepscope.cli import main
 from stepscope.errors import InputError
 

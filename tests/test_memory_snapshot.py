@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepscope.analysis.memory_timeline import downsample
-from stepscope.analysis.snapshot import NO_STACK, analyze_memory_file, analyze_snapshot
+from stepscope.analysis.memory.snapshot import NO_STACK, analyze_memory_file, analyze_snapshot
+from stepscope.analysis.memory.timeline import downsample
 from stepscope.errors import InputError
 
 from .memory_data import BUFFER, MAIN, STEP, KiB, MiB, entry, snapshot

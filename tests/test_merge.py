@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 
 from ._traces import write_trace

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepscope.analysis._numparse import NotANumber, us_texts_to_ns
-from stepscope.analysis.table import decimal_us_to_ns
+from stepscope.analysis.read._numparse import NotANumber, us_texts_to_ns
+from stepscope.analysis.read.table import decimal_us_to_ns
 
 
 def expected(text: str) -> int:

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import stepscope
-from stepscope.analysis.run import load_run
+from stepscope.analysis.run.folder import load_run
 from stepscope.cli import cli
 
 from ._train import make_training

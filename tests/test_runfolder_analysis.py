@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import stepscope
-from stepscope.analysis.loader import load_trace
+from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 from stepscope.errors import InputError
 

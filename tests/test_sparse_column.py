@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from stepscope.analysis.table import MISSING, SparseColumn, concatenate_columns
+from stepscope.analysis.read.table import MISSING, SparseColumn, concatenate_columns
 
 
 def _dense(seed: int, n: int = 500) -> np.ndarray:

@@ -14,7 +14,7 @@ import pytest
 # The ResNet trace has DataLoader ranges and many tiny kernels: the findings that look for a data-loader stall and
 # for tiny kernels ran np.unique / np.isin on it.
 RESNET = "kineto_resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
-NOT_NEEDED = ("numpy.ma", "stepscope.runfolder", "stepscope.analysis.run", "rich._emoji_codes")
+NOT_NEEDED = ("numpy.ma", "stepscope.runfolder", "stepscope.analysis.run.folder", "rich._emoji_codes")
 
 _CHILD = """
 import json, sys

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import stepscope.analysis._split as split
-from stepscope.analysis.loader import load_trace
+import stepscope.analysis.read._split as split
+from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 from stepscope.errors import InputError
 from tests._traces import SHARED_TRACES, cpu, kernel, runtime, step, trace, write

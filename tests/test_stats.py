@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepscope.analysis._stats import fmean, median, quantile
+from stepscope.analysis.stats import fmean, median, quantile
 
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False)
 

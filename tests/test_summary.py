@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepscope.analysis import summary
-from stepscope.analysis.loader import load_trace
-from stepscope.analysis.summary import (
+from stepscope.analysis.rank import summary
+from stepscope.analysis.rank.summary import (
     CPU_OP_CATEGORIES,
     SUMMARY_SCHEMA,
     keep_op_trees,
@@ -19,7 +18,8 @@ from stepscope.analysis.summary import (
     summarize,
     thread_order,
 )
-from stepscope.analysis.summary import _sub_tree as sub_tree
+from stepscope.analysis.rank.summary import _sub_tree as sub_tree
+from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 from stepscope.units import short_name as kernel_label
 

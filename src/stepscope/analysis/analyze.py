@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from stepscope.analysis import _intervals as iv
-from stepscope.analysis._comm_findings import comm_findings
-from stepscope.analysis._finding_groups import group_across_ranks
-from stepscope.analysis._rank import RankData, RankSummary, effective_launch, prepare_rank
-from stepscope.analysis.breakdown import (
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.findings.comm import comm_findings
+from stepscope.analysis.findings.groups import group_across_ranks
+from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_finding
+from stepscope.analysis.rank.breakdown import (
     KernelTypes,
     Temporal,
     TopKernel,
@@ -24,26 +24,26 @@ from stepscope.analysis.breakdown import (
     temporal_breakdown,
     top_kernels,
 )
-from stepscope.analysis.collectives import (
+from stepscope.analysis.rank.collectives import (
     CollectiveStats,
     Instances,
     collective_stats,
     rank_instances,
     wait_intervals,
 )
-from stepscope.analysis.distributed import CrossRank, cross_rank_analysis, summarize_rank
-from stepscope.analysis.findings import Finding, rank_by_cost, rank_findings, straggler_finding
-from stepscope.analysis.idle import StreamIdle, idle_by_stream
-from stepscope.analysis.kernels import COMMUNICATION, compile_patterns
-from stepscope.analysis.overlap import CommOverlap, comm_compute_overlap
-from stepscope.analysis.overview import StepCategories, add_comm_waiting, step_categories
-from stepscope.analysis.steps import StepRow, ns_to_us, step_table
-from stepscope.analysis.straggler import Straggler
-from stepscope.analysis.summary import keep_op_trees
-from stepscope.analysis.table import TraceTable
+from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
+from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
+from stepscope.analysis.rank.overlap import CommOverlap, comm_compute_overlap
+from stepscope.analysis.rank.overview import StepCategories, add_comm_waiting, step_categories
+from stepscope.analysis.rank.prepare import RankData, RankSummary, effective_launch, prepare_rank
+from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
+from stepscope.analysis.rank.summary import keep_op_trees
+from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
+from stepscope.analysis.ranks.straggler import Straggler
+from stepscope.analysis.read.table import TraceTable
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
-    from stepscope.analysis.run import RunFacts
+    from stepscope.analysis.run.folder import RunFacts
 
 SCHEMA = "stepscope.analysis/4"
 

@@ -17,11 +17,11 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis.analyze import AnalysisResult, analyze
-from stepscope.analysis.memory_model import MemoryReport
-from stepscope.analysis.memory_timeline import downsample
-from stepscope.analysis.run import Run, load_run, run_facts
-from stepscope.analysis.summary import Summary, summarize
-from stepscope.analysis.table import TraceTable
+from stepscope.analysis.memory.model import MemoryReport
+from stepscope.analysis.memory.timeline import downsample
+from stepscope.analysis.rank.summary import Summary, summarize
+from stepscope.analysis.read.table import TraceTable
+from stepscope.analysis.run.folder import Run, load_run, run_facts
 from stepscope.errors import StepscopeError
 from stepscope.runfolder import ArtifactKind, is_run_folder
 from stepscope.runfolder.payloads import FlopsReport
@@ -124,7 +124,7 @@ def collect_report(
     notes: list[str] = []
     if table is None and (run is None or run.has_traces):
         if load is None:
-            from stepscope.analysis.loader import load_trace as load
+            from stepscope.analysis.read.loader import load_trace as load
         table = load(path, step=step)
     if table is not None:
         result = analyze(table, comm_patterns=comm_patterns)
@@ -251,7 +251,7 @@ def _series(run: Run) -> RunSeries:
 
 
 def _memory_files(run: Run) -> list[MemoryFile]:
-    from stepscope.analysis.snapshot import analyze_memory_file
+    from stepscope.analysis.memory.snapshot import analyze_memory_file
 
     out = []
     for kind in (ArtifactKind.MEMORY_TIMELINE, ArtifactKind.MEMORY_SNAPSHOT):

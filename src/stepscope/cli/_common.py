@@ -75,7 +75,7 @@ def step_option(fn):  # type: ignore[no-untyped-def]
 
 def load_traces(path: Any, *, step: int | None = None) -> Any:
     """`load_trace` with a progress bar on the terminal when loading takes more than a second."""
-    from stepscope.analysis.loader import load_trace
+    from stepscope.analysis.read.loader import load_trace
     from stepscope.cli._progress import ProgressBar
 
     with ProgressBar() as bar:
@@ -86,7 +86,7 @@ def analyze_traces(path: Any, **options: Any) -> Any:
     """`analyze_path` with a progress bar on the terminal; an executor that cannot run is a usage error."""
     import click
 
-    from stepscope.analysis.parallel import ExecutorError, analyze_path
+    from stepscope.analysis.ranks.parallel import ExecutorError, analyze_path
     from stepscope.cli._progress import ProgressBar
 
     try:
@@ -160,7 +160,7 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
     from stepscope.runfolder import is_run_folder
 
     if is_run_folder(path):
-        from stepscope.analysis.run import read_config
+        from stepscope.analysis.run.folder import read_config
         from stepscope.runfolder import CONFIG_NAME
 
         patterns = read_config(Path(path) / CONFIG_NAME, []).get("comm_patterns")

@@ -51,7 +51,7 @@ def command(
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
-    from stepscope.analysis.loader import run_folders
+    from stepscope.analysis.read.loader import run_folders
 
     with _collector_paused_for_a_file(path, executor):
         options: dict[str, Any] = {
@@ -121,7 +121,7 @@ def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> 
     if not is_run_folder(path):
         return analyze_traces(path, comm_patterns=patterns, **options)
     from stepscope.analysis.analyze import SCHEMA, AnalysisResult
-    from stepscope.analysis.run import load_run, run_facts
+    from stepscope.analysis.run.folder import load_run, run_facts
 
     run = load_run(path)
     if run.has_traces:

@@ -51,8 +51,8 @@ def command(
     """Compare BASE and TEST (each a trace, a folder of traces or a run folder): the step time over every plain
     step of run folders, the profiled window's phases per step, findings that appeared, went or changed, kernels
     and ops. `--step` picks the window of run folders."""
-    from stepscope.analysis.diff import diff_paths
-    from stepscope.analysis.diff_gates import evaluate_gates, parse_gate
+    from stepscope.analysis.diff.compare import diff_paths
+    from stepscope.analysis.diff.gates import evaluate_gates, parse_gate
     from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._common import load_traces, print_notes
 

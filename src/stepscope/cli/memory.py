@@ -30,8 +30,8 @@ from stepscope.units import plain
 def command(snapshot: Path, as_json: bool, html_out: Path | None, top: int) -> None:
     """Analyze SNAPSHOT: a torch.cuda.memory._dump_snapshot pickle (gzip'd or not) or the JSON of
     export_memory_timeline. Only plain containers and scalars are unpickled."""
-    from stepscope.analysis.memory_model import to_document
-    from stepscope.analysis.snapshot import analyze_memory_file
+    from stepscope.analysis.memory.model import to_document
+    from stepscope.analysis.memory.snapshot import analyze_memory_file
     from stepscope.report.memory import MemoryView, memory_html
 
     if html_out is not None:

@@ -48,7 +48,7 @@ def command(
 
     patterns = resolve_patterns(compare if compare is not None else path, comm_patterns)
     if compare is not None:
-        from stepscope.analysis.diff import diff_paths
+        from stepscope.analysis.diff.compare import diff_paths
 
         result = diff_paths(path, compare, step=step, comm_patterns=patterns, load=load_traces)
         html = render_compare(result)

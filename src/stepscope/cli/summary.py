@@ -17,7 +17,7 @@ from stepscope.cli._common import print_json, step_option, wide_option
 )
 def command(path: str, step: int | None, top: int, as_json: bool, wide: bool) -> None:
     """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
-    from stepscope.analysis.summary import summarize
+    from stepscope.analysis.rank.summary import summarize
     from stepscope.cli._common import load_traces
 
     summary = summarize(load_traces(path, step=step), top=top)

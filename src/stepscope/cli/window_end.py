@@ -27,8 +27,8 @@ NICENESS = 10
 
 
 def run_job(job: Job) -> Result:
-    from stepscope.analysis.loader import load_trace
-    from stepscope.analysis.summary import Summary, summarize
+    from stepscope.analysis.rank.summary import Summary, summarize
+    from stepscope.analysis.read.loader import load_trace
 
     plain = Path(job.plain)
     json_bytes = plain.stat().st_size

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepscope.analysis.diff import PHASE_LABELS
+from stepscope.analysis.diff.compare import PHASE_LABELS
 from stepscope.report import _charts as charts
 from stepscope.report._diff_text import (
     change_text,

@@ -3,8 +3,8 @@ which steps were compared, a change with its interval, a finding's change in one
 
 from __future__ import annotations
 
-from stepscope.analysis.diff import PHASE_LABELS, FindingChange
-from stepscope.analysis.diff_steps import StepComparison, StepSample, step_ranges
+from stepscope.analysis.diff.compare import PHASE_LABELS, FindingChange
+from stepscope.analysis.diff.steps import StepComparison, StepSample, step_ranges
 from stepscope.units import fmt_ms
 
 

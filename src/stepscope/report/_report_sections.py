@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from stepscope.analysis.findings import Finding
+from stepscope.analysis.findings.rules import Finding
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
 from stepscope.report._page import (

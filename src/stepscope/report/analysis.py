@@ -10,12 +10,12 @@ from rich.padding import Padding
 from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
-from stepscope.analysis.findings import Finding
+from stepscope.analysis.findings.rules import Finding
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
-    from stepscope.analysis.run import RunFacts
+    from stepscope.analysis.run.folder import RunFacts
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 

@@ -1,4 +1,4 @@
-"""Render a `stepscope.analysis.diff.Diff` (formatting only): the step time and the steps it was compared over,
+"""Render a `stepscope.analysis.diff.compare.Diff` (formatting only): the step time and the steps it was compared over,
 the profiled window's phases per step with their intervals, the findings that came, went or changed, the gates,
 the flagged mean changes, then the largest kernel and op changes per step."""
 
@@ -11,8 +11,8 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.text import Text
 
-from stepscope.analysis.diff import PHASE_LABELS, Delta, Diff
-from stepscope.analysis.diff_steps import StepComparison
+from stepscope.analysis.diff.compare import PHASE_LABELS, Delta, Diff
+from stepscope.analysis.diff.steps import StepComparison
 from stepscope.report._diff_text import (
     change_text,
     fast_change_text,

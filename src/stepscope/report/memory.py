@@ -15,7 +15,7 @@ from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, pl
 from stepscope.runfolder.atomic import atomic_write_text
 
 if TYPE_CHECKING:
-    from stepscope.analysis.memory_model import DeviceMemory, MemoryReport
+    from stepscope.analysis.memory.model import DeviceMemory, MemoryReport
 
 _SPARK = "▁▂▃▄▅▆▇█"
 

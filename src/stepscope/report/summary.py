@@ -1,4 +1,4 @@
-"""Render a `stepscope.analysis.summary.Summary` as rich tables (formatting only)."""
+"""Render a `stepscope.analysis.rank.summary.Summary` as rich tables (formatting only)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
-from stepscope.analysis.summary import RankSummary, Summary
+from stepscope.analysis.rank.summary import RankSummary, Summary
 from stepscope.report.terminal import fmt_pct, fmt_us, make_table, plain
 
 

@@ -1,0 +1,1 @@
+"""What changed between two runs: step times, phases, kernels, ops, findings, and regression gates."""

@@ -1,0 +1,432 @@
+"""What changed between two runs: the step time, the profiled window's phases per step, the findings, step and
+GPU totals, per-op and per-kernel deltas (pure compute).
+
+Each side may be a trace, a folder of traces or a run folder; all its ranks are pooled.
+
+- **Step time** (diff_steps.py): run folders compare every *plain* step (metrics.jsonl), else the profiled steps;
+  the change is the Hodges-Lehmann shift with its 95% interval (_shift.py), significant when it excludes zero.
+- **Phases** of the profiled window (`analyze`'s per-step table): one value per rank and step on each side,
+  compared the same way; the medians are shown.
+- **Findings** are matched by id and rank (or the ranks they hold on, `match_findings`).
+- **Ops and kernels**: ops by self time (see summary.py), kernels by total time, both per profiled step when both
+  runs have steps; the DataLoader's iterators (`_SingleProcessDataLoaderIter`, `_MultiProcessingDataLoaderIter`,
+  ...) count as one op, DATALOADER_OP. Rows are ranked by the absolute change per step and listed when it is at
+  least the threshold (MIN_CHANGE_US or MIN_CHANGE_PCT of the base step, whichever is larger): a window holds too
+  few steps to test each name, so this is a size, not a test. A kernel or op whose mean duration changed by
+  `factor` or more (either way) is flagged only when its change is above the threshold.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.analyze import AnalysisResult, analyze
+from stepscope.analysis.diff._shift import shift
+from stepscope.analysis.diff.findings import FindingChange, finding_changes
+from stepscope.analysis.diff.findings import match_findings as match_findings  # public here too
+from stepscope.analysis.diff.steps import StepComparison, compare_step_times
+from stepscope.analysis.findings.rules import Finding
+from stepscope.analysis.rank.steps import DATALOADER_RE, find_steps
+from stepscope.analysis.rank.summary import (
+    CPU_OP_CATEGORIES,
+    KernelStat,
+    OpStat,
+    kernel_stats,
+    op_stats,
+    self_times,
+)
+from stepscope.analysis.read.table import GPU_CATEGORIES, TraceTable
+from stepscope.analysis.run.folder import Run
+from stepscope.analysis.stats import median
+
+DIFF_SCHEMA = "stepscope.diff/3"
+DEFAULT_FACTOR = 5.0
+MIN_CHANGE_US = 50.0  # ops and kernels: a change under 50 us per step is not listed ...
+MIN_CHANGE_PCT = 1.0  # ... nor one under 1% of the base run's profiled step
+DATALOADER_OP = "DataLoader (any iterator)"
+# The phases of the profiled window, in print order; its step first.
+PHASES = (
+    "profiled_step",
+    "data_loader",
+    "forward",
+    "backward",
+    "optimizer",
+    "communication",
+    "gpu_idle",
+    "other",
+)
+# How the reports name the step time and each phase.
+PHASE_LABELS = {
+    "step_time": "step time",
+    "profiled_step": "step (profiled)",
+    "data_loader": "data loader",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "communication": "communication",
+    "gpu_idle": "GPU idle",
+    "other": "other (outside phases)",
+}
+
+
+class Side(msgspec.Struct):
+    """Totals of one run's traces (all its ranks together)."""
+
+    path: str
+    ranks: list[int]
+    steps: int  # ProfilerStep spans, all ranks
+    step_mean_us: float | None  # mean duration of those spans
+    cpu_self_us: float  # self time of all CPU ops
+    kernel_total_us: float  # sum of kernel durations
+    gpu_busy_us: float  # union of kernel, memcpy and memset intervals, summed over ranks
+    gpu_span_us: float  # first to last GPU activity, summed over ranks
+    gpu_busy_pct: float | None
+    findings: dict[str, int] = {}  # analyze's findings by severity ("high", "medium", "low", "info")
+
+
+class Delta(msgspec.Struct):
+    """One op or kernel name in both runs. Means are None where the name does not occur."""
+
+    name: str
+    status: str  # "added" (only in test), "removed" (only in base), "changed"
+    base_count: int
+    test_count: int
+    delta_count: int
+    base_total_us: float
+    test_total_us: float
+    delta_total_us: float
+    base_mean_us: float | None
+    test_mean_us: float | None
+    mean_ratio: float | None  # test mean / base mean
+    flagged: bool  # mean_ratio >= factor or <= 1 / factor, and the change is above the threshold
+    delta_per_step_us: float = (
+        0.0  # test total per step - base total per step (totals when a run has no steps)
+    )
+    above_threshold: bool = False  # |delta_per_step_us| >= the diff's min_change_us
+
+
+class Phase(msgspec.Struct):
+    """One phase of the profiled window: the median ms per step in each run (null where a run does not show it)
+    and the change, test - base, with its 95% interval (null bounds: too few values)."""
+
+    name: str  # one of PHASES
+    base_ms: float | None
+    test_ms: float | None
+    delta_ms: float | None  # the Hodges-Lehmann shift
+    low_ms: float | None
+    high_ms: float | None
+    change_pct: float | None  # of the base value
+    significant: bool  # the interval excludes zero
+    base_values: int  # values compared: one per rank and profiled step (per rank for CPU collectives)
+    test_values: int
+
+
+class Gate(msgspec.Struct):
+    """A `--fail-on` condition and whether the test run breaches it (diff_gates.py)."""
+
+    expression: str
+    metric: str
+    base: float | None  # ms per step; new_high: HIGH findings in base
+    test: float | None  # ms per step; new_high: HIGH findings in test
+    change_pct: float | None
+    breached: bool
+    delta_ms: float | None = None  # the change and its 95% interval (ms per step)
+    low_ms: float | None = None
+    high_ms: float | None = None
+    reason: str = ""  # why it is breached or not, in words
+
+
+class Diff(msgspec.Struct):
+    schema: str
+    factor: float
+    min_change_us: float  # per step: ops and kernels with smaller changes are not listed
+    base: Side
+    test: Side
+    step_time: StepComparison
+    phases: list[Phase]  # of the profiled window, PHASES order
+    findings: list[FindingChange]  # appeared, then disappeared, then changed; by cost
+    kernels: list[Delta]  # every kernel whose count or total changed, by |delta_per_step_us|
+    ops: list[Delta]  # same for CPU ops (self time)
+    notices: list[str]
+    gates: list[Gate] = []
+
+
+def diff_paths(
+    base: Any,
+    test: Any,
+    *,
+    step: int | None = None,
+    factor: float = DEFAULT_FACTOR,
+    comm_patterns: Sequence[str] = (),
+    load: Callable[..., TraceTable] | None = None,
+) -> Diff:
+    """Compare two paths (a trace, a folder of traces or a run folder each): `--step` picks the window of run
+    folders; a run folder's metrics.jsonl gives the step time over its plain steps. `load(path, step=)` loads
+    traces (load_trace by default)."""
+    from stepscope.analysis.read.loader import load_trace
+    from stepscope.analysis.run.folder import load_run
+    from stepscope.runfolder import is_run_folder
+
+    load = load or load_trace
+    # one run at a time: a run's table goes once what the diff needs of it is taken (two big traces would
+    # otherwise be held at once, with their analyses' caches)
+    base_facts = _facts(load(base, step=step), str(base), comm_patterns)
+    test_facts = _facts(load(test, step=step), str(test), comm_patterns)
+    return _compare(
+        base_facts,
+        test_facts,
+        factor,
+        load_run(base) if is_run_folder(base) else None,
+        load_run(test) if is_run_folder(test) else None,
+    )
+
+
+def diff_tables(
+    base: TraceTable,
+    test: TraceTable,
+    *,
+    base_path: str = "base",
+    test_path: str = "test",
+    factor: float = DEFAULT_FACTOR,
+    comm_patterns: Sequence[str] = (),
+    base_run: Run | None = None,
+    test_run: Run | None = None,
+) -> Diff:
+    """Compare two loaded runs; `base_run` / `test_run`: their run folders, for the step time of plain steps."""
+    return _compare(
+        _facts(base, base_path, comm_patterns),
+        _facts(test, test_path, comm_patterns),
+        factor,
+        base_run,
+        test_run,
+    )
+
+
+# Records of results: compared and printed by identity (see analyze.RankPart).
+@dataclass(eq=False, repr=False)
+class _Facts:
+    """What a diff needs of one run, small: its side, its analysis, its kernels and ops by name, its notices."""
+
+    side: Side
+    result: AnalysisResult
+    kernels: _Totals
+    ops: _Totals
+    notices: list[str]
+
+
+def _facts(table: TraceTable, path: str, comm_patterns: Sequence[str]) -> _Facts:
+    self_ns = self_times(table)
+    side = _side(table, self_ns, path)
+    kernels = _by_name(kernel_stats(table))
+    ops = _op_totals(op_stats(table, self_ns))
+    del self_ns
+    table.row_cache.clear()  # (the analysis makes what it needs itself)
+    return _Facts(side, analyze(table, comm_patterns=comm_patterns), kernels, ops, list(table.notices))
+
+
+def _compare(base: _Facts, test: _Facts, factor: float, base_run: Run | None, test_run: Run | None) -> Diff:
+    b, t = base.side, test.side
+    notices = [f"base: {n}" for n in base.notices] + [f"test: {n}" for n in test.notices]
+    notices += [f"base: {n}" for n in (base_run.notes if base_run else [])]
+    notices += [f"test: {n}" for n in (test_run.notes if test_run else [])]
+    if b.steps != t.steps and b.steps and t.steps:
+        notices.append(
+            f"the runs have {b.steps} and {t.steps} profiler steps: op and kernel totals are per step"
+        )
+    if len(b.ranks) != len(t.ranks):
+        notices.append(f"the runs have {len(b.ranks)} and {len(t.ranks)} ranks: totals pool all ranks")
+    threshold = max(MIN_CHANGE_US, MIN_CHANGE_PCT / 100 * (b.step_mean_us or 0.0))
+    base_result, test_result = base.result, test.result
+    b.findings, t.findings = _by_severity(base_result.findings), _by_severity(test_result.findings)
+    phases = _phases(base_result, test_result)
+    per_step = (b.steps or 1, t.steps or 1) if b.steps and t.steps else (1, 1)
+    return Diff(
+        schema=DIFF_SCHEMA,
+        factor=factor,
+        min_change_us=round(threshold, 3),
+        base=b,
+        test=t,
+        step_time=compare_step_times(base_result, test_result, base_run, test_run),
+        phases=phases,
+        findings=finding_changes(
+            base_result.findings,
+            test_result.findings,
+            threshold,
+            {p.name: None if p.low_ms is None else p.significant for p in phases},
+        ),
+        kernels=_deltas(base.kernels, test.kernels, factor, per_step, threshold),
+        ops=_deltas(base.ops, test.ops, factor, per_step, threshold),
+        notices=notices,
+    )
+
+
+def _phase_values(result: AnalysisResult) -> dict[str, list[float]]:
+    """Every phase's ms per step, one value per rank and profiled step where the step shows the phase."""
+    out: dict[str, list[float]] = {name: [] for name in PHASES}
+    for r in result.ranks:
+        for s in r.steps:
+            named = (s.dataloader_us, s.forward_us, s.backward_us, s.optimizer_us)
+            values = {
+                "profiled_step": s.dur_us,
+                "data_loader": s.dataloader_us,
+                "forward": s.forward_us,
+                "backward": s.backward_us,
+                "optimizer": s.optimizer_us,
+                "communication": s.comm_us,
+                "gpu_idle": s.dur_us * (1 - s.gpu_busy_pct / 100) if s.gpu_busy_pct is not None else None,
+                "other": max(s.dur_us - sum(v or 0.0 for v in named), 0.0),
+            }
+            for name, us in values.items():
+                if us is not None:
+                    out[name].append(us / 1e3)
+    if not out["communication"]:
+        # CPU backends: the collectives' time per step, one value per rank (the per-rank collectives table)
+        out["communication"] = [
+            sum(c.time_ms or 0.0 for c in r.collectives) / r.window.steps
+            for r in result.ranks
+            if r.collectives and r.window.steps
+        ]
+    if not any(v for name, v in out.items() if name not in ("profiled_step", "other")):
+        # no phase at all: "other" would only repeat the step
+        out["other"] = []
+    return out
+
+
+def _phases(base: AnalysisResult, test: AnalysisResult) -> list[Phase]:
+    b, t = _phase_values(base), _phase_values(test)
+    out = []
+    for name in PHASES:
+        bv, tv = b[name], t[name]
+        if not bv and not tv:
+            continue
+        bm = round(median(bv), 4) if bv else None
+        tm = round(median(tv), 4) if tv else None
+        s = shift(bv, tv)
+        delta = _round(s.estimate)
+        out.append(
+            Phase(
+                name,
+                bm,
+                tm,
+                delta,
+                _round(s.low),
+                _round(s.high),
+                round(100.0 * delta / bm, 2) if delta is not None and bm else None,
+                s.significant,
+                len(bv),
+                len(tv),
+            )
+        )
+    return out
+
+
+def _by_severity(findings: list[Finding]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in findings:
+        out[f.severity] = out.get(f.severity, 0) + 1
+    return out
+
+
+def _round(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 4)
+
+
+def _side(table: TraceTable, self_ns: np.ndarray, path: str) -> Side:
+    gpu = (table.ph == ord("X")) & table.cat_mask(*GPU_CATEGORIES)
+    busy = span = 0
+    step_durations: list[int] = []
+    for rank in table.rank_ids():
+        in_rank = table.rank == rank
+        spans = find_steps(table if in_rank.all() else table.select(in_rank))
+        step_durations += (spans.end - spans.start).tolist()
+        rows = gpu & in_rank
+        if rows.any():
+            start, end = table.ts[rows], table.ts[rows] + table.dur[rows]
+            busy += iv.length(iv.merge(start, end))
+            span += int(end.max() - start.min())
+    ops = (table.ph == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES)
+    kernels = (table.ph == ord("X")) & table.cat_mask("kernel")
+    return Side(
+        path=path,
+        ranks=table.rank_ids(),
+        steps=len(step_durations),
+        step_mean_us=_us(sum(step_durations) / len(step_durations)) if step_durations else None,
+        cpu_self_us=_us(int(self_ns.sum(where=ops))),
+        kernel_total_us=_us(int(table.dur.sum(where=kernels))),
+        gpu_busy_us=_us(busy),
+        gpu_span_us=_us(span),
+        gpu_busy_pct=round(100.0 * busy / span, 2) if span else None,
+    )
+
+
+_Totals = dict[str, tuple[int, float]]  # name -> (count, total us)
+
+
+def _by_name(stats: list[KernelStat]) -> _Totals:
+    return {s.name: (s.count, s.total_us) for s in stats}
+
+
+def _op_totals(stats: list[OpStat]) -> _Totals:
+    """Ops by name, the DataLoader's iterator variants as one (DATALOADER_OP)."""
+    out: _Totals = {}
+    for s in stats:
+        name = DATALOADER_OP if _LOADER_OP.search(s.name) else s.name
+        count, total = out.get(name, (0, 0.0))
+        out[name] = (count + s.count, round(total + s.self_us, 3))
+    return out
+
+
+_LOADER_OP = re.compile(r"^enumerate\(DataLoader\)#|" + DATALOADER_RE.pattern + r".*__next__")
+
+
+def _deltas(
+    base: _Totals, test: _Totals, factor: float, steps: tuple[int, int] = (1, 1), floor_us: float = 0.0
+) -> list[Delta]:
+    out = []
+    for name in base.keys() | test.keys():
+        bc, bt = base.get(name, (0, 0.0))
+        tc, tt = test.get(name, (0, 0.0))
+        if (bc, bt) == (tc, tt):
+            continue
+        bm = round(bt / bc, 3) if bc else None
+        tm = round(tt / tc, 3) if tc else None
+        ratio = _ratio(tm, bm) if bm is not None and tm is not None else None
+        per_step = round(tt / steps[1] - bt / steps[0], 3)
+        above = abs(per_step) >= floor_us
+        flagged = above and ratio is not None and (ratio >= factor or ratio <= 1.0 / factor)
+        status = "added" if not bc else "removed" if not tc else "changed"
+        out.append(
+            Delta(
+                name,
+                status,
+                bc,
+                tc,
+                tc - bc,
+                bt,
+                tt,
+                round(tt - bt, 3),
+                bm,
+                tm,
+                ratio,
+                flagged,
+                per_step,
+                above,
+            )
+        )
+    out.sort(key=lambda d: (-abs(d.delta_per_step_us), -abs(d.delta_count), d.name))
+    return out
+
+
+def _ratio(new: float, old: float | None) -> float | None:
+    return round(new / old, 4) if old else None
+
+
+def _us(ns: float) -> float:
+    return round(ns / 1000.0, 3)

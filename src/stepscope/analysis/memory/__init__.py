@@ -1,0 +1,1 @@
+"""CUDA memory snapshots and memory timelines, read without unpickling arbitrary objects."""

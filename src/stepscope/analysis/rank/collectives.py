@@ -1,0 +1,377 @@
+"""Collectives of one rank's window: the instances (one per collective the rank took part in) and, per kind and
+process group, the count, message size, time, algorithm and bandwidth.
+
+Each collective leaves several events in a trace: the c10d op (`c10d::allreduce_`), `record_param_comms` (args
+`Collective name`, `In msg nelems`, `Out msg nelems`, `dtype`, `Group size`, `Process Group Name`), the backend's
+range (`nccl:all_reduce`, `gloo:all_reduce`) and, on GPUs, the kernels. An instance is taken from the first
+source that times the collective itself:
+
+1. communication kernels (by name or launch context, see kernels.py): the kernels launched inside one
+   collective CPU range form one instance; a kernel launched outside any is one by itself. Device time.
+2. without them, the ranges of CPU backends (gloo, mpi, ucc), which run the collective on the backend's
+   thread. CPU time.
+3. without either, the collective is only counted, from record_param_comms, else the backend ranges (their
+   time is the CPU enqueue of an NCCL job whose kernels were not recorded), else the c10d ops.
+
+Sizes come from the args of the kernel, else of the launching record_param_comms, else (gloo) from the
+recorded shapes of the range (record_shapes=True). Events count when they are issued inside the window.
+
+Time is a union: a backend runs collectives concurrently (DDP's gradient buckets on gloo's threads, NCCL's
+streams), and an instant in two of them is one instant of communication, never two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.rank.comm_names import (
+    BACKEND_RANGE,
+    CPU_BACKENDS,
+    algorithm_bytes,
+    bus_factor,
+    collective_kind,
+    cpu_collective,
+    element_bytes,
+    kernel_collective,
+    nccl_algorithm,
+)
+from stepscope.analysis.rank.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
+from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.read.table import MISSING, TraceTable
+
+SOURCES = ("kernel", "backend_range", "record_param_comms", "c10d_op")
+_X = ord("X")
+
+
+# Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
+# would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
+@dataclass(eq=False, repr=False)
+class Instances:
+    """The collectives of one rank, one entry each; times in ns on the rank's own clock."""
+
+    rank: int
+    source: str | None  # one of SOURCES; None: no collective
+    time_source: str | None  # "device", "cpu" (gloo/mpi/ucc), "cpu enqueue" (NCCL without kernels), None
+    kind: list[str]
+    group: list[str]  # process-group name; "" when the trace does not say
+    group_size: np.ndarray  # -1 unknown
+    issue: np.ndarray  # when the rank issued it (kernel launch, range start)
+    start: np.ndarray
+    end: np.ndarray
+    in_bytes: np.ndarray  # -1 unknown
+    out_bytes: np.ndarray
+    dtype: list[str]
+    algorithm: list[str]  # NCCL's RING_LL, ...; "" unknown
+    row: np.ndarray  # the row (in the rank's table) of the event that shows it: its first kernel, its range
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def timed(self) -> bool:
+        """Start and end are the collective itself (kernels or CPU backend ranges), fit for matching."""
+        return self.time_source in ("device", "cpu")
+
+
+class CollectiveStats(msgspec.Struct):
+    """One kind of collective in one process group on one rank, over the analysed window."""
+
+    rank: int
+    kind: str
+    group: str | None  # process-group name, null when the trace does not say
+    group_size: int | None
+    count: int
+    source: str  # kernel | backend_range | record_param_comms | c10d_op
+    bytes: int | None  # input messages summed; null when the trace lacks a size
+    time_ms: float | None  # summed duration of the instances
+    time_source: str | None  # "device" (kernels), "cpu" (gloo/mpi/ucc range), "cpu enqueue", null
+    wait_ms: float | None  # of time_ms, waiting for the last rank to arrive (null: not matched across ranks)
+    transfer_ms: float | None  # time_ms - wait_ms; time_ms when not matched
+    algbw_gbps: float | None  # algorithm bytes / transfer time (GB/s, 1e9 bytes)
+    busbw_gbps: float | None  # algbw x nccl-tests' factor for the kind and group size
+    algorithms: list[str]
+    dtypes: list[str]
+
+
+def rank_instances(data: RankData, world_size: int | None = None) -> Instances:
+    """The collectives of one prepared rank, issued inside its window."""
+    table = data.table
+    comm = data.gpu.of_kind(COMMUNICATION)
+    comm = comm.select(comm.cat == table.cat_id("kernel")) if len(comm) else comm
+    if len(comm):
+        return _kernel_instances(data, comm)
+    ranges = _cpu_rows(table, data.lo, data.hi)
+    backend = [r for r in ranges if r[1] == "backend_range" and _backend(table, r[0]) in CPU_BACKENDS]
+    if backend:
+        return _range_instances(table, data.rank, backend, world_size)
+    return _counted_instances(table, data.rank, ranges)
+
+
+def communication_intervals(data: RankData) -> iv.Intervals | None:
+    """The rank's time in communication, as a union over its whole trace: its communication GPU activity (by
+    name or launch context, see kernels.py) and the ranges of CPU backends (gloo, mpi, ucc: the collective
+    itself, on the backend's thread); None when it has neither."""
+    comm = data.gpu_all.of_kind(COMMUNICATION)
+    table = data.table
+    rows = np.array(
+        [r for r, source, _ in _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+         if source == "backend_range" and _backend(table, r) in CPU_BACKENDS],
+        dtype=np.int64,
+    )  # fmt: skip
+    if not len(comm) and not len(rows):
+        return None
+    start = table.columns["ts"][rows]
+    return iv.merge(
+        np.concatenate((comm.start, start)), np.concatenate((comm.end, start + table.columns["dur"][rows]))
+    )
+
+
+def exposed_communication(data: RankData, comm: iv.Intervals) -> iv.Intervals:
+    """The part of `comm` with no other GPU activity (computation kernels, copies) at the same time: the
+    communication that the step's time shows."""
+    other = data.gpu_all.select(data.gpu_all.kind != COMMUNICATION)
+    if not len(other):
+        return comm
+    return iv.subtract(comm, iv.merge(other.start, other.end))
+
+
+def wait_intervals(inst: Instances, wait_ns: np.ndarray) -> iv.Intervals:
+    """The union of the instances' waiting for peers (rank's own clock): from each matched instance's start,
+    its wait (`wait_ns` per instance, -1 where not matched)."""
+    waiting = wait_ns > 0
+    start = inst.start[waiting]
+    return iv.merge(start, start + wait_ns[waiting])
+
+
+def _empty(rank: int) -> Instances:
+    z = np.zeros(0, dtype=np.int64)
+    return Instances(rank, None, None, [], [], z, z, z, z, z, z, [], [], z)
+
+
+def _text(table: TraceTable, column: str, row: int) -> str:
+    code = int(table.columns[column][row]) if row != MISSING else MISSING
+    return table.names[code] if code != MISSING else ""
+
+
+def _int(table: TraceTable, column: str, row: int) -> int:
+    return int(table.columns[column][row]) if row != MISSING else MISSING
+
+
+def _message(table: TraceTable, rows: list[int]) -> tuple[int, int, str, int, str]:
+    """(in bytes, out bytes, dtype, group size, group) from the first row among `rows` that has each."""
+    in_b = out_b = size = MISSING
+    dtype = group = ""
+    for row in rows:
+        if row == MISSING:
+            continue
+        width = element_bytes(_text(table, "args_dtype", row))
+        if in_b == MISSING and width and _int(table, "args_in_nelems", row) >= 0:
+            in_b = _int(table, "args_in_nelems", row) * width
+            out_n = _int(table, "args_out_nelems", row)
+            out_b = out_n * width if out_n >= 0 else MISSING
+            dtype = _text(table, "args_dtype", row)
+        if size == MISSING and _int(table, "args_group_size", row) > 0:
+            size = _int(table, "args_group_size", row)
+        if not group:
+            group = _text(table, "args_pg_name", row)
+    return in_b, out_b, dtype, size, group
+
+
+def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
+    table = data.table
+    launch = np.where(comm.launch == MISSING_TS, comm.start, comm.launch)
+    # kernels launched in the same collective range are one instance
+    key = np.where(comm.context != MISSING, comm.context, -2 - np.arange(len(comm)))
+    order = np.lexsort((comm.start, key))
+    groups = np.split(order, np.flatnonzero(np.diff(key[order])) + 1)
+    groups.sort(key=lambda g: int(comm.start[g].min()))
+    out = _empty(data.rank)
+    out.source, out.time_source = "kernel", "device"
+    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size", "row")}
+    for g in groups:
+        names = [table.names[int(comm.name[i])] for i in g.tolist()]
+        rows = [int(comm.row[i]) for i in g.tolist()]
+        context = int(comm.context[g[0]])
+        named = [collective_kind(_text(table, "args_collective", r)) for r in rows]
+        # the launching range says what the collective is (NCCL runs an all-to-all as SendRecv kernels)
+        kind = (
+            next((k for k in named if k), None)
+            or _context_kind(table, context)
+            or next((k for k in map(kernel_collective, names) if k), None)
+            or "other"
+        )
+        in_b, out_b, dtype, size, group = _message(table, [*rows, context])
+        out.kind.append(kind)
+        out.group.append(group)
+        out.dtype.append(dtype)
+        out.algorithm.append(next((a for a in map(nccl_algorithm, names) if a), ""))
+        cols["row"].append(int(comm.row[g[0]]))
+        cols["issue"].append(int(launch[g].min()))
+        cols["start"].append(int(comm.start[g].min()))
+        cols["end"].append(int(comm.end[g].max()))
+        cols["in"].append(in_b)
+        cols["out"].append(out_b)
+        cols["size"].append(size)
+    _set_arrays(out, cols)
+    return out
+
+
+def _context_kind(table: TraceTable, row: int) -> str | None:
+    if row == MISSING:
+        return None
+    name = table.names[int(table.columns["name"][row])]
+    if name == "record_param_comms":
+        return collective_kind(_text(table, "args_collective", row))
+    found = cpu_collective(name)
+    return found[1] if found else None
+
+
+def _set_arrays(out: Instances, cols: dict[str, list[int]]) -> None:
+    arrays = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
+    out.issue, out.start, out.end = arrays["issue"], arrays["start"], arrays["end"]
+    out.in_bytes, out.out_bytes, out.group_size = arrays["in"], arrays["out"], arrays["size"]
+    out.row = arrays["row"]
+
+
+def _cpu_rows(table: TraceTable, lo: int, hi: int) -> list[tuple[int, str, str]]:
+    """(row, source, kind) of the CPU-side collective events issued in [lo, hi), by start."""
+    cols = table.columns
+    names = cols["name"]
+    classes = table.name_values(cpu_collective, object, key="cpu_collective_class", among=names)
+    named = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
+    cats = [c for c in (table.cat_id(x) for x in CONTEXT_CATEGORIES) if c != MISSING]
+    rows = np.flatnonzero(
+        named[names]
+        & (cols["ph"] == _X)
+        & (cols["ts"] >= lo)
+        & (cols["ts"] < hi)
+        & np.isin(cols["cat"], cats)
+    )
+    rows = rows[np.argsort(cols["ts"][rows], kind="stable")]
+    out = []
+    for row in rows.tolist():
+        source, kind = classes[names[row]]
+        if source == "record_param_comms":
+            kind = collective_kind(_text(table, "args_collective", row)) or ""
+        if kind:
+            out.append((row, source, kind))
+    return out
+
+
+def _backend(table: TraceTable, row: int) -> str:
+    match = BACKEND_RANGE.match(table.names[int(table.columns["name"][row])])
+    return match.group(1) if match else ""
+
+
+def _range_instances(
+    table: TraceTable, rank: int, ranges: list[tuple[int, str, str]], world_size: int | None
+) -> Instances:
+    """One instance per CPU backend range (gloo runs the collective on its own thread: CPU time)."""
+    out = _row_instances(table, rank, ranges, world_size)
+    out.source, out.time_source = "backend_range", "cpu"
+    return out
+
+
+def _counted_instances(table: TraceTable, rank: int, rows: list[tuple[int, str, str]]) -> Instances:
+    """Untimed collectives: per kind, the events of the first source that has the kind (never two sources)."""
+    if not rows:
+        return _empty(rank)
+    first: dict[str, str] = {}
+    for source in ("record_param_comms", "backend_range", "c10d_op"):
+        for _, s, kind in rows:
+            if s == source:
+                first.setdefault(kind, source)
+    kept = [r for r in rows if first[r[2]] == r[1]]
+    out = _row_instances(table, rank, kept, None)
+    sources = {s for _, s, _ in kept}
+    out.source = next(s for s in SOURCES if s in sources)
+    if sources == {"backend_range"}:
+        out.time_source = "cpu enqueue"
+    return out
+
+
+def _row_instances(
+    table: TraceTable, rank: int, rows: list[tuple[int, str, str]], world_size: int | None
+) -> Instances:
+    """One instance per CPU event (row, source, kind), timed by the event; the group size defaults to
+    `world_size` (gloo ranges name no group: the default one)."""
+    out = _empty(rank)
+    cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size", "row")}
+    ts, dur = table.columns["ts"], table.columns["dur"]
+    for row, _, kind in rows:
+        cols["row"].append(row)
+        in_b, out_b, dtype, size, group = _message(table, [row])
+        out.kind.append(kind)
+        out.group.append(group)
+        out.dtype.append(dtype)
+        out.algorithm.append("")
+        cols["issue"].append(int(ts[row]))
+        cols["start"].append(int(ts[row]))
+        cols["end"].append(int(ts[row] + dur[row]))
+        cols["in"].append(in_b)
+        cols["out"].append(out_b)
+        cols["size"].append(size if size != MISSING else (world_size or MISSING))
+    _set_arrays(out, cols)
+    return out
+
+
+def collective_stats(inst: Instances, wait_ns: np.ndarray | None = None) -> list[CollectiveStats]:
+    """Per (kind, group) of one rank. `wait_ns`: per instance, the time spent waiting for peers (-1 where the
+    instance was not matched across ranks; None: no matching at all). Times and waiting are unions in time
+    over the instances; bandwidth is their bytes over the transfer time (the time less the waiting)."""
+    if not len(inst):
+        return []
+    timed = inst.time_source is not None
+    by_key: dict[tuple[str, str], list[int]] = {}
+    for i, key in enumerate(zip(inst.kind, inst.group, strict=True)):
+        by_key.setdefault(key, []).append(i)
+    stats = []
+    for (kind, group), idx in by_key.items():
+        ix = np.array(idx, dtype=np.int64)
+        sizes = inst.group_size[ix]
+        size = int(sizes.max()) if (sizes > 0).any() else None
+        in_b = inst.in_bytes[ix]
+        total_bytes = int(in_b.sum()) if (in_b >= 0).all() else None
+        # unions in time: instances of one kind may run at once (DDP's buckets)
+        time_ns = iv.length(iv.merge(inst.start[ix], inst.end[ix])) if timed else None
+        wait: int | None = None
+        if wait_ns is not None and timed and (wait_ns[ix] >= 0).any():
+            waits = np.full(len(inst), -1, dtype=np.int64)
+            waits[ix] = wait_ns[ix]
+            wait = iv.length(wait_intervals(inst, waits))
+        transfer = None if time_ns is None else time_ns - (wait or 0)
+        algbw = busbw = None
+        if total_bytes is not None and transfer and inst.time_source != "cpu enqueue":
+            algo = [algorithm_bytes(kind, int(inst.in_bytes[i]), _opt(inst.out_bytes[i]), size) for i in idx]
+            if all(a is not None for a in algo):
+                algbw = sum(a for a in algo if a is not None) / transfer  # bytes per ns = GB/s
+                factor = bus_factor(kind, size) if size else None
+                busbw = None if factor is None else algbw * factor
+        stats.append(
+            CollectiveStats(
+                rank=inst.rank,
+                kind=kind,
+                group=group or None,
+                group_size=size,
+                count=len(idx),
+                source=inst.source or "",
+                bytes=total_bytes,
+                time_ms=None if time_ns is None else round(time_ns / 1e6, 6),
+                time_source=inst.time_source,
+                wait_ms=None if wait is None else round(wait / 1e6, 6),
+                transfer_ms=None if transfer is None else round(transfer / 1e6, 6),
+                algbw_gbps=None if algbw is None else round(algbw, 6),
+                busbw_gbps=None if busbw is None else round(busbw, 6),
+                algorithms=sorted({inst.algorithm[i] for i in idx} - {""}),
+                dtypes=sorted({inst.dtype[i] for i in idx} - {""}),
+            )
+        )
+    return sorted(stats, key=lambda s: (-(s.time_ms or 0.0), -s.count, s.kind, s.group or ""))
+
+
+def _opt(value: np.integer) -> int | None:
+    return int(value) if value >= 0 else None

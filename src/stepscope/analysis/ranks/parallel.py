@@ -1,0 +1,241 @@
+"""`analyze_path`: `analyze` for many files, one rank per task, on a pool of local processes or a Dask cluster.
+
+A folder (or run folder) of per-rank traces is analysed file by file: each task loads one file, analyses its
+rank on its own (`analyze_rank_part`) and sends back only the small `RankPart` (sections, findings,
+collective instances, a summary for the cross-rank view), never the rows. The parent then gives every file its
+rank (the loader's rules: declared ranks first, the lowest free ranks for the rest) and runs the cross-rank
+analysis on the parts (`combine_ranks`). Memory is bounded by workers x one rank; the result is the same
+whichever executor ran the tasks and in whatever order they finished.
+
+Executors: "local" (`jobs` processes; 1: in this process, one file after the other) and "dask" (the tasks go to
+the Dask scheduler at `scheduler`, whose workers must see the files at the same paths: shared storage).
+A single file is loaded and analysed in this process (its columns are the unit of work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
+from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
+from stepscope.analysis.read.loader import (
+    assign_ranks,
+    estimated_json_bytes,
+    find_traces,
+    load_trace,
+    skipping,
+    split_merged,
+)
+from stepscope.analysis.read.table import MISSING, RankInfo
+from stepscope.analysis.tasks import ExecutorError, ProgressCallback, cpu_count, run_tasks
+from stepscope.errors import InputError
+
+__all__ = ["EXECUTORS", "ExecutorError", "analyze_path", "default_jobs"]
+
+EXECUTORS = ("local", "dask")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every task needs to know besides its file (picklable: it travels to the workers)."""
+
+    drop_last_step: bool = False
+    top: int = 10
+    comm_patterns: tuple[str, ...] = ()
+    steps: tuple[int | None, int | None] | None = None
+
+
+@dataclass
+class FileResult:
+    """What one task sends back: the file's ranks (a merged trace holds several), its notices, or the problem
+    that stopped it."""
+
+    path: str
+    hint: int | None
+    parts: list[tuple[int | None, RankPart]] = field(default_factory=list)  # (declared rank, part)
+    notices: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+
+def default_jobs() -> int:
+    """All the CPUs this process may run on."""
+    return cpu_count()
+
+
+def analyze_path(
+    path: str | Path,
+    *,
+    step: int | None = None,
+    drop_last_step: bool = False,
+    top: int = 10,
+    comm_patterns: Sequence[str] = (),
+    jobs: int | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    progress: ProgressCallback | None = None,
+    steps: tuple[int | None, int | None] | None = None,
+) -> AnalysisResult:
+    """Analyse a trace file, a folder of per-rank traces or a run folder (`step`: its window ending there).
+
+    `jobs`: worker processes of the local executor (default: all CPUs). `executor="dask"` sends the per-file
+    tasks to the Dask scheduler at `scheduler` (None: a cluster of this machine's cores). `progress` is called
+    with (bytes done, bytes in all, file at work). `steps`: (first, last) ProfilerStep numbers to analyse (see
+    analyze). Raises InputError (a bad file, or no step in `steps`) or ExecutorError."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
+    options = Options(drop_last_step, top, tuple(comm_patterns), steps)
+    files, window_notices = find_traces(Path(path), step)
+    if len(files) == 1 and executor == "local":
+        workers = jobs if jobs is not None else default_jobs()
+        table = load_trace(path, step=step, workers=workers, progress=progress, flows=False)
+        return analyze(
+            table, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns, steps=steps
+        )
+    skipped = skipping(path)
+    sizes = [estimated_json_bytes(f) for f, _ in files]
+    if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
+        keep_freed_memory()  # (before the workers are forked: they inherit it)
+    tasks = [(str(f), hint) for f, hint in files]
+    if executor == "dask":
+        results = _run_dask(tasks, sizes, options, scheduler, progress)
+    else:
+        results = _run(tasks, sizes, options, jobs if jobs is not None else default_jobs(), progress)
+    by_path = {r.path: r for r in results}
+    ordered = [by_path[p] for p, _ in tasks]
+    for result in ordered:
+        if result.problem is not None:
+            skipped.skip_or_raise(InputError(result.path, result.problem))
+    kept = [r for r in ordered if r.problem is None]
+    if not kept:
+        raise skipped.nothing_left(path)
+    return _combine(kept, [*window_notices, *skipped.notices])
+
+
+# --- one task ----------------------------------------------------------------------------------------
+def analyze_file(path: str, hint: int | None, options: Options) -> FileResult:
+    """Load one file and analyse each of its ranks on its own (the task every executor runs)."""
+    from stepscope.analysis.read.loader import load_file
+
+    try:
+        file_table = load_file(path, hint, flows=False)
+    except InputError as exc:
+        return FileResult(path, hint, problem=exc.problem)
+    result = FileResult(path, hint, notices=list(file_table.notices))
+    try:
+        _analyze_pieces(file_table, options, result)
+    except InputError as exc:  # (no step in --steps)
+        return FileResult(path, hint, problem=exc.problem)
+    return result
+
+
+def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> None:
+    """Each rank of a loaded file (a merged trace holds several) analysed on its own, into `result`."""
+    from stepscope.analysis.read.loader import merge_tables
+
+    for piece in split_merged([file_table]):
+        declared = piece.declared_rank
+        piece.notices = []
+        table = merge_tables(
+            [piece]
+        )  # one rank: its declared rank, else 0 until the parent numbers the files
+        rank = table.rank_ids()[0]
+        part = analyze_rank_part(
+            table,
+            rank,
+            drop_last_step=options.drop_last_step,
+            top=options.top,
+            comm_patterns=options.comm_patterns,
+            steps=options.steps,
+        )
+        result.parts.append((declared, part))
+
+
+# --- numbering and combining ---------------------------------------------------------------------------
+@dataclass
+class _Entry:
+    """A rank of a file, as the loader's rank assignment sees a FileTable."""
+
+    path: str
+    declared_rank: int | None
+    info: RankInfo
+    part: RankPart
+
+
+def _combine(results: list[FileResult], notices: list[str]) -> AnalysisResult:
+    entries = []
+    for result in results:
+        for declared, part in result.parts:
+            info = RankInfo(rank=MISSING, source=part.analysis.source)
+            entries.append(_Entry(result.path, declared, info, part))
+    rank_notices = assign_ranks(entries)  # type: ignore[arg-type]
+    for entry in entries:
+        _renumber(entry.part, entry.info.rank)
+    file_notices = [n for r in sorted(results, key=lambda r: _first_rank(r, entries)) for n in r.notices]
+    parts = [e.part for e in sorted(entries, key=lambda e: e.info.rank)]
+    return combine_ranks(parts, [*notices, *rank_notices, *file_notices])
+
+
+def _first_rank(result: FileResult, entries: list[_Entry]) -> int:
+    return min((e.info.rank for e in entries if e.path == result.path), default=0)
+
+
+def _renumber(part: RankPart, rank: int) -> None:
+    """Give a part the rank the parent chose for its file."""
+    part.analysis.rank = rank
+    for row in part.analysis.step_categories:
+        row.rank = rank
+    for finding in part.findings:
+        if finding.rank is not None:
+            finding.rank = rank
+    part.instances.rank = rank
+    part.summary.rank = rank
+
+
+# --- executors -----------------------------------------------------------------------------------------
+def _run(
+    tasks: list[tuple[str, int | None]],
+    sizes: list[int],
+    options: Options,
+    jobs: int,
+    progress: ProgressCallback | None,
+    executor: Any = None,
+) -> list[FileResult]:
+    """Every file's task on the task runner (local processes, or the caller's executor), in any order."""
+    results = run_tasks(
+        analyze_file,
+        [(path, hint, options) for path, hint in tasks],
+        workers=jobs,
+        weights=sizes,
+        labels=[Path(path).name for path, _ in tasks],
+        progress=progress,
+        executor=executor,
+    )
+    return [result for _, result in results]
+
+
+def _run_dask(
+    tasks: list[tuple[str, int | None]],
+    sizes: list[int],
+    options: Options,
+    scheduler: str | None,
+    progress: ProgressCallback | None,
+) -> list[FileResult]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ExecutorError(
+            "the dask executor needs dask.distributed: pip install 'stepscope[dask]'"
+        ) from None
+    try:
+        client = (
+            Client(scheduler, timeout=10) if scheduler else Client(processes=True, dashboard_address=None)
+        )
+    except (OSError, TimeoutError) as exc:
+        raise ExecutorError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+    try:
+        return _run(tasks, sizes, options, len(tasks), progress, client.get_executor(pure=False))
+    finally:
+        client.close()

@@ -1,0 +1,181 @@
+"""The straggler: the rank the others wait for, by how much, and its own cause.
+
+In each step, the rank that arrives last at a matched collective delays every other rank by that rank's wait;
+the delay a rank causes in a step is the mean over the other ranks of the union in time of their waits at the
+instances it arrives last at (collectives running at once, such as DDP's buckets, wait for it once). The
+straggler is the rank causing the most delay over the steps, reported when it delays the others by
+STRAGGLER_MIN_PCT of the step time and STRAGGLER_MIN_DELAY_MS or more, and arrives last in at least
+STRAGGLER_MIN_LAST_SHARE of the steps. Its cause is the phase of its own step (data loader, forward, backward,
+optimizer) longer than on the other ranks by at least CAUSE_MIN_SHARE of the delay, else the op whose self time
+is, else the time outside annotated regions and ops (its step less its waiting, against the others').
+The matching and the waits themselves are distributed.py's.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.rank.prepare import RankSummary
+from stepscope.analysis.rank.steps import StepRow, pct
+from stepscope.analysis.stats import median
+
+STRAGGLER_MIN_PCT = 10.0  # delay per step, % of the mean step time ...
+STRAGGLER_MIN_DELAY_MS = 1.0  # ... and at least this (less is the jitter of process scheduling)
+STRAGGLER_MIN_LAST_SHARE = 0.6  # of the matched steps in which it arrives last
+CAUSE_MIN_SHARE = 0.5  # a cause explains at least this share of the delay
+PHASES = (
+    ("data_loader", "dataloader_us"),
+    ("forward", "forward_us"),
+    ("backward", "backward_us"),
+    ("optimizer", "optimizer_us"),
+)
+
+
+class StragglerCause(msgspec.Struct):
+    phase: str  # data_loader | forward | backward | optimizer | op | outside_regions
+    name: str | None  # the op, for phase "op"
+    rank_ms_per_step: float  # on the straggler
+    others_ms_per_step: float  # median of the other ranks
+    excess_ms_per_step: float
+
+
+class Straggler(msgspec.Struct):
+    """The rank the others wait for."""
+
+    rank: int
+    delay_ms_per_step: float  # mean over the matched steps of the time the others wait for it
+    delay_pct: float  # of the mean step time
+    last_in_steps: int  # steps in which it caused the most delay
+    steps: int  # matched steps
+    cause: StragglerCause | None
+
+
+def straggler_delays(
+    held: dict[tuple[int, int], dict[int, list[tuple[int, int]]]], ranks: list[int]
+) -> dict[int, dict[int, float]]:
+    """rank -> step -> ns of delay it caused: the mean over the other ranks of the union of their waits at the
+    instances it was last in (concurrent collectives wait for it once, not once each)."""
+    delay: dict[int, dict[int, float]] = {r: {} for r in ranks}
+    for (latest, step), others in held.items():
+        waited = []
+        for spans in others.values():
+            bounds = np.array(spans, dtype=np.int64)
+            waited.append(iv.length(iv.merge(bounds[:, 0], bounds[:, 1])))
+        delay[latest][step] = float(np.mean(waited))
+    return delay
+
+
+def find_straggler(
+    data: dict[int, RankSummary],
+    step_rows: dict[int, list[StepRow]],
+    delay: dict[int, dict[int, float]],
+    steps: list[int],
+    busy_ms: dict[int, float],
+) -> Straggler | None:
+    """The straggler, if one stands out (see the module doc). `delay`: straggler_delays; `steps`: the matched
+    steps, sorted; `busy_ms`: per rank, its mean step less its waiting for peers (ms)."""
+    if not steps:
+        return None
+    totals = {r: sum(d.values()) for r, d in delay.items()}
+    rank = max(totals, key=lambda r: (totals[r], -r))
+    if totals[rank] <= 0:
+        return None
+    worst_in = sum(1 for s in steps if max(delay, key=lambda r: (delay[r].get(s, 0.0), -r)) == rank)
+    delay_ms = totals[rank] / len(steps) / 1e6
+    step_means = [step_mean_ms(rows) for rows in step_rows.values() if rows]
+    mean_step_ms = float(np.mean(step_means)) if step_means else 0.0
+    delay_pct = pct(delay_ms, mean_step_ms)
+    if delay_pct is None or delay_pct < STRAGGLER_MIN_PCT or delay_ms < STRAGGLER_MIN_DELAY_MS:
+        return None
+    if worst_in < STRAGGLER_MIN_LAST_SHARE * len(steps):
+        return None
+    cause = _cause(data, step_rows, rank, set(steps), delay_ms, busy_ms)
+    return Straggler(rank, round(delay_ms, 3), delay_pct, worst_in, len(steps), cause)
+
+
+def _cause(
+    data: dict[int, RankSummary],
+    step_rows: dict[int, list[StepRow]],
+    rank: int,
+    steps: set[int],
+    delay_ms: float,
+    busy_ms: dict[int, float],
+) -> StragglerCause:
+    """The straggler's own reason: a phase, else an op, else the time outside both (see the module doc)."""
+    best: StragglerCause | None = None
+    for phase, field in PHASES:
+        means = {}
+        for r, rows in step_rows.items():
+            values = [getattr(row, field) for row in rows if row.step in steps]
+            if values and all(v is not None for v in values):
+                means[r] = float(np.mean(values)) / 1e3
+        if rank not in means or len(means) < 2:
+            continue
+        found = _excess(phase, None, means, rank)
+        if best is None or found.excess_ms_per_step > best.excess_ms_per_step:
+            best = found
+    if best is not None and best.excess_ms_per_step >= CAUSE_MIN_SHARE * delay_ms:
+        return best
+    op = _op_cause(data, rank, steps)
+    if op is not None and op.excess_ms_per_step >= CAUSE_MIN_SHARE * delay_ms:
+        return op
+    return _excess("outside_regions", None, busy_ms, rank)
+
+
+def _excess(phase: str, name: str | None, per_rank_ms: dict[int, float], rank: int) -> StragglerCause:
+    others = median([v for r, v in per_rank_ms.items() if r != rank])
+    return _cause_of(phase, name, per_rank_ms.get(rank, 0.0), others)
+
+
+def _cause_of(phase: str, name: str | None, mine: float, others: float) -> StragglerCause:
+    """The straggler's time per step in `phase` (or op `name`) against the median of the others (ms)."""
+    return StragglerCause(phase, name, round(mine, 3), round(others, 3), round(mine - others, 3))
+
+
+def _op_cause(data: dict[int, RankSummary], rank: int, steps: set[int]) -> StragglerCause | None:
+    """The op whose self time per step exceeds the other ranks' most (collectives and step spans left out):
+    CPU ops starting between the first and the end of the last of `steps` in each rank's window."""
+    per_rank: dict[int, tuple[list[str], np.ndarray]] = {}  # rank -> (op names, ms per step)
+    for r, d in data.items():
+        keep = np.flatnonzero(np.isin(d.steps.number, list(steps)))
+        if not len(keep):
+            continue
+        first, last = int(keep[0]), int(keep[-1])
+        ns = d.op_inside[:, first : last + 1].sum(axis=1) + d.op_gap[:, first:last].sum(axis=1)
+        per_rank[r] = (d.op_names, ns.reshape(len(d.op_names)).astype(np.float64) / 1e6 / len(keep))
+    if rank not in per_rank or len(per_rank) < 2:
+        return None
+    names, mine = per_rank[rank]
+    kept = np.flatnonzero(mine > 0)  # the straggler's ops, in its order
+    if not len(kept):
+        return None
+    columns = {names[j]: c for c, j in enumerate(kept.tolist())}
+    at_column: dict[tuple[str, ...], np.ndarray] = {}  # the ranks' op lists are mostly the same list
+    others = np.zeros((len(per_rank) - 1, len(kept)))
+    row = 0
+    for r, (rank_names, ms) in per_rank.items():
+        if r == rank:
+            continue
+        key = tuple(rank_names)
+        if key not in at_column:
+            at_column[key] = np.array([columns.get(name, -1) for name in rank_names], dtype=np.int64)
+        where = at_column[key]
+        found = (where >= 0) & (ms > 0)
+        others[row, where[found]] = ms[found]
+        row += 1
+    others.sort(axis=0)
+    n = len(others)
+    middle = others[n // 2] if n % 2 else (others[n // 2 - 1] + others[n // 2]) / 2  # (as stats.median)
+    best: StragglerCause | None = None
+    for c, j in enumerate(kept.tolist()):
+        found_cause = _cause_of("op", names[j], float(mine[j]), float(middle[c]))
+        if best is None or found_cause.excess_ms_per_step > best.excess_ms_per_step:
+            best = found_cause
+    return best
+
+
+def step_mean_ms(rows: list[StepRow]) -> float:
+    """Mean step time of a rank's step rows, in ms."""
+    return sum(r.dur_us for r in rows) / len(rows) / 1e3

@@ -1,0 +1,648 @@
+"""Columns of one trace file, built from decoded events one chunk at a time (see _decode and _stream).
+
+`ColumnBuilder.add(events)` turns a list of decoded event Structs into numpy columns: one pass per field
+(a list comprehension reads a Struct attribute in ~20 ns; never a dict per event), symbol codes through
+dicts that live for the whole file (so only distinct names stay alive once a chunk's Structs are freed),
+and rows the table leaves out dropped per chunk. `finish()` concatenates the chunks into a `FileTable`.
+
+Events come from a strict decoder (ints where ints are expected, so numpy converts without a type scan) or,
+for odd files, from a permissive one (any JSON value; every column then checks its types). Both give the
+same columns for the same events: the table is defined by the reference builder of the tests
+(tests/_reference.py).
+
+Precision: times become integer ns, exactly for what Kineto writes (microseconds with up to three decimals).
+Integers are multiplied by 1000. Floats below 2^43 us (~100 days: durations, relative timestamps) are
+recovered exactly from float64 (see _floats_to_ns). Float timestamps beyond that (epoch microseconds with a
+ns fraction, which float64 holds only to ~0.25 us) are read as JSON text and converted digit by digit
+(_numparse).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis.read._numparse import NotANumber, us_texts_to_ns
+from stepscope.analysis.read.limits import MAX_EVENTS_ENV, MAX_NAME_CHARS, max_events
+from stepscope.analysis.read.table import (
+    COLUMNS,
+    GPU_CATEGORIES,
+    INT_ARGS,
+    MISSING,
+    OLD_CATEGORIES,
+    OUT_OF_RANGE_NS,
+    SHAPED_RANGE_RE,
+    SPARSE_COLUMNS,
+    STRING_ARGS,
+    RankInfo,
+    SparseColumn,
+    as_int,
+    id_as_int,
+    shapes_message,
+)
+from stepscope.errors import InputError
+
+# Columns of a FileTable and their dtypes (the TraceTable's, less `rank`, which the merge adds).
+_DTYPES: dict[str, str] = {
+    **{c: d for c, (d, _) in COLUMNS.items() if c != "rank"},
+    **{f"args_{k}": "int32" for k in STRING_ARGS},
+    **{f"args_{k}": "int64" for k in INT_ARGS},
+}
+# Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
+_SPARSE = frozenset({"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
+_MAX_US = (2**63 - 1) // 1000
+_MIN_CAPACITY = 1 << 12  # rows of a dense column when it first grows
+_UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
+_BYTE_UNSEEN = 255  # the same, where codes are read as bytes
+
+
+@dataclass
+class FileTable:
+    """One file's columns with its own symbol tables (merged into the TraceTable afterwards)."""
+
+    path: str
+    names: list[str]
+    cats: list[str]
+    columns: dict[str, np.ndarray]
+    info: RankInfo
+    declared_rank: int | None
+    notices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Chunk:
+    """Decoded events of one piece of a file and how to read them.
+
+    `strict`: decoded with the strict Structs (int fields hold ints). `text_ts`: `ts` holds JSON text.
+    `exact_ts`: when `ts` are floats, a callable giving the exact ns from the JSON text (a second, ts-only
+    decode of the same piece), used when float64 cannot hold them.
+    """
+
+    events: Sequence[Any]
+    strict: bool
+    text_ts: bool
+    exact_ts: Callable[[], np.ndarray]
+    no_args: Any  # the args of an event without any (permissive Structs decode `"args": null` as None)
+    shapes: Callable[[], list[Any]]  # per event, its args' `Input Dims` / `Input type` (a second decode)
+
+
+class ColumnBuilder:
+    """Accumulates the columns of one file chunk by chunk; `finish` gives its FileTable."""
+
+    def __init__(self, path: Path, *, flows: bool = True, spill: Path | None = None) -> None:
+        """`spill`: a folder where the dense columns are written chunk by chunk instead of kept (a worker
+        reading a stretch of a big file: see _split); `part()` then refers to the files."""
+        self.path = path
+        self.flows = flows
+        self._spill = spill
+        self._spilled: dict[str, Any] = {}  # key -> open file, in spill mode
+        self._left_out = _LEFT_OUT if flows else _LEFT_OUT_WITH_FLOWS  # phases (ord) the table leaves out
+        self.info = RankInfo(rank=MISSING, source=str(path))
+        self.names: dict[str, int] = {}
+        self.cats: dict[str, int] = {}
+        self.n_events = 0  # events added so far, kept or not (error messages count them)
+        self._max_events = max_events()
+        self.inexact_ts = False  # some chunk needed the exact (text) pass for its timestamps
+        self.n_rows = 0  # rows kept so far
+        # Dense columns, grown in place (see _append): chunk arrays kept in lists until a final concatenate made
+        # the peak twice the table, and their freed small blocks stayed in the heap for the analyses.
+        self._dense: dict[str, np.ndarray] = {
+            key: np.empty(0, dtype=_DTYPES[key]) for key in _DTYPES if key not in _SPARSE
+        }
+        self._sparse: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in _SPARSE}
+        self._name_codes: dict[str | None, int] = {}
+        self._cat_codes: dict[str | None, int] = {}
+        self._id_values: dict[Any, int] = {}
+        # string args, by key: they join `names` after all event names, key by key (see finish)
+        self._arg_strings: dict[str, dict[str, int]] = {key: {} for key in STRING_ARGS}
+        self._backend_names = np.zeros(0, dtype=bool)  # by name code: a backend collective range
+
+    # --- symbols -----------------------------------------------------------------------------------
+    def _add_name(self, value: str | None) -> int:
+        if value is None:
+            value = ""
+        elif type(value) is not str:
+            raise TypeError(value)
+        if len(value) > MAX_NAME_CHARS:
+            raise InputError(
+                self.path, f"an event name of {len(value)} characters (the limit is {MAX_NAME_CHARS})"
+            )
+        return self.names.setdefault(value, len(self.names))
+
+    def _add_cat(self, value: str | None) -> int:
+        if value is None:
+            return MISSING
+        if type(value) is not str:
+            raise TypeError(value)
+        if len(value) > MAX_NAME_CHARS:
+            raise InputError(
+                self.path, f"a category of {len(value)} characters (the limit is {MAX_NAME_CHARS})"
+            )
+        # Old (2021) categories map onto the current ones; two raw names may become one.
+        return self.cats.setdefault(OLD_CATEGORIES.get(value, value), len(self.cats))
+
+    # --- one chunk ---------------------------------------------------------------------------------
+    def add(self, chunk: Chunk) -> None:
+        events = chunk.events
+        n = len(events)
+        if n == 0:
+            return
+        if self.n_events + n > self._max_events:
+            raise InputError(
+                self.path, f"more than {self._max_events} events (the limit; {MAX_EVENTS_ENV} raises it)"
+            )
+        strict = chunk.strict
+        cols: dict[str, np.ndarray] = {}  # dense columns of this chunk
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # key -> (rows, values): -1 elsewhere
+        ph = _ph_column([e.ph for e in events], self._left_out)
+        kept = np.flatnonzero(ph)
+        first = self.n_events  # (error messages number events in the file)
+        self.n_events += n
+        index: np.ndarray | None = None
+        # rows the table leaves out ('M' metadata, odd phases; flows when asked) go before any column is built
+        if len(kept) < n:
+            if not len(kept):
+                return
+            ph, chunk, index = ph[kept], _rows_of(chunk, kept), kept
+            events = chunk.events
+            n = len(kept)
+        cols["ph"] = ph
+        cols["name"] = _codes([e.name for e in events], self._name_codes, self._add_name, np.int32)
+        cat = cols["cat"] = _codes([e.cat for e in events], self._cat_codes, self._add_cat, np.int32)
+        cols["pid"] = self._ids([e.pid for e in events], strict=strict)
+        cols["tid"] = self._ids([e.tid for e in events], strict=strict)
+        try:
+            cols["ts"] = self._timestamps(chunk)
+        except NotANumber as exc:  # numbered within the file
+            exc.index = first + (exc.index if index is None else int(index[exc.index]))
+            raise
+        cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events], strict=strict)[0], 0)
+        args: list[Any] = [e.args for e in events]
+        if not chunk.strict and None in args:  # "args": null
+            args = [a or chunk.no_args for a in args]
+        is_gpu = np.zeros(len(self.cats) + 1, dtype=bool)  # by category code; the last is -1 (none)
+        is_gpu[[i for c, i in self.cats.items() if c in GPU_CATEGORIES]] = True
+        gpu = np.flatnonzero(is_gpu[cat])
+        gpu_args = [args[i] for i in gpu.tolist()]
+        stream = _int_column([a.stream for a in gpu_args], strict=strict)
+        sparse["stream"] = gpu, np.where((stream >= -(2**31)) & (stream < 2**31), stream, MISSING)
+        device = _int_column([a.device for a in gpu_args], strict=strict)
+        sparse["device"] = gpu, np.where((device >= -(2**31)) & (device < 2**31), device, MISSING)
+        sparse["bytes"] = gpu, _int_column([a.bytes for a in gpu_args], strict=False)
+        cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
+        self._rare_columns(sparse, args)
+        self._shape_messages(sparse, cols["name"], chunk)
+        for key, column in cols.items():
+            if self._spill is None:
+                self._append(key, column)
+            else:
+                self._write_spilled(key, column)
+        for key, (rows, values) in sparse.items():
+            if len(rows):
+                self._sparse[key].append((rows + self.n_rows, values))
+        self.n_rows += n
+
+    def _append(self, key: str, column: np.ndarray) -> None:
+        """Write a chunk's column after the rows so far, growing the column by an eighth when it is full:
+        numpy's resize is a realloc, which moves the pages of a big block (mremap) instead of copying them, so
+        the peak is the columns plus at most an eighth, not twice the columns."""
+        out = self._dense[key]
+        need = self.n_rows + len(column)
+        if need > len(out):
+            out.resize(max(need, len(out) + (len(out) >> 3), _MIN_CAPACITY), refcheck=False)
+        out[self.n_rows : need] = column
+
+    def _timestamps(self, chunk: Chunk) -> np.ndarray:
+        timestamps = [e.ts for e in chunk.events]
+        if chunk.text_ts:
+            return us_texts_to_ns(timestamps)  # NotANumber: the caller names the event
+        ts, inexact = _ns_from_us(timestamps, strict=chunk.strict)
+        if inexact:
+            self.inexact_ts = True
+            return chunk.exact_ts()
+        return ts
+
+    def _ids(self, values: list[Any], *, strict: bool) -> np.ndarray:
+        """pid / tid: ints as they are, other values (the strings of 2021 traces) converted once each."""
+        all_ints = _strict_all_ints(values) if strict else set(map(type, values)) == {int}
+        if all_ints:
+            with contextlib.suppress(OverflowError):
+                return np.fromiter(values, dtype=np.int64, count=len(values))
+        return _codes(values, self._id_values, id_as_int, np.int64)
+
+    def _rare_columns(self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], args: list[Any]) -> None:
+        """The args of collectives (record_param_comms), which few events carry: read only where present.
+        String args get codes in `_arg_strings` (names codes at the end, see finish)."""
+        rare = _rare_rows(args)
+        if not rare:
+            return
+        at = np.array(rare, dtype=np.int64)
+        fields = dict(zip(RARE_FIELDS, zip(*(_get_rare(args[i]) for i in rare), strict=True), strict=True))
+        for key in STRING_ARGS:
+            lookup = self._arg_strings[key]
+            strings = _as_str(fields[f"s_{key}"])
+            codes = [MISSING if v is None else lookup.setdefault(v, len(lookup)) for v in strings]
+            sparse["args_" + key] = at, np.array(codes, dtype=np.int64)
+        for key in INT_ARGS:
+            sparse["args_" + key] = at, _int_column(fields[f"i_{key}"], strict=False)
+
+    def _shape_messages(
+        self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], names: np.ndarray, chunk: Chunk
+    ) -> None:
+        """Message size and dtype of backend collective ranges (`gloo:all_reduce`) from their recorded shapes,
+        where their args give none (see table.shapes_message)."""
+        if len(self._backend_names) < len(self.names):
+            known = len(self._backend_names)
+            new = [SHAPED_RANGE_RE.match(name) is not None for name in list(self.names)[known:]]
+            self._backend_names = np.concatenate([self._backend_names, np.array(new, dtype=bool)])
+        rows = np.flatnonzero(self._backend_names[names])
+        if not len(rows):
+            return
+        have = {
+            key: sparse.get(key, (np.zeros(0, np.int64), None))[0] for key in ("args_in_nelems", "args_dtype")
+        }
+        at: list[int] = []
+        nelems: list[int] = []
+        dtypes: list[int] = []
+        lookup = self._arg_strings["dtype"]
+        try:
+            shapes = chunk.shapes()
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return  # an odd `args` somewhere in the chunk: its ranges keep no size
+        if len(shapes) != len(names):
+            return
+        for row in rows.tolist():
+            a = shapes[row]
+            if a is None or row in have["args_in_nelems"]:
+                continue
+            message = shapes_message(a.input_dims, a.input_type)
+            if message is None:
+                continue
+            at.append(row)
+            nelems.append(message[0])
+            dtypes.append(MISSING if message[1] is None else lookup.setdefault(message[1], len(lookup)))
+        if not at:
+            return
+        rows_at = np.array(at, dtype=np.int64)
+        for key, values in (("args_in_nelems", nelems), ("args_dtype", dtypes)):
+            old_rows, old_values = sparse.get(key, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            keep = ~np.isin(rows_at, old_rows)
+            sparse[key] = (
+                np.concatenate([old_rows, rows_at[keep]]),
+                np.concatenate([old_values, np.array(values, dtype=np.int64)[keep]]),
+            )
+
+    # --- the file ----------------------------------------------------------------------------------
+    def finish(self, rank_hint: int | None) -> FileTable:
+        return join_parts(str(self.path), [self.part()], self.info, rank_hint)
+
+    def _write_spilled(self, key: str, column: np.ndarray) -> None:
+        out = self._spilled.get(key)
+        if out is None:
+            assert self._spill is not None
+            out = self._spilled[key] = open(self._spill / key, "wb")  # noqa: SIM115 (closed in part())
+        column.astype(_DTYPES[key], copy=False).tofile(out)
+
+    def part(self) -> PartTable:
+        """The columns built so far, with this builder's own symbols (see join_parts); the builder is spent.
+        In spill mode the dense columns are files and the sparse ones stay (rows, values) pieces."""
+        if self._spill is not None:
+            for out in self._spilled.values():
+                out.close()
+            columns: dict[str, Any] = {}
+            for key, dtype in _DTYPES.items():
+                if key in _SPARSE:
+                    columns[key] = SparsePieces(self._sparse.pop(key))
+                else:
+                    columns[key] = SpilledColumn(str(self._spill / key), dtype, self.n_rows)
+            arg_strings = {key: list(strings) for key, strings in self._arg_strings.items()}
+            return PartTable(
+                list(self.names), list(self.cats), arg_strings, columns, self.n_events, self.n_rows
+            )
+        columns = {}
+        for key, dtype in _DTYPES.items():
+            if key in SPARSE_COLUMNS:
+                columns[key] = _sparse_column(self.n_rows, self._sparse.pop(key), dtype)
+                continue
+            if key in _SPARSE:
+                column = np.full(self.n_rows, MISSING, dtype=dtype)
+                for rows, values in self._sparse.pop(key):
+                    column[rows] = values
+            else:
+                column = self._dense.pop(key)
+                column.resize(self.n_rows, refcheck=False)  # (in place: the spare rows are given back)
+            columns[key] = column.astype(dtype, copy=False)
+        arg_strings = {key: list(strings) for key, strings in self._arg_strings.items()}
+        return PartTable(list(self.names), list(self.cats), arg_strings, columns, self.n_events, self.n_rows)
+
+
+@dataclass
+class SpilledColumn:
+    """A dense column written to a file (raw values of `dtype`, `rows` of them)."""
+
+    path: str
+    dtype: str
+    rows: int
+
+
+@dataclass
+class SparsePieces:
+    """A column that is -1 but on the rows of its (rows, values) pieces."""
+
+    pieces: list[tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class PartTable:
+    """The columns of a stretch of a file's events with the symbols of that stretch: `names` (event names),
+    `cats`, and by string arg the strings its `args_<key>` column indexes. Columns are arrays, or (from a
+    spilling builder) SpilledColumn / SparsePieces."""
+
+    names: list[str]
+    cats: list[str]
+    arg_strings: dict[str, list[str]]
+    columns: dict[str, Any]
+    n_events: int
+    n_rows: int
+
+
+def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int | None) -> FileTable:
+    """One file's table from the tables of its stretches, in file order: the same table one builder reading
+    the whole file gives (symbols numbered in order of first appearance; arg strings after every event name,
+    key by key). Each column is allocated once and filled part by part; the parts' columns are freed (their
+    files read) as they are joined."""
+    names: dict[str, int] = {}
+    cats: dict[str, int] = {}
+    name_maps = [np.array([names.setdefault(s, len(names)) for s in p.names], dtype=np.int32) for p in parts]
+    cat_maps = [np.array([cats.setdefault(s, len(cats)) for s in p.cats], dtype=np.int32) for p in parts]
+    arg_maps: dict[str, list[np.ndarray]] = {}
+    for key in STRING_ARGS:
+        arg_maps[key] = [
+            np.array([names.setdefault(s, len(names)) for s in p.arg_strings[key]], dtype=np.int32)
+            for p in parts
+        ]
+    maps: dict[str, list[np.ndarray]] = {"name": name_maps, "cat": cat_maps}
+    maps |= {f"args_{key}": value for key, value in arg_maps.items()}
+    total = sum(p.n_rows for p in parts)
+    columns: dict[str, np.ndarray] = {}
+    for key, dtype in _DTYPES.items():
+        if key in SPARSE_COLUMNS:
+            pieces = [(p.columns.pop(key), p.n_rows) for p in parts]
+            columns[key] = _joined_sparse(pieces, maps.get(key), dtype)  # type: ignore[assignment]  # reads as one
+            continue
+        first = parts[0].columns[key] if len(parts) == 1 else None
+        if isinstance(first, np.ndarray):  # one part in memory: its column as it is, mapped if need be
+            column = parts[0].columns.pop(key)
+            if key in maps:
+                column = _mapped(column, maps[key][0])
+            columns[key] = column.astype(dtype, copy=False)
+            continue
+        out = np.full(total, MISSING, dtype=dtype) if key in _SPARSE else np.empty(total, dtype=dtype)
+        at = 0
+        for i, p in enumerate(parts):
+            _fill(out, at, p.columns.pop(key))
+            if key in maps:
+                view = out[at : at + p.n_rows]
+                view[:] = _mapped(view, maps[key][i])
+            at += p.n_rows
+        columns[key] = out
+    declared = info.rank if info.rank != MISSING else rank_hint
+    return FileTable(path, list(names), list(cats), columns, info, declared)
+
+
+def _sparse_column(n: int, pieces: list[tuple[np.ndarray, np.ndarray]], dtype: str) -> SparseColumn:
+    """A SparseColumn of `n` rows from (rows, values) pieces."""
+    if not pieces:
+        return SparseColumn(n, np.zeros(0, np.int64), np.zeros(0, dtype=dtype))
+    rows = np.concatenate([r for r, _ in pieces])
+    values = np.concatenate([v for _, v in pieces]).astype(dtype, copy=False)
+    return SparseColumn(n, rows, values)
+
+
+def _joined_sparse(parts: list[tuple[Any, int]], maps: list[np.ndarray] | None, dtype: str) -> SparseColumn:
+    """One SparseColumn from the parts' columns (in memory: SparseColumn; spilled: SparsePieces) and their
+    numbers of rows, string codes mapped."""
+    pieces: list[tuple[np.ndarray, np.ndarray]] = []
+    at = 0
+    for i, (column, n_rows) in enumerate(parts):
+        if isinstance(column, SparsePieces):
+            column = _sparse_column(n_rows, column.pieces, dtype)
+        values = column.values.astype(dtype, copy=False)
+        if maps is not None and len(values):
+            values = _mapped(values, maps[i])
+        pieces.append((column.rows + at, values))
+        at += n_rows
+    return _sparse_column(at, pieces, dtype)
+
+
+def _fill(out: np.ndarray, at: int, column: Any) -> None:
+    """Write one part's column into `out` from row `at`."""
+    if isinstance(column, SpilledColumn):
+        view = out[at : at + column.rows]
+        with open(column.path, "rb") as fh:
+            got = fh.readinto(view.view(np.uint8).data)
+        if got != view.nbytes:
+            raise OSError(f"{column.path}: {got} of {view.nbytes} bytes")
+    elif isinstance(column, SparsePieces):
+        for rows, values in column.pieces:
+            out[rows + at] = values
+    else:
+        out[at : at + len(column)] = column
+
+
+def _mapped(codes: np.ndarray, mapping: np.ndarray) -> np.ndarray:
+    """`mapping[codes]`, -1 staying -1; the codes themselves when `mapping` is the identity (or empty: every
+    code is then -1)."""
+    if np.array_equal(mapping, np.arange(len(mapping))):
+        return codes
+    return np.append(mapping, np.int32(MISSING))[codes]
+
+
+# --- column helpers --------------------------------------------------------------------------------
+# By ord() of a phase letter: True for phases the table leaves out ('M' metadata; flows 's' 'f' when asked).
+_LEFT_OUT = np.zeros(256, dtype=bool)
+_LEFT_OUT[ord("M")] = True
+_LEFT_OUT_WITH_FLOWS = _LEFT_OUT.copy()
+_LEFT_OUT_WITH_FLOWS[[ord("s"), ord("f")]] = True
+
+
+def _ph_column(phs: list[str], left_out: np.ndarray = _LEFT_OUT) -> np.ndarray:
+    """ord() of one-letter ASCII phases; 0 for what the table leaves out (`left_out`, and anything that is
+    not one ASCII letter)."""
+    joined = "".join(phs)
+    if len(joined) == len(phs) and joined.isascii():  # (then every phase is one letter)
+        codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        return np.where(left_out[codes], np.uint8(0), codes)
+    lookup = {p: ord(p) if len(p) == 1 and p.isascii() and not left_out[ord(p)] else 0 for p in set(phs)}
+    return np.fromiter(map(lookup.__getitem__, phs), dtype=np.uint8, count=len(phs))
+
+
+def _rows_of(chunk: Chunk, rows: np.ndarray) -> Chunk:
+    """The chunk with only these events (its second-pass readers indexed alike)."""
+    take = rows.tolist()
+    events = list(operator.itemgetter(*take)(chunk.events)) if len(take) > 1 else [chunk.events[take[0]]]
+    exact_ts, shapes = chunk.exact_ts, chunk.shapes
+    return Chunk(
+        events,
+        chunk.strict,
+        chunk.text_ts,
+        lambda: exact_ts()[rows],
+        chunk.no_args,
+        lambda: _pick(shapes(), take),
+    )
+
+
+def _pick(values: list[Any], rows: list[int]) -> list[Any]:
+    return [values[i] for i in rows]
+
+
+def _codes(values: list[Any], lookup: dict[Any, int], add: Callable[[Any], int], dtype: type) -> np.ndarray:
+    """`lookup[v]` of every value; values not in `lookup` yet get `add(v)` (first-seen order)."""
+    n = len(values)
+    codes: np.ndarray | None = None
+    if len(lookup) < _BYTE_UNSEEN:  # codes of a small lookup fit a byte: bytes() takes them 3x cheaper
+        with contextlib.suppress(ValueError):  # (a code beyond a byte, or -1)
+            as_bytes = bytes(map(lookup.get, values, repeat(_BYTE_UNSEEN)))
+            codes = np.frombuffer(as_bytes, dtype=np.uint8).astype(dtype)
+            codes[codes == _BYTE_UNSEEN] = _UNSEEN  # (a real code 255 is looked up again below: harmless)
+    if codes is None:
+        codes = np.fromiter(map(lookup.get, values, repeat(_UNSEEN)), dtype=dtype, count=n)
+    unseen = np.flatnonzero(codes == _UNSEEN)
+    if len(unseen):
+        new = values if len(unseen) == n else [values[i] for i in unseen.tolist()]
+        for value in dict.fromkeys(new):
+            lookup[value] = add(value)
+        codes[unseen] = np.fromiter(map(lookup.__getitem__, new), dtype=dtype, count=len(new))
+    return codes
+
+
+def _as_str(values: Sequence[Any]) -> Sequence[str | None]:
+    """String args as the reference builder stores them: str() of anything not None."""
+    if set(map(type, values)) <= {str, type(None)}:
+        return values
+    return [v if v is None or type(v) is str else str(v) for v in values]
+
+
+def _int_column(values: Sequence[Any], *, strict: bool) -> np.ndarray:
+    """int64 column; non-ints (and ints beyond int64) become -1. `strict`: the values are all ints."""
+    if strict:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            return np.array([as_int(v) for v in values], dtype=np.int64)
+    types = set(map(type, values))
+    if types <= {int, type(None)}:
+        with contextlib.suppress(OverflowError):
+            ints = values if type(None) not in types else [MISSING if v is None else v for v in values]
+            return np.fromiter(ints, dtype=np.int64, count=len(values))
+    try:  # few distinct non-int values: convert each once
+        cache = {v: as_int(v) for v in set(values) if type(v) is not int}
+        fast = [v if type(v) is int else cache[v] for v in values]
+    except (TypeError, KeyError):  # unhashable args values, or 1 and 1.0 sharing a hash
+        fast = [v if type(v) is int else as_int(v) for v in values]
+    try:
+        return np.fromiter(fast, dtype=np.int64, count=len(fast))
+    except OverflowError:
+        return np.array([as_int(v) for v in fast], dtype=np.int64)
+
+
+def _strict_all_ints(values: list[Any]) -> bool:
+    """For values of a strict Struct field (ints, and floats or strings; never None or bools): True when all
+    are ints. sum() stays an int over ints only (a float makes it a float, a string raises; so does an int
+    beyond float range next to a float) in one C loop, several times cheaper than collecting the types."""
+    try:
+        return type(sum(values)) is int
+    except (TypeError, OverflowError):
+        return False
+
+
+def _ns_from_us(values: list[Any], *, strict: bool = False) -> tuple[np.ndarray, bool]:
+    """int64 ns from microseconds (ints, floats or None); absent or out of int64 -> 0. `strict`: the values
+    come from a strict Struct field (ints and floats only).
+
+    The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
+    """
+    n = len(values)
+    types: set[type]
+    if strict and _strict_all_ints(values):
+        types = {int}
+    else:
+        if strict:  # floats, maybe with ints: all read as floats (an int beyond float range: below)
+            with contextlib.suppress(OverflowError):
+                return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
+        types = set(map(type, values))
+    if float not in types:
+        ints = values if type(None) not in types else [0 if v is None else v for v in values]
+        try:
+            us = np.fromiter(ints, dtype=np.int64, count=n)
+        except OverflowError:
+            us = np.array([v if -_MAX_US <= v <= _MAX_US else 0 for v in ints], dtype=np.int64)
+        return np.where(np.abs(us) <= _MAX_US, us * 1000, 0), False
+    if types == {float}:
+        return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
+    try:
+        floats = np.array(values, dtype=np.float64)  # None -> nan
+    except OverflowError:  # an int beyond float range
+        floats = np.array([v if v is None or abs(v) < 9e15 else np.nan for v in values], dtype=np.float64)
+    return _floats_to_ns(floats)
+
+
+def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Below 2^43 us a float64 lies within 0.5 ulp < 0.5 ns of the decimal it was parsed from, so the
+    decimal with three places is the one whose float64 is the value (texts with more places get the ns
+    nearest the float). From 2^43 us on, several decimals share a float: the flag asks for the text
+    (timestamps get it; a duration of over 100 days keeps the nearest ns of its float)."""
+    magnitude = np.abs(us)  # nan (null) compares False: stays 0
+    small = magnitude < 2.0**43
+    x = us if small.all() else us[small]
+    nearest = np.rint(x * 1000.0)
+    found = nearest / 1000.0 == x
+    if not found.all():
+        best = nearest.copy()
+        for step in (-1.0, 1.0):
+            candidate = nearest + step
+            match = ~found & (candidate / 1000.0 == x)
+            best[match] = candidate[match]
+            found |= match
+        nearest = best
+    if x is us:
+        return nearest.astype(np.int64), False
+    out = np.zeros(len(us), dtype=np.int64)
+    out[small] = nearest.astype(np.int64)
+    big = (magnitude >= 2.0**43) & (magnitude < 9e15)  # nearest ns of the float: up to ~0.25 us off
+    out[big] = np.rint(us[big] * 1000.0).astype(np.int64)
+    huge = magnitude >= 9e15  # beyond int64 ns (or near it): marked, and the loader refuses the file
+    out[huge] = np.where(us[huge] > 0, OUT_OF_RANGE_NS, -OUT_OF_RANGE_NS)
+    return out, bool(big.any())
+
+
+# Args of collectives, by attribute of the decoded args Struct (see _decode), and their defaults.
+RARE_FIELDS = (*(f"s_{k}" for k in STRING_ARGS), *(f"i_{k}" for k in INT_ARGS))
+_get_rare = operator.attrgetter(*RARE_FIELDS)
+_NO_RARE = tuple(None for _ in RARE_FIELDS)  # absent: None (an explicit null reads the same)
+
+
+def _rare_rows(args: list[Any]) -> list[int]:
+    """Rows whose args hold any of RARE_FIELDS (a chain of identity tests: ~3x faster than a tuple each)."""
+    return [
+        i
+        for i, a in enumerate(args)
+        if a.s_collective is not None
+        or a.s_dtype is not None
+        or a.s_pg_name is not None
+        or a.i_in_nelems is not None
+        or a.i_out_nelems is not None
+        or a.i_group_size is not None
+    ]
+
+
+if RARE_FIELDS != ("s_collective", "s_dtype", "s_pg_name", "i_in_nelems", "i_out_nelems", "i_group_size"):
+    raise AssertionError("_rare_rows must test every field of RARE_FIELDS")

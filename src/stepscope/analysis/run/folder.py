@@ -1,0 +1,429 @@
+"""A whole run folder, read back: `load_run(path) -> Run`, and what the run measured outside its traces.
+
+`Run` holds the manifest, the config, every step's metrics line, the FLOP reports, the collective counts, the
+memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
+into plain figures: step wall time over the whole run, FLOPs / TFLOP/s / MFU (or why there is none), memory
+(peak, growth per step) and system samples (CPU %, RSS, GPU utilisation where present). No torch, no rich.
+
+A damaged artifact never stops the reading: it is left out with a note naming the file and the problem; a
+damaged manifest is replaced by what the folder holds, read by its layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from stepscope.analysis.read.limits import LIMIT_ENV, max_input_bytes
+from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
+from stepscope.analysis.stats import fmean, median, quantile
+from stepscope.errors import InputError
+from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
+from stepscope.runfolder.files import read_regular
+from stepscope.runfolder.manifest import load_manifest
+from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
+
+T = TypeVar("T")
+SLOWEST_STEPS = 5
+MIN_MEAN_SAMPLES = 2  # a mean of one sample is that sample: say there are too few instead
+
+
+@dataclass
+class Run:
+    """Everything a run folder holds, decoded (traces on demand)."""
+
+    path: Path
+    manifest: Manifest
+    config: dict[str, Any]
+    metrics: list[StepMetrics]
+    flops: list[FlopsReport]
+    comm_counts: list[CommCounts]
+    memory: dict[int, list[MemoryRow]]  # rank -> rows
+    system: dict[int, list[SystemRow]]  # rank -> samples
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_traces(self) -> bool:
+        return bool(self.manifest.of_kind(ArtifactKind.TRACE))
+
+    def traces(self, step: int | None = None, progress: Any = None) -> Any:
+        """The run's traces as one TraceTable (each rank's latest window, or the window ending at `step`)."""
+        from stepscope.analysis.read.loader import load_trace
+
+        return load_trace(self.path, step=step, progress=progress)
+
+
+def load_run(path: str | Path) -> Run:
+    """Read a run folder whole. Raises InputError when `path` is not a readable run folder. A damaged manifest
+    is replaced by the index of the files in the folder, with a note."""
+    path = Path(path)
+    manifest, notes = load_manifest(path)
+    config = read_config(path / CONFIG_NAME, notes)
+    metrics = list(_read_lines(path / METRICS_NAME, StepMetrics, notes))
+    flops = [
+        r
+        for a in manifest.of_kind(ArtifactKind.FLOPS)
+        if (r := _read_json(path / a.path, FlopsReport, notes))
+    ]
+    comm = [
+        c
+        for a in manifest.of_kind(ArtifactKind.COMM_COUNTS)
+        if (c := _read_json(path / a.path, CommCounts, notes))
+    ]
+    memory = {
+        a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, MemoryRow, notes))
+        for a in manifest.of_kind(ArtifactKind.MEMORY_LOG)
+    }
+    system = {
+        a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, SystemRow, notes))
+        for a in manifest.of_kind(ArtifactKind.SYSTEM)
+    }
+    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes)
+
+
+def _read_bytes(path: Path, notes: list[str]) -> bytes | None:
+    limit = max_input_bytes()
+    try:  # a FIFO, a device or a file over the limit in its place is left out, never waited on or read whole
+        return read_regular(path, f"a run-folder file ({LIMIT_ENV} raises the limit)", limit=limit)
+    except InputError as exc:
+        notes.append(f"{exc.path}: {exc.problem}; left out")
+        return None
+
+
+def read_config(path: Path, notes: list[str]) -> dict[str, Any]:
+    """A run's config.yaml as a dict: {} when it is missing or damaged (with a note in `notes`)."""
+    import yaml
+
+    data = _read_bytes(path, notes)
+    if data is None:
+        return {}
+    try:
+        config = yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        notes.append(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); left out")
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _read_json(path: Path, kind: type[T], notes: list[str]) -> T | None:
+    data = _read_bytes(path, notes)
+    if data is None:
+        return None
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        notes.append(f"{path}: not a valid {kind.__name__} ({exc}); left out")
+        return None
+
+
+def _read_lines(path: Path, kind: type[T], notes: list[str]) -> Iterator[T]:
+    """Typed JSON lines; a line that does not decode (a torn last line of a killed job) is skipped and counted."""
+    data = _read_bytes(path, notes)
+    if data is None:
+        return
+    decoder = msgspec.json.Decoder(kind)
+    bad = 0
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            yield decoder.decode(line)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            bad += 1
+    if bad:
+        notes.append(f"{path}: {bad} line(s) could not be read; left out")
+
+
+# --- the figures ------------------------------------------------------------------------------------
+class SlowStep(msgspec.Struct):
+    step: int
+    wall_ms: float
+    phase: str
+
+
+class StepTimes(msgspec.Struct):
+    """Step wall time of one rank over the whole run (metrics.jsonl).
+
+    Plain steps are those outside the profiler's windows, neither the first step (start-up) nor a step that
+    counted FLOPs or logged collectives: their statistics are what the job costs without stepscope."""
+
+    rank: int
+    steps: int  # lines in metrics.jsonl
+    plain_steps: int
+    median_ms: float | None  # of plain steps
+    p90_ms: float | None
+    mean_ms: float | None
+    traced_median_ms: float | None  # steps inside warmup/active windows (profiler overhead included)
+    first_step_ms: float | None
+    trend_pct: float | None  # change over the run in % of the median plain step; null unless significant
+    trend_ms_per_step: float | None  # the Theil-Sen slope over the plain steps; null unless significant
+    trend_p_value: float | None  # Mann-Kendall's, two-sided; null with too few plain steps to test
+    trend_note: str  # what the trend is, or why none is given
+    slowest: list[SlowStep]
+    windows: list[list[int]]  # [first, last] active step of each profiled window of this rank
+
+
+class FlopsFacts(msgspec.Struct):
+    rank: int
+    step: int  # the counted step
+    total_flops: int
+    tflops: float | None  # FLOPs / median plain step time
+    mfu: float | None
+    peak: str | None  # the peak used, and its source
+    steps_timed: int
+    reason: str | None  # why there is no TFLOP/s or MFU figure
+    spread_note: str | None = None  # why the TFLOP/s figure may not be the job's own speed (a busy machine)
+
+
+class MemoryFacts(msgspec.Struct):
+    rank: int
+    rows: int
+    first_step: int
+    last_step: int
+    peak_rss_bytes: int
+    rss_growth_bytes_per_step: float | None  # least-squares slope over the logged steps
+    peak_cuda_allocated_bytes: int | None  # the highest interval peak
+    cuda_growth_bytes_per_step: float | None  # slope of allocated memory
+
+
+class GpuFacts(msgspec.Struct):
+    index: int
+    util_mean_percent: float | None
+    util_max_percent: float | None
+    mem_max_bytes: int | None
+    power_max_w: float | None
+
+
+class SystemFacts(msgspec.Struct):
+    """The system samples of one rank. CPU figures come from the samples after the first (whose CPU % covers the
+    millisecond since the sampler started), and only from MIN_MEAN_SAMPLES of them on: null below, with a note."""
+
+    rank: int
+    samples: int
+    seconds: float  # from the first sample to the last
+    process_cpu_mean_percent: float | None
+    process_cpu_max_percent: float | None
+    system_cpu_mean_percent: float | None
+    peak_rss_bytes: int
+    gpus: list[GpuFacts]
+    note: str | None  # why a figure is missing
+
+
+class RunFacts(msgspec.Struct):
+    """What `stepscope analyze RUN` adds from outside the traces (null sections: the run did not measure it)."""
+
+    path: str
+    run_name: str
+    world_size: int
+    profiled_ranks: list[int]
+    schedule: dict[str, int]
+    versions: dict[str, str]
+    step_times: list[StepTimes]
+    flops: list[FlopsFacts]
+    flops_note: str | None  # why there are no FLOP figures
+    memory: list[MemoryFacts]
+    system: list[SystemFacts]
+    notes: list[str]
+
+
+def run_facts(run: Run) -> RunFacts:
+    manifest = run.manifest
+    by_rank: dict[int, list[StepMetrics]] = {}
+    for line in run.metrics:
+        by_rank.setdefault(line.rank, []).append(line)
+    flops_note = None
+    if not run.flops:
+        flops_note = (
+            "no FLOP count in this run: set flop_counter_step (or --flop-counter-step) to get FLOPs, TFLOP/s "
+            "and MFU"
+        )
+    return RunFacts(
+        path=str(run.path),
+        run_name=manifest.run_name,
+        world_size=manifest.world_size,
+        profiled_ranks=list(manifest.profiled_ranks),
+        schedule=dict(manifest.schedule),
+        versions=dict(manifest.versions),
+        step_times=[_step_times(rank, lines) for rank, lines in sorted(by_rank.items())],
+        flops=[_flops_facts(r) for r in sorted(run.flops, key=lambda r: r.rank)],
+        flops_note=flops_note,
+        memory=[m for rank, rows in sorted(run.memory.items()) if (m := _memory_facts(rank, rows))],
+        system=[s for rank, rows in sorted(run.system.items()) if (s := _system_facts(rank, rows))],
+        notes=list(run.notes),
+    )
+
+
+ACTIVE_PHASES = ("record", "record_and_save")
+
+
+def _windows(lines: list[StepMetrics]) -> list[list[int]]:
+    """[first, last] active step of each window a rank recorded, from the phases of its steps (sorted by step):
+    the manifest's schedule holds one window of an on-demand run, the steps hold them all."""
+    out: list[list[int]] = []
+    previous: StepMetrics | None = None
+    for line in lines:
+        if line.phase in ACTIVE_PHASES:
+            opens = previous is None or previous.phase != "record" or previous.step != line.step - 1
+            if opens:
+                out.append([line.step, line.step])
+            else:
+                out[-1][1] = line.step
+        previous = line
+    return out
+
+
+def is_plain_step(line: StepMetrics) -> bool:
+    """A step stepscope left alone (see StepTimes): its wall time is what the job costs without stepscope."""
+    return line.phase == "none" and line.step > 0 and line.flops is None and line.collectives is None
+
+
+def _step_times(rank: int, lines: list[StepMetrics]) -> StepTimes:
+    lines = sorted(lines, key=lambda m: m.step)
+    plain_lines = [m for m in lines if is_plain_step(m)]
+    plain = [m.wall_ms for m in plain_lines]
+    traced = [m.wall_ms for m in lines if m.phase != "none"]
+    first = next((m.wall_ms for m in lines if m.step == 0), None)
+    trend = step_trend([m.step for m in plain_lines], plain)
+    reported = trend is not None and trend.reported
+    slowest = sorted(lines, key=lambda m: -m.wall_ms)[:SLOWEST_STEPS]
+    return StepTimes(
+        rank=rank,
+        steps=len(lines),
+        plain_steps=len(plain),
+        median_ms=median(plain) if plain else None,
+        p90_ms=quantile(plain, 0.9) if plain else None,
+        mean_ms=fmean(plain) if plain else None,
+        traced_median_ms=median(traced) if traced else None,
+        first_step_ms=first,
+        trend_pct=trend.change_pct if trend is not None and reported else None,
+        trend_ms_per_step=trend.slope_ms_per_step if trend is not None and reported else None,
+        trend_p_value=trend.p_value if trend is not None else None,
+        trend_note=_trend_note(trend, plain_lines),
+        slowest=[SlowStep(m.step, m.wall_ms, m.phase) for m in slowest],
+        windows=_windows(lines),
+    )
+
+
+def _trend_note(trend: Trend | None, plain: list[StepMetrics]) -> str:
+    if trend is None:
+        return f"no trend: {len(plain)} plain steps, {MIN_TREND_STEPS} needed"
+    p = "p < 0.001" if trend.p_value < 0.001 else f"p = {trend.p_value:.2g}"
+    over = f"over {trend.steps} plain steps ({plain[0].step}-{plain[-1].step}; Mann-Kendall {p})"
+    if trend.reported:
+        return (
+            f"trend {trend.change_pct:+.0f}% of the median step: {trend.change_ms:+.3g} ms "
+            f"({trend.slope_ms_per_step:+.3g} ms per step) {over}"
+        )
+    if trend.p_value >= TREND_P_VALUE:
+        return f"no significant trend {over}"
+    return f"no trend larger than {MIN_TREND_PCT:g}% of the median step {over}"
+
+
+def _flops_facts(report: FlopsReport) -> FlopsFacts:
+    t = report.throughput
+    reason = report.note
+    if t is None and reason is None:
+        reason = report.no_throughput_reason or "too few undisturbed steps for a TFLOP/s figure"
+    elif t is not None and t.mfu is None:
+        reason = t.no_mfu_reason
+    peak = None
+    if t is not None and t.peak is not None:
+        fmt = f" {t.peak.dtype}" if t.peak.dtype else ""
+        peak = f"{t.peak.tflops:g} TFLOP/s ({t.peak.device}{fmt}; {t.peak.source})"
+    return FlopsFacts(
+        rank=report.rank,
+        step=report.step,
+        total_flops=report.total_flops,
+        tflops=t.tflops if t is not None else None,
+        mfu=t.mfu if t is not None else None,
+        peak=peak,
+        steps_timed=t.steps_timed if t is not None else 0,
+        reason=reason,
+        spread_note=t.spread_note if t is not None else None,
+    )
+
+
+def _slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of ys over xs; None with fewer than two distinct xs."""
+    if len(xs) < 2:
+        return None
+    mx, my = fmean(xs), fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    if var == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+
+
+def _memory_facts(rank: int, rows: list[MemoryRow]) -> MemoryFacts | None:
+    if not rows:
+        return None
+    steps = [float(r.step) for r in rows]
+    cuda = [r for r in rows if r.cuda_allocated_bytes is not None]
+    peaks = [r.cuda_peak_allocated_bytes for r in cuda if r.cuda_peak_allocated_bytes is not None]
+    return MemoryFacts(
+        rank=rank,
+        rows=len(rows),
+        first_step=rows[0].step,
+        last_step=rows[-1].step,
+        peak_rss_bytes=max(r.rss_bytes for r in rows),
+        rss_growth_bytes_per_step=_slope(steps, [float(r.rss_bytes) for r in rows]),
+        peak_cuda_allocated_bytes=max(peaks) if peaks else None,
+        cuda_growth_bytes_per_step=(
+            _slope([float(r.step) for r in cuda], [float(r.cuda_allocated_bytes or 0) for r in cuda])
+            if cuda
+            else None
+        ),
+    )
+
+
+def _stat(values: list[float], fn: Callable[[list[float]], float]) -> float | None:
+    return fn(values) if values else None
+
+
+def _system_facts(rank: int, rows: list[SystemRow]) -> SystemFacts | None:
+    if not rows:
+        return None
+    gpus: dict[int, list[Any]] = {}
+    for row in rows:
+        for gpu in row.gpus:
+            gpus.setdefault(gpu.index, []).append(gpu)
+    gpu_facts = []
+    for index, samples in sorted(gpus.items()):
+        util = [float(g.util_percent) for g in samples if g.util_percent is not None]
+        if len(util) < MIN_MEAN_SAMPLES:
+            util = []
+        mem = [float(g.mem_used_bytes) for g in samples if g.mem_used_bytes is not None]
+        power = [float(g.power_w) for g in samples if g.power_w is not None]
+        gpu_facts.append(
+            GpuFacts(
+                index=index,
+                util_mean_percent=_stat(util, fmean),
+                util_max_percent=_stat(util, max),
+                mem_max_bytes=int(max(mem)) if mem else None,
+                power_max_w=_stat(power, max),
+            )
+        )
+    timed = rows[1:]  # each of these has the CPU % of the interval since the sample before
+    enough = len(timed) >= MIN_MEAN_SAMPLES
+    note = None
+    if not enough:
+        and_gpu = " and GPU utilisation" if any(g.util_mean_percent is None for g in gpu_facts) else ""
+        note = (
+            f"too few samples for CPU{and_gpu} figures ({len(rows)}; {MIN_MEAN_SAMPLES + 1} needed): sample more "
+            "often (system_sample_interval) or for longer"
+        )
+    return SystemFacts(
+        rank=rank,
+        samples=len(rows),
+        seconds=rows[-1].t_s - rows[0].t_s,
+        process_cpu_mean_percent=fmean(r.process_cpu_percent for r in timed) if enough else None,
+        process_cpu_max_percent=max(r.process_cpu_percent for r in timed) if enough else None,
+        system_cpu_mean_percent=fmean(r.system_cpu_percent for r in timed) if enough else None,
+        peak_rss_bytes=max(r.rss_bytes for r in rows),
+        gpus=gpu_facts,
+        note=note,
+    )
