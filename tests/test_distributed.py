@@ -146,7 +146,7 @@ def test_merged_trace_of_four_ranks(tmp_path: Path, capsys: pytest.CaptureFixtur
     table = load_trace(merged)
     assert table.rank_ids() == [0, 1, 2, 3]
     for rank in range(4):
-        assert set(np.unique(table.pid[table.rank == rank]).tolist()) == {rank + 1}
+        assert set(np.unique(table.columns["pid"][table.columns["rank"] == rank]).tolist()) == {rank + 1}
     result = analyze(table)
     assert result.cross_rank is not None and result.cross_rank.alignment is not None
     alignment = result.cross_rank.alignment

@@ -118,8 +118,8 @@ def test_nesting_and_self_times_in_small_pieces_are_the_stack_definition(
     assert self_times(table).tolist() == _self_times_by_stack(events)
     tree = op_tree(table, ("cpu_op",))
     new_thread = tree.new_thread(table)
-    start = table.ts[tree.rows]
-    end = start + table.dur[tree.rows]
+    start = table.columns["ts"][tree.rows]
+    end = start + table.columns["dur"][tree.rows]
     threads = [*np.flatnonzero(new_thread).tolist(), len(start)]
     expected = np.full(len(start), -1)
     for a, b in itertools.pairwise(threads):

@@ -54,8 +54,16 @@ def test_runfolder_imports_no_other_layer(path: Path) -> None:
 @pytest.mark.parametrize("path", modules_of("report"), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_report_never_imports_capture_and_reporters_never_import_each_other(path: Path) -> None:
     bad = bad_imports(path, "stepscope.capture", "stepscope.cli", "torch")
-    # shared helpers: the terminal's, and the private modules of the HTML pages (report._page, report._charts, ...)
-    shared = {"stepscope.report.terminal", "stepscope.report"}
+    # shared helpers: the two renderers of the table model (terminal, html), the model with its labels and shared
+    # tables, and the private modules of the HTML pages (report._charts, ...)
+    shared = {
+        "stepscope.report",
+        "stepscope.report.columns",
+        "stepscope.report.html",
+        "stepscope.report.model",
+        "stepscope.report.tables",
+        "stepscope.report.terminal",
+    }
     others = {
         m
         for m in imported_modules(path)
@@ -92,3 +100,53 @@ def test_analysis_and_cli_import_without_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+ANALYSIS_PACKAGES = sorted(
+    p.parent.name for p in (PACKAGE / "analysis").glob("*/__init__.py") if p.parent.name != "__pycache__"
+)
+
+
+@pytest.mark.parametrize("package", ["", *ANALYSIS_PACKAGES])
+def test_every_public_name_of_an_analysis_package_resolves(package: str) -> None:
+    import importlib
+
+    name = "stepscope.analysis" + (f".{package}" if package else "")
+    module = importlib.import_module(name)
+    assert module.__all__, f"{name} exports nothing"
+    for public in module.__all__:
+        assert getattr(module, public) is not None, f"{name}.{public}"
+
+
+def _private_crossings() -> list[str]:
+    """`from stepscope.x.y import _name` (or from a private module) where the importer lives in another package."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = module_name(path)
+        home = importer if path.name == "__init__.py" else importer.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            if not node.module.startswith("stepscope."):
+                continue
+            parts = node.module.split(".")
+            private_at = next((i for i, part in enumerate(parts) if part.startswith("_")), None)
+            owner = ".".join(parts[:private_at]) if private_at is not None else node.module
+            for alias in node.names:
+                if private_at is None and not (
+                    alias.name.startswith("_") and not alias.name.startswith("__")
+                ):
+                    continue
+                if private_at is None:
+                    owner = (
+                        node.module
+                        if (PACKAGE.parent / node.module.replace(".", "/")).is_dir()
+                        else (node.module.rsplit(".", 1)[0])
+                    )
+                if not (home == owner or home.startswith(owner + ".")):
+                    found.append(f"{importer}: {node.module}.{alias.name}")
+    return found
+
+
+def test_no_private_name_crosses_a_package() -> None:
+    assert _private_crossings() == []

@@ -62,17 +62,17 @@ def test_columns_of_a_small_trace_are_exact(tmp_path: Path) -> None:
     assert table.rank_ids() == [3]
     names = [table.name_of(i) for i in range(len(table))]
     assert names[:3] == ["ProfilerStep#1", "aten::mm", "cudaLaunchKernel"]
-    assert table.ts.tolist()[:6] == [1000500, 1001000, 1002000, 1010123, 1020000, 1002000]
-    assert table.dur.tolist()[:5] == [500250, 10001, 3000, 4500, 2000]
-    assert table.stream.tolist()[:5] == [MISSING, MISSING, MISSING, 7, 7]
-    assert table.device.tolist()[:5] == [MISSING, MISSING, MISSING, 0, 0]
-    assert table.correlation.tolist()[:5] == [MISSING, MISSING, 55, 55, 56]
-    assert table.bytes.tolist()[4] == 4096
-    assert chr(table.ph[7]) == "i" and table.cat[7] == MISSING
-    assert table.names[table.args_collective[8]] == "allreduce"
-    assert table.args_in_nelems[8] == 1024 and table.args_group_size[8] == 2
-    assert table.args_collective[0] == MISSING
-    assert table.cats[table.cat[4]] == "gpu_memcpy"
+    assert table.columns["ts"].tolist()[:6] == [1000500, 1001000, 1002000, 1010123, 1020000, 1002000]
+    assert table.columns["dur"].tolist()[:5] == [500250, 10001, 3000, 4500, 2000]
+    assert table.columns["stream"].tolist()[:5] == [MISSING, MISSING, MISSING, 7, 7]
+    assert table.columns["device"].tolist()[:5] == [MISSING, MISSING, MISSING, 0, 0]
+    assert table.columns["correlation"].tolist()[:5] == [MISSING, MISSING, 55, 55, 56]
+    assert table.columns["bytes"].tolist()[4] == 4096
+    assert chr(table.columns["ph"][7]) == "i" and table.columns["cat"][7] == MISSING
+    assert table.names[table.columns["args_collective"][8]] == "allreduce"
+    assert table.columns["args_in_nelems"][8] == 1024 and table.columns["args_group_size"][8] == 2
+    assert table.columns["args_collective"][0] == MISSING
+    assert table.cats[table.columns["cat"][4]] == "gpu_memcpy"
     info = table.ranks[3]
     assert info.world_size == 2 and info.backend == "nccl" and not info.rank_assigned
 
@@ -139,8 +139,8 @@ def test_timestamps_keep_the_nanoseconds(tmp_path: Path, text: str, ns: int) -> 
         f'{{"ph": "X", "name": "a", "ts": {text}, "dur": 63.813}}, {{"ph": "i", "name": "c", "ts": 12}}]}}',
     )
     table = load_trace(path)
-    assert table.ts.tolist() == [ns, 12000]
-    assert table.dur.tolist() == [63813, 0]
+    assert table.columns["ts"].tolist() == [ns, 12000]
+    assert table.columns["dur"].tolist() == [63813, 0]
 
 
 def test_epoch_float_timestamps_late_in_the_file_are_exact(tmp_path: Path) -> None:
@@ -151,7 +151,7 @@ def test_epoch_float_timestamps_late_in_the_file_are_exact(tmp_path: Path) -> No
     assert path.stat().st_size > 1 << 16
     # WHEN loaded THEN a second pass reads the timestamps exactly, and the file matches the reference
     table = load_trace(path)
-    assert table.ts.tolist()[-1] == 1712195495519689047 and table.dur.tolist()[-1] == 1
+    assert table.columns["ts"].tolist()[-1] == 1712195495519689047 and table.columns["dur"].tolist()[-1] == 1
     assert_same_table(table, reference(path))
 
 
@@ -177,7 +177,7 @@ def test_folder_ranks_are_distinct_and_stable(tmp_path: Path) -> None:
     by_source = {Path(info.source).name: rank for rank, info in table.ranks.items()}
     assert by_source == {"a.json": 1, "b.json.gz": 0, "c.json": 2, "d.json": 3}
     assert [table.name_of(i) for i in range(len(table))] == ["b", "a", "c", "d"]
-    assert table.rank.tolist() == [0, 1, 2, 3]
+    assert table.columns["rank"].tolist() == [0, 1, 2, 3]
     assert table.notices == [
         f"{tmp_path / 'b.json.gz'}: no distributedInfo.rank; loaded as rank 0",
         f"{tmp_path / 'c.json'}: declares rank 1 like {tmp_path / 'a.json'}; loaded as rank 2",
@@ -227,7 +227,9 @@ def test_run_folder_is_read_through_its_manifest(tmp_path: Path) -> None:
         ],
     )
     table = load_trace(tmp_path)
-    assert {r: table.name_of(int(np.flatnonzero(table.rank == r)[0])) for r in table.rank_ids()} == {
+    assert {
+        r: table.name_of(int(np.flatnonzero(table.columns["rank"] == r)[0])) for r in table.rank_ids()
+    } == {
         0: "r0",
         1: "r1",
     }
@@ -307,9 +309,11 @@ def test_shared_old_schema_trace_maps_categories() -> None:
     assert not {"Operator", "Runtime", "Kernel"} & set(table.cats)
     kernels = table.cat_mask("kernel")
     assert (
-        int(kernels.sum()) == 8868 and (table.stream[kernels] == 7).all() and (table.tid[kernels] == 7).all()
+        int(kernels.sum()) == 8868
+        and (table.columns["stream"][kernels] == 7).all()
+        and (table.columns["tid"][kernels] == 7).all()
     )
-    assert set(table.tid[table.cat_mask("cpu_op")].tolist()) == {5555, 5786}
+    assert set(table.columns["tid"][table.cat_mask("cpu_op")].tolist()) == {5555, 5786}
 
 
 # --- property: on any well-formed trace the fast loader and the reference builder agree -----------------

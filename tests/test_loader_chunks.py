@@ -245,7 +245,7 @@ def test_epoch_float_timestamps_from_a_late_chunk_on_are_exact(tmp_path: Path) -
     path = write(tmp_path / "t.json", '{"traceEvents": [' + ", ".join(early + late) + "]}")
     # WHEN read in small chunks THEN every timestamp is exact to the ns
     table = load(path, 256)
-    assert table.ts.tolist()[-50:] == [1712195495519689047 + 1000 * i for i in range(50)]
+    assert table.columns["ts"].tolist()[-50:] == [1712195495519689047 + 1000 * i for i in range(50)]
     assert_same_table(table, reference(path))
 
 

@@ -289,7 +289,7 @@ def test_analysis_without_flow_events_is_the_same(name: str) -> None:
     path = SHARED_TRACES / name
     with_flows = load_trace(path, workers=1)
     without = load_trace(path, workers=1, flows=False)
-    is_flow = np.isin(with_flows.ph, [ord("s"), ord("f")])
+    is_flow = np.isin(with_flows.columns["ph"], [ord("s"), ord("f")])
     assert is_flow.sum() > len(with_flows) // 10
     assert len(without) == len(with_flows) - is_flow.sum()
     for key, column in without.columns.items():

@@ -221,12 +221,18 @@ def test_shared_trace_self_times_are_consistent() -> None:
     path = SHARED_TRACES / "hta_ns_resolution_trace"
     table = load_trace(path)
     selfs = self_times(table)
-    ops = table.cat_mask("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver") & (table.ph == ord("X"))
-    assert (selfs[ops] >= 0).all() and (selfs[ops] <= table.dur[ops]).all() and (selfs[~ops] == 0).all()
+    ops = table.cat_mask("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver") & (
+        table.columns["ph"] == ord("X")
+    )
+    assert (
+        (selfs[ops] >= 0).all()
+        and (selfs[ops] <= table.columns["dur"][ops]).all()
+        and (selfs[~ops] == 0).all()
+    )
     summary = summarize(table, top=5)
     (r0,) = summary.ranks
     kernels = table.cat_mask("kernel")
-    assert r0.kernel_us == round(int(table.dur[kernels].sum()) / 1000, 3)
+    assert r0.kernel_us == round(int(table.columns["dur"][kernels].sum()) / 1000, 3)
     assert sum(k.count for k in summary.ranks[0].kernels) <= int(kernels.sum())
     assert np.isclose(sum(k.pct for k in summarize(table, top=0).ranks[0].kernels), 100.0, atol=0.1)
 

@@ -1,1 +1,48 @@
-"""Offline trace analysis. Never imports torch or stepscope.capture; analyzers return plain results."""
+"""Offline trace analysis. Never imports torch, rich or stepscope.capture; analyzers return plain results.
+
+Subpackages by concern: read/ (traces into a TraceTable), rank/ (one rank), ranks/ (across ranks, merge),
+findings/ (rules priced in step time), diff/ (two runs), memory/ (snapshots), run/ (the run folder); analyze.py
+runs a whole analysis, report_data.py gathers a report's data, tasks.py runs work in processes.
+
+The names below are this package's public API, imported on first use (importing the package costs nothing).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.analysis.analyze import AnalysisResult, analyze
+    from stepscope.analysis.diff.compare import diff_paths
+    from stepscope.analysis.rank.summary import summarize
+    from stepscope.analysis.ranks.parallel import analyze_path
+    from stepscope.analysis.read.loader import load_trace
+    from stepscope.analysis.run.folder import load_run
+
+_EXPORTS = {
+    "analyze": "analyze",
+    "AnalysisResult": "analyze",
+    "load_trace": "read.loader",
+    "load_run": "run.folder",
+    "analyze_path": "ranks.parallel",
+    "summarize": "rank.summary",
+    "diff_paths": "diff.compare",
+}
+
+__all__ = [
+    "AnalysisResult",
+    "analyze",
+    "analyze_path",
+    "diff_paths",
+    "load_run",
+    "load_trace",
+    "summarize",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -35,7 +35,7 @@ from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.rank.overlap import CommOverlap, comm_compute_overlap
 from stepscope.analysis.rank.overview import StepCategories, add_comm_waiting, step_categories
-from stepscope.analysis.rank.prepare import RankData, RankSummary, effective_launch, prepare_rank
+from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of
 SCHEMA = "stepscope.analysis/4"
 
 
-class Window(msgspec.Struct):
+class WindowInfo(msgspec.Struct):
     """The part of the trace analysed: from the first kept ProfilerStep to the end of the last one."""
 
     start_us: float  # trace clock
@@ -63,7 +63,7 @@ class RankAnalysis(msgspec.Struct):
 
     rank: int
     source: str
-    window: Window
+    window: WindowInfo
     temporal: Temporal | None
     kernel_types: KernelTypes | None
     idle_by_stream: list[StreamIdle]
@@ -101,7 +101,7 @@ class RankPart:
     analysis: RankAnalysis
     findings: list[Finding]
     instances: Instances
-    summary: RankSummary
+    summary: RankDigest
 
 
 def analyze(
@@ -199,7 +199,7 @@ def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) ->
     return RankAnalysis(
         rank=data.rank,
         source=info.source if info is not None else "",
-        window=Window(
+        window=WindowInfo(
             start_us=ns_to_us(data.lo),
             dur_us=ns_to_us(max(data.hi - data.lo, 0)),
             steps=len(data.steps),

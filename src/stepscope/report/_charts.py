@@ -217,8 +217,10 @@ def lines(
     y_title: str,
     series: str = "series",
     area: bool = False,
+    steps: bool = False,
 ) -> Spec | None:
-    """Long-format rows (x, value, series) as lines (or stacked areas)."""
+    """Long-format rows (x, value, series) as lines (or stacked areas); with `steps`, each value holds until the
+    next x (memory keeps its level until the next event)."""
     if not values:
         return None
     spec = _base(values)
@@ -228,6 +230,7 @@ def lines(
                 "type": "area" if area else "line",
                 "tooltip": True,
                 **({} if area else {"point": False}),
+                **({"interpolate": "step-after"} if steps else {}),
             },
             "encoding": {
                 "x": {

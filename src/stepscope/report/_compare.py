@@ -8,6 +8,7 @@ from typing import Any
 
 from stepscope.analysis.diff.compare import PHASE_LABELS
 from stepscope.report import _charts as charts
+from stepscope.report import columns as col
 from stepscope.report._diff_text import (
     change_text,
     fast_change_text,
@@ -16,17 +17,7 @@ from stepscope.report._diff_text import (
     sample_text,
     signed_ms,
 )
-from stepscope.report._page import (
-    Cell,
-    Charts,
-    Section,
-    Table,
-    int_cell,
-    ms_cell,
-    name_cell,
-    pct_cell,
-    us_cell,
-)
+from stepscope.report.model import Charts, Section, table
 from stepscope.units import fmt_ms, fmt_us
 
 
@@ -52,25 +43,13 @@ def _step_time(diff: Any) -> Section:
         "step) with its 95% interval; it is significant when the interval excludes zero."
     )
     s.tables.append(
-        Table(
+        table(
             "step-time-table",
-            [
-                ("run", False),
-                ("median", True),
-                ("quartiles", False),
-                ("fast (p10)", True),
-                ("steps compared", False),
-            ],
-            [
-                [
-                    Cell(side),
-                    ms_cell(x.median_ms),
-                    Cell(quartiles_text(x)),
-                    ms_cell(x.fast_ms),
-                    Cell(sample_text(x)),
-                ]
+            [col.RUN, col.MEDIAN_MS, col.QUARTILES, col.FAST_P10_MS, col.STEPS_COMPARED],
+            (
+                [side, x.median_ms, quartiles_text(x), x.fast_ms, sample_text(x)]
                 for side, x in (("base", st.base), ("test", st.test))
-            ],
+            ),
             filter=False,
         )
     )
@@ -105,33 +84,31 @@ def _phases(diff: Any, pc: Charts) -> Section:
         spec["encoding"]["y"]["sort"] = None
     pc.add(phases, spec, "Each phase per step (median), base and test.")
     phases.tables.append(
-        Table(
+        table(
             "phase-table",
             [
-                ("phase", False),
-                ("base", True),
-                ("test", True),
-                ("change", True),
-                ("%", True),
-                ("95% interval", False),
-                ("significant", False),
+                col.PHASE,
+                col.BASE_MS,
+                col.TEST_MS,
+                col.CHANGE_MS,
+                col.CHANGE_PCT,
+                col.INTERVAL_95,
+                col.SIGNIFICANT,
             ],
-            [
+            (
                 [
-                    Cell(PHASE_LABELS.get(p.name, p.name)),
-                    ms_cell(p.base_ms),
-                    ms_cell(p.test_ms),
-                    ms_cell(p.delta_ms),
-                    pct_cell(p.change_pct),
-                    Cell(
-                        f"{signed_ms(p.low_ms)} to {signed_ms(p.high_ms)}"
-                        if p.low_ms is not None and p.high_ms is not None
-                        else "too few"
-                    ),
-                    Cell("yes" if p.significant else "no"),
+                    PHASE_LABELS.get(p.name, p.name),
+                    p.base_ms,
+                    p.test_ms,
+                    p.delta_ms,
+                    p.change_pct,
+                    f"{signed_ms(p.low_ms)} to {signed_ms(p.high_ms)}"
+                    if p.low_ms is not None and p.high_ms is not None
+                    else "too few",
+                    p.significant,
                 ]
                 for p in diff.phases
-            ],
+            ),
             filter=False,
         )
     )
@@ -144,20 +121,11 @@ def _findings(diff: Any) -> Section:
         found.empty = "the same findings at the same severity and price in both runs"
         return found
     found.tables.append(
-        Table(
+        table(
             "finding-changes",
-            [("finding", False), ("what changed", False), ("base", True), ("test", True), ("message", False)],
-            [
-                [
-                    Cell(f.id),
-                    Cell(finding_head(f)),
-                    ms_cell(f.base_cost_ms),
-                    ms_cell(f.test_cost_ms),
-                    # the whole message: it is the advice, never shortened like a name
-                    Cell(f.message),
-                ]
-                for f in diff.findings
-            ],
+            [col.FINDING, col.WHAT_CHANGED, col.BASE_MS, col.TEST_MS, col.MESSAGE],
+            # the whole message: it is the advice, never shortened like a name
+            ([f.id, finding_head(f), f.base_cost_ms, f.test_cost_ms, f.message] for f in diff.findings),
         )
     )
     return found
@@ -169,44 +137,47 @@ def _changes(diff: Any) -> Section:
         f"Totals per profiled step. A change under {fmt_us(diff.min_change_us)} per step (50 us or 1% of the base "
         "run's profiled step) is listed last and not flagged: the window has too few steps to test each name."
     )
-    for tid, title, deltas in (("kernel-deltas", "kernel", diff.kernels), ("op-deltas", "op", diff.ops)):
+    for tid, name_column, deltas in (
+        ("kernel-deltas", col.KERNEL, diff.kernels),
+        ("op-deltas", col.OP, diff.ops),
+    ):
         if not deltas:
             continue
         tables.tables.append(
-            Table(
+            table(
                 tid,
                 [
-                    (title, False),
-                    ("status", False),
-                    ("base calls", True),
-                    ("test calls", True),
-                    ("base total", True),
-                    ("test total", True),
-                    ("change per step", True),
-                    ("mean ratio", True),
-                    ("above threshold", False),
+                    name_column,
+                    col.STATUS,
+                    col.BASE_CALLS,
+                    col.TEST_CALLS,
+                    col.BASE_TOTAL,
+                    col.TEST_TOTAL,
+                    col.CHANGE_PER_STEP,
+                    col.MEAN_RATIO,
+                    col.ABOVE_THRESHOLD,
                 ],
-                [
+                (
                     [
-                        name_cell(d.name),
-                        Cell(d.status),
-                        int_cell(d.base_count),
-                        int_cell(d.test_count),
-                        us_cell(d.base_total_us),
-                        us_cell(d.test_total_us),
-                        us_cell(d.delta_per_step_us),
-                        Cell("-" if d.mean_ratio is None else f"{d.mean_ratio:.2f}x", d.mean_ratio or -1.0),
-                        Cell("yes" if d.above_threshold else "no"),
+                        d.name,
+                        d.status,
+                        d.base_count,
+                        d.test_count,
+                        d.base_total_us,
+                        d.test_total_us,
+                        d.delta_per_step_us,
+                        d.mean_ratio,
+                        d.above_threshold,
                     ]
                     # the changes above the threshold first, each group by size
                     for d in sorted(deltas, key=lambda d: not d.above_threshold)[:300]
-                ],
+                ),
             )
         )
         below = sum(not d.above_threshold for d in deltas)
         if below:
             tables.paragraphs.append(
-                f"{below} of the {len(deltas)} {title}s listed changed by less than the threshold: "
+                f"{below} of the {len(deltas)} {name_column.label}s listed changed by less than the threshold: "
                 "'above threshold' says which."
             )
     if not tables.tables:

@@ -10,12 +10,13 @@ from rich.padding import Padding
 from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
-from stepscope.analysis.findings.rules import Finding
-from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
+from stepscope.analysis.findings import Finding
+from stepscope.report.tables import collectives_table, rank_steps_table
+from stepscope.report.terminal import fit_table, fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
-    from stepscope.analysis.run.folder import RunFacts
+    from stepscope.analysis.run import RunFacts
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -40,55 +41,16 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         yield from _rank_parts(rank, wide)
     collectives = [c for r in result.ranks for c in r.collectives]
     if collectives:
-        grouped = any(c.group for c in collectives)
-        rows: list[tuple[Any, ...]] = [
-            (
-                str(c.rank),
-                c.kind,
-                *((c.group or "-",) if grouped else ()),
-                str(c.count),
-                fmt_bytes(c.bytes) if c.bytes is not None else "-",
-                fmt_us(c.time_ms * 1e3) if c.time_ms is not None else "-",
-                fmt_us(c.wait_ms * 1e3) if c.wait_ms is not None else "-",
-                f"{c.busbw_gbps:.3g}" if c.busbw_gbps is not None else "-",
-            )
-            for c in collectives
-        ]
-        columns = (
-            "rank",
-            "kind",
-            *(("group",) if grouped else ()),
-            "n",
-            "bytes",
-            "time",
-            "waiting",
-            "busbw GB/s",
-        )
-        yield make_table("Collectives in the window", columns, rows, numeric_from=3 if grouped else 2)
+        yield fit_table(collectives_table(collectives, title="Collectives in the window"))
         sources = sorted({c.time_source for c in collectives if c.time_source})
         yield (
-            f"[dim]time: {markup_safe(', '.join(sources)) or 'not recorded'}; waiting: for the last rank to arrive; "
-            "busbw: nccl-tests' bus bandwidth over the transfer time[/dim]"
+            f"[dim]timed on: {markup_safe(', '.join(sources)) or 'not recorded'}; waiting: for the last rank to "
+            "arrive; bus GB/s: nccl-tests' bus bandwidth over the transfer time[/dim]"
         )
         yield Text("")
     if result.cross_rank is not None:
         s = result.cross_rank
-        rank_rows: list[tuple[Any, ...]] = [
-            (
-                str(r.rank),
-                str(r.steps),
-                fmt_us(r.step_us),
-                fmt_us(r.comm_us),
-                fmt_us(r.comm_wait_us),
-                str(r.last_arrivals),
-            )
-            for r in s.ranks
-        ]
-        yield make_table(
-            "Ranks",
-            ("rank", "steps", "mean\nstep", "comm /\nstep", "waiting\n/ step", "arrived\nlast"),
-            rank_rows,
-        )
+        yield fit_table(rank_steps_table(s, title="Ranks"))
         a = s.alignment
         if a is not None and a.method == "collectives":
             offsets = ", ".join(

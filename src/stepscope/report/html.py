@@ -1,4 +1,5 @@
-"""The self-contained HTML report: `render_report(data) -> str`, `render_compare(diff) -> str`, `write_html`.
+"""The self-contained HTML pages: `render_report(data)`, `render_compare(diff)`, `render_sections_page(...)` (the
+memory page's), `write_html`.
 
 Jinja2 renders the page with autoescaping on, so every string from a trace or a run folder is text, never markup.
 The page loads nothing: the charting library (Vega-Lite, report/_vega.py) and our own small script (table sorting
@@ -19,8 +20,9 @@ import msgspec
 
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _compare as compare
+from stepscope.report import _findings
 from stepscope.report import _report_sections as build
-from stepscope.report._page import SECTION_TITLES, Charts
+from stepscope.report.model import SECTION_TITLES, Charts, Section
 
 
 def render_report(data: ReportData) -> str:
@@ -28,7 +30,7 @@ def render_report(data: ReportData) -> str:
 
     pc = Charts()
     sections = build.sections(data, pc)
-    findings = build.findings(data)
+    findings = _findings.findings(data)
     return _render(
         "report.html.j2",
         title=f"stepscope report: {data.title}",
@@ -48,16 +50,38 @@ def render_compare(diff: Any) -> str:
 
     pc = Charts()
     sections = compare.compare_sections(diff, pc)
-    return _render(
-        "compare.html.j2",
+    return render_sections_page(
         title="stepscope compare",
         heading="Compare runs",
         subtitle=f"base {diff.base.path}  vs  test {diff.test.path}",
         header=compare.compare_header(diff),
-        findings=[],
         sections=sections,
         notes=list(diff.notices),
-        charts=pc.specs,
+        charts=pc,
+    )
+
+
+def render_sections_page(
+    *,
+    title: str,
+    heading: str,
+    subtitle: str,
+    header: list[tuple[str, str]],
+    sections: list[Section],
+    notes: list[str],
+    charts: Charts,
+) -> str:
+    """A page of model sections with the report's look, script and charts (the compare page, the memory page)."""
+    return _render(
+        "sections.html.j2",
+        title=title,
+        heading=heading,
+        subtitle=subtitle,
+        header=header,
+        findings=[],
+        sections=sections,
+        notes=notes,
+        charts=charts.specs,
         generated="",
     )
 

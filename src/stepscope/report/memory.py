@@ -1,9 +1,8 @@
-"""Render a `MemoryReport`: rich tables for the terminal and one self-contained HTML page (inline SVG chart,
-no script, no external URL, so it opens offline). Renderers format; they never compute."""
+"""Render a `MemoryReport`: rich tables for the terminal, and one self-contained HTML page of model sections on the
+report's templates and Vega-Lite charts (nothing loaded from the network). Renderers format; they never compute."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
+from stepscope.report import _charts as charts
+from stepscope.report import columns as col
+from stepscope.report.model import Charts, Column, Section, table
 from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, plain
 from stepscope.runfolder.atomic import atomic_write_text
 
@@ -145,185 +147,121 @@ def _memory_parts(report: MemoryReport) -> Iterator[RenderableType]:
 
 
 # ---------------------------------------------------------------------------------------------- HTML
-
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:1em 0}
-th,td{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right;font-variant-numeric:tabular-nums}
-th{background:#f3f3f3}
-td.l,th.l{text-align:left;font-family:monospace;font-size:90%}
-td.l{white-space:pre}
-svg text{font-size:11px;fill:#444}
-.note{color:#864}
-"""
-
-
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _table(
-    title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], left: Sequence[int] = ()
-) -> str:
-    head = "".join(
-        f"<th class='l'>{_e(c)}</th>" if i in left else f"<th>{_e(c)}</th>" for i, c in enumerate(columns)
-    )
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td class='l'>{_e(v)}</td>" if i in left else f"<td>{_e(v)}</td>" for i, v in enumerate(row)
+def memory_sections(report: MemoryReport, pc: Charts) -> list[Section]:
+    """The memory page: the devices, each device's allocation over time and its categories at the peak, the call
+    sites and blocks holding the most memory, the out-of-memory events."""
+    sections = []
+    if report.kind == "snapshot":
+        columns, rows = device_rows(report)
+        devices = Section("devices", "Devices")
+        devices.tables.append(table("devices-table", [Column(c) for c in columns], rows, filter=False))
+        sections.append(devices)
+    sections.extend(_device_section(d, pc) for d in report.devices)
+    if report.top_sites:
+        sites = Section("sites", "Call sites holding the most live memory")
+        sites.tables.append(
+            table(
+                "sites-table",
+                [col.LIVE, Column("bytes", "int"), col.BLOCKS, col.STACK],
+                ([s.bytes, s.bytes, s.blocks, _stack(s.stack, s.site)] for s in report.top_sites),
+            )
         )
-        + "</tr>"
-        for row in rows
-    )
-    return f"<h2>{_e(title)}</h2><table><tr>{head}</tr>{body}</table>"
-
-
-def timeline_svg(dev: DeviceMemory, width: int = 900, height: int = 280) -> str:
-    """An inline SVG line chart of allocated (and reserved) bytes over time."""
-    xs, ya, yr = dev.timeline_t_us, dev.timeline_allocated, dev.timeline_reserved or []
-    if not xs:
-        return ""
-    left, right, top, bottom = 80, 20, 20, 40
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    ymax = max([*ya, *yr, 1])
-
-    def px(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * (width - left - right)
-
-    def py(y: float) -> float:
-        return height - bottom - y / ymax * (height - top - bottom)
-
-    def poly(ys: Sequence[int], colour: str, label: str) -> str:
-        # Memory holds its level until the next event: draw steps, not slopes.
-        steps = [(xs[0], ys[0])]
-        for x, y, prev in zip(xs[1:], ys[1:], ys, strict=False):
-            steps += [(x, prev), (x, y)]
-        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in steps)
-        return f"<polyline fill='none' stroke='{colour}' stroke-width='1.5' points='{points}'><title>{_e(label)}</title></polyline>"
-
-    parts = [f"<svg width='{width}' height='{height}' role='img' aria-label='memory timeline'>"]
-    for i in range(5):
-        y = ymax * i / 4
-        parts.append(
-            f"<line x1='{left}' x2='{width - right}' y1='{py(y):.1f}' y2='{py(y):.1f}' stroke='#eee'/>"
+        sections.append(sites)
+    if report.top_blocks:
+        blocks = Section("blocks", "Largest live blocks")
+        blocks.tables.append(
+            table(
+                "blocks-table",
+                [col.SIZE, Column("bytes", "int"), col.REQUESTED, col.DEVICE, col.ADDRESS, col.STACK],
+                (
+                    [
+                        b.size,
+                        b.size,
+                        b.requested_size,
+                        _device_name(b.device),
+                        hex(b.address),
+                        _stack(b.stack, b.site),
+                    ]
+                    for b in report.top_blocks
+                ),
+            )
         )
-        parts.append(f"<text x='{left - 6}' y='{py(y) + 4:.1f}' text-anchor='end'>{_e(fmt_bytes(y))}</text>")
-    for i in range(5):
-        x = x0 + (x1 - x0) * i / 4
-        label = f"{x:.0f}" if dev.time_is_index else fmt_us(x)
-        parts.append(
-            f"<text x='{px(x):.1f}' y='{height - bottom + 16}' text-anchor='middle'>{_e(label)}</text>"
+        sections.append(blocks)
+    ooms = [(d, o) for d in report.devices for o in d.ooms]
+    if ooms:
+        section = Section("ooms", "Out-of-memory events")
+        section.tables.append(
+            table(
+                "ooms-table",
+                [col.DEVICE, col.WHEN, col.REQUESTED, col.FREE_ON_DEVICE, col.SITE],
+                (
+                    [_device_name(o.device), _time(d, o.t_us), o.requested, o.device_free, o.site]
+                    for d, o in ooms
+                ),
+            )
         )
-    if yr:
-        parts.append(poly(yr, "#c77", "reserved"))
-    parts.append(poly(ya, "#36c", "allocated"))
-    if dev.peak_t_us is not None:
-        label = f"peak {fmt_bytes(dev.peak_allocated)} at {_time(dev, dev.peak_t_us)}"
-        parts.append(
-            f"<circle cx='{px(dev.peak_t_us):.1f}' cy='{py(dev.peak_allocated):.1f}' r='4' fill='#d33'>"
-            f"<title>{_e(label)}</title></circle>"
-        )
-    xlabel = "trace entry" if dev.time_is_index else "time since first event"
-    parts.append(
-        f"<text x='{(left + width - right) / 2}' y='{height - 6}' text-anchor='middle'>{_e(xlabel)}</text>"
-    )
-    parts.append("</svg>")
-    legend = (
-        "<p><span style='color:#36c'>&#9632; allocated</span>"
-        + (" <span style='color:#c77'>&#9632; reserved</span>" if yr else "")
-        + "</p>"
-    )
-    return "".join(parts) + legend
+        sections.append(section)
+    return sections
 
 
-# The page's Content-Security-Policy, in the report's style: it holds no script, so none may run (a name from the
-# snapshot that escaped its escaping still could not), and nothing is loaded from anywhere.
-MEMORY_PAGE_CSP = "; ".join(
-    [
-        "default-src 'none'",
-        "script-src 'none'",
-        "style-src 'unsafe-inline'",
-        "img-src data:",
-        "base-uri 'none'",
-        "form-action 'none'",
+def _device_section(d: DeviceMemory, pc: Charts) -> Section:
+    s = Section(f"device-{d.device}", f"Allocated over time: {_device_name(d.device)}")
+    s.facts.append(("peak allocated", f"{fmt_bytes(d.peak_allocated)} at {_time(d, d.peak_t_us)}"))
+    x_title = "trace entry" if d.time_is_index else "time since the first event (ms)"
+    scale = 1 if d.time_is_index else 1000
+    values = [
+        {"x": t / scale, "series": name, "value": _mib(level)}
+        for name, levels in (("allocated", d.timeline_allocated), ("reserved", d.timeline_reserved or []))
+        for t, level in zip(d.timeline_t_us, levels, strict=False)
     ]
-)
+    pc.add(
+        s,
+        charts.lines(values, x="x", x_title=x_title, y_title="MiB", steps=True),
+        "Allocated (and reserved) memory after each event; memory holds its level until the next one.",
+    )
+    if d.categories_at_peak:
+        s.tables.append(
+            table(
+                f"categories-{d.device}",
+                [col.CATEGORY, col.SIZE, Column("bytes", "int"), col.SHARE],
+                (
+                    [name, n, n, 100.0 * n / d.peak_allocated if d.peak_allocated else None]
+                    for name, n in d.categories_at_peak.items()
+                ),
+                caption="By category at the peak.",
+                filter=False,
+            )
+        )
+    return s
+
+
+def _stack(stack: Sequence[str], site: str) -> str:
+    return " < ".join(stack) or site  # innermost frame first
+
+
+def _mib(n: int) -> float:
+    return round(n / 2**20, 3)
 
 
 def memory_html(report: MemoryReport) -> str:
-    """The whole page as one string."""
+    """The whole page as one string: the report's look, script and charts, self-contained."""
+    from stepscope.report.html import render_sections_page
+
+    pc = Charts()
+    sections = memory_sections(report, pc)
     what = "CUDA memory snapshot" if report.kind == "snapshot" else "Memory timeline"
-    out = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f'<meta http-equiv="Content-Security-Policy" content="{MEMORY_PAGE_CSP}">',
-        f"<title>stepscope memory: {_e(Path(report.source).name)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{_e(what)}</h1><p class='l'>{_e(report.source)}</p>",
-    ]
-    if report.kind == "snapshot":
-        out.append(_table("Devices", *device_rows(report), left=(0,)))
-    for d in report.devices:
-        out.append(f"<h2>Allocated over time: {_e(_device_name(d.device))}</h2>")
-        out.append(f"<p>peak allocated {_e(fmt_bytes(d.peak_allocated))} at {_e(_time(d, d.peak_t_us))}</p>")
-        out.append(timeline_svg(d))
-        if d.categories_at_peak:
-            rows: list[tuple[Any, ...]] = [(k, fmt_bytes(v), v) for k, v in d.categories_at_peak.items()]
-            out.append(_table("By category at the peak", ("category", "size", "bytes"), rows, left=(0,)))
-    if report.top_sites:
-        rows = [
-            (fmt_bytes(s.bytes), s.bytes, s.blocks, "\n".join(s.stack) or s.site) for s in report.top_sites
-        ]
-        out.append(
-            _table(
-                "Call sites holding the most live memory",
-                ("live", "bytes", "blocks", "stack"),
-                rows,
-                left=(3,),
-            )
-        )
-    if report.top_blocks:
-        rows = [
-            (
-                fmt_bytes(b.size),
-                b.size,
-                b.requested_size,
-                _device_name(b.device),
-                hex(b.address),
-                "\n".join(b.stack) or b.site,
-            )
-            for b in report.top_blocks
-        ]
-        out.append(
-            _table(
-                "Largest live blocks",
-                ("size", "bytes", "requested", "device", "address", "stack"),
-                rows,
-                left=(5,),
-            )
-        )
-    ooms = [o for d in report.devices for o in d.ooms]
-    if ooms:
-        rows = [
-            (
-                _device_name(o.device),
-                o.t_us if o.t_us is not None else "-",
-                o.requested,
-                o.device_free,
-                o.site,
-            )
-            for o in ooms
-        ]
-        out.append(
-            _table(
-                "Out-of-memory events",
-                ("device", "t (us)", "requested", "free on device", "site"),
-                rows,
-                left=(4,),
-            )
-        )
-    out.extend(f"<p class='note'>note: {_e(n)}</p>" for n in report.notes)
-    out.append("</body></html>\n")
-    return "".join(out)
+    return render_sections_page(
+        title=f"stepscope memory: {Path(report.source).name}",
+        heading=what,
+        subtitle=report.source,
+        header=[
+            ("file", report.source),
+            ("devices", ", ".join(_device_name(d.device) for d in report.devices)),
+        ],
+        sections=sections,
+        notes=list(report.notes),
+        charts=pc,
+    )
 
 
 def write_memory_html(report: MemoryReport, path: str | Path) -> Path:

@@ -1,4 +1,5 @@
-"""Render a `stepscope.analysis.rank.summary.Summary` as rich tables (formatting only)."""
+"""Render a `stepscope.analysis.rank.summary.Summary` in the terminal: the report's top-ops and top-kernels tables
+(report/tables.py), per rank."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.rank.summary import RankSummary, Summary
-from stepscope.report.terminal import fmt_pct, fmt_us, make_table, plain
+from stepscope.report.tables import kernel_table, op_table
+from stepscope.report.terminal import fit_table, fmt_us, plain
 
 
 class SummaryReport:
@@ -32,39 +34,13 @@ def _rank(r: RankSummary, wide: bool) -> Iterator[RenderableType]:
         f"memcpy {fmt_us(r.memcpy_us)} · memset {fmt_us(r.memset_us)}"
     )
     if r.ops:
-        yield make_table(
-            f"Top {len(r.ops)} CPU ops by self time",
-            ["Op", "Calls", "Self", "Self %", "Self mean", "Total (incl.)"],
-            (
-                [
-                    o.name,
-                    o.count,
-                    fmt_us(o.self_us),
-                    fmt_pct(o.self_pct),
-                    fmt_us(o.mean_self_us),
-                    fmt_us(o.total_us),
-                ]
-                for o in r.ops
-            ),
-            wide=wide,
+        yield fit_table(
+            op_table([r], top=len(r.ops), title=f"Top {len(r.ops)} CPU ops by self time"), wide=wide
         )
     else:
         yield Text("no CPU ops in this trace")
     if r.kernels:
-        yield make_table(
-            f"Top {len(r.kernels)} GPU kernels by total time",
-            ["Kernel", "Count", "Total", "Mean", "% kernel time"],
-            (
-                [
-                    k.name,
-                    k.count,
-                    fmt_us(k.total_us),
-                    fmt_us(k.mean_us),
-                    fmt_pct(k.pct),
-                ]
-                for k in r.kernels
-            ),
-            wide=wide,
-        )
+        title = f"Top {len(r.kernels)} GPU kernels by total time"
+        yield fit_table(kernel_table([r], top=len(r.kernels), title=title), wide=wide)
     else:
         yield Text("no GPU kernels in this trace")

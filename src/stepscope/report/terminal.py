@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from stepscope.report import model
 from stepscope.units import distinct_labels, fmt_bytes, fmt_ms, fmt_ns, fmt_pct, fmt_us, plain, short_name
 
 
@@ -71,8 +72,8 @@ _SPACES_BEFORE_NEWLINE = re.compile(r" +\n")
 
 
 class FitTable:
-    """A table that fits the console: the number columns (from index `numeric_from` on) keep their full width and
-    the name columns before them share what is left, their cells shortened by `distinct_labels` (never two
+    """A table that fits the console: the number columns (from index `numeric_from` on, or those `numeric` marks)
+    keep their full width and the name columns share what is left, their cells shortened by `distinct_labels` (never two
     different names alike). Where the number columns alone are too wide, their headers wrap at spaces, and what
     still does not fit goes into a table of its own below (the name columns repeated, the title marked
     "(continued)"): no number is ever cut or dropped. With `wide` (or a console wide enough) names print in
@@ -85,12 +86,15 @@ class FitTable:
         rows: Iterable[Sequence[Any]],
         *,
         numeric_from: int = 1,
+        numeric: Sequence[bool] | None = None,
         wide: bool = False,
     ) -> None:
         self.title = title
         self.columns = list(columns)
         self.rows = [[plain(cell) for cell in row] for row in rows]
-        self.numeric_from = numeric_from
+        self.numeric = (
+            list(numeric) if numeric is not None else [i >= numeric_from for i in range(len(columns))]
+        )
         self.wide = wide
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -102,8 +106,8 @@ class FitTable:
         """The columns of each table to print: all of them where they fit (names shortened, headers wrapped),
         else the name columns with as many number columns as fit, then the name columns with the next ones."""
         n = len(self.columns)
-        names = list(range(min(self.numeric_from, n)))
-        numbers = list(range(len(names), n))
+        names = [i for i in range(n) if not self.numeric[i]]
+        numbers = [i for i in range(n) if self.numeric[i]]
         if self.wide or not numbers:
             return [list(range(n))]
         least = {i: min(self._natural(i), max(MIN_NAME_WIDTH, _cell_width(self.columns[i]))) for i in names}
@@ -117,13 +121,13 @@ class FitTable:
             if groups[-1] and not fits([*names, *groups[-1], i]):
                 groups.append([])
             groups[-1].append(i)
-        return [[*names, *group] for group in groups]
+        return [sorted([*names, *group]) for group in groups]
 
     def table(self, width: int, columns: Sequence[int] | None = None, title: str | None = None) -> Table:
         """One table of `columns` (indices; default all, with the title) fitted to `width`."""
         if columns is None:
             columns, title = list(range(len(self.columns))), self.title
-        names = [i for i in columns if i < self.numeric_from]
+        names = [i for i in columns if not self.numeric[i]]
         headers = {i: self.columns[i] for i in columns}
         natural = {i: self._natural(i) for i in columns}
         # headers wrap only where the names, shortened as far as they go, leave too little room
@@ -157,7 +161,7 @@ class FitTable:
         for i in columns:
             table.add_column(
                 headers[i],
-                justify="left" if i < self.numeric_from else "right",
+                justify="right" if self.numeric[i] else "left",
                 no_wrap=True,
                 min_width=natural[i],
                 max_width=natural[i],
@@ -188,6 +192,18 @@ def make_table(
     return FitTable(title, columns, rows, numeric_from=numeric_from, wide=wide)
 
 
+def fit_table(table: model.Table, *, wide: bool = False) -> FitTable:
+    """A model table for the terminal: its title, its columns' labels and alignment, every name in full (FitTable
+    shortens names to the console's width, the page to NAME_WIDTH)."""
+    return FitTable(
+        table.title or None,
+        [c.label for c in table.columns],
+        ([cell.full or cell.text for cell in row] for row in table.rows),
+        numeric=[c.numeric for c in table.columns],
+        wide=wide,
+    )
+
+
 def _cell_width(text: str) -> int:
     return max((len(line) for line in text.split("\n")), default=0)
 
@@ -213,6 +229,7 @@ MIN_NAME_WIDTH = 12
 __all__ = [
     "FitTable",
     "distinct_labels",
+    "fit_table",
     "fmt_bytes",
     "fmt_ms",
     "fmt_ns",

@@ -227,7 +227,7 @@ def _facts(table: TraceTable, path: str, comm_patterns: Sequence[str]) -> _Facts
     kernels = _by_name(kernel_stats(table))
     ops = _op_totals(op_stats(table, self_ns))
     del self_ns
-    table.row_cache.clear()  # (the analysis makes what it needs itself)
+    table.derived.clear()  # (the analysis makes what it needs itself)
     return _Facts(side, analyze(table, comm_patterns=comm_patterns), kernels, ops, list(table.notices))
 
 
@@ -339,27 +339,27 @@ def _round(ms: float | None) -> float | None:
 
 
 def _side(table: TraceTable, self_ns: np.ndarray, path: str) -> Side:
-    gpu = (table.ph == ord("X")) & table.cat_mask(*GPU_CATEGORIES)
+    gpu = (table.columns["ph"] == ord("X")) & table.cat_mask(*GPU_CATEGORIES)
     busy = span = 0
     step_durations: list[int] = []
     for rank in table.rank_ids():
-        in_rank = table.rank == rank
+        in_rank = table.columns["rank"] == rank
         spans = find_steps(table if in_rank.all() else table.select(in_rank))
         step_durations += (spans.end - spans.start).tolist()
         rows = gpu & in_rank
         if rows.any():
-            start, end = table.ts[rows], table.ts[rows] + table.dur[rows]
+            start, end = table.columns["ts"][rows], table.columns["ts"][rows] + table.columns["dur"][rows]
             busy += iv.length(iv.merge(start, end))
             span += int(end.max() - start.min())
-    ops = (table.ph == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES)
-    kernels = (table.ph == ord("X")) & table.cat_mask("kernel")
+    ops = (table.columns["ph"] == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES)
+    kernels = (table.columns["ph"] == ord("X")) & table.cat_mask("kernel")
     return Side(
         path=path,
         ranks=table.rank_ids(),
         steps=len(step_durations),
         step_mean_us=_us(sum(step_durations) / len(step_durations)) if step_durations else None,
         cpu_self_us=_us(int(self_ns.sum(where=ops))),
-        kernel_total_us=_us(int(table.dur.sum(where=kernels))),
+        kernel_total_us=_us(int(table.columns["dur"].sum(where=kernels))),
         gpu_busy_us=_us(busy),
         gpu_span_us=_us(span),
         gpu_busy_pct=round(100.0 * busy / span, 2) if span else None,

@@ -12,10 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.findings.comm_rank import COMM_BOUND
 from stepscope.analysis.findings.pricing import Finding, price_of, price_per_step, priced
+from stepscope.analysis.findings.registry import Rule
 from stepscope.analysis.rank.collectives import Instances
 from stepscope.analysis.rank.comm_names import algorithm_bytes
-from stepscope.analysis.rank.prepare import RankSummary
+from stepscope.analysis.rank.prepare import RankDigest
 from stepscope.analysis.ranks.distributed import Distributed
 from stepscope.analysis.stats import quantile
 from stepscope.units import fmt_ms, fmt_pct
@@ -31,8 +33,15 @@ COLLECTIVE_SLOW_MIN_BYTES = 1 << 20  # ... of at least this size (smaller ones m
 TRACE_ALL = 'trace every rank (profiled_ranks="all", or --profiled-ranks all) to split waiting from transfer'
 
 
+COMM_WAIT_UNKNOWN = Rule("comm_wait_unknown", "overview", "")
+COLLECTIVE_SLOW = Rule(
+    "collective_slow", "communication", "the transfer time beyond what the run's reference bandwidth needs"
+)
+RULES = (COMM_WAIT_UNKNOWN, COLLECTIVE_SLOW)  # (COMM_BOUND: comm_rank.py's, priced here on CPU backends)
+
+
 def waiting_known(
-    instances: dict[int, Instances], dist: Distributed, ranks: dict[int, RankSummary]
+    instances: dict[int, Instances], dist: Distributed, ranks: dict[int, RankDigest]
 ) -> dict[int, np.ndarray]:
     """Per rank, per instance: whether its waiting for peers is known, i.e. it was matched with the instances of
     every rank of its process group (the group's size from the trace, else the job's world size)."""
@@ -49,7 +58,7 @@ def waiting_known(
 
 
 def comm_findings(
-    instances: dict[int, Instances], dist: Distributed, ranks: dict[int, RankSummary]
+    instances: dict[int, Instances], dist: Distributed, ranks: dict[int, RankDigest]
 ) -> list[Finding]:
     """`comm_bound` and `comm_wait_unknown` for CPU backends (GPU communication is judged per rank from the
     kernels), then `collective_slow`."""
@@ -71,7 +80,7 @@ def comm_findings(
 
 
 def _cpu_comm_bound(
-    data: RankSummary, inst: Instances, known: np.ndarray, waits: np.ndarray
+    data: RankDigest, inst: Instances, known: np.ndarray, waits: np.ndarray
 ) -> Finding | None:
     """The time some collective of the rank transfers data (a backend may run several at once: a union), over
     the instances whose waiting is known."""
@@ -81,7 +90,7 @@ def _cpu_comm_bound(
     transfer = iv.merge(start + waits[known], end)
     price = price_of(data, transfer, min_pct=COMM_CPU_MIN_PCT)
     return priced(
-        "comm_bound",
+        COMM_BOUND.id,
         data.rank,
         price,
         "time in which a CPU-backend collective transfers data (after the last rank arrived)",
@@ -96,7 +105,7 @@ def _cpu_comm_bound(
     )
 
 
-def _wait_unknown(data: RankSummary, inst: Instances, known: np.ndarray, traced: int) -> Finding | None:
+def _wait_unknown(data: RankDigest, inst: Instances, known: np.ndarray, traced: int) -> Finding | None:
     """Collective time whose waiting for peers cannot be told from transfer: said, never priced."""
     unknown = ~known
     if not unknown.any():
@@ -114,7 +123,7 @@ def _wait_unknown(data: RankSummary, inst: Instances, known: np.ndarray, traced:
     else:
         who = "they could not be matched with the same collectives on the other ranks"
     return Finding(
-        "comm_wait_unknown",
+        COMM_WAIT_UNKNOWN.id,
         "info",
         data.rank,
         f"Collectives on the CPU backend take {fmt_ms(price.ms)} per step ({fmt_pct(price.pct)} of the step)"
@@ -138,7 +147,7 @@ def _collective_slow(
     instances: dict[int, Instances],
     wait_ns: dict[int, np.ndarray],
     known: dict[int, np.ndarray],
-    ranks: dict[int, RankSummary],
+    ranks: dict[int, RankDigest],
 ) -> list[Finding]:
     """Instances whose bandwidth is far below the reference of the same kind and size across the run (only
     those whose waiting is known: the rest may be waiting, not moving data)."""
@@ -178,7 +187,7 @@ def _collective_slow(
         price = price_per_step(data, at, np.array([x[1] for x in slow]))
         worst = min(slow, key=lambda x: x[2] / x[3])
         found = priced(
-            "collective_slow",
+            COLLECTIVE_SLOW.id,
             rank,
             price,
             "transfer time beyond what the reference bandwidth needs",

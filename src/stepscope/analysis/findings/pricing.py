@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.prepare import RankData, RankSummary
+from stepscope.analysis.rank.prepare import RankData, RankDigest
 from stepscope.analysis.stats import median
 from stepscope.units import fmt_ms, fmt_pct
 
@@ -75,7 +75,7 @@ class WindowSteps:
     end: np.ndarray
 
     @staticmethod
-    def of(data: RankData | RankSummary) -> WindowSteps:
+    def of(data: RankData | RankDigest) -> WindowSteps:
         starts = np.asarray(data.steps.start, dtype=np.int64)
         if len(starts) == 0 or data.hi <= data.lo:
             return WindowSteps(
@@ -210,14 +210,14 @@ class Price:
         return f", in {k} of {n} steps"
 
 
-def price_of(data: RankData | RankSummary, cost: iv.Intervals, *, min_pct: float = FINDING_MIN_PCT) -> Price:
+def price_of(data: RankData | RankDigest, cost: iv.Intervals, *, min_pct: float = FINDING_MIN_PCT) -> Price:
     """The price of `cost` (disjoint intervals) in each step of the rank's window."""
     steps = WindowSteps.of(data)
     return Price(steps.covered(cost), steps, min_pct)
 
 
 def price_per_step(
-    data: RankData | RankSummary, at: np.ndarray, cost_ns: np.ndarray, *, min_pct: float = FINDING_MIN_PCT
+    data: RankData | RankDigest, at: np.ndarray, cost_ns: np.ndarray, *, min_pct: float = FINDING_MIN_PCT
 ) -> Price:
     """The price of costs `cost_ns` that happen at times `at`, each charged to its step (never more than the
     step)."""

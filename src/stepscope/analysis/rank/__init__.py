@@ -1,1 +1,63 @@
-"""Analyses of one rank: steps, kernels, top ops (summary), time breakdown, idle causes, overlap, collectives."""
+"""Analyses of one rank: steps, top ops and kernels (`summarize`), the time breakdown, idle time per stream,
+communication overlap, collectives, and the per-step overview.
+
+The names below are this package's public API, imported on first use (importing the package costs nothing).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.analysis.rank.breakdown import kernel_type_breakdown, temporal_breakdown
+    from stepscope.analysis.rank.collectives import collective_stats, rank_instances
+    from stepscope.analysis.rank.idle import idle_by_stream
+    from stepscope.analysis.rank.overlap import comm_compute_overlap
+    from stepscope.analysis.rank.overview import step_categories
+    from stepscope.analysis.rank.prepare import RankData, prepare_rank
+    from stepscope.analysis.rank.steps import find_steps, step_table
+    from stepscope.analysis.rank.summary import SUMMARY_SCHEMA, RankSummary, Summary, summarize
+
+_EXPORTS = {
+    "summarize": "summary",
+    "Summary": "summary",
+    "RankSummary": "summary",
+    "SUMMARY_SCHEMA": "summary",
+    "find_steps": "steps",
+    "step_table": "steps",
+    "prepare_rank": "prepare",
+    "RankData": "prepare",
+    "temporal_breakdown": "breakdown",
+    "kernel_type_breakdown": "breakdown",
+    "idle_by_stream": "idle",
+    "comm_compute_overlap": "overlap",
+    "collective_stats": "collectives",
+    "rank_instances": "collectives",
+    "step_categories": "overview",
+}
+
+__all__ = [
+    "SUMMARY_SCHEMA",
+    "RankData",
+    "RankSummary",
+    "Summary",
+    "collective_stats",
+    "comm_compute_overlap",
+    "find_steps",
+    "idle_by_stream",
+    "kernel_type_breakdown",
+    "prepare_rank",
+    "rank_instances",
+    "step_categories",
+    "step_table",
+    "summarize",
+    "temporal_breakdown",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -108,7 +108,7 @@ def prepare_rank(
 
 
 @dataclass(eq=False, repr=False)
-class RankSummary:
+class RankDigest:
     """What the cross-rank analysis needs of one rank, small enough to come back from a worker process.
 
     `op_inside[i, j]`: self time in ns of the CPU ops named `op_names[i]` that start inside step j of the

@@ -6,7 +6,6 @@ forward and backward), build the per-step table. docs/analysis.md ("What a step 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -112,21 +111,25 @@ def region_union(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | 
     """Union of the CPU spans whose names match `pattern` (cpu_op / user_annotation); None when there are none.
     Kept in the table's row cache: the step table, the step breakdown and the findings each ask for the phases."""
     spans = region_spans(table, pattern)
-    return None if spans is None else _cached(table, ("region_union", pattern), lambda: iv.merge(*spans))
+    unions = table.derived.region_unions
+    if pattern not in unions:
+        unions[pattern] = _read_only(None if spans is None else iv.merge(*spans))
+    return unions[pattern]
 
 
 def region_spans(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
     """The CPU spans whose names match `pattern`, one per event (unmerged, in the table's order); None when
     there are none."""
-    return _cached(table, ("region_spans", pattern), lambda: _region_spans(table, pattern))
+    spans = table.derived.region_spans
+    if pattern not in spans:
+        spans[pattern] = _read_only(_region_spans(table, pattern))
+    return spans[pattern]
 
 
-def _cached(table: TraceTable, key: object, make: Callable[[], iv.Intervals | None]) -> iv.Intervals | None:
-    if key not in table.row_cache:
-        found = table.row_cache[key] = make()
-        for column in found or ():
-            column.flags.writeable = False  # (shared by every caller)
-    return table.row_cache[key]  # type: ignore[no-any-return]
+def _read_only(found: iv.Intervals | None) -> iv.Intervals | None:
+    for column in found or ():
+        column.flags.writeable = False  # (shared by every caller)
+    return found
 
 
 def _region_spans(table: TraceTable, pattern: re.Pattern[str]) -> iv.Intervals | None:
@@ -155,10 +158,9 @@ def assign_phases(table: TraceTable) -> dict[str, iv.Intervals]:
     the time from its start to the end of the last backward inside it goes to the backward where the backward
     runs, to the optimizer where an optimizer span nested in it runs (zero_grad), and to the forward otherwise.
     Where annotations nest or overlap, the first phase of PHASES wins."""
-    key = "assign_phases"
-    if key not in table.row_cache:
-        table.row_cache[key] = _assign_phases(table)
-    return table.row_cache[key]  # type: ignore[no-any-return]
+    if table.derived.phases is None:
+        table.derived.phases = _assign_phases(table)
+    return table.derived.phases
 
 
 def _assign_phases(table: TraceTable) -> dict[str, iv.Intervals]:

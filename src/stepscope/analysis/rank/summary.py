@@ -10,13 +10,13 @@ parent's end counts only up to that end, and self time is never negative. `pytho
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import msgspec
 import numpy as np
 
 from stepscope.analysis.codes import unique_inverse
 from stepscope.analysis.rank._nesting import tree_parents
+from stepscope.analysis.read.derived import THREAD_KEYS, OpTree, is_constant, new_thread_mask
 from stepscope.analysis.read.table import TraceTable
 
 SUMMARY_SCHEMA = "stepscope.summary/1"
@@ -74,16 +74,16 @@ def summarize(table: TraceTable, top: int = 10) -> Summary:
     for rank in table.rank_ids():
         ops = op_stats(table, self_ns, rank, groups=groups)
         kernels = kernel_stats(table, rank)
-        in_rank = table.rank == rank
+        in_rank = table.columns["rank"] == rank
         info = table.ranks.get(rank)
         ranks.append(
             RankSummary(
                 rank=rank,
                 source=info.source if info else "",
                 cpu_self_us=_us(int(self_ns.sum(where=in_rank))),
-                kernel_us=_us(int(table.dur[in_rank & table.cat_mask(KERNEL_CATEGORY)].sum())),
-                memcpy_us=_us(int(table.dur[in_rank & table.cat_mask("gpu_memcpy")].sum())),
-                memset_us=_us(int(table.dur[in_rank & table.cat_mask("gpu_memset")].sum())),
+                kernel_us=_us(int(table.columns["dur"][in_rank & table.cat_mask(KERNEL_CATEGORY)].sum())),
+                memcpy_us=_us(int(table.columns["dur"][in_rank & table.cat_mask("gpu_memcpy")].sum())),
+                memset_us=_us(int(table.columns["dur"][in_rank & table.cat_mask("gpu_memset")].sum())),
                 ops=ops[:top] if top > 0 else ops,
                 kernels=kernels[:top] if top > 0 else kernels,
             )
@@ -95,51 +95,27 @@ def self_times(table: TraceTable, categories: tuple[str, ...] = CPU_OP_CATEGORIE
     """Self time in ns of every row (0 for rows that are not complete events of `categories`); children are
     the events of `categories` nested on the same thread. Computed once per table and categories (the result
     is shared: do not modify it)."""
-    cached = table.row_cache.get(("self_times", categories))
+    cached = table.derived.self_times.get(categories)
     if cached is not None and len(cached) == len(table):
-        return cached  # type: ignore[no-any-return]
+        return cached
     out = _self_times(table, categories)
     out.flags.writeable = False
-    table.row_cache[("self_times", categories)] = out
+    table.derived.self_times[categories] = out
     return out
 
 
-# Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
-# would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False, frozen=True)
-class OpTree:
-    """The complete events of some categories in the order of `thread_order`, with each one's innermost
-    enclosing event among them (what one pass with a stack of the open events gives, thread by thread)."""
-
-    rows: np.ndarray  # table rows, in that order
-    parent: np.ndarray  # position in `rows` of the enclosing event, -1 for none
-    nested: bool = False  # every thread's events nest (each inside its parent, siblings apart)
-
-    def new_thread(self, table: TraceTable) -> np.ndarray:
-        """True where a thread's events begin in `rows`."""
-        new = _new_thread([], len(self.rows))
-        for (
-            k
-        ) in _THREAD_KEYS:  # (one column at a time, none that is constant: each is tens of MB on a big trace)
-            if not _constant(table.columns[k]):
-                key = table.columns[k][self.rows]
-                new[1:] |= key[1:] != key[:-1]
-        return new
-
-
-_THREAD_KEYS = ("rank", "pid", "tid")
 _BATCH = 1 << 18  # events per batch where a pass over all of them would make n-long temporaries
 
 
 def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
     """The `OpTree` of the events of `categories` (computed once per table and categories; do not modify)."""
-    key = ("op_tree", categories)
-    cached = table.row_cache.get(key)
-    if isinstance(cached, OpTree):
+    trees = table.derived.op_trees
+    cached = trees.get(categories)
+    if cached is not None:
         return cached
-    for other, bigger in list(table.row_cache.items()):
-        if isinstance(bigger, OpTree) and bigger.nested and set(categories) < set(other[1]):
-            table.row_cache[key] = tree = _sub_tree(table, bigger, categories)
+    for other, bigger in list(trees.items()):
+        if bigger.nested and set(categories) < set(other):
+            trees[categories] = tree = _sub_tree(table, bigger, categories)
             return tree
     # (on a big trace every array here is tens of MB: each goes as soon as it is used, indices are int32)
     index = np.int32 if len(table) < 2**31 else np.int64
@@ -149,23 +125,23 @@ def op_tree(table: TraceTable, categories: tuple[str, ...]) -> OpTree:
     end += start
     keys = [  # (a column constant over the whole table is left out before it is gathered)
         key
-        for key in (table.columns[k][rows] for k in _THREAD_KEYS if not _constant(table.columns[k]))
+        for key in (table.columns[k][rows] for k in THREAD_KEYS if not is_constant(table.columns[k]))
         if len(key) and key.min() != key.max()
     ]
     if keys or not _in_thread_order(start, end):
         order = thread_order(keys, start, end)
-        new_thread = _new_thread([k[order] for k in keys], len(rows))
+        new_thread = new_thread_mask([k[order] for k in keys], len(rows))
         rows = rows[order]
         start = start[order]
         end = end[order]
         del order
     else:  # one thread, its events in order already (tiny-event traces are): no copies
-        new_thread = _new_thread([], len(rows))
+        new_thread = new_thread_mask([], len(rows))
     del keys
     parent, nested = tree_parents(start, end, new_thread, index)
     tree = OpTree(rows, parent, nested)
     tree.rows.flags.writeable = tree.parent.flags.writeable = False
-    table.row_cache[key] = tree
+    trees[categories] = tree
     return tree
 
 
@@ -194,9 +170,9 @@ def _sub_tree(table: TraceTable, bigger: OpTree, categories: tuple[str, ...]) ->
 def keep_op_trees(table: TraceTable, *category_sets: tuple[str, ...]) -> None:
     """Drop what the table's row caches hold but the op trees of `category_sets` (made now, from a bigger tree
     when one nests): on a big trace the caches are a hundred MB or more."""
-    kept = {("op_tree", categories): op_tree(table, categories) for categories in category_sets}
-    table.row_cache.clear()
-    table.row_cache.update(kept)
+    for categories in category_sets:
+        op_tree(table, categories)
+    table.derived.keep_only_op_trees(*category_sets)
 
 
 def thread_order(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -217,20 +193,6 @@ def thread_order(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> 
         if len(key) and key.min() != key.max():
             order = order[np.argsort(key[order], kind="stable")]
     return order
-
-
-def _new_thread(keys: list[np.ndarray], n: int) -> np.ndarray:
-    """True where a thread's events begin among `n` events grouped by thread (`keys`: the thread columns)."""
-    new = np.zeros(n, dtype=bool)
-    if n:
-        new[0] = True
-        for key in keys:
-            new[1:] |= key[1:] != key[:-1]
-    return new
-
-
-def _constant(column: np.ndarray) -> bool:
-    return len(column) == 0 or bool(column.min() == column.max())
 
 
 def _in_thread_order(start: np.ndarray, end: np.ndarray) -> bool:
@@ -324,12 +286,12 @@ def op_stats(
 
 def kernel_stats(table: TraceTable, rank: int | None = None) -> list[KernelStat]:
     """Every kernel name with its launches and total time, by total time, descending."""
-    mask = (table.ph == ord("X")) & table.cat_mask(KERNEL_CATEGORY)
+    mask = (table.columns["ph"] == ord("X")) & table.cat_mask(KERNEL_CATEGORY)
     if rank is not None:
-        mask &= table.rank == rank
-    uniq, inverse = unique_inverse(table.name[mask])
+        mask &= table.columns["rank"] == rank
+    uniq, inverse = unique_inverse(table.columns["name"][mask])
     count = np.bincount(inverse, minlength=len(uniq))
-    total = _int_sums(inverse, table.dur[mask], len(uniq))
+    total = _int_sums(inverse, table.columns["dur"][mask], len(uniq))
     grand = int(total.sum())
     stats = [
         KernelStat(

@@ -38,7 +38,7 @@ from stepscope.analysis.rank.collectives import (
     wait_intervals,
 )
 from stepscope.analysis.rank.comm_names import cpu_collective
-from stepscope.analysis.rank.prepare import RankData, RankSummary
+from stepscope.analysis.rank.prepare import RankData, RankDigest
 from stepscope.analysis.rank.steps import STEP_RE, StepRow, pct
 from stepscope.analysis.rank.summary import CPU_OP_CATEGORIES, self_times
 from stepscope.analysis.ranks.straggler import Straggler, find_straggler, straggler_delays
@@ -195,7 +195,7 @@ def clock_offsets(instances: dict[int, Instances], match: Matching) -> tuple[dic
 
 
 def cross_rank_analysis(
-    data: dict[int, RankSummary],
+    data: dict[int, RankDigest],
     instances: dict[int, Instances],
     step_rows: dict[int, list[StepRow]],
 ) -> Distributed:
@@ -309,7 +309,7 @@ def _list(values: list[int]) -> str:
 
 
 def _cross_table(
-    data: dict[int, RankSummary],
+    data: dict[int, RankDigest],
     instances: dict[int, Instances],
     step_rows: dict[int, list[StepRow]],
     wait_ns: dict[int, np.ndarray],
@@ -354,11 +354,11 @@ def _cross_table(
     )
 
 
-def summarize_rank(data: RankData, *, ops: bool = True) -> RankSummary:
+def summarize_rank(data: RankData, *, ops: bool = True) -> RankDigest:
     """The cross-rank inputs of one prepared rank: its steps, its time in communication (`ops`: with the CPU
     ops' self time per step, which only the straggler's cause needs)."""
     info = data.table.ranks.get(data.rank)
-    summary = RankSummary(data.rank, data.lo, data.hi, data.steps, info.world_size if info else None)
+    summary = RankDigest(data.rank, data.lo, data.hi, data.steps, info.world_size if info else None)
     summary.comm = communication_intervals(data)
     if summary.comm is not None:
         summary.comm_exposed = exposed_communication(data, summary.comm)

@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.prepare import RankSummary
+from stepscope.analysis.rank.prepare import RankDigest
 from stepscope.analysis.rank.steps import StepRow, pct
 from stepscope.analysis.stats import median
 
@@ -68,7 +68,7 @@ def straggler_delays(
 
 
 def find_straggler(
-    data: dict[int, RankSummary],
+    data: dict[int, RankDigest],
     step_rows: dict[int, list[StepRow]],
     delay: dict[int, dict[int, float]],
     steps: list[int],
@@ -96,7 +96,7 @@ def find_straggler(
 
 
 def _cause(
-    data: dict[int, RankSummary],
+    data: dict[int, RankDigest],
     step_rows: dict[int, list[StepRow]],
     rank: int,
     steps: set[int],
@@ -134,7 +134,7 @@ def _cause_of(phase: str, name: str | None, mine: float, others: float) -> Strag
     return StragglerCause(phase, name, round(mine, 3), round(others, 3), round(mine - others, 3))
 
 
-def _op_cause(data: dict[int, RankSummary], rank: int, steps: set[int]) -> StragglerCause | None:
+def _op_cause(data: dict[int, RankDigest], rank: int, steps: set[int]) -> StragglerCause | None:
     """The op whose self time per step exceeds the other ranks' most (collectives and step spans left out):
     CPU ops starting between the first and the end of the last of `steps` in each rank's window."""
     per_rank: dict[int, tuple[list[str], np.ndarray]] = {}  # rank -> (op names, ms per step)

@@ -1,1 +1,45 @@
-"""Reading traces: the streaming decoder, the columnar TraceTable, and loading one file, a folder of ranks or a run folder."""
+"""Reading traces: the streaming decoder, the columnar TraceTable, and loading one file, a folder of ranks or a
+run folder (`load_trace`).
+
+The names below are this package's public API, imported on first use (importing the package costs nothing).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.analysis.read.loader import load_file, load_trace, run_folders, trace_files
+    from stepscope.analysis.read.table import COLUMNS, GPU_CATEGORIES, MISSING, RankInfo, TraceTable
+
+_EXPORTS = {
+    "load_trace": "loader",
+    "trace_files": "loader",
+    "run_folders": "loader",
+    "load_file": "loader",
+    "TraceTable": "table",
+    "RankInfo": "table",
+    "COLUMNS": "table",
+    "MISSING": "table",
+    "GPU_CATEGORIES": "table",
+}
+
+__all__ = [
+    "COLUMNS",
+    "GPU_CATEGORIES",
+    "MISSING",
+    "RankInfo",
+    "TraceTable",
+    "load_file",
+    "load_trace",
+    "run_folders",
+    "trace_files",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

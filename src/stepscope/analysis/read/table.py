@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.analysis.read.derived import DerivedRows
+
 # Old (torch 1.8/1.9 era) Kineto category names -> current names.
 OLD_CATEGORIES: dict[str, str] = {
     "Operator": "cpu_op",
@@ -264,17 +266,11 @@ class TraceTable:
     symbol_cache: dict[Any, tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False, compare=False
     )
-    # results about this table's rows computed once (see summary.self_times); not shared by `select`
-    row_cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    # what analyses derive from this table's rows, computed once (see derived.py); not shared by `select`
+    derived: DerivedRows = field(default_factory=DerivedRows, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.columns["ts"])
-
-    def __getattr__(self, item: str) -> np.ndarray:
-        columns = self.__dict__.get("columns")
-        if columns is not None and item in columns:
-            return columns[item]
-        raise AttributeError(item)
 
     # --- symbol helpers ---------------------------------------------------------------------------
     def cat_id(self, category: str) -> int:
@@ -296,14 +292,13 @@ class TraceTable:
     def complete_rows(self, *categories: str) -> np.ndarray:
         """The rows of the complete ('X') events of `categories`, ascending (computed once per table and
         categories; read-only)."""
-        key = ("complete_rows", categories)
-        rows = self.row_cache.get(key)
+        rows = self.derived.complete_rows.get(categories)
         if rows is None:
             rows = np.flatnonzero(self.cat_mask(*categories) & (self.columns["ph"] == ord("X")))
             if len(self) < 2**31:
                 rows = rows.astype(np.int32)
             rows.flags.writeable = False
-            self.row_cache[key] = rows
+            self.derived.complete_rows[categories] = rows
         return rows  # type: ignore[no-any-return]
 
     def name_of(self, row: int) -> str:

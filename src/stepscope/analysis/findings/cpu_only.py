@@ -1,0 +1,164 @@
+"""Rules for ranks without GPU activity: Python overhead, the optimizer, many small ops, and the step's breakdown."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.findings._common import PHASE_ACTIONS, all_of, fmt_p, ms
+from stepscope.analysis.findings.pricing import (
+    Evidence,
+    Finding,
+    WindowSteps,
+    price_of,
+    priced,
+)
+from stepscope.analysis.findings.registry import Rule
+from stepscope.analysis.rank import host
+from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.stats import median
+from stepscope.units import fmt_ms, fmt_ns
+
+PYTHON_OVERHEAD = Rule("python_overhead", "ops", "the host time outside any op (Python)")
+OPTIMIZER_BOUND = Rule("optimizer_bound", "ops", "the optimizer step's time")
+MANY_SMALL_OPS = Rule("many_small_ops", "ops", "the time of the many small top-level ops")
+STEP_BREAKDOWN = Rule("step_breakdown", "overview", "")
+RULES = (PYTHON_OVERHEAD, OPTIMIZER_BOUND, MANY_SMALL_OPS, STEP_BREAKDOWN)
+
+# CPU-only runs. python_overhead: the step runs no torch op for at least this share of it.
+PYTHON_OVERHEAD_MIN_PCT = 20.0
+
+
+# optimizer_bound: the optimizer takes at least this share of the step.
+OPTIMIZER_MIN_PCT = 25.0
+
+
+# many_small_ops: at least this many top-level ops per step shorter than SMALL_OP_NS, taking this share of it.
+SMALL_OPS_MIN_PER_STEP = 500
+
+
+SMALL_OP_NS = 20_000
+
+
+SMALL_OPS_MIN_PCT = 20.0
+
+
+def cpu_only(data: RankData, loader: iv.Intervals, comm: iv.Intervals | None) -> list[Finding]:
+    """Runs without GPU activity: where the step goes (info), and the CPU-side problems that hold it."""
+    steps = WindowSteps.of(data)
+    n = len(steps)
+    if data.hi <= data.lo:
+        return []
+    phases_iv = host.phase_unions(data.table, data.lo, data.hi)
+    out = [_step_breakdown(data, steps, phases_iv, comm)]
+    count, small, small_ops = host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
+    many_small = small / n >= SMALL_OPS_MIN_PER_STEP
+    # the Python issuing a run of small ops one after another is that run's own cost (many_small_ops)
+    untraced = host.untraced_time(data.table, data.lo, data.hi)
+    if many_small:
+        untraced = iv.subtract(untraced, small_ops)
+    price = price_of(data, untraced, min_pct=PYTHON_OVERHEAD_MIN_PCT)
+    regions = host.regions_during(data.table, untraced)
+    untraced_ns = iv.length(untraced)
+    region = regions[0][0] if regions and regions[0][1] >= untraced_ns / 2 else None
+    if region is not None:
+        inside = f", most of it ({fmt_p(100 * regions[0][1] / untraced_ns)}) inside `{region}`"
+    else:
+        inside = ", most of it outside any annotated region"
+    found = priced(
+        PYTHON_OVERHEAD.id,
+        data.rank,
+        price,
+        "step time in which no torch op runs",
+        f"{fmt_ms(price.ms)} per step ({fmt_p(price.pct)} of the step) run no torch op at all (Python code, "
+        f"sleeps, I/O, logging){inside}",
+        "find that Python work with a sampling profiler (py-spy) and move it out of the step or vectorise it",
+        {"region": region},
+    )
+    if found is not None:
+        out.append(found)
+    optimizer = phases_iv["optimizer"]
+    opt_ns = iv.length(optimizer)
+    price = price_of(data, optimizer, min_pct=OPTIMIZER_MIN_PCT)
+    ops = host.ops_during(data.table, optimizer) if opt_ns else []
+    op_text = (
+        f"; its top op is `{ops[0].name}` ({fmt_p(100 * ops[0].ns / opt_ns)} of its time, "
+        f"{ops[0].calls / n:.0f} calls per step)"
+        if ops
+        else ""
+    )
+    found = priced(
+        OPTIMIZER_BOUND.id,
+        data.rank,
+        price,
+        "time in the optimizer",
+        f"The optimizer takes {fmt_ms(price.ms)} per step ({fmt_p(price.pct)} of the step){op_text}",
+        f"make `{ops[0].name}` cheaper or run it less often"
+        if ops and ops[0].ns >= opt_ns / 2 and "foreach" not in ops[0].name
+        else PHASE_ACTIONS["optimizer"],
+        {
+            "top_op": ops[0].name if ops else None,
+            "top_op_calls_per_step": ops[0].calls / n if ops else None,
+        },
+    )
+    if found is not None:
+        out.append(found)
+    if many_small:
+        price = price_of(data, small_ops, min_pct=SMALL_OPS_MIN_PCT)
+        found = priced(
+            MANY_SMALL_OPS.id,
+            data.rank,
+            price,
+            f"time of runs of top-level ops shorter than {SMALL_OP_NS / 1000:g} us (gaps under it included)",
+            f"The step runs {small / n:.0f} top-level ops per step shorter than {SMALL_OP_NS / 1000:g} us, "
+            f"one after another: {fmt_ms(price.ms)} per step with the Python between them, mostly overhead",
+            "batch the work into fewer, larger tensor ops (vectorise loops, torch.compile, foreach ops)",
+            {
+                "top_level_ops_per_step": round(count / n, 1),
+                "small_ops_per_step": round(small / n, 1),
+            },
+        )
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _step_breakdown(
+    data: RankData, steps: WindowSteps, phases_iv: dict[str, iv.Intervals], comm: iv.Intervals | None
+) -> Finding:
+    """Where the median step goes, phase by phase, then the communication outside the phases (each figure the
+    median over the window's steps, so they need not add up to the median step); a phase the trace never
+    annotates is null, not 0."""
+    annotated = host.annotated_phases(data.table)
+    per_step = {p: steps.covered(u) for p, u in phases_iv.items()}
+    if comm is not None:
+        outside = iv.subtract(iv.clip(comm, data.lo, data.hi), all_of(phases_iv))
+        per_step["communication"] = steps.covered(outside)
+    per_step["other"] = np.maximum(steps.length - sum(per_step.values()), 0)
+    step_ns = median(steps.length.tolist())
+    medians = {p: median(v.tolist()) for p, v in per_step.items()}
+    parts = ", ".join(
+        f"{host.PHASE_LABELS[p]} {fmt_ns(ns)} ({100 * ns / step_ns:.0f}%)" for p, ns in medians.items() if ns
+    )
+    evidence: Evidence = {
+        f"{p}_ms_per_step": ms(ns) if p in ("other", "communication") or p in annotated else None
+        for p, ns in medians.items()
+    }
+    evidence.update({"step_ms": ms(step_ns), "steps": len(steps)})
+    unannotated = [host.PHASE_LABELS[p] for p in host.PHASES if p not in annotated]
+    unknown = ""
+    if unannotated:
+        which = (
+            " and ".join((", ".join(unannotated[:-1]), unannotated[-1]))
+            if len(unannotated) > 1
+            else unannotated[0]
+        )
+        unknown = f" The trace does not annotate {which}: that time is in other code."
+    return Finding(
+        STEP_BREAKDOWN.id,
+        "info",
+        data.rank,
+        f"No GPU activity: the median step ({fmt_ns(step_ns)}) goes to {parts}.{unknown}",
+        evidence,
+        steps=len(steps),
+    )

@@ -1,0 +1,42 @@
+"""Every finding a rule can raise: its id, the report section that shows its evidence, and what its price
+measures. Each family of rules declares its own (`RULES` in gpu_idle.py, comm_rank.py, cpu_only.py, comm.py and
+rules.py); `all_rules()` gathers them, and the report asks `section_of` where a finding's evidence is shown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+__all__ = ["Rule", "all_rules", "section_of"]
+
+DEFAULT_SECTION = "overview"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One kind of finding. `section`: the report section with its evidence (overview, gpu, ops,
+    communication, ranks); `priced_by`: what its `cost_ms_per_step` measures ("" for a finding without a
+    price)."""
+
+    id: str
+    section: str
+    priced_by: str
+
+
+@cache
+def all_rules() -> dict[str, Rule]:
+    """Every rule of every family, by id."""
+    from stepscope.analysis.findings import comm, comm_rank, cpu_only, gpu_idle, rules
+
+    out: dict[str, Rule] = {}
+    for family in (gpu_idle, comm_rank, cpu_only, comm, rules):
+        for rule in family.RULES:
+            if out.setdefault(rule.id, rule) is not rule:
+                raise ValueError(f"finding id {rule.id!r} declared twice")
+    return out
+
+
+def section_of(finding_id: str) -> str:
+    """The report section that shows the evidence of findings with this id."""
+    rule = all_rules().get(finding_id)
+    return rule.section if rule is not None else DEFAULT_SECTION

@@ -1,0 +1,98 @@
+"""Every column label of the reports, in one place: the terminal and the pages build their tables from these."""
+
+from __future__ import annotations
+
+from stepscope.report.model import Column
+
+RANK = Column("rank", "int")
+STEPS = Column("steps", "int")
+CALLS = Column("calls", "int")
+TOTAL = Column("total", "us")
+MEAN = Column("mean", "us")
+SHARE = Column("share", "pct")
+
+# top kernels and ops (summary, the report's "Kernels and ops")
+KERNEL = Column("kernel", "name")
+OP = Column("op", "name")
+SELF = Column("self", "us")
+MEAN_SELF = Column("mean self", "us")
+PCT_KERNEL_TIME = Column("% of kernel time", "pct")
+PCT_SELF_TIME = Column("% of self time", "pct")
+
+# the overview's step categories
+CATEGORY = Column("category")
+PER_STEP = Column("per step", "us")
+
+# GPU time of a rank
+GPU_SPAN = Column("GPU span", "us")
+COMPUTING = Column("computing", "pct")
+OTHER_GPU_WORK = Column("other GPU work", "pct")
+IDLE = Column("idle", "pct")
+COMM_HIDDEN = Column("communication hidden", "pct")
+
+# collectives
+COLLECTIVE = Column("collective")
+GROUP = Column("group")
+BYTES = Column("bytes", "bytes")
+TIME_MS = Column("time", "ms")
+WAITING_MS = Column("waiting", "ms")
+TRANSFER_MS = Column("transfer", "ms")
+BUS_GBPS = Column("bus GB/s", "gbps")
+TIMED_ON = Column("timed on")
+
+# ranks compared
+MEAN_STEP = Column("mean step", "us")
+COLLECTIVES_PER_STEP = Column("collectives / step", "us")
+WAITING_PER_STEP = Column("waiting / step", "us")
+ARRIVED_LAST = Column("arrived last", "int")
+
+# FLOPs per module
+MODULE = Column("module", "name")
+MODULE_TYPE = Column("type")
+DEPTH = Column("depth", "int")
+FLOPS = Column("FLOPs", "flops")
+
+# memory files of a run folder, and the memory page
+FILE = Column("file")
+RANK_TEXT = Column("rank")
+STEP_TEXT = Column("step")
+DEVICE = Column("device")
+PEAK_ALLOCATED = Column("peak allocated", "bytes")
+PEAK_RESERVED = Column("peak reserved", "bytes")
+OOMS = Column("OOMs", "int")
+FIGURE = Column("")
+SIZE = Column("size", "bytes")
+BLOCKS = Column("blocks", "int")
+LIVE = Column("live", "bytes")
+REQUESTED = Column("requested", "bytes")
+FREE_ON_DEVICE = Column("free on device", "bytes")
+SITE = Column("site")
+ALLOCATED_AT = Column("allocated at")
+WHEN = Column("when")
+ADDRESS = Column("address")
+STACK = Column("stack")
+
+# two runs compared (diff, the compare page)
+RUN = Column("run")
+MEDIAN_MS = Column("median", "ms")
+QUARTILES = Column("quartiles")
+FAST_P10_MS = Column("fast (p10)", "ms")
+STEPS_COMPARED = Column("steps compared")
+PHASE = Column("phase")
+BASE_MS = Column("base", "ms")
+TEST_MS = Column("test", "ms")
+CHANGE_MS = Column("change", "ms")
+CHANGE_PCT = Column("%", "pct")
+INTERVAL_95 = Column("95% interval")
+SIGNIFICANT = Column("significant", "flag")
+FINDING = Column("finding")
+WHAT_CHANGED = Column("what changed")
+MESSAGE = Column("message")
+STATUS = Column("status")
+BASE_CALLS = Column("base calls", "int")
+TEST_CALLS = Column("test calls", "int")
+BASE_TOTAL = Column("base total", "us")
+TEST_TOTAL = Column("test total", "us")
+CHANGE_PER_STEP = Column("change per step", "us")
+MEAN_RATIO = Column("mean ratio", "ratio")
+ABOVE_THRESHOLD = Column("above threshold", "flag")

@@ -1,0 +1,135 @@
+"""The tables that the terminal and the HTML report both show, built once from the analysis' results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from stepscope.report import columns as col
+from stepscope.report.model import Table, table
+
+if TYPE_CHECKING:
+    from stepscope.analysis.analyze import RankAnalysis
+    from stepscope.analysis.rank.collectives import CollectiveStats
+    from stepscope.analysis.rank.summary import RankSummary
+    from stepscope.analysis.ranks.distributed import CrossRank
+
+
+def kernel_table(ranks: Sequence[RankSummary], *, top: int, title: str = "") -> Table:
+    """The top GPU kernels by total time of each rank (a rank column where there are several)."""
+    multi = len(ranks) > 1
+    return table(
+        "top-kernels",
+        [*([col.RANK] if multi else []), col.KERNEL, col.CALLS, col.TOTAL, col.MEAN, col.PCT_KERNEL_TIME],
+        (
+            [*([r.rank] if multi else []), k.name, k.count, k.total_us, k.mean_us, k.pct]
+            for r in ranks
+            for k in r.kernels
+        ),
+        caption=f"GPU kernels by total time (top {top} per rank). Click a name for all of it.",
+        title=title,
+    )
+
+
+def op_table(ranks: Sequence[RankSummary], *, top: int, title: str = "") -> Table:
+    """The top CPU ops by self time of each rank (a rank column where there are several)."""
+    multi = len(ranks) > 1
+    return table(
+        "top-ops",
+        [
+            *([col.RANK] if multi else []),
+            col.OP,
+            col.CALLS,
+            col.SELF,
+            col.TOTAL,
+            col.MEAN_SELF,
+            col.PCT_SELF_TIME,
+        ],
+        (
+            [*([r.rank] if multi else []), o.name, o.count, o.self_us, o.total_us, o.mean_self_us, o.self_pct]
+            for r in ranks
+            for o in r.ops
+        ),
+        caption=f"CPU ops by self time (top {top} per rank).",
+        title=title,
+    )
+
+
+def gpu_time_table(ranks: Sequence[RankAnalysis], *, title: str = "") -> Table:
+    """Where each rank's GPU time went over the window."""
+    return table(
+        "gpu-temporal",
+        [col.RANK, col.GPU_SPAN, col.COMPUTING, col.OTHER_GPU_WORK, col.IDLE, col.COMM_HIDDEN],
+        (
+            [
+                r.rank,
+                r.temporal.span_us,
+                r.temporal.compute_pct,
+                r.temporal.non_compute_pct,
+                r.temporal.idle_pct,
+                r.overlap_pct,
+            ]
+            for r in ranks
+            if r.temporal is not None
+        ),
+        caption="Where each rank's GPU time went over the window; 'communication hidden': the share of "
+        "communication that overlapped computation.",
+        filter=False,
+        title=title,
+    )
+
+
+def collectives_table(stats: Sequence[CollectiveStats], *, title: str = "") -> Table:
+    """Every kind of collective of every rank: calls, bytes, time and how it splits."""
+    return table(
+        "collectives",
+        [
+            col.RANK,
+            col.COLLECTIVE,
+            col.GROUP,
+            col.CALLS,
+            col.BYTES,
+            col.TIME_MS,
+            col.WAITING_MS,
+            col.TRANSFER_MS,
+            col.BUS_GBPS,
+            col.TIMED_ON,
+        ],
+        (
+            [
+                c.rank,
+                c.kind,
+                c.group or None,
+                c.count,
+                c.bytes,
+                c.time_ms,
+                c.wait_ms,
+                c.transfer_ms,
+                c.busbw_gbps,
+                c.time_source or None,
+            ]
+            for c in stats
+        ),
+        caption="'waiting': time the rank spent waiting for the last rank to arrive.",
+        title=title,
+    )
+
+
+def rank_steps_table(cross: CrossRank, *, title: str = "") -> Table:
+    """The ranks side by side: mean step, collectives and waiting per step, how often each arrived last."""
+    return table(
+        "rank-steps",
+        [
+            col.RANK,
+            col.STEPS,
+            col.MEAN_STEP,
+            col.COLLECTIVES_PER_STEP,
+            col.WAITING_PER_STEP,
+            col.ARRIVED_LAST,
+        ],
+        (
+            [rc.rank, rc.steps, rc.step_us, rc.comm_us, rc.comm_wait_us, rc.last_arrivals]
+            for rc in cross.ranks
+        ),
+        title=title,
+    )
