@@ -6,7 +6,7 @@ STAMP := $(VENV)/.stepscope-installed
 # torch is pinned for development; pip finds the CPU wheel on this machine's disk.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test lint bench clean gpu-check bytecode vega-bundle
+.PHONY: demo test test-fast lint bench-docs bench clean gpu-check bytecode vega-bundle
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,13 @@ demo: bytecode
 	$(VENV)/bin/stepscope demo
 	@echo "stepscope is installed in $(VENV), not on PATH: 'source $(VENV)/bin/activate' runs the README's commands as written"
 
+# The whole suite (CI); the 20 slowest tests are listed at the end so that a test that grows is seen.
 test: bytecode
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
+
+# Everything but the tests marked slow (multi-process jobs, real training runs): a couple of minutes.
+test-fast: bytecode
+	$(PY) -m pytest -q -m "not slow" --durations=10
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
@@ -44,6 +49,10 @@ gpu-check: $(if $(GPU_PYTHON),,$(STAMP))
 # engine: rebuilt from vl-convert-python (a test dependency) when it is to be updated, then committed.
 vega-bundle: $(STAMP)
 	$(PY) -m stepscope.report._vega src/stepscope/report/templates/vega.js
+
+# docs/benchmarks.md's tables, rendered from the results files the benchmarks write (benchmarks/results/*.json).
+bench-docs: $(STAMP)
+	$(PY) benchmarks/docs_tables.py
 
 clean:
 	rm -rf $(VENV) stepscope_runs gpu_check_out

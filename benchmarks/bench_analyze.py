@@ -31,6 +31,8 @@ from typing import Any
 
 import msgspec
 
+from _results import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / ".." / "shared" / "traces"
 # the larger shared sets (a folder is one multi-rank job)
@@ -211,7 +213,16 @@ def main(argv: list[str] | None = None) -> int:
         row["runs"] = runs
         rows.append(row)
         _print_row(row)
-    _print_table(rows)
+    header, lines, notes = _table(rows)
+    _print_table(header, lines, notes)
+    write_result(
+        "bench_analyze",
+        "stepscope analyze against HTA and the decode floor",
+        header,
+        lines,
+        figures=rows,
+        notes=notes,
+    )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0
@@ -237,7 +248,7 @@ def _paired(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.1f}x ({ratios[0]:.1f}-{ratios[-1]:.1f})"
 
 
-def _print_table(rows: list[dict[str, Any]]) -> None:
+def _table(rows: list[dict[str, Any]]) -> tuple[tuple[str, ...], list[tuple[str, ...]], list[str]]:
     header = (
         "trace set",
         "JSON MB",
@@ -272,13 +283,19 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
                 f"{o['process_s']:.2f} / {h['process_s']:.2f}",
             )
         )
+    notes = []
+    if any(row["hta"].get("note") for row in rows):
+        notes.append("* HTA failed with its default ns rounding and was run with HTA_DISABLE_NS_ROUNDING=1")
+    return header, lines, notes
+
+
+def _print_table(header: tuple[str, ...], lines: list[tuple[str, ...]], notes: list[str]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in lines:
         print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
-    if any(row["hta"].get("note") for row in rows):
-        print("* HTA failed with its default ns rounding and was run with HTA_DISABLE_NS_ROUNDING=1")
+    print("\n".join(notes))
 
 
 if __name__ == "__main__":

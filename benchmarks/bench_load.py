@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from _results import write_markdown_result
 from bench_analyze import gunzip  # (the same gunzip as the other floor; run from benchmarks/)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,7 +124,11 @@ def main() -> int:
     parser.add_argument("--memory", nargs="+", type=Path, metavar="FILE", help="peak RSS per event instead")
     args = parser.parse_args()
     if args.memory:
-        print("\n".join(memory_table(args.memory)))
+        table = memory_table(args.memory)
+        print("\n".join(table))
+        write_markdown_result(
+            "bench_load_memory", "Peak memory per event of summary, analyze and diff", table
+        )
         return 0
     if not TRACES.is_dir():
         print(f"{TRACES} not found: the benchmark needs the shared traces", file=sys.stderr)
@@ -174,6 +179,7 @@ def main() -> int:
     ]
     text = "\n".join(lines)
     print(text)
+    write_markdown_result("bench_load", "Trace loading against gunzip and the typed-decode floor", lines)
     if args.out:
         args.out.write_text(text + "\n")
     return 0

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from _results import write_result
+
 # Runs the command given as its arguments and prints its exit status, peak RSS (KiB) and CPU seconds (user +
 # system): a child forked from this small process reports its own peak, not the parent's.
 PEAK_OF = (
@@ -112,7 +114,8 @@ def main() -> int:
     versions: list[tuple[str, dict[str, str] | None]] = [("this", None)]
     if args.against is not None:
         versions.insert(0, (str(args.against), {"PYTHONPATH": str(args.against.resolve())}))
-    for _ in range(args.rounds):
+    rows = []
+    for round_ in range(args.rounds):
         for label, env in versions:
             code, peak, seconds, cpu, err = run_merge(folder, args.out / "merged.json.gz", env)
             print(
@@ -123,6 +126,20 @@ def main() -> int:
             if code:
                 print(err)
                 return code
+            rows.append(
+                (
+                    label,
+                    round_ + 1,
+                    args.ranks,
+                    f"{args.events:,}",
+                    f"{size / 1e6:.0f}",
+                    peak,
+                    f"{seconds:.1f}",
+                    f"{cpu:.1f}",
+                )
+            )
+    columns = ("version", "round", "ranks", "events per rank", "gzip MB", "peak RSS MiB", "wall s", "CPU s")
+    write_result("bench_merge", "stepscope merge on generated rank files", columns, rows)
     return 0
 
 

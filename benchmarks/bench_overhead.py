@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 import stepscope
+from _results import write_markdown_result, write_result
 from stepscope.capture.demo import build_demo, make_train_step
 
 
@@ -263,23 +264,21 @@ def _raw_stall(
     stalls["raw torch.profiler"] += _stall_steps(times, 0, windows)
 
 
-def print_stall(result: dict[str, Any], rounds: int, windows: int) -> None:
+def stall_lines(result: dict[str, Any], rounds: int, windows: int) -> list[str]:
     med, w = result["stall_ms"], result["written"]
-    print(
+    return [
         f"window-end stall: 40 x (Linear 256 + LayerNorm + GELU), batch 32, 1 thread; wait {STALL_SCHEDULE['wait']}, "
         f"warmup {STALL_SCHEDULE['warmup']}, active {STALL_SCHEDULE['active']}; {rounds} rounds x {windows} windows "
-        "per variant, alternating\n"
-    )
-    print("| variant | median stall ms (window-end step - plain step) | ratio |")
-    print("|---|---:|---:|")
-    print(
-        f"| raw torch.profiler (export_chrome_trace in on_trace_ready) | {med['raw torch.profiler']:.1f} | 1.00x |"
-    )
-    print(f"| monitor (console table on) | {med['monitor']:.1f} | {result['ratio']:.2f}x |")
-    print(
-        f"\nat close: {w['traces']} traces, {w['summaries']} summaries, {w['tables']} console tables for "
-        f"{w['windows']} windows"
-    )
+        "per variant, alternating",
+        "",
+        "| variant | median stall ms (window-end step - plain step) | ratio |",
+        "|---|---:|---:|",
+        f"| raw torch.profiler (export_chrome_trace in on_trace_ready) | {med['raw torch.profiler']:.1f} | 1.00x |",
+        f"| monitor (console table on) | {med['monitor']:.1f} | {result['ratio']:.2f}x |",
+        "",
+        f"at close: {w['traces']} traces, {w['summaries']} summaries, {w['tables']} console tables for "
+        f"{w['windows']} windows",
+    ]
 
 
 def call_cost_ns(out_dir: str, repeat: int = 7) -> dict[str, float]:
@@ -366,10 +365,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as out_dir:
             window_end_stall(model, plain, batch, 1, 1, out_dir)  # warm-up, not counted
             result = window_end_stall(model, plain, batch, args.rounds, args.windows, out_dir)
-        print_stall(result, args.rounds, args.windows)
+        lines = stall_lines(result, args.rounds, args.windows)
+        print("\n".join(lines))
+        write_markdown_result("bench_overhead_stall", "The step that ends a window", lines, figures=result)
         return
     if args.calls_only:
-        print_call_costs()
+        record_call_costs()
         return
     results: dict[str, list[float]] = {k: [] for k in VARIANTS}
     with tempfile.TemporaryDirectory() as out_dir:
@@ -379,21 +380,20 @@ def main() -> None:
             demo_round(i, args.steps, out_dir, results, args.small)
     med = {k: statistics.median(v) for k, v in results.items()}
     what = "small step (MLP 256x2, batch 32" if args.small else "demo step (MLP 512x4, batch 64"
-    print(f"{what}, 1 thread), {args.rounds} rounds x {args.steps} steps per variant\n")
-    print("| variant | median ms/step | ratio | vs |")
-    print("|---|---:|---:|---|")
+    lines = [
+        f"{what}, 1 thread), {args.rounds} rounds x {args.steps} steps per variant",
+        "",
+        "| variant | median ms/step | ratio | vs |",
+        "|---|---:|---:|---|",
+    ]
     for key in ("bare", "enabled=False", "monitor, wait phase"):
-        print(f"| {key} | {med[key]:.3f} | {med[key] / med['bare']:.3f}x | bare |")
-    print(
-        f"| raw torch.profiler, active | {med['raw torch.profiler, active']:.3f} | "
-        f"{med['raw torch.profiler, active'] / med['bare']:.3f}x | bare |"
-    )
-    print(
-        f"| monitor, active window | {med['monitor, active window']:.3f} | "
-        f"{med['monitor, active window'] / med['raw torch.profiler, active']:.3f}x | raw torch.profiler |"
-    )
-    print()
-    print_call_costs()
+        lines.append(f"| {key} | {med[key]:.3f} | {med[key] / med['bare']:.3f}x | bare |")
+    raw, active = med["raw torch.profiler, active"], med["monitor, active window"]
+    lines.append(f"| raw torch.profiler, active | {raw:.3f} | {raw / med['bare']:.3f}x | bare |")
+    lines.append(f"| monitor, active window | {active:.3f} | {active / raw:.3f}x | raw torch.profiler |")
+    print("\n".join(lines) + "\n")
+    write_markdown_result("bench_overhead", "Monitor overhead per step", lines, figures=med)
+    record_call_costs()
 
 
 def run_option_table(args: argparse.Namespace) -> None:
@@ -420,18 +420,27 @@ def run_option_table(args: argparse.Namespace) -> None:
     }
     print(f"{result['workload']}: {args.rounds} rounds x {args.steps} steps per variant, shuffled\n")
     print(markdown(result))
+    write_markdown_result(
+        "bench_overhead_options", "Every option during steps", [markdown(result)], figures=result
+    )
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1)
             fh.write("\n")
 
 
-def print_call_costs() -> None:
+def record_call_costs() -> None:
     with tempfile.TemporaryDirectory() as out_dir:
         costs = call_cost_ns(out_dir)
+    rows = []
     for name, ns in costs.items():
-        extra = f" ({ns - costs['bare no-op call']:+.0f} ns over bare)" if name != "bare no-op call" else ""
-        print(f"- {name}: {ns:.0f} ns{extra}")
+        over = ns - costs["bare no-op call"]
+        print(
+            f"- {name}: {ns:.0f} ns" + (f" ({over:+.0f} ns over bare)" if name != "bare no-op call" else "")
+        )
+        rows.append((name, f"{ns:.0f}", f"{over:+.0f}" if name != "bare no-op call" else "-"))
+    columns = ("call", "ns per call", "ns over the bare call")
+    write_result("bench_overhead_calls", "The cost of one call of a no-op step", columns, rows, figures=costs)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _results import write_markdown_result
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
 # single-rank sets (one file each) and one two-rank set (a folder)
@@ -529,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         "ru_maxrss of the successful rounds (a forked child's ru_maxrss starts from the harness's own peak, "
         f"{_own_hwm_mb():.0f} MB here). Ratios: peer / stepscope, of the best times and of the peak RSS; "
         "paired: the median (min-max) over the rounds of peer / stepscope within a round.",
-        f"Load average {load_end[0]:.2f} at the end; the whole sitting took {time.perf_counter() - t_all:.0f} s.",
+        f"Load average {load_end[0]:.2f} at the end; the whole run took {time.perf_counter() - t_all:.0f} s.",
     ]
     if any(r.note for row in rows for v in row["runs"].values() for r in v):
         foot.append(
@@ -538,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("\n" + tbl + "\n\n" + "\n".join(foot))
     report = "\n".join([*head, "", tbl, "", *foot])
+    # the generated big files alone (--no-shared) are the scale table, the shared sets the end-to-end one
+    name = "bench_peers_big" if args.no_shared else "bench_peers"
+    write_markdown_result(name, "stepscope analyze and its peers, whole processes", [*head, tbl, *foot])
     if args.out:
         args.out.write_text(report + "\n")
         print(f"\nreport written to {args.out}", file=sys.stderr)

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import write_markdown_result
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT.parent / "shared" / "traces" / "hta_trace_filter" / "sampled_rank-0.json.gz"
 
@@ -130,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     print("\n".join(rows))
+    write_markdown_result(
+        "bench_ranks",
+        "analyze on many rank files, by --jobs",
+        ["| " + " | ".join(head) + " |", "|---|", *rows],
+    )
     return 0
 
 

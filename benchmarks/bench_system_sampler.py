@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import write_result
 from stepscope.capture.system import SystemSampler
 
 
@@ -99,14 +100,21 @@ def main() -> None:
         f"MLP 512x4, batch 64, {args.threads} thread(s); {args.rounds} rounds x {args.steps} steps per variant"
     )
     print(f"{'sampler':>10} {'median ms':>10} {'ratio':>7} {'samples':>8}")
+    rows = []
     for variant in variants:
         median = statistics.median(results[variant])
         print(f"{variant:>10} {median * 1e3:10.3f} {median / base:7.3f} {samples[variant]:8d}")
+        rows.append((variant, f"{median * 1e3:.3f}", f"{median / base:.3f}", samples[variant]))
     noise = statistics.median(off_halves[0]) / statistics.median(off_halves[1])
-    print(f"noise: 'off' in even vs odd rounds {noise:.3f} (ratios closer to 1 than this are not resolved)")
-    print(
-        f"one sample: {per_sample * 1e6:.0f} us on the sampler thread (NVML: {probe.nvml and not probe.nvml.problem})"
-    )
+    notes = [
+        f"MLP 512x4, batch 64, {args.threads} thread(s); {args.rounds} rounds x {args.steps} steps per variant.",
+        f"Noise: 'off' in even vs odd rounds {noise:.3f} (ratios closer to 1 than this are not resolved).",
+        f"One sample: {per_sample * 1e6:.0f} us on the sampler thread "
+        f"(NVML: {bool(probe.nvml and not probe.nvml.problem)}).",
+    ]
+    print("\n".join(notes[1:]))
+    columns = ("sampler interval", "median ms/step", "ratio to off", "samples")
+    write_result("bench_system_sampler", "The system sampler's cost per step", columns, rows, notes=notes)
 
 
 if __name__ == "__main__":

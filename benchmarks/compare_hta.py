@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the one trace-loading adapter lives in tests/_traces.py
 
+from _results import write_result  # noqa: E402
 from _traces import SHARED_TRACES, load  # noqa: E402
 from stepscope.analysis.analyze import analyze  # noqa: E402
 
@@ -193,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, tuple("-" * w for w in widths), *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    write_result("compare_hta", "Temporal breakdown and overlap against HTA", header, rows, figures=records)
     if args.json:
         args.json.write_text(json.dumps(records, indent=2))
     return 1 if failures else 0

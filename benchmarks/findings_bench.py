@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from _results import write_markdown_result
 from findings_cases import CASES, run_jobs
 from stepscope.analysis.analyze import analyze
 from stepscope.analysis.read.loader import load_trace
@@ -35,12 +36,15 @@ def main() -> int:
             if first is not None and first.cost_ms_per_step is None:
                 got = f"{first.id} (info)"
             rows.append(f"| `{case.name}` | {case.what} | `{case.top}` | {got} | {', '.join(extra) or '-'} |")
-    print("| case | problem | expected first | first finding | unexpected HIGH |")
-    print("|---|---|---|---|---|")
-    print("\n".join(rows))
-    print(
-        f"\n{fired} of {len(CASES)} expected first findings fire; {unexpected_high} unexpected HIGH findings."
-    )
+    lines = [
+        "| case | problem | expected first | first finding | unexpected HIGH |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        f"{fired} of {len(CASES)} expected first findings fire; {unexpected_high} unexpected HIGH findings.",
+    ]
+    print("\n".join(lines))
+    write_markdown_result("findings_bench", "The findings bench", lines)
     return 0 if fired == len(CASES) and unexpected_high == 0 else 1
 
 

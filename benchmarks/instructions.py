@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _results import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / ".." / "shared" / "traces"
 DEFAULT_SETS = (
@@ -75,19 +77,36 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     paths = [(TRACES / name).resolve() for name in args.sets]
     base = count("imports", paths[0])
-    print(f"imports only: {base / 1e6:,.1f} M instructions")
+    notes = [f"Imports only: {base / 1e6:,.1f} M instructions."]
+    print(notes[0])
     if args.cli:
         start = instructions([sys.executable, "-c", "pass"])
         numpy = instructions([sys.executable, "-c", "import numpy"])
-        print(f"python start: {start / 1e6:,.1f} M; python start + import numpy: {numpy / 1e6:,.1f} M")
+        notes.append(
+            f"Python start: {start / 1e6:,.1f} M; python start + import numpy: {numpy / 1e6:,.1f} M."
+        )
+        print(notes[-1])
+    columns = ["trace", "load_trace, M instructions"]
+    columns += ["analyze + encode, M"] * args.analyze + [
+        "whole `stepscope analyze --json` process, M"
+    ] * args.cli
+    rows = []
     for name, path in zip(args.sets, paths, strict=True):
         load = count("load", path) - base
-        line = f"{name.split('/')[0]}: load_trace {load / 1e6:,.1f} M"
+        row = [name.split("/")[0], f"{load / 1e6:,.1f}"]
         if args.analyze:
-            line += f", analyze + encode {(count('analyze', path) - base - load) / 1e6:,.1f} M"
+            row.append(f"{(count('analyze', path) - base - load) / 1e6:,.1f}")
         if args.cli:
-            line += f", whole `stepscope analyze --json` process {count_cli(path) / 1e6:,.1f} M"
-        print(line)
+            row.append(f"{count_cli(path) / 1e6:,.1f}")
+        print(
+            ": ".join(row[:1])
+            + ": "
+            + ", ".join(f"{c} {v}" for c, v in zip(columns[1:], row[1:], strict=True))
+        )
+        rows.append(row)
+    write_result(
+        "instructions", "Instructions to load and analyze a trace (cachegrind)", columns, rows, notes=notes
+    )
     return 0
 
 

@@ -68,6 +68,7 @@ def real_window(tmp_path_factory: pytest.TempPathFactory) -> int:
     return window_bytes(monitor.run_dir)[0]
 
 
+@pytest.mark.slow
 def test_a_budget_below_the_window_warns_once_before_the_export(tmp_path: Path, real_window: int) -> None:
     # WHEN the budget holds about half of a window (2 of its 4 active steps), and two windows are recorded
     budget_mb = real_window / 2 / 1e6
@@ -87,11 +88,13 @@ def test_a_budget_below_the_window_warns_once_before_the_export(tmp_path: Path, 
     assert monitor.run_dir is not None and window_bytes(monitor.run_dir, windows=2)[0] > 0
 
 
+@pytest.mark.slow
 def test_a_generous_budget_warns_nothing(tmp_path: Path, real_window: int) -> None:
     _, seen = profile(tmp_path, trace_budget_mb=2 * real_window / 1e6, repeat=2, steps=14)
     assert seen == []
 
 
+@pytest.mark.slow
 def test_a_failing_budget_check_switches_itself_off_and_traces_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,6 +120,7 @@ def test_the_budget_is_an_option_of_every_front_end() -> None:
     assert stepscope.ProfileConfig.from_args(args).trace_budget_mb == 2.5
 
 
+@pytest.mark.slow
 def test_estimate_matches_the_window_of_a_real_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -139,6 +143,7 @@ def test_estimate_matches_the_window_of_a_real_run(
     assert 0 < doc["option_bytes_per_step"]["with_stack"] < doc["per_step"]["json_bytes"]
 
 
+@pytest.mark.slow
 def test_estimate_as_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", "--active", "5", str(PLAIN_TRAIN), "--steps", "8"]) == 0
     out = capsys.readouterr().out

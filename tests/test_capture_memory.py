@@ -59,6 +59,7 @@ def test_memory_log_rows_exactly_every_n_steps(tmp_path: Path, capsys: pytest.Ca
     assert losses == bare_losses(7)
 
 
+@pytest.mark.slow
 def test_memory_timeline_per_window(tmp_path: Path) -> None:
     # GIVEN memory_timeline=True without the profiler options it needs
     with pytest.warns(StepscopeWarning, match="record_shapes, profile_memory, with_stack: turned on"):
@@ -85,6 +86,7 @@ def test_memory_timeline_per_window(tmp_path: Path) -> None:
     assert losses == bare_losses(8)
 
 
+@pytest.mark.slow
 def test_memory_timeline_without_matplotlib_writes_raw_and_says_how_to_view(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,6 +103,7 @@ def test_memory_timeline_without_matplotlib_writes_raw_and_says_how_to_view(
     ]
 
 
+@pytest.mark.slow
 def test_memory_snapshot_on_cpu_warns_once_and_training_goes_on(tmp_path: Path) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -137,6 +140,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCudaMemory:
     return fake
 
 
+@pytest.mark.slow
 def test_snapshot_history_covers_each_window_with_bounded_entries(
     tmp_path: Path, fake_cuda: FakeCudaMemory
 ) -> None:
@@ -175,6 +179,7 @@ def test_oom_dumps_a_snapshot_and_is_re_raised(tmp_path: Path, fake_cuda: FakeCu
     ]
 
 
+@pytest.mark.slow
 def test_failing_timeline_export_is_isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: Any) -> None:
         raise RuntimeError("export broke")

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,9 @@ from stepscope.capture.system import THREAD_NAME, SystemSampler
 from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training
+
+# each test takes a second or two; a sampler that never stops must not hold the suite for the default 300 s
+pytestmark = pytest.mark.timeout(60)
 
 BASE_FIELDS = [
     "t_s", "unix_time", "process_cpu_percent", "system_cpu_percent", "rss_bytes", "sys_used_bytes", "sys_percent"
@@ -33,17 +37,32 @@ def sampler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == THREAD_NAME]
 
 
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds (a loaded machine can be slow, not wrong)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached within {timeout} s"
+        time.sleep(0.005)
+
+
+def lines_in(path: Path) -> int:
+    return len(path.read_bytes().splitlines()) if path.exists() else 0
+
+
 def test_samples_at_the_interval_and_stops_cleanly(tmp_path: Path) -> None:
-    # GIVEN a sampler every 50 ms for about 0.6 s
+    # GIVEN a sampler every 50 ms, stopped once it has taken 10 samples
     sampler = SystemSampler(tmp_path / "system.jsonl", 0.05, use_nvml=False)
+    start = time.monotonic()
     sampler.start()
-    time.sleep(0.6)
+    wait_until(lambda: sampler.samples >= 10)
     sampler.stop()
-    # THEN the thread is gone and the rows are ~50 ms apart (the machine is shared: a loose tolerance)
+    elapsed = time.monotonic() - start
+    # THEN the thread is gone, every sample is a row, and the rows are ~50 ms apart (the machine is shared: a
+    # loose tolerance); no more samples were taken than the interval allows in the time it ran
     assert sampler_threads() == []
     rows = read_rows(tmp_path / "system.jsonl")
     assert list(rows[0]) == BASE_FIELDS  # no "gpus" without NVML
-    assert 8 <= len(rows) <= 14 and len(rows) == sampler.samples
+    assert 10 <= len(rows) == sampler.samples <= elapsed / 0.05 + 1
     times = [float(r["t_s"]) for r in rows]
     assert times[0] < 0.05
     gaps = [b - a for a, b in itertools.pairwise(times)]
@@ -88,7 +107,7 @@ def test_nvml_columns_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
     sampler = SystemSampler(tmp_path / "system.jsonl", 0.02)
     sampler.start()
-    time.sleep(0.1)
+    wait_until(lambda: sampler.samples >= 1)
     sampler.stop()
     row = read_rows(tmp_path / "system.jsonl")[0]
     assert row["gpus"] == [
@@ -113,11 +132,10 @@ def test_monitor_runs_the_sampler_for_the_run(tmp_path: Path) -> None:
         model, out_dir=str(tmp_path), console=False, system_sample_interval=0.02, wait=0, warmup=0, active=1
     )
     step = monitor(train_step)
-    losses = []
-    for _ in range(4):
-        losses.append(step())
-        time.sleep(0.03)
+    losses = [step() for _ in range(4)]
     assert len(sampler_threads()) == 1
+    # the sampler runs beside the steps: the run lasts until it has written 3 rows
+    wait_until(lambda: lines_in(monitor.run_dir / "system" / "rank0.jsonl") >= 3)
     monitor.close()
     assert sampler_threads() == []
     (artifact,) = [a for a in read_manifest(monitor.run_dir).artifacts if a.kind == "system"]

@@ -10,6 +10,7 @@ from stepscope.cli import main
 from stepscope.runfolder import read_manifest
 
 
+@pytest.mark.slow
 def test_demo_profiles_and_prints_the_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # WHEN the demo runs for 12 steps (wait 5, warmup 2, active 3: one complete window, ending at step 9)
     assert main(["demo", "--out-dir", str(tmp_path), "--steps", "12"]) == 0
@@ -48,6 +49,7 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "No such command" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_next_command_works_as_printed(tmp_path: Path) -> None:
     # GIVEN the demo run as `make demo` runs it: the venv's script, with stepscope not on PATH
     import os

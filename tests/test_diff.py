@@ -229,6 +229,7 @@ def plain_median_ms(run: Path) -> float:
     )
 
 
+@pytest.mark.slow
 def test_diff_of_the_loader_fix_shows_the_data_loader_per_step(
     loader_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,6 +16,9 @@ from stepscope.cli import main
 
 from ._rerun_job import SCHEDULE, STEPS
 
+# every test reads the run folders of one module fixture: several training jobs
+pytestmark = pytest.mark.slow
+
 JOB = Path(__file__).with_name("_rerun_job.py")
 RUNS = 4  # 12 ordered pairs
 SLEEP_MS = 10.0  # the slowdown: 10 ms of sleep at the end of each step of a ~0.5 ms step (the 6-step window

@@ -77,6 +77,7 @@ def traces(out: Path) -> list[str]:
     return sorted(a.path for run in out.iterdir() for a in read_manifest(run).artifacts if a.kind == "trace")
 
 
+@pytest.mark.slow
 def test_two_monitors_in_one_process_second_records_nothing(tmp_path: Path) -> None:
     # GIVEN two monitors entered together (and a third on a decorated function)
     done = run_job(
@@ -102,6 +103,7 @@ def test_two_monitors_in_one_process_second_records_nothing(tmp_path: Path) -> N
     assert done.stderr.count("another monitor is already recording in this process") == 2
 
 
+@pytest.mark.slow
 def test_monitor_inside_the_users_own_profiler_leaves_it_alone(tmp_path: Path) -> None:
     # GIVEN a job that runs its own torch.profiler around a monitor
     done = run_job(
@@ -143,6 +145,7 @@ def test_ctrl_c_at_any_moment_ends_like_a_ctrl_c(tmp_path: Path, delay: float) -
     assert "KeyboardInterrupt" in done.stderr and "user atexit ran" in done.stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_inside_the_step_range_enter_ends_like_a_ctrl_c(tmp_path: Path) -> None:
     # GIVEN a job whose Ctrl-C lands inside torch's record_function.__enter__ for a ProfilerStep, after torch's
     # op started the range but before the handle was kept (the race behind 1 in about 50 real Ctrl-Cs, which
@@ -179,6 +182,7 @@ def test_ctrl_c_inside_the_step_range_enter_ends_like_a_ctrl_c(tmp_path: Path) -
         ({"RANK": "5", "WORLD_SIZE": "2"}, "RANK=5 is not below WORLD_SIZE=2"),
     ],
 )
+@pytest.mark.slow
 def test_bad_rank_environment_profiles_as_rank_0_with_a_warning(
     tmp_path: Path, env: dict[str, str], problem: str
 ) -> None:
@@ -210,6 +214,7 @@ def test_failing_summary_costs_no_trace(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(messages) == 1 and "summaries and the console table are off" in messages[0], messages
 
 
+@pytest.mark.slow
 def test_region_names_with_markup_are_printed_as_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -226,6 +231,7 @@ def test_region_names_with_markup_are_printed_as_written(
     assert "loss[/]" in out and "[bold]fwd[/bold]" in out
 
 
+@pytest.mark.slow
 def test_a_kill_during_export_leaves_no_system_temp_file_and_the_traces_folder_loads(tmp_path: Path) -> None:
     # GIVEN a job killed in the middle of its second window's export (the JSON written, not yet packed), once the
     # first window's worker has written its trace
@@ -265,6 +271,7 @@ def test_a_kill_during_export_leaves_no_system_temp_file_and_the_traces_folder_l
     assert cli_main(["summary", str(run / "traces"), "--json"]) == 0
 
 
+@pytest.mark.slow
 def test_metrics_that_fail_to_flush_switch_metrics_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -282,6 +289,7 @@ def test_metrics_that_fail_to_flush_switch_metrics_off(
     ]
 
 
+@pytest.mark.slow
 def test_stacks_with_memory_logging_write_every_window(tmp_path: Path) -> None:
     # GIVEN with_stack=True and memory logging every 5 steps over 30 windows (once 1 of 30 windows survived)
     train_step, model = make_training()

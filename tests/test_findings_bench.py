@@ -34,6 +34,7 @@ def analysis_of(case: Case, jobs_dir: Path) -> AnalysisResult:
 
 
 @pytest.mark.parametrize("case", params(CASES))
+@pytest.mark.slow
 def test_each_case_leads_with_its_expected_finding(case: Case, jobs_dir: Path) -> None:
     findings = analysis_of(case, jobs_dir).findings
     assert findings, f"{case.name}: no finding"
@@ -56,6 +57,7 @@ def test_each_case_leads_with_its_expected_finding(case: Case, jobs_dir: Path) -
 
 
 @pytest.mark.parametrize("case", params(CASES))
+@pytest.mark.slow
 def test_priced_findings_come_in_order_of_time_at_stake(case: Case, jobs_dir: Path) -> None:
     costs = [
         f.cost_ms_per_step for f in analysis_of(case, jobs_dir).findings if f.cost_ms_per_step is not None
@@ -63,6 +65,7 @@ def test_priced_findings_come_in_order_of_time_at_stake(case: Case, jobs_dir: Pa
     assert costs == sorted(costs, reverse=True), case.name
 
 
+@pytest.mark.slow
 def test_the_jobs_findings_name_what_is_responsible(jobs_dir: Path) -> None:
     by_name = {c.name: c for c in CASES}
     loader = analysis_of(by_name["loader_stall"], jobs_dir).findings[0]
@@ -87,6 +90,7 @@ def test_the_qwen_synchronize_is_no_alarm() -> None:
     assert "sync_points" not in [f.id for f in result.findings]
 
 
+@pytest.mark.slow
 def test_a_stall_in_one_of_three_steps_is_no_high(jobs_dir: Path) -> None:
     # GIVEN 3 traced steps whose DataLoader waits 30 ms in the second only (as a preempted read would)
     (case,) = [c for c in CASES if c.name == "loader_once"]

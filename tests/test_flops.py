@@ -69,6 +69,7 @@ def metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("input_requires_grad", [True, False])
+@pytest.mark.slow
 def test_mlp_flops_match_the_layer_sizes(tmp_path: Path, input_requires_grad: bool) -> None:
     # GIVEN an MLP, and a counted step requested inside the traced window (steps 1-2)
     model = mlp()
@@ -139,6 +140,7 @@ def test_mlp_flops_match_the_layer_sizes(tmp_path: Path, input_requires_grad: bo
     assert throughput["mfu"] is None and "this run is on the CPU" in throughput["no_mfu_reason"]
 
 
+@pytest.mark.slow
 def test_refuses_when_every_step_is_traced(tmp_path: Path) -> None:
     model = mlp()
     run_dir, caught = run(
@@ -158,6 +160,7 @@ def test_refuses_when_every_step_is_traced(tmp_path: Path) -> None:
     assert all("flops" not in line and "tflops" not in line for line in metrics(run_dir))
 
 
+@pytest.mark.slow
 def test_transformer_fast_path_says_zero_flops(tmp_path: Path) -> None:
     import torch
     from torch import nn
@@ -178,6 +181,7 @@ def test_transformer_fast_path_says_zero_flops(tmp_path: Path) -> None:
     assert "No TFLOP/s is reported" in (run_dir / "flops/rank0_step0.txt").read_text()
 
 
+@pytest.mark.slow
 def test_tflops_comes_from_enough_undisturbed_steps(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -214,6 +218,7 @@ def test_tflops_comes_from_enough_undisturbed_steps(
     assert f"{fmt_tflops(throughput['tflops'])} over 6 steps" in analyzed
 
 
+@pytest.mark.slow
 def test_too_few_undisturbed_steps_give_no_tflops_and_say_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -239,6 +244,7 @@ def test_too_few_undisturbed_steps_give_no_tflops_and_say_so(
     assert flops["tflops"] is None and flops["reason"] == reason
 
 
+@pytest.mark.slow
 def test_peak_override_gives_mfu_with_formula_and_peak(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -269,6 +275,7 @@ def test_peak_override_gives_mfu_with_formula_and_peak(
     assert "Sequential (model)" in text and "Linear" not in text
 
 
+@pytest.mark.slow
 def test_a_ddp_wrapped_model_lists_its_own_layers(tmp_path: Path) -> None:
     # GIVEN the MLP wrapped in real DistributedDataParallel (one gloo process on loopback)
     import torch.distributed as dist
@@ -407,6 +414,7 @@ def test_identical_transformer_layers_get_identical_flops(
         assert all("…" not in cell for cell in cells[2:]), cells  # numbers are never shortened
 
 
+@pytest.mark.slow
 def test_lightning_rows_carry_the_lightning_modules_names(tmp_path: Path) -> None:
     L = pytest.importorskip("lightning")
     import torch

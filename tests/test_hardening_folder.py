@@ -50,6 +50,7 @@ print(f"trained in {{time.perf_counter() - t0:.1f}} s", flush=True)
 
 
 @pytest.mark.parametrize("name", ["metrics.jsonl", "config.yaml"])
+@pytest.mark.slow
 def test_a_fifo_in_place_of_a_run_folder_file_never_holds_the_job(tmp_path: Path, name: str) -> None:
     # GIVEN a job whose metrics.jsonl or config.yaml is replaced by a FIFO after its first step (before the fix
     # the job hung forever: the metrics flush waited for a reader, the report at close for a writer)
@@ -105,6 +106,7 @@ def _figure(stdout: str, label: str) -> float:
     return float(line.split()[len(label.split())])
 
 
+@pytest.mark.slow
 def test_a_manifest_lock_held_by_another_process_never_holds_a_step(tmp_path: Path) -> None:
     # GIVEN a job with three windows while another process holds the run folder's lock, freed 1 s into close
     # (before the fix each step that indexed a file waited 60 s for the lock: 20 steps took 120 s)
@@ -121,6 +123,7 @@ def test_a_manifest_lock_held_by_another_process_never_holds_a_step(tmp_path: Pa
     assert ("report", None, None) in kinds
 
 
+@pytest.mark.slow
 def test_a_manifest_lock_never_freed_costs_a_bounded_wait_at_close(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -237,6 +240,7 @@ def test_a_run_with_a_garbage_manifest_is_analyzed_from_its_files(
     assert cli_main(["report", str(run_dir), "-o", str(tmp_path / "page.html")]) == 0
 
 
+@pytest.mark.slow
 def test_one_ranks_damaged_or_deleted_trace_leaves_that_rank_out_not_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], ddp_two_buckets_all_ranks: Path
 ) -> None:
@@ -272,6 +276,7 @@ def test_one_ranks_damaged_or_deleted_trace_leaves_that_rank_out_not_the_run(
     assert capsys.readouterr().err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_deleted_latest_trace_is_read_from_the_window_before(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -295,6 +300,7 @@ def test_a_deleted_latest_trace_is_read_from_the_window_before(
                "window ending at step 2" in n for n in doc["notices"])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_manifest_paths_outside_the_run_folder_are_never_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -409,6 +415,7 @@ print("run dir", m.run_dir, flush=True)
 
 
 @pytest.mark.parametrize("content", ["absolute", "../escape"])
+@pytest.mark.slow
 def test_a_hostile_marker_never_sends_a_rank_outside_out_dir(
     tmp_path: Path, content: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -458,6 +465,7 @@ def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path: Path
         os.waitpid(child, 0)
 
 
+@pytest.mark.slow
 def test_report_indexes_its_page_or_says_why_within_a_bounded_wait(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -63,6 +63,7 @@ def metric_steps(run_dir: Path) -> list[int]:
 
 
 # --- 1. steps from more than one thread ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_steps_taking_turns_on_four_threads_profile_the_first_threads_steps(tmp_path: Path) -> None:
     # GIVEN a decorated step called from 4 threads in turn (serialised: one shared model), 6 steps each;
     # the thread that calls first starts the monitor (before the fix: SIGSEGV, "External init callback must run
@@ -107,6 +108,7 @@ def test_steps_taking_turns_on_four_threads_profile_the_first_threads_steps(tmp_
 
 
 @pytest.mark.parametrize("how", ["its thread ends", "closed on another thread"])
+@pytest.mark.slow
 def test_a_window_left_open_on_its_thread_is_dropped_without_a_crash(tmp_path: Path, how: str) -> None:
     # GIVEN a window open on the thread that started the monitor when that thread ends (the main thread steps on
     # and closes), or when the monitor is closed on another thread (before: SIGSEGV at exit, exit 139: the
@@ -136,6 +138,7 @@ def test_a_window_left_open_on_its_thread_is_dropped_without_a_crash(tmp_path: P
     assert metric_steps(only_run(tmp_path / "out")) == list(range(8 if how == "its thread ends" else 4))
 
 
+@pytest.mark.slow
 def test_steps_of_four_threads_at_once_under_a_context_monitor_never_crash(tmp_path: Path) -> None:
     # GIVEN `with monitor:` on the main thread and 4 threads, each training its own model, calling
     # monitor.step() at the same time, no lock; the first window begins on the main thread
@@ -188,6 +191,7 @@ print("trained", flush=True)
 
 
 @pytest.mark.parametrize("how", ["-W error", "PYTHONWARNINGS=error"])
+@pytest.mark.slow
 def test_stepscope_warnings_never_raise_into_a_job_that_turns_warnings_into_errors(
     tmp_path: Path, how: str
 ) -> None:
@@ -212,6 +216,7 @@ def test_stepscope_warnings_never_raise_into_a_job_that_turns_warnings_into_erro
 
 
 # --- 3. a closed stdout and stderr --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_job_whose_stdout_and_stderr_are_closed_pipes_ends_normally(tmp_path: Path) -> None:
     # GIVEN a job with the console table and the report on, whose stdout and stderr are pipes nobody reads
     # (`train.py 2>&1 | head` after head exited; before the fix: exit 1, BrokenPipeError or rich's SystemExit)
@@ -248,6 +253,7 @@ def test_a_job_whose_stdout_and_stderr_are_closed_pipes_ends_normally(tmp_path: 
 
 
 # --- 5. a burst of SIGUSR2 ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_stream_of_sigusr2_never_kills_an_on_demand_job(tmp_path: Path) -> None:
     # GIVEN a job that runs two on-demand monitors one after the other, with a pause after each
     script = job_script(
@@ -308,6 +314,7 @@ def test_a_stream_of_sigusr2_never_kills_an_on_demand_job(tmp_path: Path) -> Non
         assert read_manifest(only_run(tmp_path / f"out{k}")).of_kind("trace")
 
 
+@pytest.mark.slow
 def test_sigusr2_never_kills_an_on_demand_job_whose_steps_run_on_a_worker_thread(tmp_path: Path) -> None:
     # GIVEN an on-demand monitor made on the main thread whose first step (so its start) runs on a worker
     # thread, where no signal handler can be installed (before: killed by signal 12 at the first SIGUSR2)
@@ -445,6 +452,7 @@ def test_an_hf_callback_that_rejects_our_numbers_costs_one_warning(tmp_path: Pat
 
 
 # --- 7c. WORLD_SIZE from the environment -------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_huge_world_size_in_the_environment_costs_nothing(tmp_path: Path) -> None:
     # GIVEN WORLD_SIZE=100000000 without a process group, every rank profiled (before: 12.5 GB and 154 s for
     # a job of 2.6 s: a list of every rank, and a manifest of 100 million of them)

@@ -46,6 +46,7 @@ def _ranks_from_one(source: Path, folder: Path, *, by_context: bool) -> int:
 
 @pytest.mark.shared
 @pytest.mark.parametrize("by_context", [False, True], ids=["kernels named nccl", "kernels known by launch"])
+@pytest.mark.slow
 def test_merge_aligns_as_analyze_does_from_the_events_it_keeps(
     shared_traces: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], by_context: bool
 ) -> None:
@@ -74,6 +75,7 @@ def test_merge_aligns_as_analyze_does_from_the_events_it_keeps(
     assert sum(1 for e in events if e.get("ph") == "X") == 3 * n
 
 
+@pytest.mark.slow
 def test_merge_memory_does_not_grow_with_the_events(tmp_path: Path) -> None:
     import sys
 

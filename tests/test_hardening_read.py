@@ -170,6 +170,7 @@ _SNAPSHOT = st.fixed_dictionaries(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(snap=_SNAPSHOT, protocol=st.integers(0, 5), share=st.booleans())
+@pytest.mark.slow
 def test_a_pickled_snapshot_reads_as_the_object_it_was_made_from(
     tmp_path: Path, snap: dict, protocol: int, share: bool
 ) -> None:
@@ -187,6 +188,7 @@ def test_a_pickled_snapshot_reads_as_the_object_it_was_made_from(
     assert analyze_memory_file(path) == expected
 
 
+@pytest.mark.slow
 def test_a_2_million_point_memory_timeline_is_read_in_seconds(tmp_path: Path) -> None:
     # GIVEN a memory timeline of 2 million points (torch's [times, sizes] shape: padding and 8 categories, two of
     # them used)
@@ -325,6 +327,7 @@ def _merge_in_child(folder: Path, out: Path, address_space: int) -> tuple[int, s
     return int(code), done.stderr, int(peak_kib) // 1024, time.perf_counter() - t0
 
 
+@pytest.mark.slow
 def test_merge_of_a_million_events_streams_under_an_address_space_limit(tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from bench_merge import write_rank
@@ -346,6 +349,7 @@ def test_merge_of_a_million_events_streams_under_an_address_space_limit(tmp_path
     assert peak_mb < 160, peak_mb
 
 
+@pytest.mark.slow
 def test_merge_keeps_every_event_whatever_its_strings_hold(tmp_path: Path) -> None:
     # GIVEN a trace of 3 MB (several batches) whose names and args hold what a cut could be fooled by
     tricky = ['}, {"ph":"X"', '"traceEvents":[', "]}", "\\u007d,{", "é∑😀"]

@@ -205,6 +205,7 @@ def _run_limited(args: list[str], address_space: int, **env_vars: str) -> subpro
     )
 
 
+@pytest.mark.slow
 def test_under_an_address_space_limit_odd_gzip_files_load_or_fail_in_one_line(tmp_path: Path) -> None:
     # GIVEN traces of 60,000 events: as three gzip members, with a wrong type in the last event, gzipped with
     # an odd head (read whole: the gzip path that once asked for 16 GiB up front)

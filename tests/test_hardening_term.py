@@ -361,6 +361,7 @@ def test_two_names_of_one_trace_are_one_rank(
 
 
 # --- item 17: the memory page has the report's Content-Security-Policy ---------------------------------------------------
+@pytest.mark.slow
 def test_the_memory_page_has_a_csp_and_still_renders(
     tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:

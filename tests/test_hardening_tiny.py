@@ -78,6 +78,7 @@ def test_an_analysis_of_tiny_events_holds_less_than_the_table_again(
     )
 
 
+@pytest.mark.slow
 def test_diff_holds_one_run_at_a_time(tiny_trace: Path) -> None:
     # the load included: one table, its analysis, the other run's small results; never both tables
     # (measured 1.9 tables; both tables and both analyses held at once took 4.4)

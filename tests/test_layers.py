@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md, checked on the source: runfolder imports no other layer; analysis never imports
+"""The import rules of docs/architecture.md, checked on the source: runfolder imports no other layer; analysis never imports
 torch, rich or capture; capture never imports analysis; report never imports capture; nothing heavy at
 `import stepscope`; the top level holds only the package's entry points."""
 

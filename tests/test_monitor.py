@@ -57,6 +57,7 @@ def assert_manifest_complete(run_dir: Path) -> None:
             load_chrome_trace(path)
 
 
+@pytest.mark.slow
 def test_decorator_and_context_manager_write_the_same_artifacts(tmp_path: Path) -> None:
     # GIVEN the same schedule used both ways
     schedule = dict(wait=1, warmup=1, active=2, repeat=2)
@@ -102,6 +103,7 @@ def test_run_folder_layout(tmp_path: Path) -> None:
         (dict(wait=1, warmup=0, active=3, repeat=0), 10, {3: [1, 2, 3], 7: [5, 6, 7]}),
     ],
 )
+@pytest.mark.slow
 def test_schedule_records_exactly_the_expected_steps(
     tmp_path: Path, schedule: dict[str, int], steps: int, expected: dict[int, list[int]]
 ) -> None:
@@ -313,6 +315,7 @@ def test_a_step_that_raises_while_waiting_reaches_step_failed(
     assert seen == [(1, "bad batch")]
 
 
+@pytest.mark.slow
 def test_a_resumed_job_keeps_its_step_numbers(tmp_path: Path) -> None:
     # GIVEN a job resumed at step 100 (the callbacks pass the framework's global step)
     monitor = stepscope.performance_monitor(out_dir=str(tmp_path), wait=1, warmup=1, active=2, console=False)
@@ -328,6 +331,7 @@ def test_a_resumed_job_keeps_its_step_numbers(tmp_path: Path) -> None:
     assert profiler_steps(run_dir / "traces/rank0_step103.json.gz") == [102, 103]
 
 
+@pytest.mark.slow
 def test_a_failing_step_listener_is_dropped_with_one_warning(tmp_path: Path) -> None:
     monitor = stepscope.performance_monitor(out_dir=str(tmp_path), wait=0, warmup=0, active=3, console=False)
     seen: list[int] = []

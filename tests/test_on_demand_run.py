@@ -15,6 +15,9 @@ from stepscope.runfolder import read_manifest
 
 from ._train import make_training
 
+# both tests read one module fixture: a real on-demand run of 60 steps
+pytestmark = pytest.mark.slow
+
 TRIGGERED_AT = (3, 18, 33, 48)  # steps before which `stepscope trigger` asks for a window
 
 

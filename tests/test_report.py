@@ -129,6 +129,7 @@ def test_report_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.
     assert not (tmp_path / "x.html").exists()
 
 
+@pytest.mark.slow
 def test_monitor_writes_the_report_at_close_and_indexes_it(tmp_path: Path) -> None:
     run_dir = findings_job(tmp_path, "healthy")
     manifest = read_manifest(run_dir)
@@ -172,6 +173,7 @@ def test_a_failing_report_costs_one_warning_not_the_job(
 
 
 # ------------------------------------------------------------------------------------------------ browser
+@pytest.mark.slow
 def test_hostile_names_render_as_text_and_execute_nothing(tmp_path: Path) -> None:
     out = make_report(hostile_trace(tmp_path / "hostile.json"), tmp_path / "hostile.html")
     with visit(out) as seen:
@@ -186,6 +188,7 @@ def test_hostile_names_render_as_text_and_execute_nothing(tmp_path: Path) -> Non
         screenshot(page, "hostile.png")
 
 
+@pytest.mark.slow
 def test_report_of_a_cpu_run_in_the_browser(tmp_path: Path) -> None:
     run_dir = findings_job(tmp_path, "loader_stall")
     out = run_dir / "report.html"
@@ -268,6 +271,7 @@ def test_report_of_a_two_rank_gloo_run(tmp_path: Path, capsys: pytest.CaptureFix
         "kineto_resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
     ],
 )
+@pytest.mark.slow
 def test_report_of_real_gpu_traces(tmp_path: Path, trace: str) -> None:
     path = SHARED_TRACES / trace
     out = make_report(path, tmp_path / "gpu.html")
@@ -291,6 +295,7 @@ def test_report_of_real_gpu_traces(tmp_path: Path, trace: str) -> None:
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_compare_page(tmp_path: Path) -> None:
     base, test = SHARED_TRACES / "hta_trace_compare" / "base", SHARED_TRACES / "hta_trace_compare" / "test"
     out = make_report(base, tmp_path / "cmp.html", "--compare", str(test))

@@ -75,6 +75,7 @@ def test_step_axes_tick_on_whole_steps(short_run_report: Path) -> None:
         assert x["axis"]["format"] == "d" and x["axis"]["tickMinStep"] == 1
 
 
+@pytest.mark.slow
 def test_step_axis_drawn_with_whole_steps_only(short_run_report: Path) -> None:
     with visit(short_run_report) as seen:
         assert not seen.console_errors, seen.console_errors

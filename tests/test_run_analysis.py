@@ -19,6 +19,9 @@ from stepscope.cli import cli
 
 from ._train import make_training
 
+# every test reads one module fixture: a CPU run with every collector on
+pytestmark = pytest.mark.slow
+
 STEPS = 24
 
 

@@ -69,6 +69,7 @@ def test_jobs_give_the_same_json_and_find_the_slow_rank(
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_ten_ranks_on_two_workers_in_batches(tmp_path: Path) -> None:
     """Ten ranks on two workers go in batches of two, then one by one: the same result as one process, progress
     that only grows and ends at the total, the slow rank found."""
@@ -98,6 +99,7 @@ def test_ten_ranks_on_two_workers_in_batches(tmp_path: Path) -> None:
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_dask_local_cluster_gives_the_local_json(ranks4: Path, capsys: pytest.CaptureFixture[str]) -> None:
     distributed = pytest.importorskip("distributed")
     from stepscope.analysis.ranks.parallel import analyze_path
@@ -122,6 +124,7 @@ def test_dask_local_cluster_gives_the_local_json(ranks4: Path, capsys: pytest.Ca
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_one_line(ranks4: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("distributed")
     code, _, err = _cli(
@@ -197,6 +200,7 @@ def _cli_subprocess(path: Path, **env: str) -> tuple[int, str, int]:
     return int(code), done.stderr, int(peak_kib) // 1024
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_ends_in_one_line_with_bounded_memory(tmp_path: Path) -> None:
     # 1 GiB of spaces inside a valid start: ~1 MB on disk
     bomb = _gzip_stream(tmp_path / "bomb.json.gz", [b'{"traceEvents": [', b" " * (1 << 24), b"]}"], 64)
@@ -275,6 +279,7 @@ SETS_WITH_FLOWS = (
 
 @pytest.mark.shared
 @pytest.mark.parametrize("name", SETS_WITH_FLOWS)
+@pytest.mark.slow
 def test_analysis_without_flow_events_is_the_same(name: str) -> None:
     # analyze reads no flow ('s'/'f') rows: leaving them out changes no figure, and they are many rows
     from stepscope.analysis.analyze import analyze

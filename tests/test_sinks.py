@@ -132,6 +132,7 @@ def wandb_history(wandb_dir: Path, timeout: float = 30.0) -> dict[int, dict[str,
     return history
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_tflops_and_top_ops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     wandb_dir = offline_wandb(tmp_path, monkeypatch)
     run_dir, _ = run(tmp_path / "runs", wandb=True)
@@ -150,6 +151,7 @@ def test_wandb_offline_run_holds_tflops_and_top_ops(tmp_path: Path, monkeypatch:
     assert not any("mfu_rank_0" in values for values in history.values())  # CPU: no MFU
 
 
+@pytest.mark.slow
 def test_wandb_joins_the_scripts_own_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a script with its own W&B run, logging its loss at each step
     wandb_dir = offline_wandb(tmp_path, monkeypatch)

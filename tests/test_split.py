@@ -60,6 +60,7 @@ def _plain(src: Path, dst: Path) -> Path:
     ],
 )
 @pytest.mark.parametrize("workers", [2, 3, 7])
+@pytest.mark.slow
 def test_a_shared_trace_read_in_stretches_is_the_same_table(
     tmp_path: Path, name: str, workers: int, runs: list[bool]
 ) -> None:

@@ -84,6 +84,7 @@ def test_diff_fits_80_columns(base: str, test: str, capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_kernels_that_cut_alike_print_differently(capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN the DLRM trace, whose split_embedding kernels differ only deep inside their template arguments
     path = SHARED_TRACES / "hta_trace_filter"

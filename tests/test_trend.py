@@ -98,6 +98,7 @@ def test_a_short_run_prints_no_trend(runs: Path) -> None:
     assert trend_cell(out) == "-" and "no trend: 9 plain steps, 12 needed" in out
 
 
+@pytest.mark.slow
 def test_a_long_runs_trend_is_measured_on_block_medians(runs: Path) -> None:
     # 400 steps, no profiler window: more than the 256 points the pairwise tests look at
     run_dir = run_job(runs, 400, lambda i: 0.5 + 0.01 * i, wait=1000)

@@ -77,6 +77,7 @@ print("trained", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_an_export_cut_short_by_a_file_size_limit_skips_the_window_and_leaves_nothing(tmp_path: Path) -> None:
     # GIVEN a job whose files may grow to 16 kB after its first window (a window's JSON is ~40 kB): torch logs
     # "Failed to write" and raises nothing
@@ -124,6 +125,7 @@ def test_a_trace_the_loader_refuses_is_not_indexed(tmp_path: Path, monkeypatch: 
     assert list((monitor.run_dir / "traces").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_windows_that_end_faster_than_their_summaries_keep_every_trace_and_close_promptly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
