@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.capture.collector import (
     NEVER,
     Collector,
