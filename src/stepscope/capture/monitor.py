@@ -174,15 +174,7 @@ class PerformanceMonitor:
                     self._step_failed(step, exc)
                     self._step_start = _perf_ns()  # the step runs again at the next call
                     raise
-                now = _perf_ns()
-                self._quiet.append((step, now - self._step_start))
-                self.steps_done = step + 1
-                if len(self._quiet) >= METRICS_FLUSH_LINES:
-                    self._flush_metrics()
-                if step + 1 < self._quiet_until:
-                    self._step_start = now
-                else:
-                    self._begin_step()
+                self._end_quiet_step(step)
                 return result
             return self._busy_call(fn, args, kwargs)
 
@@ -253,15 +245,7 @@ class PerformanceMonitor:
         """Mark the end of one step (context-manager form)."""
         step = self.steps_done
         if step < self._quiet_until:  # the step that ends, and so far the next one, need no collector
-            now = _perf_ns()
-            self._quiet.append((step, now - self._step_start))
-            self.steps_done = step + 1
-            if len(self._quiet) >= METRICS_FLUSH_LINES:
-                self._flush_metrics()
-            if step + 1 < self._quiet_until:
-                self._step_start = now
-            else:
-                self._begin_step()
+            self._end_quiet_step(step)
             return
         if not self.enabled or self._state == "closed":
             return
@@ -616,13 +600,22 @@ class PerformanceMonitor:
                 "goes on)",
                 StepscopeWarning,
             )
+        # the owner's step stays open (_open): no step begins here, whatever the next one is
+        self._end_quiet_step(self.steps_done, begin_next=False)
+
+    def _end_quiet_step(self, step: int, begin_next: bool = True) -> None:
+        """Step `step` ended and no collector worked at it: its wall time joins the writer's buffer (the metrics
+        line is formatted at the flush). The next step begins: by the collectors' before_step hooks when it is
+        busy and `begin_next`, else by a clock read alone. The only work of a step while the monitor waits."""
         now = _perf_ns()
-        step = self.steps_done
         self._quiet.append((step, now - self._step_start))
         self.steps_done = step + 1
-        self._step_start = now
         if len(self._quiet) >= METRICS_FLUSH_LINES:
             self._flush_metrics()
+        if step + 1 < self._quiet_until or not begin_next:
+            self._step_start = now
+        else:
+            self._begin_step()
 
     def _step_failed(self, step: int, exc: BaseException) -> None:
         for failed in self._failed_hooks:
