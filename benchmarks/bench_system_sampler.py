@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stepscope.capture.system import SystemSampler
+from stepscope.capture.collectors.system import SystemSampler
 
 
 def make_step(width: int, depth: int, batch: int):  # type: ignore[no-untyped-def]

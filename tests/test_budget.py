@@ -95,7 +95,7 @@ def test_a_generous_budget_warns_nothing(tmp_path: Path, real_window: int) -> No
 def test_a_failing_budget_check_switches_itself_off_and_traces_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import stepscope.capture.budget as budget
+    import stepscope.capture.window.budget as budget
 
     def broken(raw: bytes, gz_size: int | None = None) -> Any:
         raise ValueError("cannot read this trace")

@@ -101,7 +101,7 @@ def test_memory_snapshot_with_cuda_records_each_window_and_leaves_the_wait_steps
     # GIVEN CUDA's memory history faked (this machine has no GPU), windows of active steps 4-5 and 10-11
     import torch
 
-    from stepscope.capture import memory as capture_memory
+    from stepscope.capture.collectors import memory as capture_memory
 
     calls: list[tuple[str, int]] = []
     heard: list[int] = []

@@ -28,8 +28,8 @@ from stepscope.capture.schedule import NEVER_STEP as NEVER
 
 if TYPE_CHECKING:
     from stepscope.capture.config import ProfileConfig
+    from stepscope.capture.output.writer import RunWriter
     from stepscope.capture.schedule import Schedule
-    from stepscope.capture.writer import RunWriter
     from stepscope.runfolder.payloads import StepMetrics
 
 
@@ -160,7 +160,7 @@ class Window:
     last_step: int  # last active step (the window's trace is named after it)
     trace_path: Path
     profiler: Any  # the stopped torch profiler (export_memory_timeline etc. still work on it)
-    # its top ops and kernels (a capture.window_end.TopOps), once the worker has read the trace: None when it
+    # its top ops and kernels (a capture.window.window_end.TopOps), once the worker has read the trace: None when it
     # could not; add_done_callback runs on the worker's thread, or at once when they are known
     top_ops: Future[Any] | None = None
     partial: bool = False  # the job stopped inside the window

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.capture.budget import DROPPABLE, MB, TraceSize, measure_trace, steps_fit
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.window.budget import DROPPABLE, MB, TraceSize, measure_trace, steps_fit
 from stepscope.errors import StepscopeError
 
 ESTIMATE_SCHEMA = "stepscope.estimate/1"
 MEASURED_STEPS = 2
-# The options that shape the trace; memory_timeline turns the first three on (capture/memory.py).
+# The options that shape the trace; memory_timeline turns the first three on (capture/collectors/memory.py).
 TRACE_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
 
 

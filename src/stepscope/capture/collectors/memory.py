@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
-from stepscope.capture.writer import JsonLines
+from stepscope.capture.output.writer import JsonLines
 from stepscope.runfolder import CONFIG_NAME, OOM_SNAPSHOT_TEMPLATE, ArtifactKind
 from stepscope.runfolder.atomic import atomic_write_text, temp_path_beside
 from stepscope.runfolder.payloads import MemoryRow

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stepscope.capture.window_end import GZIP_LEVEL
+from stepscope.capture.window.window_end import GZIP_LEVEL
 from stepscope.units import fmt_mb
 
 if TYPE_CHECKING:
