@@ -118,7 +118,7 @@ def capture_console() -> Any:
     """The console capture prints its tables on: stderr, always (inside the user's own script as under
     `stepscope run`), so that the script's stdout stays exactly its own and the tables go where its logs go.
     Its stream switches itself off at the first failure (ConsoleStream)."""
-    from stepscope.report.terminal import make_console
+    from stepscope.report.terminal import make_console  # (rich: only once capture prints)
 
     return make_console(file=ConsoleStream())  # type: ignore[arg-type]
 

@@ -10,7 +10,7 @@ import click
 
 from stepscope.cli.monitor_options import build_config, config_file_option, config_options
 from stepscope.cli.run import ScriptCommand, resolve_target
-from stepscope.errors import InputError
+from stepscope.errors import InputError, StepscopeError
 
 
 @click.command(name="estimate", cls=ScriptCommand, context_settings={"allow_interspersed_args": False})
@@ -41,8 +41,6 @@ def command(
     try:
         import torch  # noqa: F401
     except ImportError:
-        from stepscope.errors import StepscopeError
-
         raise StepscopeError("estimate runs the script under torch.profiler: install torch") from None
     from stepscope.capture.estimate import estimate_lines, estimate_target
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 from stepscope.capture.collector import StepscopeWarning, warn_user
+from stepscope.runfolder.atomic import create_exclusive
+from stepscope.runfolder.files import read_regular
 
 RUN_NAME_KEY = "stepscope/run_name/{index}"
 RUN_NAME_PATTERN = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}__[0-9]{2}-[0-9]{2}-[0-9]{2}_[0-9a-f]{8}")
@@ -175,9 +177,6 @@ def _agent_launch_folder() -> str:
 
 
 def _name_from_marker(marker: Path, rank: int, world_size: int) -> str:
-    from stepscope.runfolder.atomic import create_exclusive
-    from stepscope.runfolder.files import read_regular
-
     marker.parent.mkdir(parents=True, exist_ok=True)
     proposal = new_run_name()
     if create_exclusive(marker, proposal.encode()):
@@ -196,8 +195,6 @@ def release_marker(marker: Path, rank: int, world_size: int) -> None:
     if (marker, rank) in _released:
         return
     _released.add((marker, rank))
-    from stepscope.runfolder.atomic import create_exclusive
-
     prefix = f"{marker.name}.closed-"
     with contextlib.suppress(OSError):
         create_exclusive(marker.with_name(f"{prefix}{rank}"), b"")
