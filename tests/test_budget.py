@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.cli import main
 from stepscope.errors import ConfigError
 from stepscope.runfolder import read_manifest

@@ -15,7 +15,7 @@ import pytest
 
 import stepscope
 from stepscope.analysis.loader import load_trace
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.cli import main as cli_main
 from stepscope.errors import InputError
 from stepscope.runfolder import read_manifest

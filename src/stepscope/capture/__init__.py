@@ -1,5 +1,6 @@
 """Capture: what runs inside training. The monitor (`monitor`: the step loop and its guard) with its options
-(`config`), the collectors' shared contract (`collector`) and the schedule (`schedule`); a window's life
+(`config`), the collectors' shared contract (`collector`), the schedule (`schedule`), what capture says to
+the user (`console`: warnings at the user's line, the stderr console); a window's life
 (`window/`), the collectors beside the trace (`collectors/`), what a rank writes into its run folder
 (`output/`); and the entry points built on the monitor: `component` (one function or module at a time),
 `zero` (`stepscope run`), `estimate` (`stepscope estimate`), `demo`.
@@ -13,9 +14,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, Window
+    from stepscope.capture.collector import Collector, RunContext, Window
     from stepscope.capture.component import profile_component
     from stepscope.capture.config import ProfileConfig
+    from stepscope.capture.console import StepscopeWarning
     from stepscope.capture.monitor import PerformanceMonitor, performance_monitor
     from stepscope.capture.schedule import Phase, Schedule
 
@@ -26,7 +28,7 @@ _EXPORTS = {
     "ProfileConfig": "config",
     "RunContext": "collector",
     "Schedule": "schedule",
-    "StepscopeWarning": "collector",
+    "StepscopeWarning": "console",
     "Window": "collector",
     "performance_monitor": "monitor",
     "profile_component": "component",

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from stepscope.capture.collector import warn_user
+from stepscope.capture.console import warn_user
 from stepscope.errors import ConfigError, InputError
 from stepscope.runfolder.files import read_regular_text
 

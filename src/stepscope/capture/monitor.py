@@ -17,17 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from stepscope.capture.collector import (
-    NEVER,
-    Collector,
-    Guard,
-    RunContext,
-    StepscopeWarning,
-    overrides,
-    warn_user,
-)
+from stepscope.capture.collector import NEVER, Collector, Guard, RunContext, overrides
 from stepscope.capture.collectors import collector_classes
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter, open_run_folder
 from stepscope.capture.schedule import Phase, Schedule
 from stepscope.errors import ConfigError

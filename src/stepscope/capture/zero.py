@@ -24,8 +24,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stepscope.capture.collector import StepscopeWarning, console_write, warn_user
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.console import StepscopeWarning, console_write, warn_user
 from stepscope.capture.monitor import PerformanceMonitor
 
 

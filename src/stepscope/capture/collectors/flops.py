@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.text import Text
 
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, capture_console, warn_user
+from stepscope.capture.collector import Collector, RunContext
 from stepscope.capture.collectors import mfu
 from stepscope.capture.collectors._instrument import (
     GLOBAL,
@@ -24,6 +24,7 @@ from stepscope.capture.collectors._instrument import (
 )
 from stepscope.capture.collectors.flop_split import FlopSplit, ModuleBook, split_mode
 from stepscope.capture.collectors.peaks import Peak, lookup_peak, no_peak_reason
+from stepscope.capture.console import StepscopeWarning, capture_console, warn_user
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import (

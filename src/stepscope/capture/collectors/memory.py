@@ -16,15 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import (
-    NEVER,
-    Collector,
-    RunContext,
-    StepscopeWarning,
-    Window,
-    capture_console,
-    warn_user,
-)
+from stepscope.capture.collector import NEVER, Collector, RunContext, Window
+from stepscope.capture.console import StepscopeWarning, capture_console, warn_user
 from stepscope.capture.output.writer import JsonLines
 from stepscope.runfolder import CONFIG_NAME, OOM_SNAPSHOT_TEMPLATE, ArtifactKind
 from stepscope.runfolder.atomic import atomic_write_text, temp_path_beside

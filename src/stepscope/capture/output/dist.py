@@ -12,7 +12,7 @@ import socket
 import time
 from pathlib import Path
 
-from stepscope.capture.collector import StepscopeWarning, warn_user
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.runfolder.atomic import create_exclusive
 from stepscope.runfolder.files import read_regular
 

@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 import msgspec
 
 from stepscope._version import __version__
-from stepscope.capture.collector import StepscopeWarning, warn_user
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.output.manifest_keeper import ManifestKeeper
 from stepscope.capture.schedule import Schedule
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, Artifact, ArtifactKind, artifact_path, relpath

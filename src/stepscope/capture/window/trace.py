@@ -21,13 +21,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import (
-    Collector,
-    RunContext,
-    StepscopeWarning,
-    Window,
-    warn_user,
-)
+from stepscope.capture.collector import Collector, RunContext, Window
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.schedule import Phase
 from stepscope.capture.window.budget import TraceBudget
 from stepscope.capture.window.thread_exit import stop_at_thread_exit

@@ -31,7 +31,8 @@ from typing import Any
 
 import msgspec
 
-from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
+from stepscope.capture.collector import NEVER, Collector, RunContext, Window
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.schedule import Schedule
 from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes, create_exclusive

@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from stepscope.capture.collector import capture_console
+from stepscope.capture.console import capture_console
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
 
