@@ -504,11 +504,12 @@ class PerformanceMonitor:
         line is formatted at the flush). The next step begins: by the collectors' before_step hooks when it is
         busy and `begin_next`, else by a clock read alone. The only work of a step while the monitor waits."""
         now = _perf_ns()
-        self._quiet.append((step, now - self._step_start))
-        self.steps_done = step + 1
-        if len(self._quiet) >= METRICS_FLUSH_LINES:
+        quiet = self._quiet
+        quiet.append((step, now - self._step_start))
+        self.steps_done = step = step + 1
+        if len(quiet) >= METRICS_FLUSH_LINES:
             self._flush_metrics()
-        if step + 1 < self._quiet_until or not begin_next:
+        if step < self._quiet_until or not begin_next:  # the next step is quiet too, or begins elsewhere
             self._step_start = now
         else:
             self._begin_step()
