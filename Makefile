@@ -36,6 +36,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Every CUDA path of capture on a real GPU (docs/gpu.md); without CUDA, its dry mode. Where python3 already has
 # a CUDA build of torch and stepscope's needs (a machine without a package index), use it instead of .venv:

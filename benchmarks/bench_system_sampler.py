@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from _results import write_result
-from stepscope.capture.system import SystemSampler
+from stepscope.capture.collectors.system import SystemSampler
 
 
 def make_step(width: int, depth: int, batch: int):  # type: ignore[no-untyped-def]

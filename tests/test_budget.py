@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.cli import main
 from stepscope.errors import ConfigError
 from stepscope.runfolder import read_manifest
@@ -98,7 +98,7 @@ def test_a_generous_budget_warns_nothing(tmp_path: Path, real_window: int) -> No
 def test_a_failing_budget_check_switches_itself_off_and_traces_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import stepscope.capture.budget as budget
+    import stepscope.capture.window.budget as budget
 
     def broken(raw: bytes, gz_size: int | None = None) -> Any:
         raise ValueError("cannot read this trace")

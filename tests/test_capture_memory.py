@@ -12,8 +12,8 @@ import pytest
 
 import stepscope
 from stepscope.analysis.memory.snapshot import analyze_memory_file
-from stepscope.capture import memory as capture_memory
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.collectors import memory as capture_memory
+from stepscope.capture.console import StepscopeWarning
 from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training

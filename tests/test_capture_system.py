@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.system import THREAD_NAME, SystemSampler
+from stepscope.capture.collectors.system import THREAD_NAME, SystemSampler
 from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training

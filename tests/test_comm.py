@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.runfolder import read_manifest
 
 from ._train import make_training

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.console import StepscopeWarning
 from stepscope.errors import ConfigError, InputError
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import stepscope
 from stepscope.analysis.read.loader import load_trace
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.cli import main as cli_main
 from stepscope.errors import InputError
 from stepscope.runfolder import read_manifest
@@ -200,7 +200,7 @@ def test_failing_summary_costs_no_trace(tmp_path: Path, monkeypatch: pytest.Monk
     # GIVEN the child that summarises each window failing (and torch's key_averages too, which is never called)
     import torch
 
-    from stepscope.capture import window_end
+    from stepscope.capture.window import window_end
 
     def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
@@ -275,7 +275,7 @@ def test_a_kill_during_export_leaves_no_system_temp_file_and_the_traces_folder_l
 def test_metrics_that_fail_to_flush_switch_metrics_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stepscope.capture.writer import RunWriter
+    from stepscope.capture.output.writer import RunWriter
 
     def broken(self: RunWriter) -> None:
         raise ValueError("disk says no")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.cli import main
 from stepscope.runfolder import read_manifest
 from stepscope.units import fmt_tflops

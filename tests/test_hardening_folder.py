@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.cli import main as cli_main
 from stepscope.runfolder import read_manifest
 
@@ -419,7 +419,7 @@ print("run dir", m.run_dir, flush=True)
 def test_a_hostile_marker_never_sends_a_rank_outside_out_dir(
     tmp_path: Path, content: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stepscope.capture.dist import job_marker
+    from stepscope.capture.output.dist import job_marker
 
     # GIVEN rank 1 of a torchrun job (no process group) whose marker in out_dir names a folder elsewhere
     env = {"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "127.0.0.1"}

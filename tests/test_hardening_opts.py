@@ -83,7 +83,7 @@ def busy_steps(tmp_path: Path, steps: int, **options: Any) -> list[int]:
     return heard
 
 
-@pytest.mark.filterwarnings("ignore::stepscope.capture.collector.StepscopeWarning")
+@pytest.mark.filterwarnings("ignore::stepscope.capture.console.StepscopeWarning")
 def test_memory_snapshot_without_cuda_leaves_every_step_as_it_was(tmp_path: Path) -> None:
     # GIVEN a CPU job with one window (warmup step 3, active steps 4-5), with and without memory_snapshot
     schedule = {"wait": 3, "warmup": 1, "active": 2, "repeat": 1}
@@ -101,7 +101,7 @@ def test_memory_snapshot_with_cuda_records_each_window_and_leaves_the_wait_steps
     # GIVEN CUDA's memory history faked (this machine has no GPU), windows of active steps 4-5 and 10-11
     import torch
 
-    from stepscope.capture import memory as capture_memory
+    from stepscope.capture.collectors import memory as capture_memory
 
     calls: list[tuple[str, int]] = []
     heard: list[int] = []

@@ -228,7 +228,7 @@ def _replace(path: Path, kind: str) -> None:
 
 def _listening_run(tmp_path: Path) -> Path:
     """A run folder of an on-demand job whose rank 0 listens (this test's own process stands for it)."""
-    from stepscope.capture.trigger import LISTENER_TEMPLATE, TriggerListener
+    from stepscope.capture.window.trigger import LISTENER_TEMPLATE, TriggerListener
     from stepscope.runfolder import Manifest, encode_manifest
 
     run = tmp_path / "run"

@@ -72,11 +72,58 @@ def test_report_never_imports_capture_and_reporters_never_import_each_other(path
     assert not bad and not others, f"{path.name} imports {sorted(bad | others)}"
 
 
+def package_of(path: Path) -> str:
+    """The dotted package a module of src/stepscope belongs to (a package's __init__ belongs to itself)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1])
+
+
+def module_package(module: str) -> str:
+    """The package of a dotted module name: itself when it is a package, else its parent."""
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    return module if path.is_dir() else module.rpartition(".")[0]
+
+
+def test_no_private_name_is_imported_from_another_package() -> None:
+    # DESIGN.md: no private name crosses a package (`lint-imports` checks the private modules; names are here)
+    crossing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("stepscope")):
+                continue
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if private and module_package(node.module) != package_of(path):
+                crossing.append(
+                    f"{path.relative_to(PACKAGE)}: from {node.module} import {', '.join(private)}"
+                )
+    assert not crossing, "\n".join(crossing)
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        "stepscope.capture",
+        "stepscope.capture.window",
+        "stepscope.capture.collectors",
+        "stepscope.capture.output",
+    ],
+)
+def test_capture_packages_export_their_names_without_importing_torch(package: str) -> None:
+    code = (
+        f"import sys, {package} as package\n"
+        "assert not {'torch', 'rich'} & set(sys.modules), 'imported at once'\n"
+        "missing = [name for name in package.__all__ if getattr(package, name, None) is None]\n"
+        "assert not missing, missing\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_top_level_holds_only_entry_points() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    # errors.py and units.py are leaves every layer may use: they import nothing of stepscope
-    assert top == ["__init__.py", "__main__.py", "errors.py", "units.py"]
-    for leaf in ("errors.py", "units.py"):
+    # _version.py, errors.py and units.py are leaves every layer may use: they import nothing of stepscope
+    assert top == ["__init__.py", "__main__.py", "_version.py", "errors.py", "units.py"]
+    for leaf in ("_version.py", "errors.py", "units.py"):
         assert not {m for m in imported_modules(PACKAGE / leaf) if m.startswith("stepscope")}
     layers = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
     assert layers == ["analysis", "capture", "cli", "integrations", "report", "runfolder"]

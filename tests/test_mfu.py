@@ -6,10 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stepscope.capture import mfu
-from stepscope.capture._instrument import planned_steps, untraced_step_from
-from stepscope.capture.flops import peak_format
-from stepscope.capture.peaks import DTYPES, PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_peak, no_peak_reason
+from stepscope.capture.collectors import mfu
+from stepscope.capture.collectors._instrument import planned_steps, untraced_step_from
+from stepscope.capture.collectors.flops import peak_format
+from stepscope.capture.collectors.peaks import (
+    DTYPES,
+    PEAK_SOURCES,
+    PEAK_TFLOPS,
+    device_key,
+    lookup_peak,
+    no_peak_reason,
+)
 from stepscope.capture.schedule import Schedule
 from stepscope.units import fmt_flops, fmt_tflops
 

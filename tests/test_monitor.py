@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training
@@ -145,7 +145,7 @@ def test_failing_collector_warns_once_and_training_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN an export that fails (a full disk, say)
-    from stepscope.capture import trace
+    from stepscope.capture.window import trace
 
     def broken_export(self: object, prof: object, first: int, step: int, partial: bool) -> None:
         raise OSError(28, "No space left on device")
@@ -163,7 +163,7 @@ def test_failing_collector_warns_once_and_training_goes_on(
 
 
 def test_failing_start_is_isolated_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepscope.capture import trace
+    from stepscope.capture.window import trace
 
     def broken_start(self: object) -> None:
         raise RuntimeError("profiler already running")
@@ -272,7 +272,7 @@ def test_explicit_start_and_step_without_with(tmp_path: Path) -> None:
 
 def test_unserialisable_metric_switches_metrics_off_not_training(tmp_path: Path) -> None:
     # GIVEN a collector that returns a value JSON cannot hold for the step's metrics line
-    from stepscope.capture import trace
+    from stepscope.capture.window import trace
 
     original = trace.TraceCollector.after_step
 
@@ -292,7 +292,7 @@ def test_a_step_that_raises_while_waiting_reaches_step_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a monitor in its wait phase (quiet steps: no collector works at them) and a step that raises
-    from stepscope.capture import trace
+    from stepscope.capture.window import trace
 
     seen: list[tuple[int, str]] = []
     monkeypatch.setattr(

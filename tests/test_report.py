@@ -159,8 +159,8 @@ def test_a_failing_report_costs_one_warning_not_the_job(
     import torch
 
     import stepscope
-    from stepscope.capture import report as capture_report
-    from stepscope.capture.collector import StepscopeWarning
+    from stepscope.capture.console import StepscopeWarning
+    from stepscope.capture.output import report as capture_report
 
     monkeypatch.setattr(capture_report.sys, "executable", str(tmp_path / "no-such-python"))
     monitor = stepscope.performance_monitor(out_dir=str(tmp_path), wait=0, warmup=0, active=1, console=False)

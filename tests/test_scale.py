@@ -73,7 +73,7 @@ def test_jobs_give_the_same_json_and_find_the_slow_rank(
 def test_ten_ranks_on_two_workers_in_batches(tmp_path: Path) -> None:
     """Ten ranks on two workers go in batches of two, then one by one: the same result as one process, progress
     that only grows and ends at the total, the slow rank found."""
-    from stepscope.analysis.ranks.parallel import analyze_path
+    from stepscope.analysis.parallel import analyze_path
 
     make = [
         sys.executable,
@@ -102,7 +102,7 @@ def test_ten_ranks_on_two_workers_in_batches(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_dask_local_cluster_gives_the_local_json(ranks4: Path, capsys: pytest.CaptureFixture[str]) -> None:
     distributed = pytest.importorskip("distributed")
-    from stepscope.analysis.ranks.parallel import analyze_path
+    from stepscope.analysis.parallel import analyze_path
 
     local = _analyze_json(capsys, str(ranks4), "--jobs", "1")
     with distributed.LocalCluster(
@@ -283,7 +283,7 @@ SETS_WITH_FLOWS = (
 def test_analysis_without_flow_events_is_the_same(name: str) -> None:
     # analyze reads no flow ('s'/'f') rows: leaving them out changes no figure, and they are many rows
     from stepscope.analysis.analyze import analyze
-    from stepscope.analysis.ranks.parallel import analyze_path
+    from stepscope.analysis.parallel import analyze_path
     from stepscope.analysis.read.loader import load_trace
 
     path = SHARED_TRACES / name

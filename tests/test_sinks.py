@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.runfolder import read_manifest
 
 from ._train import bare_losses, make_training

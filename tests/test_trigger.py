@@ -127,7 +127,7 @@ def test_sigusr2_asks_for_a_window(tmp_path: Path) -> None:
 
 def test_waiting_costs_one_stat_every_poll_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import stepscope
-    from stepscope.capture import trigger
+    from stepscope.capture.window import trigger
 
     monitor = stepscope.performance_monitor(
         out_dir=str(tmp_path), on_demand=True, trigger_poll_steps=10, console=False, report=False
@@ -191,7 +191,7 @@ def test_a_second_request_while_one_is_pending_is_refused(
 
 def test_a_finished_job_cannot_be_triggered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import stepscope
-    from stepscope.capture.trigger import read_listeners
+    from stepscope.capture.window.trigger import read_listeners
     from stepscope.cli import main
 
     # GIVEN an on-demand job, which listens while it runs, and then finishes

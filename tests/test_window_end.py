@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import stepscope
-from stepscope.capture.collector import StepscopeWarning
+from stepscope.capture.console import StepscopeWarning
 from stepscope.cli import main as cli_main
 from stepscope.runfolder import read_manifest
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from stepscope._version import __version__
 
 __all__ = [
     "PerformanceMonitor",

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from stepscope.analysis.analyze import AnalysisResult, analyze
     from stepscope.analysis.diff.compare import diff_paths
+    from stepscope.analysis.parallel import analyze_path
     from stepscope.analysis.rank.summary import summarize
-    from stepscope.analysis.ranks.parallel import analyze_path
     from stepscope.analysis.read.loader import load_trace
     from stepscope.analysis.run.folder import load_run
 
@@ -25,7 +25,7 @@ _EXPORTS = {
     "AnalysisResult": "analyze",
     "load_trace": "read.loader",
     "load_run": "run.folder",
-    "analyze_path": "ranks.parallel",
+    "analyze_path": "parallel",
     "summarize": "rank.summary",
     "diff_paths": "diff.compare",
 }

@@ -116,7 +116,7 @@ def collect_report(
     """Analyse PATH (a run folder, a trace, or a folder of traces) for the report.
 
     `table`: the traces, already loaded; otherwise `load(path, step=step)` loads them (default: load_trace)."""
-    from stepscope import __version__
+    from stepscope._version import __version__
     from stepscope.analysis.analyze import SCHEMA
 
     path = Path(path)

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from stepscope.capture.monitor import PerformanceMonitor
 from stepscope.errors import ConfigError
 
 
@@ -132,8 +133,6 @@ def profile_component(
         return out
 
     flops, flops_note = _count_flops(call)
-    from stepscope.capture.monitor import PerformanceMonitor
-
     options.setdefault("report", False)
     options.setdefault("console", False)
     monitor = PerformanceMonitor(

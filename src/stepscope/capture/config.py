@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from stepscope.capture.console import warn_user
 from stepscope.errors import ConfigError, InputError
 from stepscope.runfolder.files import read_regular_text
 
@@ -177,9 +178,67 @@ class ProfileConfig(BaseModel):
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProfileConfig:
         """Read back the flags added by `add_profiling_args` (flags not given keep the config/YAML value)."""
-        from stepscope.integrations.args import config_from_args
+        values = vars(args)
+        base_path = values.get("profiler_config")
+        data: dict[str, Any] = cls.from_yaml(base_path).model_dump() if base_path else {"enabled": False}
+        for flag, field_name, _kind in SCRIPT_FLAGS:
+            value = values.get(flag_dest(flag))
+            if value is not None:
+                data[field_name] = value
+        if values.get("enable_memory_logging") and data.get("memory_log_every") is None:
+            data["memory_log_every"] = DEFAULT_MEMORY_LOG_STEPS
+        if not data.get("enabled"):
+            given = [
+                flag
+                for flag, field_name, _ in SCRIPT_FLAGS
+                if field_name != "enabled" and values.get(flag_dest(flag)) is not None
+            ]
+            if values.get("enable_memory_logging"):
+                given.append("--enable-memory-logging")
+            if given:
+                warn_user(
+                    f"stepscope: {', '.join(given)} given without --enable-profiling (or enabled: true in "
+                    "--profiler-config): profiling is off, so they do nothing"
+                )
+        return cls.validated(data)
 
-        return config_from_args(cls, args)
+
+DEFAULT_MEMORY_LOG_STEPS = 10
+
+# The flags of a training script's parser (integrations.args.add_profiling_args puts them there; from_args
+# reads them back), as (flag, field, kind); kind: "flag" (on when given), "int", "float", "str", "ranks".
+SCRIPT_FLAGS: list[tuple[str, str, str]] = [
+    ("--enable-profiling", "enabled", "flag"),
+    ("--profiler-output-dir", "out_dir", "str"),
+    ("--profiler-wait-steps", "wait", "int"),
+    ("--profiler-warmup-steps", "warmup", "int"),
+    ("--profiler-active-steps", "active", "int"),
+    ("--profiler-repeat", "repeat", "int"),
+    ("--profiler-skip-first", "skip_first", "int"),
+    ("--profiler-ranks", "profiled_ranks", "ranks"),
+    ("--profiler-record-shapes", "record_shapes", "flag"),
+    ("--profiler-profile-memory", "profile_memory", "flag"),
+    ("--profiler-with-stack", "with_stack", "flag"),
+    ("--profiler-with-flops", "with_flops", "flag"),
+    ("--profiler-with-modules", "with_modules", "flag"),
+    ("--flop-counter-step", "flop_counter_step", "int"),
+    ("--comm-logger-step", "comm_logger_step", "int"),
+    ("--flop-table-depth", "flop_table_depth", "int"),
+    ("--peak-tflops", "peak_tflops", "float"),
+    ("--memory-log-steps", "memory_log_every", "int"),
+    ("--memory-snapshot", "memory_snapshot", "flag"),
+    ("--memory-timeline", "memory_timeline", "flag"),
+    ("--system-sample-interval", "system_sample_interval", "float"),
+    ("--nsight", "nsight", "flag"),
+    ("--profiler-trace-budget-mb", "trace_budget_mb", "float"),
+    ("--profiler-tensorboard", "tensorboard", "flag"),
+    ("--profiler-wandb", "wandb", "flag"),
+]
+
+
+def flag_dest(flag: str) -> str:
+    """The argparse destination of a script flag (`--profiler-wait-steps` -> `profiler_wait_steps`)."""
+    return flag.lstrip("-").replace("-", "_")
 
 
 def read_yaml_mapping(path: Path, not_a_mapping: str) -> dict[str, Any]:

@@ -60,14 +60,14 @@ def run_demo(out_dir: str | Path = "stepscope_runs", steps: int = 20, **options:
     """Train the demo for `steps` steps under a monitor (decorator form); returns the monitor."""
     import torch
 
-    import stepscope
+    from stepscope.capture.monitor import performance_monitor
 
     torch.set_num_threads(1)
     model, optimizer, make_batch = build_demo()
     # FLOPs counted at step 4, a wait step: TFLOP/s comes from the other untraced steps (CPU: no MFU).
     defaults: dict[str, Any] = {"wait": 5, "warmup": 2, "active": 3, "repeat": 2, "flop_counter_step": 4}
     defaults.update(options)
-    monitor = stepscope.performance_monitor(model, out_dir=str(out_dir), **defaults)
+    monitor = performance_monitor(model, out_dir=str(out_dir), **defaults)
     step = monitor(make_train_step(model, optimizer, monitor))
     for _ in range(steps):
         step(make_batch())

@@ -17,13 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.capture.budget import DROPPABLE, MB, TraceSize, measure_trace, steps_fit
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.monitor import PerformanceMonitor
+from stepscope.capture.window.budget import DROPPABLE, MB, TraceSize, measure_trace, steps_fit
+from stepscope.capture.zero import OptimizerSteps, print_user_traceback, run_as_main
 from stepscope.errors import StepscopeError
+from stepscope.runfolder import read_manifest
+from stepscope.units import fmt_mb
 
 ESTIMATE_SCHEMA = "stepscope.estimate/1"
 MEASURED_STEPS = 2
-# The options that shape the trace; memory_timeline turns the first three on (capture/memory.py).
+# The options that shape the trace; memory_timeline turns the first three on (capture/collectors/memory.py).
 TRACE_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
 
 
@@ -107,10 +111,6 @@ def estimate_target(
 ) -> TraceEstimate:
     """Dry-run `target` (a script path, or a module with `module=True`) until one measured window is exported,
     then stop it. The script's stdout goes to stderr, so that stdout holds only the estimate."""
-    from stepscope.capture.monitor import PerformanceMonitor
-    from stepscope.capture.zero import OptimizerSteps, print_user_traceback, run_as_main
-    from stepscope.runfolder import read_manifest
-
     with tempfile.TemporaryDirectory(prefix="stepscope-estimate-") as tmp:
         monitor = PerformanceMonitor(None, config=measuring_config(config, tmp))
         window_end = monitor.schedule.first_window_end
@@ -166,8 +166,6 @@ def estimate_target(
 
 def estimate_lines(estimate: TraceEstimate) -> list[str]:
     """The estimate as text: per step, per window, what each droppable option costs, the budget."""
-    from stepscope.units import fmt_mb
-
     size, cfg = estimate.size, estimate.config
     rows = [
         (

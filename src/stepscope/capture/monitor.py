@@ -11,29 +11,19 @@ import contextlib
 import dataclasses
 import functools
 import itertools
-import platform
-import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from stepscope import __version__
-from stepscope.capture.collector import (
-    NEVER,
-    Collector,
-    Guard,
-    RunContext,
-    StepscopeWarning,
-    overrides,
-    warn_user,
-)
+from stepscope.capture.collector import NEVER, Collector, Guard, RunContext, overrides
+from stepscope.capture.collectors import collector_classes
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.console import StepscopeWarning, warn_user
+from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter, open_run_folder
 from stepscope.capture.schedule import Phase, Schedule
-from stepscope.capture.writer import METRICS_FLUSH_LINES, RunWriter
-from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind
-from stepscope.runfolder.atomic import atomic_write_text
+from stepscope.errors import ConfigError
 from stepscope.runfolder.payloads import StepMetrics
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -45,46 +35,6 @@ _monitor_index = itertools.count()
 _recording: PerformanceMonitor | None = None
 _perf_ns = time.perf_counter_ns
 _thread_id = threading.get_ident
-
-
-def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
-    """The collectors a recording rank runs for `config` besides the trace collector (which the monitor drives
-    itself: first before a step, last after it, so that what the others do falls inside the step's span).
-    Their order does not matter: each returns its own fields of the step's metrics line."""
-    classes: list[type[Collector]] = []
-    if config.memory_log_every:
-        from stepscope.capture.memory import MemoryLogCollector
-
-        classes.append(MemoryLogCollector)
-    if config.memory_timeline:
-        from stepscope.capture.memory import MemoryTimelineCollector
-
-        classes.append(MemoryTimelineCollector)
-    if config.memory_snapshot:
-        from stepscope.capture.memory import MemorySnapshotCollector
-
-        classes.append(MemorySnapshotCollector)
-    if config.system_sample_interval:
-        from stepscope.capture.system import SystemCollector
-
-        classes.append(SystemCollector)
-    if config.nsight:
-        from stepscope.capture.nsight import NsightCollector
-
-        classes.append(NsightCollector)
-    if config.flop_counter_step is not None:
-        from stepscope.capture.flops import FlopCollector
-
-        classes.append(FlopCollector)
-    if config.comm_logger_step is not None:
-        from stepscope.capture.comm import CommCollector
-
-        classes.append(CommCollector)
-    if config.tensorboard or config.wandb:
-        from stepscope.capture.sinks import SinkCollector
-
-        classes.append(SinkCollector)
-    return classes
 
 
 class PerformanceMonitor:
@@ -99,7 +49,7 @@ class PerformanceMonitor:
             wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat, skip_first=c.skip_first
         )
         if c.on_demand:
-            from stepscope.capture.trigger import install_sigusr2_handler, never_schedule
+            from stepscope.capture.window.trigger import install_sigusr2_handler, never_schedule
 
             self.schedule = never_schedule(self.schedule)
             # here, where the monitor is made (mostly the main thread): its first step may run on another
@@ -129,7 +79,6 @@ class PerformanceMonitor:
         self._step_start = 0
         self._record_function: Any = None
         self._nvtx: Callable[[str], Any] | None = None  # regions as record_function + NVTX (nsight on CUDA)
-        self._metrics_off = False
         # Steps below this index need no collector: they cost a clock read and an append (the hot path).
         self._quiet_until = 0
         self._quiet: list[tuple[int, int]] = []  # (step, wall ns) of quiet steps, the writer's buffer
@@ -174,15 +123,7 @@ class PerformanceMonitor:
                     self._step_failed(step, exc)
                     self._step_start = _perf_ns()  # the step runs again at the next call
                     raise
-                now = _perf_ns()
-                self._quiet.append((step, now - self._step_start))
-                self.steps_done = step + 1
-                if len(self._quiet) >= METRICS_FLUSH_LINES:
-                    self._flush_metrics()
-                if step + 1 < self._quiet_until:
-                    self._step_start = now
-                else:
-                    self._begin_step()
+                self._end_quiet_step(step)
                 return result
             return self._busy_call(fn, args, kwargs)
 
@@ -221,8 +162,6 @@ class PerformanceMonitor:
         metrics) and the schedule counts from N, so the first window still comes `wait` steps after the start.
         """
         if first_step < 0:
-            from stepscope.errors import ConfigError
-
             raise ConfigError(f"first_step must be >= 0 (got {first_step})")
         with self._start_lock:  # steps from several threads: one of them starts the monitor
             if self.enabled and self._state == "new":
@@ -253,15 +192,7 @@ class PerformanceMonitor:
         """Mark the end of one step (context-manager form)."""
         step = self.steps_done
         if step < self._quiet_until:  # the step that ends, and so far the next one, need no collector
-            now = _perf_ns()
-            self._quiet.append((step, now - self._step_start))
-            self.steps_done = step + 1
-            if len(self._quiet) >= METRICS_FLUSH_LINES:
-                self._flush_metrics()
-            if step + 1 < self._quiet_until:
-                self._step_start = now
-            else:
-                self._begin_step()
+            self._end_quiet_step(step)
             return
         if not self.enabled or self._state == "closed":
             return
@@ -335,13 +266,7 @@ class PerformanceMonitor:
                     "on_demand: no window was requested while the job ran (stepscope trigger RUN_DIR, or "
                     "SIGUSR2 to a profiled rank)"
                 )
-        elif self.steps_done <= self.schedule.first_window_end:
-            note = (
-                f"the job ended after {self.steps_done} step(s), before the first active window completed "
-                f"(it ends after step {self.schedule.first_window_end}: skip_first={self.schedule.skip_first}, "
-                f"wait={self.schedule.wait}, warmup={self.schedule.warmup}, active={self.schedule.active}); "
-                "lower wait/warmup or run more steps"
-            )
+        elif (note := self.schedule.short_job_note(self.steps_done)) is not None:
             notes.append(note)
             warn_user(f"stepscope: {note}", StepscopeWarning)
         self._flush_metrics()
@@ -349,7 +274,7 @@ class PerformanceMonitor:
         if not self._writer.close():  # the manifest lock stayed held, or the manifest could not be written
             return  # (said once); the report would wait for the same lock
         if self.config.report and self._ctx.is_first_profiled_rank:
-            from stepscope.capture.report import write_run_report
+            from stepscope.capture.output.report import write_run_report
 
             write_run_report(self._ctx.run_dir, console=self.config.console)
 
@@ -367,20 +292,9 @@ class PerformanceMonitor:
 
     # --- lifecycle --------------------------------------------------------------------------------
     def _resolve_identity(self) -> None:
-        from stepscope.capture.dist import agree_run_name, rank_and_world
+        from stepscope.capture.output.dist import run_folder  # (hashlib, datetime: not at `import stepscope`)
 
-        self.rank, self.world_size = rank_and_world()
-        out_dir = Path(self.config.out_dir)
-        try:
-            name = agree_run_name(out_dir, self.rank, self.world_size, self._index)
-        except Exception as exc:  # a lost rendezvous must not stop training
-            from stepscope.capture.dist import new_run_name
-
-            name = new_run_name()
-            warn_user(
-                f"stepscope: ranks could not agree on a run folder ({exc}); using {name}", StepscopeWarning
-            )
-        self._run_dir = out_dir / name
+        self.rank, self.world_size, self._run_dir = run_folder(Path(self.config.out_dir), self._index)
 
     def _profiled_ranks(self) -> list[int] | None:
         """The profiled ranks of the job; None for "all". Nothing here is sized by the world size: that is a
@@ -436,7 +350,7 @@ class PerformanceMonitor:
             return
         from torch.profiler import record_function
 
-        from stepscope.capture.trace import TraceCollector
+        from stepscope.capture.window.trace import TraceCollector
 
         self._writer = self._ctx.writer
         self._quiet = self._writer.quiet_buffer
@@ -457,7 +371,7 @@ class PerformanceMonitor:
                     StepscopeWarning,
                 )
         if self.config.on_demand:
-            from stepscope.capture.trigger import TriggerCollector
+            from stepscope.capture.window.trigger import TriggerCollector
 
             count = self.world_size if profiled is None else len(profiled)
             self._collectors.append(TriggerCollector(self._ctx, self._replan, count))
@@ -467,20 +381,23 @@ class PerformanceMonitor:
         self._rebuild_hooks()
         nsight = next((c for c in self._live() if c.name == "nsight"), None)
         if nsight is not None and getattr(nsight, "cuda", False):
-            from stepscope.capture.nsight import nvtx_region
+            from stepscope.capture.collectors.nsight import nvtx_region
 
             self._nvtx = nvtx_region
         self._quiet_until = self._next_busy(self.steps_done)
         atexit.register(self.close)
 
     def _create_run_folder(self, profiled: list[int] | None) -> RunContext:
-        import torch
-
         assert self._run_dir is not None
-        run_dir = self._run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        writer = RunWriter(run_dir, self.rank, self.schedule)
-        ctx = RunContext(
+        writer = open_run_folder(
+            self._run_dir, self.config, self.schedule, self.rank, self.world_size, profiled
+        )
+        try:
+            writer.create_metrics()
+        except OSError as exc:  # a FIFO or a device put in its place: metrics are off, the rest goes on
+            writer.metrics_failed(exc)
+        writer.manifest.merge_now()  # the folder is a run folder at once, unless another process holds the lock
+        return RunContext(
             config=self.config,
             schedule=self.schedule,
             rank=self.rank,
@@ -490,29 +407,6 @@ class PerformanceMonitor:
             is_first_profiled_rank=self.rank == (0 if profiled is None else profiled[0]),
             step=self.steps_done,
         )
-        atomic_write_text(run_dir / CONFIG_NAME, self.config.to_yaml())
-        writer.update(
-            run_name=run_dir.name,
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            versions={
-                "stepscope": __version__,
-                "torch": str(torch.__version__),
-                "python": platform.python_version(),
-            },
-            world_size=self.world_size,
-            schedule=self.schedule.as_dict(),
-            hosts=[socket.gethostname()],
-            # with "all", each rank adds itself: the manifest lists the ranks that exist and record
-            **({"profiled_ranks_add": [self.rank]} if profiled is None else {"profiled_ranks": profiled}),
-        )
-        writer.add(ArtifactKind.CONFIG, run_dir / CONFIG_NAME, rank=None)
-        writer.add(ArtifactKind.METRICS, run_dir / METRICS_NAME, rank=None)
-        try:
-            writer.create_metrics()
-        except OSError as exc:  # a FIFO or a device put in its place: metrics are off, the rest goes on
-            self._metrics_failed(exc)
-        writer.manifest.merge_now()  # the folder is a run folder at once, unless another process holds the lock
-        return ctx
 
     def _live(self) -> list[Collector]:
         return [c for c in self._collectors if c.name not in self._guard.failed]
@@ -550,27 +444,13 @@ class PerformanceMonitor:
                 StepscopeWarning,
             )
 
-    def _replan(self, schedule: Schedule, note: str = "") -> None:
+    def _replan(self, schedule: Schedule) -> None:
         """An on-demand window was requested: from now on the collectors follow `schedule` (the trigger
-        collector calls this at the step where it saw the request, before that step runs)."""
+        collector calls this at the step where it saw the request, before that step runs, and notes it)."""
         ctx, writer = self._ctx, self._writer
         assert ctx is not None and writer is not None
-        self.schedule = schedule
-        ctx.schedule = schedule
-        writer.schedule = schedule
+        self.schedule = ctx.schedule = writer.schedule = schedule
         self._windows_planned += 1
-        first, last = schedule.windows()[0]
-        notes = [note] if note else []
-        if ctx.is_first_profiled_rank:
-            notes.append(
-                f"on-demand window {self._windows_planned}: warmup from step {schedule.skip_first}, active "
-                f"steps {first}-{last}"
-            )
-        # The manifest's schedule stays the run's own: a window's schedule there would hide the windows before
-        # it (the steps' phases in metrics.jsonl and these notes list them all).
-        if notes:
-            with contextlib.suppress(Exception):  # the notes say which window; the traces are what matter
-                writer.update(notes=notes)
 
     def _next_busy(self, step: int) -> int:
         """The first step >= `step` at which some live collector works."""
@@ -616,13 +496,23 @@ class PerformanceMonitor:
                 "goes on)",
                 StepscopeWarning,
             )
+        # the owner's step stays open (_open): no step begins here, whatever the next one is
+        self._end_quiet_step(self.steps_done, begin_next=False)
+
+    def _end_quiet_step(self, step: int, begin_next: bool = True) -> None:
+        """Step `step` ended and no collector worked at it: its wall time joins the writer's buffer (the metrics
+        line is formatted at the flush). The next step begins: by the collectors' before_step hooks when it is
+        busy and `begin_next`, else by a clock read alone. The only work of a step while the monitor waits."""
         now = _perf_ns()
-        step = self.steps_done
-        self._quiet.append((step, now - self._step_start))
-        self.steps_done = step + 1
-        self._step_start = now
-        if len(self._quiet) >= METRICS_FLUSH_LINES:
+        quiet = self._quiet
+        quiet.append((step, now - self._step_start))
+        self.steps_done = step = step + 1
+        if len(quiet) >= METRICS_FLUSH_LINES:
             self._flush_metrics()
+        if step < self._quiet_until or not begin_next:  # the next step is quiet too, or begins elsewhere
+            self._step_start = now
+        else:
+            self._begin_step()
 
     def _step_failed(self, step: int, exc: BaseException) -> None:
         for failed in self._failed_hooks:
@@ -657,12 +547,11 @@ class PerformanceMonitor:
         try:
             line = StepMetrics(step=step, rank=self.rank, wall_ms=wall_ms, phase=phase.value, **fields)
         except Exception as exc:  # a field a collector returned that the metrics line does not have
-            self._metrics_failed(exc)
+            writer.metrics_failed(exc)
         if line is not None:
             for record_hook in self._on_record:
                 record_hook(line)
-            if not self._metrics_off:
-                writer.step_line(line)
+            writer.step_line(line)  # (kept only while metrics are on)
         if window is not None:
             for window_hook in self._on_window:
                 window_hook(window)
@@ -682,26 +571,8 @@ class PerformanceMonitor:
         return min(step, self.schedule.window_end(begun))
 
     def _flush_metrics(self) -> None:
-        if self._writer is None:
-            return
-        if self._metrics_off:
-            self._quiet.clear()
-            return
-        try:
-            self._writer.flush_metrics()
-        except Exception as exc:
-            self._metrics_failed(exc)
-
-    def _metrics_failed(self, exc: Exception) -> None:
-        if self._metrics_off:
-            return
-        self._metrics_off = True
-        self._quiet.clear()
-        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-        warn_user(
-            f"stepscope: cannot write {METRICS_NAME} ({cause}); step metrics are switched off, training goes on",
-            StepscopeWarning,
-        )
+        if self._writer is not None:
+            self._writer.flush_metrics_or_switch_off()
 
 
 def _release(monitor: PerformanceMonitor) -> None:

@@ -86,6 +86,18 @@ class Schedule:
         """The step after which the first trace is exported (0-based)."""
         return self.windows(1)[0][1]
 
+    def short_job_note(self, steps_done: int) -> str | None:
+        """What to say of a job that ended after `steps_done` steps before its first window completed; None
+        when that window completed."""
+        if steps_done > self.first_window_end:
+            return None
+        return (
+            f"the job ended after {steps_done} step(s), before the first active window completed "
+            f"(it ends after step {self.first_window_end}: skip_first={self.skip_first}, "
+            f"wait={self.wait}, warmup={self.warmup}, active={self.active}); "
+            "lower wait/warmup or run more steps"
+        )
+
     def last_step(self) -> int | None:
         """The last step the profiler cares about; None when it repeats forever."""
         return None if self.repeat == 0 else self.windows()[-1][1]

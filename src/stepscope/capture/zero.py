@@ -24,8 +24,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stepscope.capture.collector import StepscopeWarning, console_write, warn_user
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.console import StepscopeWarning, console_write, warn_user
+from stepscope.capture.monitor import PerformanceMonitor
 
 
 class OptimizerSteps:
@@ -98,8 +99,6 @@ def run_target(target: str, args: Sequence[str], *, module: bool, config: Profil
     """Run `target` (a script path, or a module name with `module=True`) as `__main__` with `args`, profiled
     by a monitor with `config`. Returns the exit status the script would have had; an uncaught exception is
     printed as Python prints it (without stepscope's frames), status 1. KeyboardInterrupt goes on up."""
-    from stepscope.capture.monitor import PerformanceMonitor
-
     monitor = PerformanceMonitor(None, config=config)
     steps = OptimizerSteps(monitor)
     try:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import click
 
-from stepscope import __version__
+from stepscope._version import __version__
 from stepscope.errors import StepscopeError
 from stepscope.units import plain
 

@@ -86,7 +86,7 @@ def analyze_traces(path: Any, **options: Any) -> Any:
     """`analyze_path` with a progress bar on the terminal; an executor that cannot run is a usage error."""
     import click
 
-    from stepscope.analysis.ranks.parallel import ExecutorError, analyze_path
+    from stepscope.analysis.parallel import ExecutorError, analyze_path
     from stepscope.cli._progress import ProgressBar
 
     try:

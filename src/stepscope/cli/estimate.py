@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from stepscope.cli.run import ScriptCommand, build_config, config_file_option, config_options
-from stepscope.errors import InputError
+from stepscope.cli.monitor_options import build_config, config_file_option, config_options
+from stepscope.cli.run import ScriptCommand, resolve_target
+from stepscope.errors import InputError, StepscopeError
 
 
 @click.command(name="estimate", cls=ScriptCommand, context_settings={"allow_interspersed_args": False})
@@ -33,8 +34,6 @@ def command(
     exported (in a temporary folder), stops it, and extrapolates to --active steps. The script's output goes
     to stderr; stdout holds only the estimate.
     """
-    from stepscope.cli.run import resolve_target
-
     if config_path is not None and not config_path.is_file():
         raise InputError(config_path, "no such file")
     config = build_config(config_path, values)
@@ -42,8 +41,6 @@ def command(
     try:
         import torch  # noqa: F401
     except ImportError:
-        from stepscope.errors import StepscopeError
-
         raise StepscopeError("estimate runs the script under torch.profiler: install torch") from None
     from stepscope.capture.estimate import estimate_lines, estimate_target
 

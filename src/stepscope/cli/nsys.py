@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from stepscope.capture.config import ProfileConfig
-from stepscope.cli.run import build_config, config_file_option, config_options
+from stepscope.cli.monitor_options import build_config, config_file_option, config_options
 from stepscope.errors import InputError
 from stepscope.units import plain
 

@@ -24,7 +24,7 @@ def _on_demand_config(run_dir: Path) -> dict | None:
 def not_listening(run_dir: Path) -> str | None:
     """Why no profiled rank of the run can take a request (the job has finished, or was killed), or None while
     one listens. A rank on another host is taken to listen: its process cannot be looked at from here."""
-    from stepscope.capture.trigger import read_listeners
+    from stepscope.capture.window.trigger import read_listeners
 
     listeners = read_listeners(run_dir)
     if not listeners:
@@ -120,7 +120,7 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
     The ranks see the request within `trigger_poll_steps` steps and all start the window at the same step:
     `warmup` steps, then the active ones. Sending SIGUSR2 to a profiled rank does the same.
     """
-    from stepscope.capture.trigger import read_claim, request_window
+    from stepscope.capture.window.trigger import read_claim, request_window
 
     run_dir, config = resolve_run(path)
     made, request = request_window(run_dir, active=active)
@@ -176,7 +176,7 @@ def command(path: Path, active: int | None, wait_s: float) -> int:
 
 def _withdraw(run_dir: Path, request_id: str) -> None:
     """Remove the request `request_id` if it is still the pending one: no job is left to take it."""
-    from stepscope.capture.trigger import TRIGGER_NAME, read_request
+    from stepscope.capture.window.trigger import TRIGGER_NAME, read_request
 
     pending = read_request(run_dir / TRIGGER_NAME)
     if pending is not None and pending.id == request_id:

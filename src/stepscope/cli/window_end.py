@@ -1,4 +1,4 @@
-"""The child process of a window's end (see stepscope.capture.window_end), run by the profiled rank's worker:
+"""The child process of a window's end (see stepscope.capture.window.window_end), run by the profiled rank's worker:
 
     python -m stepscope.cli.window_end < job.json
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgspec
 
-from stepscope.capture.window_end import Job, Result, write_gzip
+from stepscope.capture.window.window_end import Job, Result, write_gzip
 from stepscope.errors import StepscopeError
 
 NICENESS = 10

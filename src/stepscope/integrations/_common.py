@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import StepscopeWarning, warn_user
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.runfolder.payloads import StepMetrics
 
 PREFIX = "stepscope/"

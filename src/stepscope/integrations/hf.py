@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.monitor import PerformanceMonitor
 from stepscope.integrations._common import PREFIX, Headline, resolve_options
 
 try:
@@ -39,8 +40,6 @@ class StepscopeCallback(TrainerCallback):  # type: ignore[misc]
         self._headline = Headline()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        from stepscope.capture.monitor import PerformanceMonitor
-
         if self.monitor is not None:  # a second train() with the same callback: a new run folder
             self.monitor.close()
         options = resolve_options(self._config, self._options, default_out=str(args.output_dir))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.monitor import PerformanceMonitor
 from stepscope.integrations._common import Headline, resolve_options
 
 try:
@@ -43,8 +44,6 @@ class StepscopeCallback(Callback):  # type: ignore[misc]
         self._global_step = 0
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        from stepscope.capture.monitor import PerformanceMonitor
-
         if self.monitor is not None:  # a second fit() with the same callback: a new run folder
             self.monitor.close()
         options = resolve_options(self._config, self._options, default_out=str(trainer.default_root_dir))

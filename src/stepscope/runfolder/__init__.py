@@ -2,13 +2,15 @@
 
 `layout` names every path and artifact kind, `manifest` indexes the folder under a cross-platform lock,
 `payloads` types every file stepscope reads back, `atomic` writes files that are never seen half-written,
-`files` opens only regular files (never waiting on a FIFO), `recover` indexes a folder by its layout.
+`files` opens only regular files (never waiting on a FIFO); `manifest` also indexes a folder by its layout
+(`manifest_from_files`) when its manifest is damaged or missing.
 Readers take `load_manifest` (the manifest completed, or replaced when damaged, by the files in the folder);
 `read_manifest` is the file as written.
 """
 
 from __future__ import annotations
 
+from stepscope.runfolder.entries import MANIFEST_SCHEMA, Artifact, Manifest
 from stepscope.runfolder.layout import (
     CONFIG_NAME,
     MANIFEST_NAME,
@@ -18,7 +20,6 @@ from stepscope.runfolder.layout import (
     ArtifactKind,
     artifact_path,
 )
-from stepscope.runfolder.entries import MANIFEST_SCHEMA, Artifact, Manifest
 from stepscope.runfolder.manifest import (
     encode_manifest,
     is_run_folder,

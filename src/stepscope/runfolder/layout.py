@@ -13,7 +13,7 @@ import enum
 
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = ".manifest.lock"
-# kept by each profiled rank of an on-demand run while it listens for `stepscope trigger` (capture/trigger.py)
+# kept by each profiled rank of an on-demand run while it listens for `stepscope trigger` (capture/window/trigger.py)
 LISTENER_TEMPLATE = ".listening-rank{rank}.json"
 
 

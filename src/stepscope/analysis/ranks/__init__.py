@@ -1,5 +1,4 @@
-"""Analyses across ranks: matching collectives, stragglers, the per-rank analysis of many files on the task
-runner (`analyze_path`), and the merged trace for Perfetto (`merge_traces`).
+"""Analyses across ranks: matching collectives, stragglers, and the merged trace for Perfetto (`merge_traces`).
 
 The names below are this package's public API, imported on first use (importing the package costs nothing).
 """
@@ -13,10 +12,8 @@ if TYPE_CHECKING:
     from stepscope.analysis.ranks.distributed import Straggler, cross_rank_analysis
     from stepscope.analysis.ranks.merge import merge_traces
     from stepscope.analysis.ranks.merge_select import alignment_table
-    from stepscope.analysis.ranks.parallel import analyze_path
 
 _EXPORTS = {
-    "analyze_path": "parallel",
     "cross_rank_analysis": "distributed",
     "Straggler": "distributed",
     "merge_traces": "merge",
@@ -26,7 +23,6 @@ _EXPORTS = {
 __all__ = [
     "Straggler",
     "alignment_table",
-    "analyze_path",
     "cross_rank_analysis",
     "merge_traces",
 ]

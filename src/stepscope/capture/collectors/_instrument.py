@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.capture.collector import RunContext, StepscopeWarning, warn_user
+from stepscope.capture.collector import RunContext
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.schedule import Schedule
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

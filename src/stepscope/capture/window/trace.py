@@ -21,17 +21,12 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.budget import TraceBudget
-from stepscope.capture.collector import (
-    Collector,
-    RunContext,
-    StepscopeWarning,
-    Window,
-    warn_user,
-)
+from stepscope.capture.collector import Collector, RunContext, Window
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.schedule import Phase
-from stepscope.capture.thread_exit import stop_at_thread_exit
-from stepscope.capture.window_end import (
+from stepscope.capture.window.budget import TraceBudget
+from stepscope.capture.window.thread_exit import stop_at_thread_exit
+from stepscope.capture.window.window_end import (
     CLOSE_WAIT_S,
     GZIP_LEVEL,
     Job,

@@ -31,7 +31,8 @@ from typing import Any
 
 import msgspec
 
-from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
+from stepscope.capture.collector import NEVER, Collector, RunContext, Window
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.schedule import Schedule
 from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes, create_exclusive
@@ -138,7 +139,7 @@ class TriggerCollector(Collector):
 
     name = "trigger"
 
-    def __init__(self, ctx: RunContext, replan: Callable[[Schedule, str], None], profiled: int) -> None:
+    def __init__(self, ctx: RunContext, replan: Callable[[Schedule], None], profiled: int) -> None:
         super().__init__(ctx)
         self.path = ctx.run_dir / TRIGGER_NAME
         self.listener_path = ctx.run_dir / LISTENER_TEMPLATE.format(rank=ctx.rank)
@@ -149,6 +150,7 @@ class TriggerCollector(Collector):
         self._last_stat: tuple[int, int, int] | None = None
         self._busy_until = -1  # last step of the planned window: no polling before it is over
         self._current: str | None = None  # the request whose window is planned or recording
+        self._planned = 0  # windows planned so far
 
     def start(self) -> None:
         # The handler first: once the listener file says the job listens, a SIGUSR2 may come at any moment.
@@ -194,7 +196,24 @@ class TriggerCollector(Collector):
             schedule = Schedule(wait=0, warmup=claim.warmup, active=claim.active, repeat=1, skip_first=late)
         self._busy_until = schedule.first_window_end
         self._current = request.id
-        self._replan(schedule, note)
+        self._replan(schedule)
+        self._note_window(schedule, note)
+
+    def _note_window(self, schedule: Schedule, note: str) -> None:
+        """The planned window as a note of the manifest (the first profiled rank's), after a late rank's note.
+        The manifest's schedule stays the run's own: a window's schedule there would hide the windows before
+        it (the steps' phases in metrics.jsonl and these notes list them all)."""
+        self._planned += 1
+        first, last = schedule.windows()[0]
+        notes = [note] if note else []
+        if self.ctx.is_first_profiled_rank:
+            notes.append(
+                f"on-demand window {self._planned}: warmup from step {schedule.skip_first}, active "
+                f"steps {first}-{last}"
+            )
+        if notes:
+            with contextlib.suppress(Exception):  # the notes say which window; the traces are what matter
+                self.ctx.writer.update(notes=notes)
 
     def _claim(self, request: TriggerRequest, step: int) -> TriggerClaim:
         config = self.ctx.config

@@ -14,11 +14,17 @@ from typing import Any
 
 from rich.text import Text
 
-from stepscope.capture import mfu
-from stepscope.capture._instrument import GLOBAL, announce_placement, planned_steps, quiet_module_tracker
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, capture_console, warn_user
-from stepscope.capture.flop_split import FlopSplit, ModuleBook, split_mode
-from stepscope.capture.peaks import Peak, lookup_peak, no_peak_reason
+from stepscope.capture.collector import Collector, RunContext
+from stepscope.capture.collectors import mfu
+from stepscope.capture.collectors._instrument import (
+    GLOBAL,
+    announce_placement,
+    planned_steps,
+    quiet_module_tracker,
+)
+from stepscope.capture.collectors.flop_split import FlopSplit, ModuleBook, split_mode
+from stepscope.capture.collectors.peaks import Peak, lookup_peak, no_peak_reason
+from stepscope.capture.console import StepscopeWarning, capture_console, warn_user
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import (

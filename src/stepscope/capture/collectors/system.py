@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import Collector, RunContext, StepscopeWarning, warn_user
-from stepscope.capture.writer import JsonLines
+from stepscope.capture.collector import Collector, RunContext
+from stepscope.capture.console import StepscopeWarning, warn_user
+from stepscope.capture.output.writer import JsonLines
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import GpuSample, SystemRow
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stepscope.capture.collector import StepscopeWarning, console_write, warn_user
+from stepscope.capture.console import StepscopeWarning, console_write, warn_user
 from stepscope.runfolder import ArtifactKind, artifact_path
 
 REPORT_TIMEOUT_S = 600  # a report that takes longer than this is given up (the traces are all there)

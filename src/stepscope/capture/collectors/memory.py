@@ -16,8 +16,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
-from stepscope.capture.writer import JsonLines
+from stepscope.capture.collector import NEVER, Collector, RunContext, Window
+from stepscope.capture.console import StepscopeWarning, capture_console, warn_user
+from stepscope.capture.output.writer import JsonLines
 from stepscope.runfolder import CONFIG_NAME, OOM_SNAPSHOT_TEMPLATE, ArtifactKind
 from stepscope.runfolder.atomic import atomic_write_text, temp_path_beside
 from stepscope.runfolder.payloads import MemoryRow
@@ -29,7 +30,7 @@ SNAPSHOT_STACKS = "python"
 
 
 def _fmt_bytes(n: float) -> str:
-    from stepscope.report.terminal import fmt_bytes
+    from stepscope.report.terminal import fmt_bytes  # (rich: only once a collector prints)
 
     return fmt_bytes(n)
 
@@ -64,8 +65,6 @@ class MemoryLogCollector(Collector):
         self._cuda = cuda_available()
         self._file = self.ctx.writer.open_lines(ArtifactKind.MEMORY_LOG)
         if self.ctx.config.console and self.ctx.is_first_profiled_rank:
-            from stepscope.capture.collector import capture_console
-
             self._console = capture_console()
 
     def next_busy(self, step: int) -> int:

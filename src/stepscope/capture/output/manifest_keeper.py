@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from stepscope.capture.collector import StepscopeWarning, warn_user
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.runfolder import MANIFEST_NAME, Artifact
 from stepscope.runfolder.manifest import merge_manifest
 

@@ -12,6 +12,10 @@ import socket
 import time
 from pathlib import Path
 
+from stepscope.capture.console import StepscopeWarning, warn_user
+from stepscope.runfolder.atomic import create_exclusive
+from stepscope.runfolder.files import read_regular
+
 RUN_NAME_KEY = "stepscope/run_name/{index}"
 RUN_NAME_PATTERN = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}__[0-9]{2}-[0-9]{2}-[0-9]{2}_[0-9a-f]{8}")
 NAME_WAIT_SECONDS = 120.0  # only with a store that has no compare-and-set
@@ -59,12 +63,22 @@ def _env_int(name: str, default: int, lowest: int) -> int:
 
 
 def _warn_env(problem: str) -> None:
-
-    from stepscope.capture.collector import StepscopeWarning, warn_user
-
     warn_user(
         f"stepscope: {problem}; this process profiles as rank 0 of 1 (its own run folder)", StepscopeWarning
     )
+
+
+def run_folder(out_dir: Path, index: int) -> tuple[int, int, Path]:
+    """This process's rank and world size, and its job's run folder under `out_dir` (the `index`-th monitor of
+    the process). A rendezvous that fails gives this rank a folder of its own, with a warning: a lost
+    rendezvous must not stop training."""
+    rank, world_size = rank_and_world()
+    try:
+        name = agree_run_name(out_dir, rank, world_size, index)
+    except Exception as exc:
+        name = new_run_name()
+        warn_user(f"stepscope: ranks could not agree on a run folder ({exc}); using {name}", StepscopeWarning)
+    return rank, world_size, out_dir / name
 
 
 def new_run_name(now: float | None = None) -> str:
@@ -163,9 +177,6 @@ def _agent_launch_folder() -> str:
 
 
 def _name_from_marker(marker: Path, rank: int, world_size: int) -> str:
-    from stepscope.runfolder.atomic import create_exclusive
-    from stepscope.runfolder.files import read_regular
-
     marker.parent.mkdir(parents=True, exist_ok=True)
     proposal = new_run_name()
     if create_exclusive(marker, proposal.encode()):
@@ -184,8 +195,6 @@ def release_marker(marker: Path, rank: int, world_size: int) -> None:
     if (marker, rank) in _released:
         return
     _released.add((marker, rank))
-    from stepscope.runfolder.atomic import create_exclusive
-
     prefix = f"{marker.name}.closed-"
     with contextlib.suppress(OSError):
         create_exclusive(marker.with_name(f"{prefix}{rank}"), b"")

@@ -7,7 +7,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from stepscope.capture.collector import NEVER, Collector, StepscopeWarning, warn_user
+from stepscope.capture.collector import NEVER, Collector
+from stepscope.capture.console import StepscopeWarning, warn_user
 
 
 class NsightCollector(Collector):

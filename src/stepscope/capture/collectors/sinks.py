@@ -21,7 +21,8 @@ from typing import Any
 
 import msgspec
 
-from stepscope.capture.collector import NEVER, Collector, RunContext, StepscopeWarning, Window, warn_user
+from stepscope.capture.collector import NEVER, Collector, RunContext, Window
+from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import StepMetrics
 

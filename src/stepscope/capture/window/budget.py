@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from stepscope.capture.window.window_end import GZIP_LEVEL
 from stepscope.units import fmt_mb
 
 if TYPE_CHECKING:
@@ -87,8 +88,6 @@ def measure_trace(raw: bytes, gz_size: int | None = None) -> TraceSize:
     events compressed together. `gz_size` is the stored .json.gz size when known (else it is computed).
     """
     import msgspec
-
-    from stepscope.capture.trace import GZIP_LEVEL
 
     doc = msgspec.json.decode(raw)
     events = doc.get("traceEvents") if isinstance(doc, dict) else None

@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from stepscope.capture.collector import capture_console
+from stepscope.capture.console import capture_console
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
 
@@ -266,7 +266,7 @@ def _last_line(stderr: bytes) -> str:
 
 def print_top_ops(top: TopOps, title: str) -> None:
     """The console table of a window: its top host ops by self CPU time, then its top kernels if it has any."""
-    from stepscope.report.terminal import fmt_pct, fmt_us, make_table
+    from stepscope.report.terminal import fmt_pct, fmt_us, make_table  # (rich: only once a window prints)
 
     console = capture_console()
     rows = [

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from stepscope.capture._instrument import unwrap
+from stepscope.capture.collectors._instrument import unwrap
 from stepscope.runfolder.payloads import ModuleFlops
 
 

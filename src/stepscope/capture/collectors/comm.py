@@ -13,7 +13,8 @@ import contextlib
 import os
 from typing import Any
 
-from stepscope.capture._instrument import (
+from stepscope.capture.collector import NEVER, Collector, RunContext
+from stepscope.capture.collectors._instrument import (
     GLOBAL,
     ModuleNames,
     announce_placement,
@@ -21,7 +22,7 @@ from stepscope.capture._instrument import (
     quiet_module_tracker,
     strip_ansi,
 )
-from stepscope.capture.collector import NEVER, Collector, RunContext, capture_console
+from stepscope.capture.console import capture_console
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import temp_path_beside

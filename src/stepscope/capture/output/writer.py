@@ -3,7 +3,7 @@
 It owns the manifest updates, the metrics buffer, and the encoding of every typed payload; collectors ask it
 for paths by artifact kind and hand it what they wrote. No torch here.
 
-The manifest is merged by a thread of its own (capture/manifest_keeper.py): no step ever waits for the run
+The manifest is merged by a thread of its own (capture/output/manifest_keeper.py): no step ever waits for the run
 folder's lock. The metrics file is appended to only while it is a regular file (a FIFO in its place would
 block the job forever).
 """
@@ -11,20 +11,63 @@ block the job forever).
 from __future__ import annotations
 
 import os
+import platform
+import socket
+import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 
-from stepscope.capture.manifest_keeper import ManifestKeeper
+from stepscope._version import __version__
+from stepscope.capture.console import StepscopeWarning, warn_user
+from stepscope.capture.output.manifest_keeper import ManifestKeeper
 from stepscope.capture.schedule import Schedule
-from stepscope.runfolder import Artifact, ArtifactKind, artifact_path, relpath
+from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, Artifact, ArtifactKind, artifact_path, relpath
 from stepscope.runfolder.atomic import atomic_write_bytes, atomic_write_text
 from stepscope.runfolder.files import append_regular, open_regular_fd
 from stepscope.runfolder.payloads import KIND_SCHEMAS, StepMetrics
 
+if TYPE_CHECKING:
+    from stepscope.capture.config import ProfileConfig
+
 METRICS_FLUSH_LINES = 256
 _encoder = msgspec.json.Encoder()
+
+
+def open_run_folder(
+    run_dir: Path,
+    config: ProfileConfig,
+    schedule: Schedule,
+    rank: int,
+    world_size: int,
+    profiled: list[int] | None,
+) -> RunWriter:
+    """The writer of a rank that starts recording into `run_dir`: the folder made, its config.yaml written, the
+    run's facts and job-wide files handed to the manifest (merged by the keeper's thread). `profiled` is None
+    for "all" ranks."""
+    import torch  # only here: the monitor is imported (and the writer with it) long before a rank records
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    writer = RunWriter(run_dir, rank, schedule)
+    atomic_write_text(run_dir / CONFIG_NAME, config.to_yaml())
+    writer.update(
+        run_name=run_dir.name,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        versions={
+            "stepscope": __version__,
+            "torch": str(torch.__version__),
+            "python": platform.python_version(),
+        },
+        world_size=world_size,
+        schedule=schedule.as_dict(),
+        hosts=[socket.gethostname()],
+        # with "all", each rank adds itself: the manifest lists the ranks that exist and record
+        **({"profiled_ranks_add": [rank]} if profiled is None else {"profiled_ranks": profiled}),
+    )
+    writer.add(ArtifactKind.CONFIG, run_dir / CONFIG_NAME, rank=None)
+    writer.add(ArtifactKind.METRICS, run_dir / METRICS_NAME, rank=None)
+    return writer
 
 
 class RunWriter:
@@ -42,6 +85,7 @@ class RunWriter:
         # Quiet steps lie outside every window while the trace collector runs (it works at every traced step);
         # the monitor clears this when that collector is switched off, and phases are then computed.
         self.quiet_outside_windows = True
+        self.metrics_off = False  # metrics.jsonl could not be written: no more lines are kept or written
 
     # --- files and the manifest -------------------------------------------------------------------
     def path(self, kind: ArtifactKind | str, step: int | None = None, template: str | None = None) -> Path:
@@ -100,7 +144,8 @@ class RunWriter:
 
     # --- metrics.jsonl ----------------------------------------------------------------------------
     def step_line(self, line: StepMetrics) -> None:
-        self._lines.append(line)
+        if not self.metrics_off:
+            self._lines.append(line)
 
     @property
     def pending(self) -> int:
@@ -125,6 +170,29 @@ class RunWriter:
         lines.sort(key=lambda line: line.step)
         # One O_APPEND write per flush: lines of different ranks never interleave mid-line.
         append_regular(self.run_dir / artifact_path(ArtifactKind.METRICS), _encoder.encode_lines(lines))
+
+    def flush_metrics_or_switch_off(self) -> None:
+        """`flush_metrics`, where a failure switches step metrics off (`metrics_failed`) instead of raising."""
+        if self.metrics_off:
+            self.quiet_buffer.clear()
+            return
+        try:
+            self.flush_metrics()
+        except Exception as exc:
+            self.metrics_failed(exc)
+
+    def metrics_failed(self, exc: Exception) -> None:
+        """metrics.jsonl cannot be written, or a step's line cannot be made: step metrics are off for the rest
+        of the run, said once; training goes on."""
+        if self.metrics_off:
+            return
+        self.metrics_off = True
+        self.quiet_buffer.clear()
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        warn_user(
+            f"stepscope: cannot write {METRICS_NAME} ({cause}); step metrics are switched off, training goes on",
+            StepscopeWarning,
+        )
 
     def create_metrics(self) -> None:
         """Create metrics.jsonl (empty) if there is none; OSError when what is there is not a regular file."""

@@ -1,0 +1,80 @@
+"""The collectors a recording rank runs beside the trace: FLOPs and MFU (`flops`, with `flop_split`, `mfu`,
+`peaks`), collectives (`comm`), memory (`memory`: periodic log, timelines, CUDA history and snapshots), the
+system sampler (`system`), Nsight ranges (`nsight`) and the sinks beyond metrics.jsonl (`sinks`: TensorBoard,
+Weights & Biases). `_instrument` holds what the collectors that instrument one step share.
+
+`collector_classes(config)` names those a config asks for; each module is imported only then, so a monitor
+pays only for the collectors it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stepscope.capture.collector import Collector
+    from stepscope.capture.collectors.comm import CommCollector
+    from stepscope.capture.collectors.flops import FlopCollector
+    from stepscope.capture.collectors.memory import (
+        MemoryLogCollector,
+        MemorySnapshotCollector,
+        MemoryTimelineCollector,
+    )
+    from stepscope.capture.collectors.nsight import NsightCollector, nvtx_region
+    from stepscope.capture.collectors.peaks import Peak, lookup_peak
+    from stepscope.capture.collectors.sinks import SinkCollector
+    from stepscope.capture.collectors.system import SystemCollector
+    from stepscope.capture.config import ProfileConfig
+
+_EXPORTS = {
+    "CommCollector": "comm",
+    "FlopCollector": "flops",
+    "MemoryLogCollector": "memory",
+    "MemorySnapshotCollector": "memory",
+    "MemoryTimelineCollector": "memory",
+    "NsightCollector": "nsight",
+    "Peak": "peaks",
+    "SinkCollector": "sinks",
+    "SystemCollector": "system",
+    "lookup_peak": "peaks",
+    "nvtx_region": "nsight",
+}
+
+__all__ = [
+    "CommCollector",
+    "FlopCollector",
+    "MemoryLogCollector",
+    "MemorySnapshotCollector",
+    "MemoryTimelineCollector",
+    "NsightCollector",
+    "Peak",
+    "SinkCollector",
+    "SystemCollector",
+    "collector_classes",
+    "lookup_peak",
+    "nvtx_region",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
+
+def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
+    """The collectors a recording rank runs for `config` besides the trace collector (which the monitor drives
+    itself: first before a step, last after it, so that what the others do falls inside the step's span).
+    Their order does not matter: each returns its own fields of the step's metrics line."""
+    wanted = [
+        (config.memory_log_every, "MemoryLogCollector"),
+        (config.memory_timeline, "MemoryTimelineCollector"),
+        (config.memory_snapshot, "MemorySnapshotCollector"),
+        (config.system_sample_interval, "SystemCollector"),
+        (config.nsight, "NsightCollector"),
+        (config.flop_counter_step is not None, "FlopCollector"),
+        (config.comm_logger_step is not None, "CommCollector"),
+        (config.tensorboard or config.wandb, "SinkCollector"),
+    ]
+    return [__getattr__(name) for on, name in wanted if on]
