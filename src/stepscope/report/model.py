@@ -102,10 +102,13 @@ _KINDS: dict[str, tuple[Callable[[Any], Cell], bool]] = {
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: its label and the kind of its values (see _KINDS)."""
+    """A table column: its label and the kind of its values (see _KINDS). A text column that holds figures (a
+    range, a count with words) is a `figure`: the terminal keeps it whole and aligns it as a number, where it
+    shortens a name (a page shows every text in full)."""
 
     label: str
     kind: str = "text"
+    figure: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
