@@ -116,6 +116,7 @@ CHANGE_MS = Column("change", "ms")
 CHANGE_PCT = Column("%", "pct")
 INTERVAL_95 = Column("95% interval", figure=True)
 SIGNIFICANT = Column("significant", "flag")
+HOLDS_ZERO = Column("~", figure=True)  # the terminal's mark of a change that is not significant
 FINDING = Column("finding")
 WHAT_CHANGED = Column("what changed")
 MESSAGE = Column("message")
