@@ -99,7 +99,7 @@ REQUESTED = Column("requested", "bytes")
 FREE_ON_DEVICE = Column("free on device", "bytes")
 SITE = Column("site")
 ALLOCATED_AT = Column("allocated at")
-WHEN = Column("when")
+WHEN = Column("when", figure=True)  # a time, or an entry of the trace
 ADDRESS = Column("address")
 STACK = Column("stack")
 

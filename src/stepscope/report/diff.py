@@ -13,8 +13,8 @@ from rich.text import Text
 from stepscope.analysis.diff.compare import Delta, Diff
 from stepscope.analysis.diff.steps import StepComparison
 from stepscope.report import columns as col
+from stepscope.report._diff_tables import phase_table, signed_pct_cell, step_time_table
 from stepscope.report._diff_text import change_text, fast_change_text, finding_head, sample_text
-from stepscope.report.diff_tables import phase_table, signed_pct_cell, step_time_table
 from stepscope.report.model import Cell, Column, Table, table
 from stepscope.report.terminal import fit_table, fmt_ms, fmt_us, plain
 
