@@ -14,7 +14,7 @@ from stepscope.analysis.findings import Finding
 from stepscope.report import columns as col
 from stepscope.report.model import Table, table
 from stepscope.report.tables import collectives_table, gpu_time_split_table, rank_steps_table
-from stepscope.report.terminal import fit_table, fmt_bytes, fmt_pct, fmt_us, markup_safe, plain
+from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, plain
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of
     from stepscope.analysis.rank.idle import StreamIdle
     from stepscope.analysis.rank.steps import StepRow
     from stepscope.analysis.run import RunFacts
+    from stepscope.analysis.run.folder import MemoryFacts, SystemFacts
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -288,35 +289,77 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
                     yield Text(f"  {plain(note)}", style="dim")
     elif run.flops_note:
         yield Text(plain(run.flops_note), style="dim")
-    for m in run.memory:
-        growth = (
-            f", RSS {fmt_bytes(m.rss_growth_bytes_per_step)}/step"
-            if m.rss_growth_bytes_per_step is not None
-            else ""
-        )
-        cuda = ""
-        if m.peak_cuda_allocated_bytes is not None:
-            cuda = f", CUDA peak allocated {fmt_bytes(m.peak_cuda_allocated_bytes)}"
-            if m.cuda_growth_bytes_per_step is not None:
-                cuda += f" ({fmt_bytes(m.cuda_growth_bytes_per_step)}/step)"
-        yield Text(
-            f"memory rank {m.rank}: peak RSS {fmt_bytes(m.peak_rss_bytes)} over steps {m.first_step}-{m.last_step}"
-            f"{growth}{cuda}"
-        )
-    for sy in run.system:
-        gpus = "".join(
-            f", gpu{g.index} util {g.util_mean_percent:.0f}% mean / {g.util_max_percent:.0f}% max"
+    if run.memory:
+        yield fit_table(_run_memory_table(run.memory))
+    if run.system:
+        yield fit_table(_system_table(run.system))
+        for sy in run.system:
+            if sy.note:
+                yield Text(f"  rank {sy.rank}: {plain(sy.note)}", style="dim")
+    yield Text("")
+
+
+def _run_memory_table(memory: Sequence[MemoryFacts]) -> Table:
+    """The memory log of each rank: its peaks and how fast memory grew per step (a least-squares slope)."""
+    return table(
+        "run-memory",
+        [
+            col.RANK,
+            col.LOGGED_STEPS,
+            col.PEAK_RSS,
+            col.RSS_PER_STEP,
+            col.PEAK_CUDA_ALLOCATED,
+            col.CUDA_PER_STEP,
+        ],
+        (
+            [
+                m.rank,
+                f"{m.first_step}-{m.last_step}",
+                m.peak_rss_bytes,
+                m.rss_growth_bytes_per_step,
+                m.peak_cuda_allocated_bytes,
+                m.cuda_growth_bytes_per_step,
+            ]
+            for m in memory
+        ),
+        title="Memory over the run",
+    )
+
+
+def _system_table(system: Sequence[SystemFacts]) -> Table:
+    """The system samples of each rank: the process' CPU, its peak RSS, and each GPU's utilisation."""
+    gpus = [
+        ", ".join(
+            f"gpu{g.index} {g.util_mean_percent:.0f}% mean / {g.util_max_percent:.0f}% max"
             for g in sy.gpus
             if g.util_mean_percent is not None and g.util_max_percent is not None
         )
-        cpu = ""
-        if sy.process_cpu_mean_percent is not None and sy.process_cpu_max_percent is not None:
-            cpu = f", process CPU {sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max"
-        samples = f"{sy.samples} sample" + ("s" if sy.samples != 1 else "")
-        yield Text(
-            f"system rank {sy.rank}: {samples} over {sy.seconds:.1f} s{cpu}, peak RSS "
-            f"{fmt_bytes(sy.peak_rss_bytes)}{gpus}"
-        )
-        if sy.note:
-            yield Text(f"  {plain(sy.note)}", style="dim")
-    yield Text("")
+        or None
+        for sy in system
+    ]
+    shown = any(gpus)
+    return table(
+        "run-system",
+        [
+            col.RANK,
+            col.SAMPLES,
+            col.SAMPLED_FOR,
+            col.PROCESS_CPU_MEAN,
+            col.PROCESS_CPU_MAX,
+            col.PEAK_RSS,
+            *([col.GPU_UTILISATION] if shown else []),
+        ],
+        (
+            [
+                sy.rank,
+                sy.samples,
+                sy.seconds * 1e6,
+                sy.process_cpu_mean_percent,
+                sy.process_cpu_max_percent,
+                sy.peak_rss_bytes,
+                *([gpu] if shown else []),
+            ]
+            for sy, gpu in zip(system, gpus, strict=True)
+        ),
+        title="System samples",
+    )

@@ -61,6 +61,18 @@ P90_STEP = Column("p90", "ms")
 IN_WINDOWS = Column("in windows", "ms")  # the median traced step
 TREND = Column("trend", figure=True)
 
+# the memory log and the system samples of a run folder
+LOGGED_STEPS = Column("logged steps", figure=True)  # first-last
+PEAK_RSS = Column("peak RSS", "bytes")
+RSS_PER_STEP = Column("RSS growth per step", "bytes")  # a least-squares slope
+PEAK_CUDA_ALLOCATED = Column("peak CUDA allocated", "bytes")
+CUDA_PER_STEP = Column("CUDA growth per step", "bytes")
+SAMPLES = Column("samples", "int")
+SAMPLED_FOR = Column("sampled for", "us")
+PROCESS_CPU_MEAN = Column("process CPU mean", "pct")  # of one core
+PROCESS_CPU_MAX = Column("process CPU max", "pct")
+GPU_UTILISATION = Column("GPU utilisation", figure=True)
+
 # collectives
 COLLECTIVE = Column("collective")
 GROUP = Column("group")
