@@ -1,5 +1,6 @@
 """The terminal and the HTML report show one table model: `summary` and `analyze` print the report's tables, with
-the same labels and the same figures (report/columns.py names every column once)."""
+the same labels and the same figures (report/columns.py names every column once); `diff` and `memory` print the
+compare page's and the memory page's."""
 
 from __future__ import annotations
 
@@ -81,3 +82,55 @@ def test_summary_and_analyze_print_the_reports_tables(
         assert heads[0] in ("kernel", "op", "rank"), heads
         assert " | ".join(heads) in printed, (tid, heads, list(printed))
         assert printed[" | ".join(heads)] == rows, tid
+
+
+DIFF = ("hta_trace_compare/base/base.json.gz", "hta_trace_compare/test/test.json.gz")
+
+
+@pytest.mark.shared
+def test_diff_prints_the_compare_pages_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the compare page of two traces (HTML, parsed)
+    monkeypatch.setenv("COLUMNS", "200")
+    base, test = (str(SHARED_TRACES / p) for p in DIFF)
+    page = tmp_path / "c.html"
+    assert main(["report", base, "--compare", test, "-o", str(page)]) == 0
+    capsys.readouterr()
+    html = page_tables(page)
+    # WHEN diff prints the same two runs
+    printed = terminal_tables(["diff", base, test], capsys)
+    # THEN its step-time table is the page's (the steps compared are a line below it in the terminal)
+    heads, rows = html["step-time-table"]
+    assert heads[-1] == "steps compared"
+    assert printed[" | ".join(heads[:-1])] == [r[:-1] for r in rows]
+    # ... and its phase table shows the page's phases, times and intervals under the page's labels; the terminal
+    # signs the changes and marks with '~' what the page calls not significant
+    heads, rows = html["phase-table"]
+    assert heads[-1] == "significant"
+    terminal = printed[" | ".join([*heads[:-1], "~"])]
+    assert [[r[0], r[1], r[2], r[5]] for r in terminal] == [[r[0], r[1], r[2], r[5]] for r in rows]
+    assert [r[-1] == "~" for r in terminal] == [r[-1] == "no" for r in rows]
+    assert [r[4].lstrip("+") for r in terminal] == [r[4] for r in rows]  # the change in %
+
+
+def test_memory_prints_the_memory_pages_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+
+    from .memory_data import snapshot
+
+    # GIVEN a snapshot and its memory page
+    monkeypatch.setenv("COLUMNS", "200")
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(snapshot()))
+    page = tmp_path / "m.html"
+    # WHEN the memory command prints it and writes the page
+    assert main(["memory", str(path), "--html", str(page)]) == 0
+    printed = {" | ".join(cols): rows for cols, rows in tables(capsys.readouterr().out)}
+    # THEN the devices table is the page's, label for label and figure for figure
+    heads, rows = page_tables(page)["devices-table"]
+    assert heads == ["", "cuda:0"]
+    assert printed[" | ".join(heads)] == rows
+    assert ["fragmentation", "32.7%"] in rows

@@ -18,6 +18,7 @@ from stepscope.analysis.run.folder import load_run
 from stepscope.cli import cli
 
 from ._train import make_training
+from .test_terminal_width import tables
 
 # every test reads one module fixture: a CPU run with every collector on
 pytestmark = pytest.mark.slow
@@ -115,13 +116,25 @@ def test_analyze_json_has_the_runs_figures(full_run: Path) -> None:
     assert system["note"] is None
 
 
+def run_table(out: str, *columns: str) -> list[list[str]]:
+    """The rows of the printed table that has `columns` (headers read across their wrapped lines)."""
+    return next(
+        rows for heads, rows in tables(out) if all(c in [" ".join(h.split()) for h in heads] for c in columns)
+    )
+
+
 def test_analyze_prints_the_run_section(full_run: Path) -> None:
     result = CliRunner().invoke(cli, ["analyze", str(full_run)], terminal_width=100)
     assert result.exit_code == 0, result.output
     out = result.output
     assert "Step time over the whole run" in out and "profiled windows (active steps): 5-6, 12-13" in out
     assert "FLOPs per step (counted at step 1)" in out and "TFLOP/s" in out
-    assert "memory rank 0: peak RSS" in out and "system rank 0:" in out
+    memory = run_table(out, "peak RSS", "RSS growth per step")
+    assert (
+        memory[0][0] == "0" and "-" in memory[0][1] and memory[0][2].endswith("MiB")
+    )  # steps first-last, peak
+    system = run_table(out, "samples", "process CPU mean")
+    assert system[0][0] == "0" and int(system[0][1]) > 0
 
 
 def test_one_system_sample_is_too_few_for_cpu_figures(tmp_path: Path) -> None:
@@ -145,8 +158,9 @@ def test_one_system_sample_is_too_few_for_cpu_figures(tmp_path: Path) -> None:
     assert system["system_cpu_mean_percent"] is None
     assert system["note"].startswith("too few samples for CPU figures (1; 3 needed)")
     result = CliRunner().invoke(cli, ["analyze", str(monitor.run_dir)], env={"COLUMNS": "200"})
-    assert "system rank 0: 1 sample over 0.0 s, peak RSS" in result.output
-    assert "too few samples for CPU figures" in result.output and "% mean" not in result.output
+    (row,) = run_table(result.output, "samples", "process CPU mean")
+    assert row[:5] == ["0", "1", "0 us", "-", "-"] and row[5].endswith("MiB")  # no CPU mean, no CPU max
+    assert "rank 0: too few samples for CPU figures" in result.output
 
 
 def test_a_run_without_flops_says_why(tmp_path: Path) -> None:

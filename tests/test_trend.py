@@ -53,8 +53,8 @@ def analyze(run_dir: Path) -> tuple[dict[str, Any], str]:
 def trend_cell(output: str) -> str:
     """The trend column of the run's step-time table (its last cell on rank 0's row)."""
     lines = output.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("rank") and "trend" in line)
-    row = next(line for line in lines[header + 1 :] if line.startswith("0 "))
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rank") and "trend" in line)
+    row = next(line for line in lines[header + 1 :] if line.lstrip().startswith("0 "))
     return row.split()[-1]
 
 

@@ -9,14 +9,8 @@ from typing import Any
 from stepscope.analysis.diff.compare import PHASE_LABELS
 from stepscope.report import _charts as charts
 from stepscope.report import columns as col
-from stepscope.report._diff_text import (
-    change_text,
-    fast_change_text,
-    finding_head,
-    quartiles_text,
-    sample_text,
-    signed_ms,
-)
+from stepscope.report._diff_tables import phase_table, step_time_table
+from stepscope.report._diff_text import change_text, fast_change_text, finding_head
 from stepscope.report.model import Charts, Section, table
 from stepscope.units import fmt_ms, fmt_us
 
@@ -42,17 +36,7 @@ def _step_time(diff: Any) -> Section:
         "The change is the Hodges-Lehmann shift (the median of every difference between a test step and a base "
         "step) with its 95% interval; it is significant when the interval excludes zero."
     )
-    s.tables.append(
-        table(
-            "step-time-table",
-            [col.RUN, col.MEDIAN_MS, col.QUARTILES, col.FAST_P10_MS, col.STEPS_COMPARED],
-            (
-                [side, x.median_ms, quartiles_text(x), x.fast_ms, sample_text(x)]
-                for side, x in (("base", st.base), ("test", st.test))
-            ),
-            filter=False,
-        )
-    )
+    s.tables.append(step_time_table(st))
     s.paragraphs.append("Change: " + change_text(st.delta_ms, st.low_ms, st.high_ms, st.change_pct) + ".")
     if st.fast_delta_ms is not None and st.fast_low_ms is not None:
         s.paragraphs.append(
@@ -83,35 +67,7 @@ def _phases(diff: Any, pc: Charts) -> Section:
         spec["encoding"]["yOffset"] = {"field": "run"}
         spec["encoding"]["y"]["sort"] = None
     pc.add(phases, spec, "Each phase per step (median), base and test.")
-    phases.tables.append(
-        table(
-            "phase-table",
-            [
-                col.PHASE,
-                col.BASE_MS,
-                col.TEST_MS,
-                col.CHANGE_MS,
-                col.CHANGE_PCT,
-                col.INTERVAL_95,
-                col.SIGNIFICANT,
-            ],
-            (
-                [
-                    PHASE_LABELS.get(p.name, p.name),
-                    p.base_ms,
-                    p.test_ms,
-                    p.delta_ms,
-                    p.change_pct,
-                    f"{signed_ms(p.low_ms)} to {signed_ms(p.high_ms)}"
-                    if p.low_ms is not None and p.high_ms is not None
-                    else "too few",
-                    p.significant,
-                ]
-                for p in diff.phases
-            ),
-            filter=False,
-        )
-    )
+    phases.tables.append(phase_table(diff))
     return phases
 
 

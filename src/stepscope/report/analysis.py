@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.padding import Padding
@@ -11,12 +11,18 @@ from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
-from stepscope.report.tables import collectives_table, rank_steps_table
-from stepscope.report.terminal import fit_table, fmt_bytes, fmt_pct, fmt_us, make_table, markup_safe, plain
+from stepscope.report import columns as col
+from stepscope.report.model import Table, table
+from stepscope.report.tables import collectives_table, gpu_time_split_table, rank_steps_table
+from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, plain
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
+    from stepscope.analysis.rank.breakdown import KernelTypes, TopKernel
+    from stepscope.analysis.rank.idle import StreamIdle
+    from stepscope.analysis.rank.steps import StepRow
     from stepscope.analysis.run import RunFacts
+    from stepscope.analysis.run.folder import MemoryFacts, SystemFacts
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -122,37 +128,10 @@ def _rank_parts(r: RankAnalysis, wide: bool) -> Iterator[RenderableType]:
         f"{w.steps} of {w.total_steps} steps{dropped}" if w.total_steps else "whole trace (no ProfilerStep)"
     )
     yield f"[bold]Rank {r.rank}[/bold]  {markup_safe(r.source)}  [dim]{steps}, {fmt_us(w.dur_us)}[/dim]"
-    t = r.temporal
-    if t is not None:
-        yield (
-            make_table(
-                "GPU time (HTA definitions)",
-                ("", "span", "idle", "compute", "non-compute"),
-                [
-                    (
-                        "time",
-                        fmt_us(t.span_us),
-                        fmt_us(t.idle_us),
-                        fmt_us(t.compute_us),
-                        fmt_us(t.non_compute_us),
-                    ),
-                    (
-                        "share",
-                        "100%",
-                        fmt_pct(t.idle_pct),
-                        fmt_pct(t.compute_pct),
-                        fmt_pct(t.non_compute_pct),
-                    ),
-                ],
-            )
-        )
+    if r.temporal is not None:
+        yield fit_table(gpu_time_split_table(r.temporal, title="GPU time (HTA definitions)"))
     if r.kernel_types is not None:
-        rows: list[tuple[Any, ...]] = [
-            (k.type, str(k.count), fmt_us(k.total_us), fmt_us(k.busy_us), fmt_pct(k.busy_pct))
-            for k in r.kernel_types.by_type
-            if k.count
-        ]
-        yield make_table("Kernel types", ("type", "count", "total", "wall", "% of span"), rows)
+        yield fit_table(_kernel_type_table(r.kernel_types))
         combos = ", ".join(f"{' + '.join(c.types)} {fmt_pct(c.pct)}" for c in r.kernel_types.combos)
         yield f"[dim]GPU busy time by what runs together: {markup_safe(combos)}[/dim]"
     if r.communication is not None:
@@ -162,52 +141,91 @@ def _rank_parts(r: RankAnalysis, wide: bool) -> Iterator[RenderableType]:
             f"exposed {fmt_us(c.exposed_us)}"
         )
     if r.idle_by_stream:
-        rows = [
-            (
-                f"{s.device}:{s.stream}",
-                str(s.events),
-                fmt_us(s.busy_us),
-                fmt_us(s.idle_us),
-                fmt_us(s.host_wait_us),
-                fmt_us(s.kernel_wait_us),
-                fmt_us(s.other_us),
-            )
-            for s in r.idle_by_stream
-        ]
-        yield (
-            make_table(
-                "Idle time per stream",
-                ("device:\nstream", "events", "busy", "idle", "host\nwait", "kernel\nwait", "other"),
-                rows,
-            )
-        )
+        yield fit_table(_idle_table(r.idle_by_stream))
     if r.top_kernels:
-        rows = [(k.name, str(k.count), fmt_us(k.total_us), fmt_pct(k.pct)) for k in r.top_kernels]
-        yield make_table("Top GPU kernels", ("name", "count", "total", "% GPU\ntime"), rows, wide=wide)
+        yield fit_table(_top_kernel_table(r.top_kernels), wide=wide)
     if r.steps:
-        rows = [
-            (
-                str(s.step),
-                fmt_us(s.dur_us),
-                fmt_pct(s.gpu_busy_pct),
-                fmt_us(s.dataloader_us),
-                fmt_us(s.forward_us),
-                fmt_us(s.backward_us),
-                fmt_us(s.optimizer_us),
-                fmt_us(s.comm_us),
-            )
-            for s in r.steps
-        ]
-        columns = ("step", "time", "GPU\nbusy", "data\nloader", "forward", "backward", "optimizer", "comm")
-        yield make_table("Steps", columns, rows)
+        yield fit_table(_steps_table(r.steps))
     yield Text("")
 
 
+def _kernel_type_table(kernel_types: KernelTypes) -> Table:
+    return table(
+        "kernel-types",
+        [col.KERNEL_TYPE, col.CALLS, col.TOTAL, col.BUSY, col.PCT_OF_SPAN],
+        ([k.type, k.count, k.total_us, k.busy_us, k.busy_pct] for k in kernel_types.by_type if k.count),
+        title="Kernel types",
+    )
+
+
+def _idle_table(streams: Sequence[StreamIdle]) -> Table:
+    return table(
+        "idle-streams",
+        [
+            col.STREAM,
+            col.EVENTS,
+            col.BUSY,
+            col.IDLE_US,
+            col.HOST_WAIT,
+            col.LAUNCH_GAP,
+            col.OTHER_IDLE,
+        ],
+        (
+            [
+                f"{s.device}:{s.stream}",
+                s.events,
+                s.busy_us,
+                s.idle_us,
+                s.host_wait_us,
+                s.kernel_wait_us,
+                s.other_us,
+            ]
+            for s in streams
+        ),
+        title="Idle time per stream",
+    )
+
+
+def _top_kernel_table(kernels: Sequence[TopKernel]) -> Table:
+    return table(
+        "top-gpu-kernels",
+        [col.KERNEL, col.CALLS, col.TOTAL, col.PCT_GPU_TIME],
+        ([k.name, k.count, k.total_us, k.pct] for k in kernels),
+        title="Top GPU kernels",
+    )
+
+
+def _steps_table(steps: Sequence[StepRow]) -> Table:
+    return table(
+        "steps",
+        [
+            col.STEP_TEXT,
+            col.STEP_TIME,
+            col.GPU_BUSY,
+            col.DATA_LOADER,
+            col.FORWARD,
+            col.BACKWARD,
+            col.OPTIMIZER,
+            col.COMMUNICATION,
+        ],
+        (
+            [
+                s.step,
+                s.dur_us,
+                s.gpu_busy_pct,
+                s.dataloader_us,
+                s.forward_us,
+                s.backward_us,
+                s.optimizer_us,
+                s.comm_us,
+            ]
+            for s in steps
+        ),
+        title="Steps",
+    )
+
+
 _STEP_PHASE = {"none": "outside the windows"}  # metrics.jsonl's phase of a step the profiler did not record
-
-
-def _ms(value: float | None) -> str:
-    return fmt_us(value * 1e3) if value is not None else "-"
 
 
 def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
@@ -215,20 +233,33 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
     ranks = ", ".join(str(r) for r in run.profiled_ranks) or "-"
     yield f"[bold]Run[/bold] {markup_safe(run.run_name)}  [dim]world size {run.world_size}, profiled ranks {ranks}[/dim]"
     if run.step_times:
-        rows: list[tuple[Any, ...]] = [
-            (
-                str(t.rank),
-                str(t.steps),
-                str(t.plain_steps),
-                _ms(t.median_ms),
-                _ms(t.p90_ms),
-                _ms(t.traced_median_ms),
-                f"{t.trend_pct:+.0f}%" if t.trend_pct is not None else "-",
+        yield fit_table(
+            table(
+                "step-times",
+                [
+                    col.RANK,
+                    col.STEPS,
+                    col.PLAIN_STEPS,
+                    col.MEDIAN_STEP,
+                    col.P90_STEP,
+                    col.IN_WINDOWS,
+                    col.TREND,
+                ],
+                (
+                    [
+                        t.rank,
+                        t.steps,
+                        t.plain_steps,
+                        t.median_ms,
+                        t.p90_ms,
+                        t.traced_median_ms,
+                        f"{t.trend_pct:+.0f}%" if t.trend_pct is not None else None,
+                    ]
+                    for t in run.step_times
+                ),
+                title="Step time over the whole run",
             )
-            for t in run.step_times
-        ]
-        columns = ("rank", "steps", "plain\nsteps", "median", "p90", "in\nwindows", "trend")
-        yield make_table("Step time over the whole run", columns, rows)
+        )
         yield Text(
             "median, p90 and trend: of the plain steps (outside the profiled windows, neither the first step nor "
             "one that counted FLOPs or logged collectives); in windows: the median traced step",
@@ -236,7 +267,7 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
         )
         for t in run.step_times:
             slowest = ", ".join(
-                f"{s.step} ({_ms(s.wall_ms)}, {markup_safe(_STEP_PHASE.get(s.phase, s.phase))})"
+                f"{s.step} ({fmt_ms(s.wall_ms)}, {markup_safe(_STEP_PHASE.get(s.phase, s.phase))})"
                 for s in t.slowest[:3]
             )
             yield f"[dim]rank {t.rank} slowest steps: {slowest}[/dim]"
@@ -258,35 +289,77 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
                     yield Text(f"  {plain(note)}", style="dim")
     elif run.flops_note:
         yield Text(plain(run.flops_note), style="dim")
-    for m in run.memory:
-        growth = (
-            f", RSS {fmt_bytes(m.rss_growth_bytes_per_step)}/step"
-            if m.rss_growth_bytes_per_step is not None
-            else ""
-        )
-        cuda = ""
-        if m.peak_cuda_allocated_bytes is not None:
-            cuda = f", CUDA peak allocated {fmt_bytes(m.peak_cuda_allocated_bytes)}"
-            if m.cuda_growth_bytes_per_step is not None:
-                cuda += f" ({fmt_bytes(m.cuda_growth_bytes_per_step)}/step)"
-        yield Text(
-            f"memory rank {m.rank}: peak RSS {fmt_bytes(m.peak_rss_bytes)} over steps {m.first_step}-{m.last_step}"
-            f"{growth}{cuda}"
-        )
-    for sy in run.system:
-        gpus = "".join(
-            f", gpu{g.index} util {g.util_mean_percent:.0f}% mean / {g.util_max_percent:.0f}% max"
+    if run.memory:
+        yield fit_table(_run_memory_table(run.memory))
+    if run.system:
+        yield fit_table(_system_table(run.system))
+        for sy in run.system:
+            if sy.note:
+                yield Text(f"  rank {sy.rank}: {plain(sy.note)}", style="dim")
+    yield Text("")
+
+
+def _run_memory_table(memory: Sequence[MemoryFacts]) -> Table:
+    """The memory log of each rank: its peaks and how fast memory grew per step (a least-squares slope)."""
+    return table(
+        "run-memory",
+        [
+            col.RANK,
+            col.LOGGED_STEPS,
+            col.PEAK_RSS,
+            col.RSS_PER_STEP,
+            col.PEAK_CUDA_ALLOCATED,
+            col.CUDA_PER_STEP,
+        ],
+        (
+            [
+                m.rank,
+                f"{m.first_step}-{m.last_step}",
+                m.peak_rss_bytes,
+                m.rss_growth_bytes_per_step,
+                m.peak_cuda_allocated_bytes,
+                m.cuda_growth_bytes_per_step,
+            ]
+            for m in memory
+        ),
+        title="Memory over the run",
+    )
+
+
+def _system_table(system: Sequence[SystemFacts]) -> Table:
+    """The system samples of each rank: the process' CPU, its peak RSS, and each GPU's utilisation."""
+    gpus = [
+        ", ".join(
+            f"gpu{g.index} {g.util_mean_percent:.0f}% mean / {g.util_max_percent:.0f}% max"
             for g in sy.gpus
             if g.util_mean_percent is not None and g.util_max_percent is not None
         )
-        cpu = ""
-        if sy.process_cpu_mean_percent is not None and sy.process_cpu_max_percent is not None:
-            cpu = f", process CPU {sy.process_cpu_mean_percent:.0f}% mean / {sy.process_cpu_max_percent:.0f}% max"
-        samples = f"{sy.samples} sample" + ("s" if sy.samples != 1 else "")
-        yield Text(
-            f"system rank {sy.rank}: {samples} over {sy.seconds:.1f} s{cpu}, peak RSS "
-            f"{fmt_bytes(sy.peak_rss_bytes)}{gpus}"
-        )
-        if sy.note:
-            yield Text(f"  {plain(sy.note)}", style="dim")
-    yield Text("")
+        or None
+        for sy in system
+    ]
+    shown = any(gpus)
+    return table(
+        "run-system",
+        [
+            col.RANK,
+            col.SAMPLES,
+            col.SAMPLED_FOR,
+            col.PROCESS_CPU_MEAN,
+            col.PROCESS_CPU_MAX,
+            col.PEAK_RSS,
+            *([col.GPU_UTILISATION] if shown else []),
+        ],
+        (
+            [
+                sy.rank,
+                sy.samples,
+                sy.seconds * 1e6,
+                sy.process_cpu_mean_percent,
+                sy.process_cpu_max_percent,
+                sy.peak_rss_bytes,
+                *([gpu] if shown else []),
+            ]
+            for sy, gpu in zip(system, gpus, strict=True)
+        ),
+        title="System samples",
+    )

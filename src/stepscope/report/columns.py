@@ -18,6 +18,7 @@ SELF = Column("self", "us")
 MEAN_SELF = Column("mean self", "us")
 PCT_KERNEL_TIME = Column("% of kernel time", "pct")
 PCT_SELF_TIME = Column("% of self time", "pct")
+PCT_GPU_TIME = Column("% of GPU time", "pct")  # of the summed duration of all GPU activity (analyze)
 
 # the overview's step categories
 CATEGORY = Column("category")
@@ -29,6 +30,48 @@ COMPUTING = Column("computing", "pct")
 OTHER_GPU_WORK = Column("other GPU work", "pct")
 IDLE = Column("idle", "pct")
 COMM_HIDDEN = Column("communication hidden", "pct")
+
+# kernel types of a rank (HTA's definitions)
+KERNEL_TYPE = Column("kernel type")
+BUSY = Column("busy", "us")  # wall time with at least one such kernel running
+PCT_OF_SPAN = Column("% of span", "pct")
+
+# idle time of each GPU stream (the report's chart names the same parts)
+STREAM = Column("device:stream")
+EVENTS = Column("events", "int")
+IDLE_US = Column("idle", "us")
+HOST_WAIT = Column("waiting on the host", "us")
+LAUNCH_GAP = Column("launch gap", "us")
+OTHER_IDLE = Column("other", "us")
+
+# profiled steps of a rank (phases named as in diff and the compare page)
+STEP_TEXT = Column("step")
+STEP_TIME = Column("step time", "us")
+GPU_BUSY = Column("GPU busy", "pct")
+DATA_LOADER = Column("data loader", "us")
+FORWARD = Column("forward", "us")
+BACKWARD = Column("backward", "us")
+OPTIMIZER = Column("optimizer", "us")
+COMMUNICATION = Column("communication", "us")
+
+# step times of a run folder (metrics.jsonl)
+PLAIN_STEPS = Column("plain steps", "int")
+MEDIAN_STEP = Column("median", "ms")
+P90_STEP = Column("p90", "ms")
+IN_WINDOWS = Column("in windows", "ms")  # the median traced step
+TREND = Column("trend", figure=True)
+
+# the memory log and the system samples of a run folder
+LOGGED_STEPS = Column("logged steps", figure=True)  # first-last
+PEAK_RSS = Column("peak RSS", "bytes")
+RSS_PER_STEP = Column("RSS growth per step", "bytes")  # a least-squares slope
+PEAK_CUDA_ALLOCATED = Column("peak CUDA allocated", "bytes")
+CUDA_PER_STEP = Column("CUDA growth per step", "bytes")
+SAMPLES = Column("samples", "int")
+SAMPLED_FOR = Column("sampled for", "us")
+PROCESS_CPU_MEAN = Column("process CPU mean", "pct")  # of one core
+PROCESS_CPU_MAX = Column("process CPU max", "pct")
+GPU_UTILISATION = Column("GPU utilisation", figure=True)
 
 # collectives
 COLLECTIVE = Column("collective")
@@ -55,12 +98,12 @@ FLOPS = Column("FLOPs", "flops")
 # memory files of a run folder, and the memory page
 FILE = Column("file")
 RANK_TEXT = Column("rank")
-STEP_TEXT = Column("step")
 DEVICE = Column("device")
 PEAK_ALLOCATED = Column("peak allocated", "bytes")
 PEAK_RESERVED = Column("peak reserved", "bytes")
 OOMS = Column("OOMs", "int")
-FIGURE = Column("")
+FIGURE = Column("")  # the first column of a table whose rows are figures
+RAW_BYTES = Column("bytes", "int")
 SIZE = Column("size", "bytes")
 BLOCKS = Column("blocks", "int")
 LIVE = Column("live", "bytes")
@@ -68,14 +111,14 @@ REQUESTED = Column("requested", "bytes")
 FREE_ON_DEVICE = Column("free on device", "bytes")
 SITE = Column("site")
 ALLOCATED_AT = Column("allocated at")
-WHEN = Column("when")
+WHEN = Column("when", figure=True)  # a time, or an entry of the trace
 ADDRESS = Column("address")
 STACK = Column("stack")
 
 # two runs compared (diff, the compare page)
 RUN = Column("run")
 MEDIAN_MS = Column("median", "ms")
-QUARTILES = Column("quartiles")
+QUARTILES = Column("quartiles", figure=True)
 FAST_P10_MS = Column("fast (p10)", "ms")
 STEPS_COMPARED = Column("steps compared")
 PHASE = Column("phase")
@@ -83,8 +126,9 @@ BASE_MS = Column("base", "ms")
 TEST_MS = Column("test", "ms")
 CHANGE_MS = Column("change", "ms")
 CHANGE_PCT = Column("%", "pct")
-INTERVAL_95 = Column("95% interval")
+INTERVAL_95 = Column("95% interval", figure=True)
 SIGNIFICANT = Column("significant", "flag")
+HOLDS_ZERO = Column("~", figure=True)  # the terminal's mark of a change that is not significant
 FINDING = Column("finding")
 WHAT_CHANGED = Column("what changed")
 MESSAGE = Column("message")
@@ -96,3 +140,11 @@ TEST_TOTAL = Column("test total", "us")
 CHANGE_PER_STEP = Column("change per step", "us")
 MEAN_RATIO = Column("mean ratio", "ratio")
 ABOVE_THRESHOLD = Column("above threshold", "flag")
+# the terminal's diff: compact forms of the page's columns
+NAME = Column("name", "name")  # a kernel or an op
+CALLS_CHANGE = Column("calls", figure=True)  # 'new 3', 'gone 2', '6', '6->8'
+CHANGE_IN_CALLS = Column("change", "int")
+BASE_MEAN = Column("base mean", "us")
+TEST_MEAN = Column("test mean", "us")
+GATE = Column("gate")
+RESULT = Column("result")

@@ -5,23 +5,18 @@ the flagged mean changes, then the largest kernel and op changes per step."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.text import Text
 
-from stepscope.analysis.diff.compare import PHASE_LABELS, Delta, Diff
+from stepscope.analysis.diff.compare import Delta, Diff
 from stepscope.analysis.diff.steps import StepComparison
-from stepscope.report._diff_text import (
-    change_text,
-    fast_change_text,
-    finding_head,
-    quartiles_text,
-    sample_text,
-    signed_ms,
-)
-from stepscope.report.terminal import fmt_ms, fmt_us, make_table, plain
+from stepscope.report import columns as col
+from stepscope.report._diff_tables import phase_table, signed_pct_cell, step_time_table
+from stepscope.report._diff_text import change_text, fast_change_text, finding_head, sample_text
+from stepscope.report.model import Cell, Column, Table, table
+from stepscope.report.terminal import fit_table, fmt_ms, fmt_us, plain
 
 
 class DiffReport:
@@ -42,68 +37,32 @@ class DiffReport:
         yield from _findings(d)
         if d.gates:
             yield Text("")
-            yield make_table(
-                "Gates (--fail-on)",
-                ["gate", "base", "test", "change", "result"],
-                [
-                    [
-                        g.expression,
-                        _gate_value(g.metric, g.base),
-                        _gate_value(g.metric, g.test),
-                        f"{g.change_pct:+.1f}%" if g.change_pct is not None else "-",
-                        "BREACHED" if g.breached else ("not checked" if _unchecked(g.reason) else "ok"),
-                    ]
-                    for g in d.gates
-                ],
-            )
+            yield fit_table(_gate_table(d))
             for g in d.gates:
                 yield Padding(Text(plain(f"{g.expression}: {g.reason}"), style="dim"), (0, 0, 0, 2))
         flagged = [x for x in d.kernels if x.flagged] + [x for x in d.ops if x.flagged]
         if flagged:
             yield Text("")
-            yield make_table(
-                f"Mean duration changed {d.factor:g}x or more",
-                ["name", "mean base", "mean test", "ratio", "per step"],
-                [
-                    [x.name, fmt_us(x.base_mean_us), fmt_us(x.test_mean_us), _x(x.mean_ratio), _signed(x)]
-                    for x in flagged[: self.top]
-                ],
-                wide=self.wide,
-            )
+            title = f"Mean duration changed {d.factor:g}x or more"
+            yield fit_table(_flagged_table(flagged[: self.top], title), wide=self.wide)
         recounted = [x for x in d.kernels if x.delta_count]
         if recounted:
             yield Text("")
-            yield make_table(
-                "Kernels launched a different number of times (new, gone or recounted)",
-                ["kernel", "base", "test", "change"],
-                [
-                    [x.name, str(x.base_count), str(x.test_count), f"{x.delta_count:+d}"]
-                    for x in recounted[: self.top]
-                ],
-                wide=self.wide,
-            )
+            yield fit_table(_recounted_table(recounted[: self.top]), wide=self.wide)
         yield Text("")
         yield Text(
             f"Kernels and ops: totals per profiled step; changes under {fmt_us(d.min_change_us)} per step are not "
             "listed",
             style="dim",
         )
-        yield from _changes("Kernels", d.kernels, self.top, self.wide)
-        yield from _changes("CPU ops (self time)", d.ops, self.top, self.wide)
+        yield from _changes("Kernels", col.KERNEL, d.kernels, self.top, self.wide)
+        yield from _changes("CPU ops (self time)", col.OP, d.ops, self.top, self.wide)
 
 
 def step_time_lines(st: StepComparison) -> Iterator[RenderableType]:
     """The step time: which steps, the medians with their quartiles, the change and its interval."""
     yield Text("")
-    yield make_table(
-        "Step time",
-        ["run", "median", "quartiles", "fast (p10)"],
-        [
-            [side, fmt_ms(s.median_ms), quartiles_text(s), fmt_ms(s.fast_ms)]
-            for side, s in (("base", st.base), ("test", st.test))
-        ],
-        numeric_from=1,
-    )
+    yield fit_table(step_time_table(st, compared=False, title="Step time"))
     base, test = sample_text(st.base), sample_text(st.test)
     if base == test:
         yield Text(plain(f"compared: {base} in each run"))
@@ -117,33 +76,10 @@ def step_time_lines(st: StepComparison) -> Iterator[RenderableType]:
 
 
 def _phases(d: Diff) -> RenderableType:
-    rows: list[list[Any]] = []
-    for p in d.phases:
-        change = "-" if p.delta_ms is None else signed_ms(p.delta_ms)
-        pct = f"{p.change_pct:+.1f}%" if p.change_pct is not None else "-"
-        interval = (
-            f"{signed_ms(p.low_ms)} to {signed_ms(p.high_ms)}"
-            if p.low_ms is not None and p.high_ms is not None
-            else "too few"
-        )
-        rows.append(
-            [
-                PHASE_LABELS.get(p.name, p.name),
-                fmt_ms(p.base_ms),
-                fmt_ms(p.test_ms),
-                change,
-                pct,
-                interval,
-                "" if p.significant else "~",
-            ]
-        )
     counts = sorted({(p.base_values, p.test_values) for p in d.phases if p.name == "profiled_step"})
     over = f" over {counts[0][0]} and {counts[0][1]} rank-steps" if counts else ""
-    return make_table(
-        f"Profiled window per step (medians{over}; ~: the 95% interval of the change holds 0)",
-        ["phase", "base", "test", "change", "%", "95% interval", "~"],
-        rows,
-    )
+    title = f"Profiled window per step (medians{over}; ~: the 95% interval of the change holds 0)"
+    return fit_table(phase_table(d, compact=True, title=title))
 
 
 def _findings(d: Diff) -> Iterator[RenderableType]:
@@ -159,28 +95,71 @@ def _findings(d: Diff) -> Iterator[RenderableType]:
             yield Padding(Text(plain(f.message), style="dim"), (0, 0, 0, 4))
 
 
-def _changes(title: str, deltas: list[Delta], top: int, wide: bool) -> Iterator[RenderableType]:
+def _changes(
+    title: str, name_column: Column, deltas: list[Delta], top: int, wide: bool
+) -> Iterator[RenderableType]:
     shown = [x for x in deltas if x.above_threshold][:top]
     hidden = sum(1 for x in deltas if not x.above_threshold)
     yield Text("")
     if not shown:
         yield Text(f"{title}: no change above the threshold" + (f" ({hidden} below it)" if hidden else ""))
         return
-    yield make_table(
-        f"{title}: {len(shown)} largest changes per step"
-        + (f" ({hidden} more below the threshold)" if hidden else ""),
-        ["name", "count", "base", "test", "per step"],
-        [
-            [
-                x.name,
-                _count(x),
-                fmt_us(x.base_total_us if x.base_count else None),
-                fmt_us(x.test_total_us if x.test_count else None),
-                ("! " if x.flagged else "") + _signed(x),
-            ]
-            for x in shown
-        ],
+    heading = f"{title}: {len(shown)} largest changes per step" + (
+        f" ({hidden} more below the threshold)" if hidden else ""
+    )
+    yield fit_table(
+        table(
+            "changes",
+            [name_column, col.CALLS_CHANGE, col.BASE_TOTAL, col.TEST_TOTAL, col.CHANGE_PER_STEP],
+            (
+                [
+                    x.name,
+                    _count(x),
+                    x.base_total_us if x.base_count else None,
+                    x.test_total_us if x.test_count else None,
+                    _signed(x, mark=True),
+                ]
+                for x in shown
+            ),
+            title=heading,
+        ),
         wide=wide,
+    )
+
+
+def _gate_table(d: Diff) -> Table:
+    return table(
+        "gates",
+        [col.GATE, col.BASE_MS, col.TEST_MS, col.CHANGE_PCT, col.RESULT],
+        (
+            [
+                g.expression,
+                _gate_value(g.metric, g.base),
+                _gate_value(g.metric, g.test),
+                signed_pct_cell(g.change_pct),
+                "BREACHED" if g.breached else ("not checked" if _unchecked(g.reason) else "ok"),
+            ]
+            for g in d.gates
+        ),
+        title="Gates (--fail-on)",
+    )
+
+
+def _flagged_table(flagged: list[Delta], title: str) -> Table:
+    return table(
+        "flagged",
+        [col.NAME, col.BASE_MEAN, col.TEST_MEAN, col.MEAN_RATIO, col.CHANGE_PER_STEP],
+        ([x.name, x.base_mean_us, x.test_mean_us, x.mean_ratio, _signed(x)] for x in flagged),
+        title=title,
+    )
+
+
+def _recounted_table(recounted: list[Delta]) -> Table:
+    return table(
+        "recounted",
+        [col.KERNEL, col.BASE_CALLS, col.TEST_CALLS, col.CHANGE_IN_CALLS],
+        ([x.name, x.base_count, x.test_count, Cell(f"{x.delta_count:+d}", x.delta_count)] for x in recounted),
+        title="Kernels launched a different number of times (new, gone or recounted)",
     )
 
 
@@ -188,10 +167,11 @@ def _unchecked(reason: str) -> bool:
     return reason.endswith("not checked")
 
 
-def _gate_value(metric: str, value: float | None) -> str:
+def _gate_value(metric: str, value: float | None) -> Cell:
+    """A gate's value: a count of findings, or a time."""
     if value is None:
-        return "-"
-    return f"{value:.0f}" if metric == "new_high" else fmt_ms(value)
+        return Cell("-", -1.0)
+    return Cell(f"{value:.0f}" if metric == "new_high" else fmt_ms(value), value)
 
 
 def _count(x: Delta) -> str:
@@ -202,10 +182,9 @@ def _count(x: Delta) -> str:
     return str(x.base_count) if x.base_count == x.test_count else f"{x.base_count}->{x.test_count}"
 
 
-def _signed(x: Delta) -> str:
+def _signed(x: Delta, *, mark: bool = False) -> Cell:
+    """The change per step with its sign; `mark`: '!' before a flagged one (its mean moved by the factor or
+    more)."""
     us = x.delta_per_step_us
-    return ("+" if us > 0 else "") + fmt_us(us) if us else "0"
-
-
-def _x(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.2f}x"
+    text = ("+" if us > 0 else "") + fmt_us(us) if us else "0"
+    return Cell(("! " if mark and x.flagged else "") + text, us)

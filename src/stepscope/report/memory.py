@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.report import _charts as charts
 from stepscope.report import columns as col
-from stepscope.report.model import Charts, Column, Section, table
-from stepscope.report.terminal import fmt_bytes, fmt_pct, fmt_us, make_table, plain
+from stepscope.report.model import Charts, Column, Section, Table, table
+from stepscope.report.terminal import fit_table, fmt_bytes, fmt_pct, fmt_us, plain
 from stepscope.runfolder.atomic import atomic_write_text
 
 if TYPE_CHECKING:
@@ -75,10 +75,30 @@ _DEVICE_FIGURES: tuple[tuple[str, Callable[[DeviceMemory], str]], ...] = (
 )
 
 
-def device_rows(report: MemoryReport) -> tuple[list[str], list[list[str]]]:
-    """Columns and rows of the devices table: one row per figure, one column per device."""
-    columns = ["", *(_device_name(d.device) for d in report.devices)]
-    return columns, [[label, *(value(d) for d in report.devices)] for label, value in _DEVICE_FIGURES]
+def device_table(report: MemoryReport) -> Table:
+    """The devices side by side: one row per figure, one column per device (the terminal's and the page's)."""
+    return table(
+        "devices-table",
+        [col.FIGURE, *(Column(_device_name(d.device), figure=True) for d in report.devices)],
+        ([label, *(value(d) for d in report.devices)] for label, value in _DEVICE_FIGURES),
+        filter=False,
+        title="Devices",
+    )
+
+
+def category_table(d: DeviceMemory) -> Table:
+    """A device's memory at its peak by category (the terminal's and the page's; none without categories)."""
+    return table(
+        f"categories-{d.device}",
+        [col.CATEGORY, col.SIZE, col.RAW_BYTES, col.SHARE],
+        (
+            [name, n, n, 100.0 * n / d.peak_allocated if d.peak_allocated else None]
+            for name, n in (d.categories_at_peak or {}).items()
+        ),
+        caption="By category at the peak.",
+        filter=False,
+        title="By category at the peak",
+    )
 
 
 class MemoryView:
@@ -96,7 +116,7 @@ def _memory_parts(report: MemoryReport) -> Iterator[RenderableType]:
     # a long path is folded, never cut: every character of it is printed
     yield Text.assemble((what, "bold"), ": ", plain(report.source), overflow="fold")
     if report.kind == "snapshot":
-        yield make_table("Devices", *device_rows(report))
+        yield fit_table(device_table(report))
     for d in report.devices:
         if report.kind != "snapshot":
             yield (
@@ -107,41 +127,36 @@ def _memory_parts(report: MemoryReport) -> Iterator[RenderableType]:
             prefix = "" if d.device < 0 else f"{_device_name(d.device)} "
             yield Text(f"{prefix}allocated over time |{sparkline(d.timeline_allocated, 48)}|")
         if d.categories_at_peak:
-            rows: list[tuple[Any, ...]] = [
-                (name, fmt_bytes(n), fmt_pct(100.0 * n / d.peak_allocated))
-                for name, n in d.categories_at_peak.items()
-            ]
-            yield make_table("By category at the peak", ("category", "bytes", "share"), rows)
+            yield fit_table(category_table(d))
     if report.top_sites:
-        rows = [(s.site, fmt_bytes(s.bytes), s.blocks) for s in report.top_sites]
-        yield make_table("Call sites holding the most live memory", ("site", "live", "blocks"), rows)
+        yield fit_table(
+            table(
+                "sites",
+                [col.SITE, col.LIVE, col.BLOCKS],
+                ([s.site, s.bytes, s.blocks] for s in report.top_sites),
+                title="Call sites holding the most live memory",
+            )
+        )
     if report.top_blocks:
-        rows = [
-            (
-                b.site,
-                fmt_bytes(b.size),
-                fmt_bytes(b.requested_size),
-                _device_name(b.device),
+        yield fit_table(
+            table(
+                "blocks",
+                [col.ALLOCATED_AT, col.SIZE, col.REQUESTED, col.DEVICE],
+                ([b.site, b.size, b.requested_size, _device_name(b.device)] for b in report.top_blocks),
+                title="Largest live blocks",
             )
-            for b in report.top_blocks
-        ]
-        yield make_table("Largest live blocks", ("allocated at", "size", "requested", "device"), rows)
-    ooms = [o for d in report.devices for o in d.ooms]
+        )
+    ooms = [(d, o) for d in report.devices for o in d.ooms]
     if ooms:
-        dev_by_id = {d.device: d for d in report.devices}
-        rows = [
-            (
-                o.site,
-                _device_name(o.device),
-                _time(dev_by_id[o.device], o.t_us),
-                fmt_bytes(o.requested),
-                fmt_bytes(o.device_free),
-            )
-            for o in ooms
-        ]
-        yield (
-            make_table(
-                "Out-of-memory events", ("site", "device", "when", "requested", "free on device"), rows
+        yield fit_table(
+            table(
+                "ooms",
+                [col.SITE, col.DEVICE, col.WHEN, col.REQUESTED, col.FREE_ON_DEVICE],
+                (
+                    [o.site, _device_name(o.device), _time(d, o.t_us), o.requested, o.device_free]
+                    for d, o in ooms
+                ),
+                title="Out-of-memory events",
             )
         )
 
@@ -152,9 +167,8 @@ def memory_sections(report: MemoryReport, pc: Charts) -> list[Section]:
     sites and blocks holding the most memory, the out-of-memory events."""
     sections = []
     if report.kind == "snapshot":
-        columns, rows = device_rows(report)
         devices = Section("devices", "Devices")
-        devices.tables.append(table("devices-table", [Column(c) for c in columns], rows, filter=False))
+        devices.tables.append(device_table(report))
         sections.append(devices)
     sections.extend(_device_section(d, pc) for d in report.devices)
     if report.top_sites:
@@ -162,7 +176,7 @@ def memory_sections(report: MemoryReport, pc: Charts) -> list[Section]:
         sites.tables.append(
             table(
                 "sites-table",
-                [col.LIVE, Column("bytes", "int"), col.BLOCKS, col.STACK],
+                [col.LIVE, col.RAW_BYTES, col.BLOCKS, col.STACK],
                 ([s.bytes, s.bytes, s.blocks, _stack(s.stack, s.site)] for s in report.top_sites),
             )
         )
@@ -172,7 +186,7 @@ def memory_sections(report: MemoryReport, pc: Charts) -> list[Section]:
         blocks.tables.append(
             table(
                 "blocks-table",
-                [col.SIZE, Column("bytes", "int"), col.REQUESTED, col.DEVICE, col.ADDRESS, col.STACK],
+                [col.SIZE, col.RAW_BYTES, col.REQUESTED, col.DEVICE, col.ADDRESS, col.STACK],
                 (
                     [
                         b.size,
@@ -220,18 +234,7 @@ def _device_section(d: DeviceMemory, pc: Charts) -> Section:
         "Allocated (and reserved) memory after each event; memory holds its level until the next one.",
     )
     if d.categories_at_peak:
-        s.tables.append(
-            table(
-                f"categories-{d.device}",
-                [col.CATEGORY, col.SIZE, Column("bytes", "int"), col.SHARE],
-                (
-                    [name, n, n, 100.0 * n / d.peak_allocated if d.peak_allocated else None]
-                    for name, n in d.categories_at_peak.items()
-                ),
-                caption="By category at the peak.",
-                filter=False,
-            )
-        )
+        s.tables.append(category_table(d))
     return s
 
 

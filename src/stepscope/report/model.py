@@ -1,8 +1,9 @@
 """One model of what every report shows: Sections of facts, paragraphs, charts and Tables of typed Columns.
 
-The terminal (report/rich_render.py) and the HTML pages (report/html.py, templates/_macros.html.j2) render the same
-objects, so a table's labels and formats are written once (report/columns.py names the shared columns). A Column
-turns a value into a Cell: its text, the value a page sorts by, and the full name where the text is shortened.
+The terminal (report/terminal.py: fit_table) and the HTML pages (report/html.py, templates/_macros.html.j2) render
+the same objects, so a table's labels and formats are written once (report/columns.py names the shared columns). A
+Column turns a value into a Cell: its text, the value a page sorts by, and the full name where the text is
+shortened.
 """
 
 from __future__ import annotations
@@ -102,10 +103,13 @@ _KINDS: dict[str, tuple[Callable[[Any], Cell], bool]] = {
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: its label and the kind of its values (see _KINDS)."""
+    """A table column: its label and the kind of its values (see _KINDS). A text column that holds figures (a
+    range, a count with words) is a `figure`: the terminal keeps it whole and aligns it as a number, where it
+    shortens a name (a page shows every text in full)."""
 
     label: str
     kind: str = "text"
+    figure: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:

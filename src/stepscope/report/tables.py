@@ -6,10 +6,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from stepscope.report import columns as col
-from stepscope.report.model import Table, table
+from stepscope.report.model import Table, pct_cell, table, us_cell
 
 if TYPE_CHECKING:
     from stepscope.analysis.analyze import RankAnalysis
+    from stepscope.analysis.rank.breakdown import Temporal
     from stepscope.analysis.rank.collectives import CollectiveStats
     from stepscope.analysis.rank.summary import RankSummary
     from stepscope.analysis.ranks.distributed import CrossRank
@@ -74,6 +75,21 @@ def gpu_time_table(ranks: Sequence[RankAnalysis], *, title: str = "") -> Table:
         ),
         caption="Where each rank's GPU time went over the window; 'communication hidden': the share of "
         "communication that overlapped computation.",
+        filter=False,
+        title=title,
+    )
+
+
+def gpu_time_split_table(temporal: Temporal, *, title: str = "") -> Table:
+    """One rank's GPU time as gpu_time_table splits it (HTA's definitions): a row of times, a row of shares."""
+    t = temporal
+    return table(
+        "gpu-time-split",
+        [col.FIGURE, col.GPU_SPAN, col.COMPUTING, col.OTHER_GPU_WORK, col.IDLE],
+        [
+            ["time", t.span_us, us_cell(t.compute_us), us_cell(t.non_compute_us), us_cell(t.idle_us)],
+            ["share", pct_cell(100.0), t.compute_pct, t.non_compute_pct, t.idle_pct],
+        ],
         filter=False,
         title=title,
     )

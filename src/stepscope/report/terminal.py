@@ -194,12 +194,12 @@ def make_table(
 
 def fit_table(table: model.Table, *, wide: bool = False) -> FitTable:
     """A model table for the terminal: its title, its columns' labels and alignment, every name in full (FitTable
-    shortens names to the console's width, the page to NAME_WIDTH)."""
+    shortens names to the console's width, the page to NAME_WIDTH); numbers and figures are never shortened."""
     return FitTable(
         table.title or None,
         [c.label for c in table.columns],
         ([cell.full or cell.text for cell in row] for row in table.rows),
-        numeric=[c.numeric for c in table.columns],
+        numeric=[c.numeric or c.figure for c in table.columns],
         wide=wide,
     )
 
