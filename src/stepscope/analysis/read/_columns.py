@@ -45,6 +45,8 @@ from stepscope.analysis.read.table import (
     RankInfo,
     SparseColumn,
     as_int,
+    constant_column,
+    constant_value,
     id_as_int,
     shapes_message,
 )
@@ -58,6 +60,10 @@ _DTYPES: dict[str, str] = {
 }
 # Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
 _SPARSE = frozenset({"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
+# Dense columns that often hold one value over a whole file (the phase and category of a CPU-only trace's
+# events; pid and tid of one process and thread; correlation without GPU work): kept as that value until a
+# chunk holds another, and as a constant_column in the end (no memory per row).
+_OFTEN_CONSTANT = frozenset({"ph", "cat", "pid", "tid", "correlation"})
 _MAX_US = (2**63 - 1) // 1000
 _MIN_CAPACITY = 1 << 12  # rows of a dense column when it first grows
 _UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
@@ -118,6 +124,8 @@ class ColumnBuilder:
             key: np.empty(0, dtype=_DTYPES[key]) for key in _DTYPES if key not in _SPARSE
         }
         self._sparse: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in _SPARSE}
+        # the value of each column that has held one value so far (None before the first row)
+        self._constant: dict[str, Any] = dict.fromkeys(_OFTEN_CONSTANT if spill is None else ())
         self._name_codes: dict[str | None, int] = {}
         self._cat_codes: dict[str | None, int] = {}
         self._id_values: dict[Any, int] = {}
@@ -214,6 +222,14 @@ class ColumnBuilder:
         """Write a chunk's column after the rows so far, growing the column by an eighth when it is full:
         numpy's resize is a realloc, which moves the pages of a big block (mremap) instead of copying them, so
         the peak is the columns plus at most an eighth, not twice the columns."""
+        if key in self._constant:
+            value = column[0]
+            if (self.n_rows == 0 or value == self._constant[key]) and bool((column == value).all()):
+                self._constant[key] = value
+                return
+            previous = self._constant.pop(key)  # the column holds two values from this chunk on
+            if self.n_rows:
+                self._dense[key] = np.full(self.n_rows, previous, dtype=_DTYPES[key])
         out = self._dense[key]
         need = self.n_rows + len(column)
         if need > len(out):
@@ -333,9 +349,15 @@ class ColumnBuilder:
                 columns[key] = _sparse_column(self.n_rows, self._sparse.pop(key), dtype)
                 continue
             if key in _SPARSE:
-                column = np.full(self.n_rows, MISSING, dtype=dtype)
-                for rows, values in self._sparse.pop(key):
+                pieces = self._sparse.pop(key)
+                column = constant_column(MISSING, self.n_rows, dtype)
+                if pieces:
+                    column = np.full(self.n_rows, MISSING, dtype=dtype)
+                for rows, values in pieces:
                     column[rows] = values
+            elif key in self._constant:
+                value = self._constant.pop(key)  # (None: no rows)
+                column = np.empty(0, dtype) if value is None else constant_column(value, self.n_rows, dtype)
             else:
                 column = self._dense.pop(key)
                 column.resize(self.n_rows, refcheck=False)  # (in place: the spare rows are given back)
@@ -413,7 +435,7 @@ def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int
                 view = out[at : at + p.n_rows]
                 view[:] = _mapped(view, maps[key][i])
             at += p.n_rows
-        columns[key] = out
+        columns[key] = _as_constant(out) if key in _OFTEN_CONSTANT or key in _SPARSE else out
     declared = info.rank if info.rank != MISSING else rank_hint
     return FileTable(path, list(names), list(cats), columns, info, declared)
 
@@ -458,11 +480,21 @@ def _fill(out: np.ndarray, at: int, column: Any) -> None:
         out[at : at + len(column)] = column
 
 
+def _as_constant(column: np.ndarray) -> np.ndarray:
+    """The column as a constant_column when it holds one value (its rows freed), else as it is."""
+    if len(column) and bool((column == column[0]).all()):
+        return constant_column(column[0], len(column), column.dtype)
+    return column
+
+
 def _mapped(codes: np.ndarray, mapping: np.ndarray) -> np.ndarray:
     """`mapping[codes]`, -1 staying -1; the codes themselves when `mapping` is the identity (or empty: every
     code is then -1)."""
     if np.array_equal(mapping, np.arange(len(mapping))):
         return codes
+    value = constant_value(codes)
+    if value is not None:
+        return constant_column(MISSING if value == MISSING else mapping[value], len(codes), codes.dtype)
     return np.append(mapping, np.int32(MISSING))[codes]
 
 
