@@ -18,6 +18,7 @@ import pytest
 
 from stepscope.analysis.read import _stream
 from stepscope.analysis.read._decode import load_whole
+from stepscope.analysis.read.event_stream import iter_event_batches
 from stepscope.analysis.read.loader import load_trace, merge_tables
 from stepscope.cli import main as cli_main
 from stepscope.errors import InputError
@@ -71,6 +72,17 @@ def test_several_gzip_members_stream_to_the_same_table(tmp_path: Path) -> None:
         assert_same_table(load(one, chunk_bytes), expected)
         assert_same_table(load(several, chunk_bytes), expected)
     assert_same_table(load_trace(several), expected)
+
+
+def test_every_member_of_a_small_gzip_file_is_streamed(tmp_path: Path) -> None:
+    # merge's event stream reads a file in pieces of 64 KB: members that begin in its last piece (all of a
+    # small file's) are read too, not only the first
+    data = TEXT.encode()
+    half = len(data) // 2
+    path = tmp_path / "two.json.gz"
+    path.write_bytes(gzip.compress(data[:half]) + b"\0" * 2 + gzip.compress(data[half:]) + b"\0")
+    events = [e for batch in iter_event_batches(path) for e in batch]
+    assert events == json.loads(TEXT)["traceEvents"]
 
 
 def test_bytes_after_the_last_member_are_still_an_error(tmp_path: Path) -> None:

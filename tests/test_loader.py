@@ -366,16 +366,16 @@ def test_fast_loader_matches_reference_on_random_traces(tmp_path: Path, events: 
 )
 def test_strict_time_columns_match_the_type_scan(values: list[Any]) -> None:
     # strict chunks skip the scan of value types; the columns must be the same as with it
-    from stepscope.analysis.read._columns import _ns_from_us
+    from stepscope.analysis.read._values import ns_from_us
 
-    fast, fast_inexact = _ns_from_us(list(values), strict=True)
-    slow, slow_inexact = _ns_from_us(list(values))
+    fast, fast_inexact = ns_from_us(list(values), strict=True)
+    slow, slow_inexact = ns_from_us(list(values))
     assert fast.tolist() == slow.tolist() and fast_inexact == slow_inexact
 
 
 def test_symbol_codes_across_the_byte_boundary() -> None:
     # codes are read as bytes while the lookup is small; past 255 symbols, and for -1, through numpy
-    from stepscope.analysis.read._columns import _codes
+    from stepscope.analysis.read._values import codes_of
 
     names: dict[str, int] = {}
 
@@ -384,7 +384,7 @@ def test_symbol_codes_across_the_byte_boundary() -> None:
 
     lookup: dict[str | None, int] = {}
     values = [None if i % 97 == 0 else f"op{(i * 7) % 300}" for i in range(1200)]
-    parts = [_codes(values[lo : lo + 150], lookup, add, np.int32) for lo in range(0, len(values), 150)]
+    parts = [codes_of(values[lo : lo + 150], lookup, add, np.int32) for lo in range(0, len(values), 150)]
     decoded = [None if c == -1 else list(names)[c] for c in np.concatenate(parts).tolist()]
     assert decoded == values
     assert len(names) == 300

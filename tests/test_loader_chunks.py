@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stepscope.analysis.read import _stream
+from stepscope.analysis.read import _stream, _text
 from stepscope.analysis.read._decode import load_whole
 from stepscope.analysis.read.loader import merge_tables
 from stepscope.analysis.read.table import TraceTable
@@ -85,10 +85,10 @@ def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 def inflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run with ISA-L's inflate (the default where installed) and with zlib's (the fallback)."""
     if request.param == "zlib":
-        monkeypatch.setattr(_stream, "INFLATE", zlib)
+        monkeypatch.setattr(_text, "INFLATE", zlib)
     else:
         pytest.importorskip("isal")
-        assert _stream.INFLATE is not zlib
+        assert _text.INFLATE is not zlib
     return str(request.param)
 
 

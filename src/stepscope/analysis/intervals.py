@@ -41,18 +41,30 @@ def merge(starts: np.ndarray, ends: np.ndarray, *, owned: bool = False) -> Inter
     return merged_s, reach[last]
 
 
-def complement(intervals: Intervals, lo: int, hi: int) -> Intervals:
+def complement(intervals: Intervals, lo: int, hi: int, *, owned: bool = False) -> Intervals:
     """The parts of the window [lo, hi) outside disjoint sorted `intervals` (what subtract gives for one
-    window, without its sweep over every boundary)."""
+    window, without its sweep over every boundary). `owned`: the caller gives up both arrays (int64), which
+    become the result's (a big trace's host time is two arrays of tens of MB: no second pair is made)."""
     s, e = intervals
     lasting = e > s  # (a zero-length interval takes nothing away)
     if not lasting.all():
         s, e = s[lasting], e[lasting]
+        owned = True
     del lasting
-    gap_s = np.empty(len(s) + 1, dtype=np.int64)
-    gap_e = np.empty(len(s) + 1, dtype=np.int64)
-    gap_s[0], gap_s[1:] = lo, e
-    gap_e[:-1], gap_e[-1] = s, hi
+    n = len(s)
+    if owned and n and s is not e and s.flags.owndata and e.flags.owndata and s.dtype == e.dtype == np.int64:
+        gap_s, gap_e = e, s
+        del s, e
+        gap_e.resize(n + 1, refcheck=False)  # (a realloc: big blocks are remapped, not copied)
+        gap_e[-1] = hi
+        gap_s.resize(n + 1, refcheck=False)
+        _shift_right(gap_s)
+        gap_s[0] = lo
+    else:
+        gap_s = np.empty(n + 1, dtype=np.int64)
+        gap_e = np.empty(n + 1, dtype=np.int64)
+        gap_s[0], gap_s[1:] = lo, e
+        gap_e[:-1], gap_e[-1] = s, hi
     np.clip(gap_s, lo, hi, out=gap_s)
     np.clip(gap_e, lo, hi, out=gap_e)
     keep = gap_e > gap_s
@@ -60,6 +72,19 @@ def complement(intervals: Intervals, lo: int, hi: int) -> Intervals:
     if keep[first : max(last, first)].all():  # (the usual case: only the gaps at the ends can be empty)
         return gap_s[first:last], gap_e[first:last]
     return gap_s[keep], gap_e[keep]
+
+
+_SHIFT_BLOCK = 1 << 16
+
+
+def _shift_right(a: np.ndarray) -> None:
+    """a[1:] = a[:-1], block by block from the end (numpy copies the whole source of an overlapping
+    assignment first)."""
+    stop = len(a) - 1
+    while stop > 0:
+        start = max(stop - _SHIFT_BLOCK, 0)
+        a[start + 1 : stop + 1] = a[start:stop].copy()
+        stop = start
 
 
 def length(intervals: Intervals) -> int:
@@ -70,20 +95,34 @@ def length(intervals: Intervals) -> int:
 
 def coverage_until(intervals: Intervals, t: np.ndarray) -> np.ndarray:
     """For each time in `t`, how much of the disjoint sorted `intervals` lies before it."""
-    s, e = intervals
-    t = np.asarray(t, dtype=np.int64)
-    if len(s) == 0:
-        return np.zeros(t.shape, dtype=np.int64)
-    lengths = e - s
-    before = np.concatenate(([0], np.cumsum(lengths)))
-    i = np.searchsorted(s, t, side="right") - 1
-    j = np.maximum(i, 0)
-    return np.where(i >= 0, before[j] + np.clip(t - s[j], 0, lengths[j]), 0)
+    return _coverage_at(intervals, _lengths_before(intervals), t)
 
 
 def covered_within(intervals: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Length of `intervals` inside each window [lo, hi) (vectorised over windows)."""
-    return np.maximum(coverage_until(intervals, hi) - coverage_until(intervals, lo), 0)
+    before = _lengths_before(intervals)
+    return np.maximum(_coverage_at(intervals, before, hi) - _coverage_at(intervals, before, lo), 0)
+
+
+def _lengths_before(intervals: Intervals) -> np.ndarray:
+    """before[i]: the length of the intervals before the i-th; before[-1]: of all of them. One array as long
+    as the set (on a big trace's host ops, tens of MB), computed in place."""
+    s, e = intervals
+    before = np.empty(len(s) + 1, dtype=np.int64)
+    before[0] = 0
+    np.subtract(e, s, out=before[1:])
+    np.cumsum(before[1:], out=before[1:])
+    return before
+
+
+def _coverage_at(intervals: Intervals, before: np.ndarray, t: np.ndarray) -> np.ndarray:
+    s = intervals[0]
+    t = np.asarray(t, dtype=np.int64)
+    if len(s) == 0:
+        return np.zeros(t.shape, dtype=np.int64)
+    i = np.searchsorted(s, t, side="right") - 1
+    j = np.maximum(i, 0)
+    return np.where(i >= 0, before[j] + np.clip(t - s[j], 0, before[j + 1] - before[j]), 0)
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:

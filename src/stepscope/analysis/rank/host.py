@@ -24,7 +24,7 @@ from stepscope.analysis.rank.steps import (
     region_union,
 )
 from stepscope.analysis.rank.summary import op_tree, self_times
-from stepscope.analysis.read.table import TraceTable
+from stepscope.analysis.read.table import TraceTable, constant_value
 
 PHASE_LABELS = {
     "data_loader": "data loading",
@@ -117,15 +117,17 @@ def untraced_time(table: TraceTable, lo: int, hi: int) -> iv.Intervals:
     Python code, sleeps and I/O the profiler does not see as ops. Time inside the backward pass (autograd may run
     it on threads of its own while the step's thread waits) and inside collectives of any thread (the step's
     thread may wait for them) is left out."""
+    # (on a big trace each array of rows or times is tens of MB: each goes as soon as it is used)
     rows = op_rows_outside_python(table)
-    cat = table.columns["cat"]
-    ops = rows[cat[rows] == table.cat_id("cpu_op")] if len(rows) else rows
-    step_threads = _step_threads(table)
-    if len(ops) and len(step_threads):
-        ops = ops[np.isin(table.columns["tid"][ops], step_threads)]
-    busy = _union_of(table, ops)
     is_coll = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
     coll = rows[is_coll[table.columns["name"][rows]]] if len(rows) else rows
+    ops = rows[table.columns["cat"][rows] == table.cat_id("cpu_op")] if len(rows) else rows
+    del rows
+    step_threads = _step_threads(table)
+    if len(ops) and len(step_threads):
+        ops = ops[_on_threads(table.columns["tid"], ops, step_threads)]
+    busy = _union_of(table, ops)
+    del ops
     for extra in (
         region_union(table, DATALOADER_RE),
         region_union(table, BACKWARD_RE) or region_union(table, AUTOGRAD_RE),
@@ -133,7 +135,15 @@ def untraced_time(table: TraceTable, lo: int, hi: int) -> iv.Intervals:
     ):
         if extra is not None and len(extra[0]):  # (each union of a big trace's ops is tens of MB)
             busy = iv.merge(np.r_[busy[0], extra[0]], np.r_[busy[1], extra[1]])
-    return iv.complement(busy, lo, hi)
+    return iv.complement(busy, lo, hi, owned=True)
+
+
+def _on_threads(tid: np.ndarray, rows: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """Which of `rows` are events of one of `threads` (a table of one thread: no tid is gathered)."""
+    one = constant_value(tid)
+    if one is not None:
+        return np.full(len(rows), one in threads.tolist(), dtype=bool)
+    return np.isin(tid[rows], threads)
 
 
 def _union_of(table: TraceTable, rows: np.ndarray) -> iv.Intervals:

@@ -3,7 +3,9 @@
 `ColumnBuilder.add(events)` turns a list of decoded event Structs into numpy columns: one pass per field
 (a list comprehension reads a Struct attribute in ~20 ns; never a dict per event), symbol codes through
 dicts that live for the whole file (so only distinct names stay alive once a chunk's Structs are freed),
-and rows the table leaves out dropped per chunk. `finish()` concatenates the chunks into a `FileTable`.
+and rows the table leaves out dropped per chunk (the values of each field are read in _values).
+`finish()` gives the file's `FileTable`; a column that held one value in every chunk is that value (a
+table.constant_column), not a row each.
 
 Events come from a strict decoder (ints where ints are expected, so numpy converts without a type scan) or,
 for odd files, from a permissive one (any JSON value; every column then checks its types). Both give the
@@ -12,7 +14,7 @@ same columns for the same events: the table is defined by the reference builder 
 
 Precision: times become integer ns, exactly for what Kineto writes (microseconds with up to three decimals).
 Integers are multiplied by 1000. Floats below 2^43 us (~100 days: durations, relative timestamps) are
-recovered exactly from float64 (see _floats_to_ns). Float timestamps beyond that (epoch microseconds with a
+recovered exactly from float64 (see _values.floats_to_ns). Float timestamps beyond that (epoch microseconds with a
 ns fraction, which float64 holds only to ~0.25 us) are read as JSON text and converted digit by digit
 (_numparse).
 """
@@ -23,7 +25,6 @@ import contextlib
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,19 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis.read._numparse import NotANumber, us_texts_to_ns
+from stepscope.analysis.read._values import (
+    LEFT_OUT,
+    LEFT_OUT_WITH_FLOWS,
+    RARE_FIELDS,
+    as_str,
+    codes_of,
+    get_rare,
+    int_column,
+    ns_from_us,
+    ph_column,
+    rare_rows,
+    strict_all_ints,
+)
 from stepscope.analysis.read.limits import MAX_EVENTS_ENV, MAX_NAME_CHARS, max_events
 from stepscope.analysis.read.table import (
     COLUMNS,
@@ -38,13 +52,13 @@ from stepscope.analysis.read.table import (
     INT_ARGS,
     MISSING,
     OLD_CATEGORIES,
-    OUT_OF_RANGE_NS,
     SHAPED_RANGE_RE,
     SPARSE_COLUMNS,
     STRING_ARGS,
     RankInfo,
     SparseColumn,
-    as_int,
+    constant_column,
+    constant_value,
     id_as_int,
     shapes_message,
 )
@@ -58,10 +72,11 @@ _DTYPES: dict[str, str] = {
 }
 # Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
 _SPARSE = frozenset({"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
-_MAX_US = (2**63 - 1) // 1000
+# Dense columns that often hold one value over a whole file (the phase and category of a CPU-only trace's
+# events; pid and tid of one process and thread; correlation without GPU work): kept as that value until a
+# chunk holds another, and as a constant_column in the end (no memory per row).
+_OFTEN_CONSTANT = frozenset({"ph", "cat", "pid", "tid", "correlation"})
 _MIN_CAPACITY = 1 << 12  # rows of a dense column when it first grows
-_UNSEEN = -2  # code of a symbol not in the lookup yet (real codes are >= -1)
-_BYTE_UNSEEN = 255  # the same, where codes are read as bytes
 
 
 @dataclass
@@ -104,7 +119,7 @@ class ColumnBuilder:
         self.flows = flows
         self._spill = spill
         self._spilled: dict[str, Any] = {}  # key -> open file, in spill mode
-        self._left_out = _LEFT_OUT if flows else _LEFT_OUT_WITH_FLOWS  # phases (ord) the table leaves out
+        self._left_out = LEFT_OUT if flows else LEFT_OUT_WITH_FLOWS  # phases (ord) the table leaves out
         self.info = RankInfo(rank=MISSING, source=str(path))
         self.names: dict[str, int] = {}
         self.cats: dict[str, int] = {}
@@ -118,6 +133,8 @@ class ColumnBuilder:
             key: np.empty(0, dtype=_DTYPES[key]) for key in _DTYPES if key not in _SPARSE
         }
         self._sparse: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {key: [] for key in _SPARSE}
+        # the value of each column that has held one value so far (None before the first row)
+        self._constant: dict[str, Any] = dict.fromkeys(_OFTEN_CONSTANT if spill is None else ())
         self._name_codes: dict[str | None, int] = {}
         self._cat_codes: dict[str | None, int] = {}
         self._id_values: dict[Any, int] = {}
@@ -162,7 +179,7 @@ class ColumnBuilder:
         strict = chunk.strict
         cols: dict[str, np.ndarray] = {}  # dense columns of this chunk
         sparse: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # key -> (rows, values): -1 elsewhere
-        ph = _ph_column([e.ph for e in events], self._left_out)
+        ph = ph_column([e.ph for e in events], self._left_out)
         kept = np.flatnonzero(ph)
         first = self.n_events  # (error messages number events in the file)
         self.n_events += n
@@ -175,8 +192,8 @@ class ColumnBuilder:
             events = chunk.events
             n = len(kept)
         cols["ph"] = ph
-        cols["name"] = _codes([e.name for e in events], self._name_codes, self._add_name, np.int32)
-        cat = cols["cat"] = _codes([e.cat for e in events], self._cat_codes, self._add_cat, np.int32)
+        cols["name"] = codes_of([e.name for e in events], self._name_codes, self._add_name, np.int32)
+        cat = cols["cat"] = codes_of([e.cat for e in events], self._cat_codes, self._add_cat, np.int32)
         cols["pid"] = self._ids([e.pid for e in events], strict=strict)
         cols["tid"] = self._ids([e.tid for e in events], strict=strict)
         try:
@@ -184,7 +201,7 @@ class ColumnBuilder:
         except NotANumber as exc:  # numbered within the file
             exc.index = first + (exc.index if index is None else int(index[exc.index]))
             raise
-        cols["dur"] = np.maximum(_ns_from_us([e.dur for e in events], strict=strict)[0], 0)
+        cols["dur"] = np.maximum(ns_from_us([e.dur for e in events], strict=strict)[0], 0)
         args: list[Any] = [e.args for e in events]
         if not chunk.strict and None in args:  # "args": null
             args = [a or chunk.no_args for a in args]
@@ -192,12 +209,12 @@ class ColumnBuilder:
         is_gpu[[i for c, i in self.cats.items() if c in GPU_CATEGORIES]] = True
         gpu = np.flatnonzero(is_gpu[cat])
         gpu_args = [args[i] for i in gpu.tolist()]
-        stream = _int_column([a.stream for a in gpu_args], strict=strict)
+        stream = int_column([a.stream for a in gpu_args], strict=strict)
         sparse["stream"] = gpu, np.where((stream >= -(2**31)) & (stream < 2**31), stream, MISSING)
-        device = _int_column([a.device for a in gpu_args], strict=strict)
+        device = int_column([a.device for a in gpu_args], strict=strict)
         sparse["device"] = gpu, np.where((device >= -(2**31)) & (device < 2**31), device, MISSING)
-        sparse["bytes"] = gpu, _int_column([a.bytes for a in gpu_args], strict=False)
-        cols["correlation"] = _int_column([a.correlation for a in args], strict=strict)
+        sparse["bytes"] = gpu, int_column([a.bytes for a in gpu_args], strict=False)
+        cols["correlation"] = int_column([a.correlation for a in args], strict=strict)
         self._rare_columns(sparse, args)
         self._shape_messages(sparse, cols["name"], chunk)
         for key, column in cols.items():
@@ -214,6 +231,14 @@ class ColumnBuilder:
         """Write a chunk's column after the rows so far, growing the column by an eighth when it is full:
         numpy's resize is a realloc, which moves the pages of a big block (mremap) instead of copying them, so
         the peak is the columns plus at most an eighth, not twice the columns."""
+        if key in self._constant:
+            value = column[0]
+            if (self.n_rows == 0 or value == self._constant[key]) and bool((column == value).all()):
+                self._constant[key] = value
+                return
+            previous = self._constant.pop(key)  # the column holds two values from this chunk on
+            if self.n_rows:
+                self._dense[key] = np.full(self.n_rows, previous, dtype=_DTYPES[key])
         out = self._dense[key]
         need = self.n_rows + len(column)
         if need > len(out):
@@ -224,7 +249,7 @@ class ColumnBuilder:
         timestamps = [e.ts for e in chunk.events]
         if chunk.text_ts:
             return us_texts_to_ns(timestamps)  # NotANumber: the caller names the event
-        ts, inexact = _ns_from_us(timestamps, strict=chunk.strict)
+        ts, inexact = ns_from_us(timestamps, strict=chunk.strict)
         if inexact:
             self.inexact_ts = True
             return chunk.exact_ts()
@@ -232,27 +257,27 @@ class ColumnBuilder:
 
     def _ids(self, values: list[Any], *, strict: bool) -> np.ndarray:
         """pid / tid: ints as they are, other values (the strings of 2021 traces) converted once each."""
-        all_ints = _strict_all_ints(values) if strict else set(map(type, values)) == {int}
+        all_ints = strict_all_ints(values) if strict else set(map(type, values)) == {int}
         if all_ints:
             with contextlib.suppress(OverflowError):
                 return np.fromiter(values, dtype=np.int64, count=len(values))
-        return _codes(values, self._id_values, id_as_int, np.int64)
+        return codes_of(values, self._id_values, id_as_int, np.int64)
 
     def _rare_columns(self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], args: list[Any]) -> None:
         """The args of collectives (record_param_comms), which few events carry: read only where present.
         String args get codes in `_arg_strings` (names codes at the end, see finish)."""
-        rare = _rare_rows(args)
+        rare = rare_rows(args)
         if not rare:
             return
         at = np.array(rare, dtype=np.int64)
-        fields = dict(zip(RARE_FIELDS, zip(*(_get_rare(args[i]) for i in rare), strict=True), strict=True))
+        fields = dict(zip(RARE_FIELDS, zip(*(get_rare(args[i]) for i in rare), strict=True), strict=True))
         for key in STRING_ARGS:
             lookup = self._arg_strings[key]
-            strings = _as_str(fields[f"s_{key}"])
+            strings = as_str(fields[f"s_{key}"])
             codes = [MISSING if v is None else lookup.setdefault(v, len(lookup)) for v in strings]
             sparse["args_" + key] = at, np.array(codes, dtype=np.int64)
         for key in INT_ARGS:
-            sparse["args_" + key] = at, _int_column(fields[f"i_{key}"], strict=False)
+            sparse["args_" + key] = at, int_column(fields[f"i_{key}"], strict=False)
 
     def _shape_messages(
         self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], names: np.ndarray, chunk: Chunk
@@ -333,9 +358,15 @@ class ColumnBuilder:
                 columns[key] = _sparse_column(self.n_rows, self._sparse.pop(key), dtype)
                 continue
             if key in _SPARSE:
-                column = np.full(self.n_rows, MISSING, dtype=dtype)
-                for rows, values in self._sparse.pop(key):
+                pieces = self._sparse.pop(key)
+                column = constant_column(MISSING, self.n_rows, dtype)
+                if pieces:
+                    column = np.full(self.n_rows, MISSING, dtype=dtype)
+                for rows, values in pieces:
                     column[rows] = values
+            elif key in self._constant:
+                value = self._constant.pop(key)  # (None: no rows)
+                column = np.empty(0, dtype) if value is None else constant_column(value, self.n_rows, dtype)
             else:
                 column = self._dense.pop(key)
                 column.resize(self.n_rows, refcheck=False)  # (in place: the spare rows are given back)
@@ -413,7 +444,7 @@ def join_parts(path: str, parts: list[PartTable], info: RankInfo, rank_hint: int
                 view = out[at : at + p.n_rows]
                 view[:] = _mapped(view, maps[key][i])
             at += p.n_rows
-        columns[key] = out
+        columns[key] = _as_constant(out) if key in _OFTEN_CONSTANT or key in _SPARSE else out
     declared = info.rank if info.rank != MISSING else rank_hint
     return FileTable(path, list(names), list(cats), columns, info, declared)
 
@@ -458,31 +489,22 @@ def _fill(out: np.ndarray, at: int, column: Any) -> None:
         out[at : at + len(column)] = column
 
 
+def _as_constant(column: np.ndarray) -> np.ndarray:
+    """The column as a constant_column when it holds one value (its rows freed), else as it is."""
+    if len(column) and bool((column == column[0]).all()):
+        return constant_column(column[0], len(column), column.dtype)
+    return column
+
+
 def _mapped(codes: np.ndarray, mapping: np.ndarray) -> np.ndarray:
     """`mapping[codes]`, -1 staying -1; the codes themselves when `mapping` is the identity (or empty: every
     code is then -1)."""
     if np.array_equal(mapping, np.arange(len(mapping))):
         return codes
+    value = constant_value(codes)
+    if value is not None:
+        return constant_column(MISSING if value == MISSING else mapping[value], len(codes), codes.dtype)
     return np.append(mapping, np.int32(MISSING))[codes]
-
-
-# --- column helpers --------------------------------------------------------------------------------
-# By ord() of a phase letter: True for phases the table leaves out ('M' metadata; flows 's' 'f' when asked).
-_LEFT_OUT = np.zeros(256, dtype=bool)
-_LEFT_OUT[ord("M")] = True
-_LEFT_OUT_WITH_FLOWS = _LEFT_OUT.copy()
-_LEFT_OUT_WITH_FLOWS[[ord("s"), ord("f")]] = True
-
-
-def _ph_column(phs: list[str], left_out: np.ndarray = _LEFT_OUT) -> np.ndarray:
-    """ord() of one-letter ASCII phases; 0 for what the table leaves out (`left_out`, and anything that is
-    not one ASCII letter)."""
-    joined = "".join(phs)
-    if len(joined) == len(phs) and joined.isascii():  # (then every phase is one letter)
-        codes = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
-        return np.where(left_out[codes], np.uint8(0), codes)
-    lookup = {p: ord(p) if len(p) == 1 and p.isascii() and not left_out[ord(p)] else 0 for p in set(phs)}
-    return np.fromiter(map(lookup.__getitem__, phs), dtype=np.uint8, count=len(phs))
 
 
 def _rows_of(chunk: Chunk, rows: np.ndarray) -> Chunk:
@@ -502,147 +524,3 @@ def _rows_of(chunk: Chunk, rows: np.ndarray) -> Chunk:
 
 def _pick(values: list[Any], rows: list[int]) -> list[Any]:
     return [values[i] for i in rows]
-
-
-def _codes(values: list[Any], lookup: dict[Any, int], add: Callable[[Any], int], dtype: type) -> np.ndarray:
-    """`lookup[v]` of every value; values not in `lookup` yet get `add(v)` (first-seen order)."""
-    n = len(values)
-    codes: np.ndarray | None = None
-    if len(lookup) < _BYTE_UNSEEN:  # codes of a small lookup fit a byte: bytes() takes them 3x cheaper
-        with contextlib.suppress(ValueError):  # (a code beyond a byte, or -1)
-            as_bytes = bytes(map(lookup.get, values, repeat(_BYTE_UNSEEN)))
-            codes = np.frombuffer(as_bytes, dtype=np.uint8).astype(dtype)
-            codes[codes == _BYTE_UNSEEN] = _UNSEEN  # (a real code 255 is looked up again below: harmless)
-    if codes is None:
-        codes = np.fromiter(map(lookup.get, values, repeat(_UNSEEN)), dtype=dtype, count=n)
-    unseen = np.flatnonzero(codes == _UNSEEN)
-    if len(unseen):
-        new = values if len(unseen) == n else [values[i] for i in unseen.tolist()]
-        for value in dict.fromkeys(new):
-            lookup[value] = add(value)
-        codes[unseen] = np.fromiter(map(lookup.__getitem__, new), dtype=dtype, count=len(new))
-    return codes
-
-
-def _as_str(values: Sequence[Any]) -> Sequence[str | None]:
-    """String args as the reference builder stores them: str() of anything not None."""
-    if set(map(type, values)) <= {str, type(None)}:
-        return values
-    return [v if v is None or type(v) is str else str(v) for v in values]
-
-
-def _int_column(values: Sequence[Any], *, strict: bool) -> np.ndarray:
-    """int64 column; non-ints (and ints beyond int64) become -1. `strict`: the values are all ints."""
-    if strict:
-        try:
-            return np.fromiter(values, dtype=np.int64, count=len(values))
-        except OverflowError:
-            return np.array([as_int(v) for v in values], dtype=np.int64)
-    types = set(map(type, values))
-    if types <= {int, type(None)}:
-        with contextlib.suppress(OverflowError):
-            ints = values if type(None) not in types else [MISSING if v is None else v for v in values]
-            return np.fromiter(ints, dtype=np.int64, count=len(values))
-    try:  # few distinct non-int values: convert each once
-        cache = {v: as_int(v) for v in set(values) if type(v) is not int}
-        fast = [v if type(v) is int else cache[v] for v in values]
-    except (TypeError, KeyError):  # unhashable args values, or 1 and 1.0 sharing a hash
-        fast = [v if type(v) is int else as_int(v) for v in values]
-    try:
-        return np.fromiter(fast, dtype=np.int64, count=len(fast))
-    except OverflowError:
-        return np.array([as_int(v) for v in fast], dtype=np.int64)
-
-
-def _strict_all_ints(values: list[Any]) -> bool:
-    """For values of a strict Struct field (ints, and floats or strings; never None or bools): True when all
-    are ints. sum() stays an int over ints only (a float makes it a float, a string raises; so does an int
-    beyond float range next to a float) in one C loop, several times cheaper than collecting the types."""
-    try:
-        return type(sum(values)) is int
-    except (TypeError, OverflowError):
-        return False
-
-
-def _ns_from_us(values: list[Any], *, strict: bool = False) -> tuple[np.ndarray, bool]:
-    """int64 ns from microseconds (ints, floats or None); absent or out of int64 -> 0. `strict`: the values
-    come from a strict Struct field (ints and floats only).
-
-    The flag says that float64 could not give the exact value: a float of 2^43 us or more with a fraction.
-    """
-    n = len(values)
-    types: set[type]
-    if strict and _strict_all_ints(values):
-        types = {int}
-    else:
-        if strict:  # floats, maybe with ints: all read as floats (an int beyond float range: below)
-            with contextlib.suppress(OverflowError):
-                return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
-        types = set(map(type, values))
-    if float not in types:
-        ints = values if type(None) not in types else [0 if v is None else v for v in values]
-        try:
-            us = np.fromiter(ints, dtype=np.int64, count=n)
-        except OverflowError:
-            us = np.array([v if -_MAX_US <= v <= _MAX_US else 0 for v in ints], dtype=np.int64)
-        return np.where(np.abs(us) <= _MAX_US, us * 1000, 0), False
-    if types == {float}:
-        return _floats_to_ns(np.fromiter(values, dtype=np.float64, count=n))
-    try:
-        floats = np.array(values, dtype=np.float64)  # None -> nan
-    except OverflowError:  # an int beyond float range
-        floats = np.array([v if v is None or abs(v) < 9e15 else np.nan for v in values], dtype=np.float64)
-    return _floats_to_ns(floats)
-
-
-def _floats_to_ns(us: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Below 2^43 us a float64 lies within 0.5 ulp < 0.5 ns of the decimal it was parsed from, so the
-    decimal with three places is the one whose float64 is the value (texts with more places get the ns
-    nearest the float). From 2^43 us on, several decimals share a float: the flag asks for the text
-    (timestamps get it; a duration of over 100 days keeps the nearest ns of its float)."""
-    magnitude = np.abs(us)  # nan (null) compares False: stays 0
-    small = magnitude < 2.0**43
-    x = us if small.all() else us[small]
-    nearest = np.rint(x * 1000.0)
-    found = nearest / 1000.0 == x
-    if not found.all():
-        best = nearest.copy()
-        for step in (-1.0, 1.0):
-            candidate = nearest + step
-            match = ~found & (candidate / 1000.0 == x)
-            best[match] = candidate[match]
-            found |= match
-        nearest = best
-    if x is us:
-        return nearest.astype(np.int64), False
-    out = np.zeros(len(us), dtype=np.int64)
-    out[small] = nearest.astype(np.int64)
-    big = (magnitude >= 2.0**43) & (magnitude < 9e15)  # nearest ns of the float: up to ~0.25 us off
-    out[big] = np.rint(us[big] * 1000.0).astype(np.int64)
-    huge = magnitude >= 9e15  # beyond int64 ns (or near it): marked, and the loader refuses the file
-    out[huge] = np.where(us[huge] > 0, OUT_OF_RANGE_NS, -OUT_OF_RANGE_NS)
-    return out, bool(big.any())
-
-
-# Args of collectives, by attribute of the decoded args Struct (see _decode), and their defaults.
-RARE_FIELDS = (*(f"s_{k}" for k in STRING_ARGS), *(f"i_{k}" for k in INT_ARGS))
-_get_rare = operator.attrgetter(*RARE_FIELDS)
-_NO_RARE = tuple(None for _ in RARE_FIELDS)  # absent: None (an explicit null reads the same)
-
-
-def _rare_rows(args: list[Any]) -> list[int]:
-    """Rows whose args hold any of RARE_FIELDS (a chain of identity tests: ~3x faster than a tuple each)."""
-    return [
-        i
-        for i, a in enumerate(args)
-        if a.s_collective is not None
-        or a.s_dtype is not None
-        or a.s_pg_name is not None
-        or a.i_in_nelems is not None
-        or a.i_out_nelems is not None
-        or a.i_group_size is not None
-    ]
-
-
-if RARE_FIELDS != ("s_collective", "s_dtype", "s_pg_name", "i_in_nelems", "i_out_nelems", "i_group_size"):
-    raise AssertionError("_rare_rows must test every field of RARE_FIELDS")

@@ -28,8 +28,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from stepscope.analysis.read._columns import _NO_RARE, Chunk, ColumnBuilder, FileTable, _get_rare
+from stepscope.analysis.read._columns import Chunk, ColumnBuilder, FileTable
 from stepscope.analysis.read._numparse import NotANumber, us_texts_to_ns
+from stepscope.analysis.read._values import NO_RARE, get_rare
 from stepscope.analysis.read.table import INT_ARGS, MISSING, RAW_ARGS, STRING_ARGS, RankInfo
 from stepscope.errors import InputError
 
@@ -75,7 +76,7 @@ _Args = _args_struct("_Args", strict=False)
 _StrictArgs = _args_struct("_StrictArgs", strict=True)
 _NO_ARGS = _Args()
 _NO_STRICT_ARGS = _StrictArgs()
-assert _get_rare(_NO_ARGS) == _get_rare(_NO_STRICT_ARGS) == _NO_RARE
+assert get_rare(_NO_ARGS) == get_rare(_NO_STRICT_ARGS) == NO_RARE
 
 
 class _Event(msgspec.Struct, gc=False):

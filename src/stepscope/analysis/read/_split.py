@@ -33,9 +33,9 @@ from stepscope.analysis.read._stream import (
     FileTable,
     _check_times,
     _ChunkReader,
-    _Text,
     load_file,
 )
+from stepscope.analysis.read._text import TraceText
 from stepscope.analysis.read.limits import (
     DEFAULT_MAX_TRACE_BYTES,
     MAX_EVENTS_ENV,
@@ -236,7 +236,7 @@ def _read_stretch(
     try:
         with open(p, "rb") as fh, gc_paused():
             size = stretch.stop - stretch.start
-            text = _Text(fh, size, max_input_bytes(DEFAULT_MAX_TRACE_BYTES), stretch.start, stretch.stop)
+            text = TraceText(fh, size, max_input_bytes(DEFAULT_MAX_TRACE_BYTES), stretch.start, stretch.stop)
             folder = None
             if spill is not None:
                 folder = Path(spill) / str(stretch.index)

@@ -2,7 +2,8 @@
 built chunk by chunk (the per-file half of the loader; see loader.py).
 
 Neither the whole decompressed text nor all the event Structs are ever held at once: the text is inflated
-block by block (`decompressobj` of ISA-L's zlib-compatible module, or zlib's), and the array is decoded a piece of about `CHUNK_BYTES` at a time,
+block by block (_text: limits.inflated, by ISA-L's zlib-compatible module or zlib's), and the array is decoded
+a piece of about `CHUNK_BYTES` at a time,
 whose Structs are turned into columns and freed before the next piece is read.
 
 Where to cut: after an event's closing brace, at a `}` `,` `{` (whitespace allowed). Such a spot may also
@@ -25,12 +26,9 @@ object before the real one) goes to the whole-file decoder in _decode when its t
 
 from __future__ import annotations
 
-import io
 import re
-import zlib
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -56,15 +54,17 @@ from stepscope.analysis.read._decode import (
     wrong_type_problem,
 )
 from stepscope.analysis.read._numparse import NotANumber
+from stepscope.analysis.read._text import OUT_BYTES, READ_BYTES, TooLong, TraceText
 from stepscope.analysis.read.limits import (
     DEFAULT_MAX_TRACE_BYTES,
-    GZIP_RATIO_FREE_BYTES,
     LIMIT_ENV,
     MAX_EVENT_BYTES_ENV,
+    GzipBomb,
+    GzipDamaged,
+    TextOverLimit,
     gzip_bomb_problem,
     gzip_problem,
     max_event_bytes,
-    max_gzip_ratio,
     max_input_bytes,
 )
 from stepscope.errors import InputError
@@ -74,8 +74,6 @@ __all__ = ["CHUNK_BYTES", "FileTable", "load_file"]
 CHUNK_BYTES = 1 << 20  # JSON text decoded at a time (its Structs take about as much memory again). The whole
 # load (inflate, decode, columns; CPU time, paired) is 3-7% cheaper with 1 MB than with 256 KB: each piece's
 # columns cost some 40 numpy calls whatever its size, and that outweighs the Structs staying in the CPU caches
-_READ_BYTES = 1 << 13  # compressed bytes read from the file at a time (zlib copies what is left over)
-_OUT_BYTES = 1 << 15  # text inflated at a time (small blocks come from the heap, not fresh pages)
 _LOOKAHEAD = 1 << 16  # text kept beyond a chunk's target size, where its cut is looked for
 _MAX_NS = 1 << 62
 _CUT_OVERLAP = 4096  # text searched again for a cut spot after more is read
@@ -83,19 +81,6 @@ _MAX_TRIES = 4  # cut spots tried for one chunk before the rest of the file is d
 _CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
 _KEY = b'"traceEvents"'
 _AFTER_KEY = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*\[")
-
-
-def _inflate_module() -> ModuleType:
-    """ISA-L's zlib-compatible module (python-isal) where it is installed: it inflates about 3x faster than
-    zlib, CRC check included. zlib otherwise (platforms without isal wheels)."""
-    try:
-        from isal import isal_zlib
-    except ImportError:
-        return zlib
-    return isal_zlib
-
-
-INFLATE = _inflate_module()
 
 
 def _key_pattern(key: str) -> re.Pattern[bytes]:
@@ -141,28 +126,12 @@ class _Fallback(Exception):
         self.reason = reason
 
 
-class _GzipError(Exception):
-    """The gzip data is damaged (truncated, corrupt, a bad CRC, bytes after the last member)."""
-
-
 class _BadJSON(Exception):
     """A piece of text did not decode; `message` is msgspec's (its `(byte N)` counted in the piece)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-
-
-class _OverLimit(Exception):
-    """The text is longer than the input limit."""
-
-
-class _TooLong(Exception):
-    """The rest of the file, to be decoded in one piece, is longer than the event limit."""
-
-
-class _Bomb(Exception):
-    """The text is longer than the gzip ratio limit allows."""
 
 
 def load_file(
@@ -208,106 +177,6 @@ def _check_times(table: FileTable, path: Path) -> None:
             raise InputError(path, f"a {key} beyond 2**62 ns (year 2116 since the epoch): not a real trace")
 
 
-class _Text:
-    """The (decompressed) text of an open file, read on demand into a reusable buffer; gzip is recognised
-    by its magic bytes; a file of several gzip members is inflated member after member. Damaged gzip data
-    (truncated, corrupt, a bad CRC, bytes after the last member) raises _GzipError (see gzip_problem)."""
-
-    def __init__(
-        self, fh: io.BufferedReader, size: int, limit: int, start: int = 0, stop: int | None = None
-    ) -> None:
-        """`start` / `stop`: a stretch of a plain (not gzipped) file, `stop` excluded."""
-        self._fh = fh
-        self._start = start
-        self._size = max(size, 1)
-        self._limit = limit
-        self._total = 0  # text handed out so far
-        if start:
-            fh.seek(start)
-        self._left = (size if stop is None else stop) - start  # bytes of a plain file left to hand out
-        self._pending = fh.read(min(2, self._left))  # input not yet consumed
-        self._inflate = (
-            INFLATE.decompressobj(wbits=31) if self._pending == b"\x1f\x8b" and not start else None
-        )
-        self._error = INFLATE.error
-        self._ratio = max_gzip_ratio()
-        self._next_ratio_check = GZIP_RATIO_FREE_BYTES
-        self.eof = False
-
-    @property
-    def fraction(self) -> float:
-        return min((self._fh.tell() - self._start) / self._size, 1.0)
-
-    def read_into(self, buf: bytearray, at: int, n: int) -> int:
-        """Write up to `n` bytes of text at `buf[at:]` (which must have room); how many (0: the end)."""
-        if self._inflate is None:
-            n = min(n, self._left)
-            head, self._pending = self._pending[:n], self._pending[n:]
-            with memoryview(buf) as view:
-                view[at : at + len(head)] = head
-                got = len(head) + (self._fh.readinto(view[at + len(head) : at + n]) or 0)
-            self._left -= got
-            self.eof = got == 0
-            return got
-        while not self.eof:
-            if self._inflate.eof and not self._next_member():
-                self.eof = True
-                break
-            data = self._pending or self._fh.read(_READ_BYTES)
-            if not data:
-                raise _GzipError  # truncated
-            try:
-                out = self._inflate.decompress(data, min(n, _OUT_BYTES))
-            except self._error:
-                raise _GzipError from None
-            self._pending = self._inflate.unconsumed_tail
-            self._total += len(out)
-            if self._total > self._limit:
-                raise _OverLimit
-            if self._total > self._next_ratio_check:
-                self._next_ratio_check += GZIP_RATIO_FREE_BYTES
-                if self._total > self._ratio * max(self._fh.tell() - len(self._pending), 1):
-                    raise _Bomb
-            if out:
-                with memoryview(buf) as view:  # (a bytearray's own slice assignment copies `out` twice)
-                    view[at : at + len(out)] = out
-                return len(out)
-        return 0
-
-    def _next_member(self) -> bool:
-        """After a gzip member: start inflating the next one (pigz and bgzip write several); False at the end
-        of the file. Zero bytes between or after members are padding, as the gzip module reads them."""
-        assert self._inflate is not None
-        rest = self._inflate.unused_data + self._pending
-        while True:
-            rest = rest.lstrip(b"\0")
-            if len(rest) < 2:
-                more = self._fh.read(_READ_BYTES)
-                if not more:
-                    if rest:
-                        raise _GzipError  # one stray byte after the last member
-                    return False
-                rest += more
-                continue
-            if rest[:2] != b"\x1f\x8b":
-                raise _GzipError  # bytes after the last member that are not another
-            self._inflate = INFLATE.decompressobj(wbits=31)
-            self._pending = rest
-            return True
-
-    def read_all(self, most: int) -> bytes:
-        """The rest of the text; _TooLong past `most` bytes."""
-        parts = []
-        buf = bytearray(_OUT_BYTES)
-        total = 0
-        while got := self.read_into(buf, 0, _OUT_BYTES):
-            parts.append(bytes(buf[:got]))
-            total += got
-            if total > most:
-                raise _TooLong
-        return b"".join(parts)
-
-
 def _load_chunked(
     path: Path, rank_hint: int | None, report: Callable[[float], None], chunk_bytes: int, flows: bool
 ) -> FileTable:
@@ -320,20 +189,20 @@ def _load_chunked(
         limit = max_input_bytes(DEFAULT_MAX_TRACE_BYTES)
         if size > limit:
             raise InputError(path, f"larger than the input limit of {limit} bytes ({LIMIT_ENV} raises it)")
-        reader = _ChunkReader(path, _Text(fh, size, limit), chunk_bytes, flows)
+        reader = _ChunkReader(path, TraceText(fh, size, limit), chunk_bytes, flows)
         try:
             reader.run(report)
-        except _GzipError:
+        except GzipDamaged:
             raise gzip_problem(path, limit) from None
         except _BadJSON as exc:
             raise InputError(path, json_problem(exc.message)) from None
-        except _OverLimit:
+        except TextOverLimit:
             raise InputError(
                 path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
             ) from None
-        except _Bomb:
-            raise InputError(path, gzip_bomb_problem(reader.text._ratio)) from None
-        except _TooLong:
+        except GzipBomb:
+            raise InputError(path, gzip_bomb_problem(reader.text.ratio)) from None
+        except TooLong:
             raise InputError(
                 path,
                 f"no place to split the events found in {reader.max_event} bytes (an event or a string longer "
@@ -352,7 +221,7 @@ class _ChunkReader:
     def __init__(
         self,
         path: Path,
-        text: _Text,
+        text: TraceText,
         chunk_bytes: int,
         flows: bool = True,
         *,
@@ -366,10 +235,10 @@ class _ChunkReader:
         self.first, self.last = first, last
         self.head: Any = None
         self.tail_header: dict[str, Any] = {}  # header keys after the array, those present
-        self.text: _Text = text
+        self.text: TraceText = text
         self.chunk_bytes = max(chunk_bytes, 1)
         self.builder = ColumnBuilder(path, flows=flows, spill=spill)
-        self.buf = bytearray(self.chunk_bytes + _LOOKAHEAD + 2 * _OUT_BYTES)
+        self.buf = bytearray(self.chunk_bytes + _LOOKAHEAD + 2 * OUT_BYTES)
         self.end = 0
         self.strict = True
         self.strict_failures = 0
@@ -393,8 +262,8 @@ class _ChunkReader:
         """Read until `buf[:end]` holds `size` bytes or the text ends; False when nothing more came."""
         before = self.end
         while self.end < size and not self.text.eof:
-            if len(self.buf) < self.end + _OUT_BYTES:
-                self.buf.extend(bytes(max(len(self.buf), _OUT_BYTES)))
+            if len(self.buf) < self.end + OUT_BYTES:
+                self.buf.extend(bytes(max(len(self.buf), OUT_BYTES)))
             self.end += self.text.read_into(self.buf, self.end, len(self.buf) - self.end)
         return self.end > before
 
@@ -428,7 +297,7 @@ class _ChunkReader:
 
     def _find_array(self) -> int:
         """Offset just after the `[` of the top-level traceEvents array."""
-        self._fill(_READ_BYTES)
+        self._fill(READ_BYTES)
         self._check_start()
         searched = 0
         while True:
@@ -447,7 +316,7 @@ class _ChunkReader:
                     f"no traceEvents array in its first {self.max_event} bytes: not a chrome trace "
                     f"({MAX_EVENT_BYTES_ENV} raises the limit)",
                 )
-            if not self._fill(self.end + _READ_BYTES):
+            if not self._fill(self.end + READ_BYTES):
                 raise _Fallback("no traceEvents array")  # the whole-file path says what the file is
 
     def _check_start(self) -> None:
@@ -480,7 +349,7 @@ class _ChunkReader:
             while m is None:
                 searched = self.end
                 self._too_long(self.end - pos)
-                if not self._fill(self.end + _READ_BYTES):
+                if not self._fill(self.end + READ_BYTES):
                     break
                 # Only the new text, and a little before it for a cut that straddles the old end: searching
                 # from `at` again made a long stretch without a cut quadratic. (A cut whose whitespace is

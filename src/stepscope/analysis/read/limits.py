@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import itertools
 import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 from stepscope.errors import InputError
 
@@ -87,35 +89,79 @@ def gunzip_bounded(path: str | Path, data: bytes, limit: int, *, ratio: int | No
     return out.getvalue()
 
 
-def inflate_pieces(
-    path: str | Path, pieces: Iterator[bytes], limit: int, piece_bytes: int
+class GzipDamaged(Exception):
+    """Gzip data that does not inflate: corrupt (a bad CRC included), truncated, or bytes after the last member
+    that are not another (`str()`: zlib's words, where it has them)."""
+
+
+class GzipTruncated(GzipDamaged):
+    """Gzip data that ends inside a member."""
+
+
+class TextOverLimit(Exception):
+    """Gzip data that inflates to more than the limit."""
+
+
+class GzipBomb(Exception):
+    """Gzip data that inflates to more than the ratio limit allows."""
+
+
+def inflated(
+    pieces: Iterator[bytes], limit: int, piece_bytes: int, *, ratio: int = 0, module: ModuleType = zlib
 ) -> Iterator[bytes]:
-    """The text of gzip data given in pieces (every member; zero padding after the last is allowed), inflated
-    at most `piece_bytes` at a time (never a buffer sized by a guess), or InputError naming `path`: truncated,
-    corrupt, or more than `limit` bytes."""
-    inflate = zlib.decompressobj(wbits=31)
+    """The text of gzip data given in pieces, inflated at most `piece_bytes` at a time (never a buffer sized by
+    a guess): every member, one after the other (pigz and bgzip write several); zero bytes between or after
+    members are padding, as the gzip module reads them. The one gzip inflater of the readers.
+
+    Raises GzipDamaged; TextOverLimit past `limit` bytes of text; with a `ratio`, GzipBomb once the text is
+    more than `ratio` times the compressed bytes read (judged every GZIP_RATIO_FREE_BYTES of text).
+    `module`: zlib, or a module with zlib's interface (ISA-L's isal_zlib)."""
+    inflate = module.decompressobj(wbits=31)
+    error = module.error
     total = 0
-    for data in pieces:
-        while data:
+    fed = 0  # compressed bytes taken from `pieces`
+    next_ratio_check = GZIP_RATIO_FREE_BYTES
+    for data in itertools.chain(pieces, [b""]):  # (the empty piece: members that began in the last piece)
+        fed += len(data)
+        while data or inflate.eof:
             if inflate.eof:  # another member, or padding
-                data = inflate.unused_data + data
-                if not data.strip(b"\0"):
+                data = (inflate.unused_data + data).lstrip(b"\0")
+                if not data:
                     break
-                inflate = zlib.decompressobj(wbits=31)
+                inflate = module.decompressobj(wbits=31)
             try:
                 out = inflate.decompress(data, piece_bytes)
-            except zlib.error as exc:
-                raise InputError(path, f"corrupt gzip data ({exc})") from None
+            except error as exc:
+                raise GzipDamaged(str(exc)) from None
             data = inflate.unconsumed_tail
             total += len(out)
             if total > limit:
-                raise InputError(
-                    path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
-                )
+                raise TextOverLimit
+            if ratio and total > next_ratio_check:
+                next_ratio_check += GZIP_RATIO_FREE_BYTES
+                if total > ratio * max(fed - len(data), 1):
+                    raise GzipBomb
             if out:
                 yield out
     if not inflate.eof:
-        raise InputError(path, "truncated gzip file")
+        raise GzipTruncated
+
+
+def inflate_pieces(
+    path: str | Path, pieces: Iterator[bytes], limit: int, piece_bytes: int
+) -> Iterator[bytes]:
+    """`inflated` with its errors said as InputError naming `path`: truncated, corrupt, or more than `limit`
+    bytes."""
+    try:
+        yield from inflated(pieces, limit, piece_bytes)
+    except GzipTruncated:
+        raise InputError(path, "truncated gzip file") from None
+    except GzipDamaged as exc:
+        raise InputError(path, f"corrupt gzip data ({exc})") from None
+    except TextOverLimit:
+        raise InputError(
+            path, f"gzip data inflates to more than {limit} bytes (the limit; {LIMIT_ENV} raises it)"
+        ) from None
 
 
 _GUNZIP_BLOCK = 1 << 20

@@ -27,6 +27,8 @@ from stepscope.analysis.read.table import (
     SparseColumn,
     TraceTable,
     concatenate_columns,
+    constant_column,
+    constant_value,
 )
 from stepscope.analysis.tasks import ProgressCallback, run_tasks
 from stepscope.errors import InputError
@@ -439,12 +441,11 @@ def merge_tables(tables: list[FileTable]) -> TraceTable:
         cat_map = np.array([cats.setdefault(c, len(cats)) for c in t.cats] + [MISSING], dtype=np.int32)
         n = len(t.columns["ts"])
         columns = dict(t.columns)
-        columns["rank"] = np.full(n, t.info.rank, dtype=np.int32)
+        columns["rank"] = constant_column(t.info.rank, n, np.int32)
         if not first:
-            columns["cat"] = cat_map[columns["cat"]]
+            columns["cat"] = _recoded(columns["cat"], cat_map)
             for key in ("name", *(f"args_{k}" for k in STRING_ARGS)):
-                column = columns[key]
-                columns[key] = column.map(name_map) if isinstance(column, SparseColumn) else name_map[column]
+                columns[key] = _recoded(columns[key], name_map)
         for key, column in columns.items():
             parts.setdefault(key, []).append(column)
         notices.extend(t.notices)
@@ -456,6 +457,16 @@ def merge_tables(tables: list[FileTable]) -> TraceTable:
     merged = {key: _join(parts.pop(key, []), dtype) for key, dtype in dtypes.items()}
     ranks = {t.info.rank: t.info for t in tables}
     return TraceTable(list(names), list(cats), merged, ranks, notices)
+
+
+def _recoded(column: Any, lookup: np.ndarray) -> Any:
+    """lookup[column]: a file's symbol codes as the merged table's (sparse and constant columns kept so)."""
+    if isinstance(column, SparseColumn):
+        return column.map(lookup)
+    value = constant_value(column)
+    if value is not None:
+        return constant_column(lookup[value], len(column), lookup.dtype)
+    return lookup[column]
 
 
 def _join(parts: list[Any], dtype: str) -> Any:

@@ -227,8 +227,28 @@ class SparseColumn:
         return self._compare(other, np.greater_equal)
 
 
+def constant_column(value: Any, n: int, dtype: Any) -> np.ndarray:
+    """A column of `n` rows that all hold `value`, in no memory: a read-only view of one value (stride 0).
+
+    Columns that hold one value over a whole table are common (the rank of a one-rank file; pid, tid,
+    stream, device and correlation of a CPU-only trace) and would cost up to 8 bytes a row. The view reads
+    like any column: indexing, masks, comparisons and arithmetic give ordinary arrays; writing raises."""
+    return np.broadcast_to(np.array(value, dtype=dtype), (n,))
+
+
+def constant_value(column: Any) -> Any:
+    """The value of a `constant_column` (a numpy scalar), else None. Other columns are not scanned: this says
+    how a column is kept, not what it holds."""
+    if isinstance(column, np.ndarray) and column.ndim == 1 and column.strides == (0,) and len(column):
+        return column[0]
+    return None
+
+
 def concatenate_columns(parts: list[Any]) -> Any:
-    """np.concatenate of columns, SparseColumns staying sparse."""
+    """np.concatenate of columns, SparseColumns staying sparse and constant columns of one value constant."""
+    values = [constant_value(p) for p in parts]
+    if parts and all(v is not None and v == values[0] for v in values):
+        return constant_column(values[0], sum(len(p) for p in parts), parts[0].dtype)
     if not any(isinstance(p, SparseColumn) for p in parts):
         return np.concatenate(parts)
     sparse = [p if isinstance(p, SparseColumn) else SparseColumn.of(p) for p in parts]
@@ -255,7 +275,9 @@ class RankInfo:
 
 @dataclass
 class TraceTable:
-    """Columnar events of one or more ranks. All columns have the same length; see COLUMNS."""
+    """Columnar events of one or more ranks. All columns have the same length; see COLUMNS. Columns are
+    read-only to the analyses: a column of one value may be a `constant_column`, a sparse one a
+    SparseColumn."""
 
     names: list[str]
     cats: list[str]
@@ -337,10 +359,11 @@ class TraceTable:
 
     def select(self, mask: np.ndarray) -> TraceTable:
         """A table of the rows where `mask` is true (symbol tables, and what is cached about them, shared)."""
+        n = int(np.count_nonzero(mask)) if mask.dtype == bool else None
         return TraceTable(
             self.names,
             self.cats,
-            {k: v[mask] for k, v in self.columns.items()},
+            {k: _rows_of_column(v, mask, n) for k, v in self.columns.items()},
             self.ranks,
             self.notices,
             self.symbol_cache,
@@ -348,6 +371,14 @@ class TraceTable:
 
     def rank_ids(self) -> list[int]:
         return sorted(self.ranks) if self.ranks else sorted(set(self.columns["rank"].tolist()))
+
+
+def _rows_of_column(column: Any, mask: np.ndarray, kept: int | None) -> Any:
+    """column[mask]; a constant column stays one (`kept`: the rows of a boolean mask)."""
+    value = constant_value(column)
+    if value is not None and kept is not None:
+        return constant_column(value, kept, column.dtype)
+    return column[mask]
 
 
 def as_int(value: Any) -> int:
