@@ -36,14 +36,14 @@ def test_a_cpu_only_trace_keeps_its_one_value_columns_without_rows(tmp_path: Pat
         column = table.columns[key]
         assert constant_value(column) == value and _resident(column) == 0, key
         assert column.dtype == np.dtype(column.dtype) and column.tolist() == [value] * n
-    assert _resident(table.ts) == 8 * n and _resident(table.name) == 4 * n
+    assert _resident(table.columns["ts"]) == 8 * n and _resident(table.columns["name"]) == 4 * n
     # it reads like a column: masks, indices, comparisons; a selection stays constant; writing raises
-    mask = table.ts > table.ts[10]
+    mask = table.columns["ts"] > table.columns["ts"][10]
     part = table.select(mask)
-    assert len(part) == int(mask.sum()) and constant_value(part.pid) == 100 and len(part.pid) == len(part)
-    assert table.pid[[0, 5]].tolist() == [100, 100] and bool((table.rank == 3).all())
+    assert len(part) == int(mask.sum()) and constant_value(part.columns["pid"]) == 100 and len(part.columns["pid"]) == len(part)
+    assert table.columns["pid"][[0, 5]].tolist() == [100, 100] and bool((table.columns["rank"] == 3).all())
     with pytest.raises(ValueError):
-        table.pid[0] = 7
+        table.columns["pid"][0] = 7
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 1 << 20])
@@ -59,10 +59,10 @@ def test_a_column_that_changes_is_kept_whole(tmp_path: Path, chunk_bytes: int) -
     ]
     path = write_trace(tmp_path / "t.json", events, rank=0)
     table = merge_tables([load_file(path, chunk_bytes=chunk_bytes)])
-    assert table.tid.tolist() == [1, 1, 2, 1, 7] and _resident(table.tid) == 8 * len(table)
-    assert table.correlation.tolist() == [-1, -1, -1, 5, 5]
-    assert table.stream.tolist() == [-1, -1, -1, -1, 7]
-    assert constant_value(table.pid) is None and constant_value(table.rank) == 0
+    assert table.columns["tid"].tolist() == [1, 1, 2, 1, 7] and _resident(table.columns["tid"]) == 8 * len(table)
+    assert table.columns["correlation"].tolist() == [-1, -1, -1, 5, 5]
+    assert table.columns["stream"].tolist() == [-1, -1, -1, -1, 7]
+    assert constant_value(table.columns["pid"]) is None and constant_value(table.columns["rank"]) == 0
 
 
 def test_constant_columns_join_as_one_value_or_as_rows() -> None:
