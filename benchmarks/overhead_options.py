@@ -221,6 +221,7 @@ IDLE_DURING_STEPS: dict[str, str] = {
     "top_n": "rows of the console table a window-end worker prints, off the training thread",
     "report": "report.html is written at close",
     "comm_patterns": "read by the analysis only",
+    "process_groups": "looked at the first step, after each window and at close; never at a quiet step",
 }
 
 # Options that do not exist yet: their rows go into OPTION_ROWS (and VARIANTS) when they land.

@@ -98,6 +98,11 @@ class ProfileConfig(BaseModel):
         True, description="Print the top-ops table of each window on the first profiled rank."
     )
     top_n: int = Field(10, ge=1, description="Rows of the console top-ops table.")
+    process_groups: bool = Field(
+        True,
+        description="Record the job's process groups and device meshes (process_groups/rank{R}.json) when "
+        "torch.distributed is initialised; looked at the first step, after windows and at close.",
+    )
     report: bool = Field(
         True,
         description="Write the run's HTML report (report.html) when the monitor closes, on the first profiled "

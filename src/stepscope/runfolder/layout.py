@@ -36,6 +36,7 @@ class ArtifactKind(str, enum.Enum):
     SYSTEM = "system"  # SystemRow lines (JSONL) of the background sampler
     TENSORBOARD = "tensorboard"  # TensorBoard event file
     REPORT = "report"  # the self-contained HTML report of the run
+    PROCESS_GROUPS = "process_groups"  # ProcessGroups (JSON): the process groups and device meshes of a rank
 
     def __str__(self) -> str:
         return self.value
@@ -59,6 +60,7 @@ TEMPLATES: dict[ArtifactKind, str] = {
     ArtifactKind.SYSTEM: "system/rank{rank}.jsonl",
     ArtifactKind.TENSORBOARD: "tensorboard/rank{rank}",  # a folder: TensorBoard names the event files in it
     ArtifactKind.REPORT: "report.html",
+    ArtifactKind.PROCESS_GROUPS: "process_groups/rank{rank}.json",
 }
 # A second file of the memory_snapshot kind: the snapshot taken when a step ran out of memory.
 OOM_SNAPSHOT_TEMPLATE = "memory_snapshot/rank{rank}_step{step}_oom.pickle"

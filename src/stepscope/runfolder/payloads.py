@@ -14,6 +14,7 @@ MEMORY_LOG_SCHEMA = "stepscope.memory_log/1"
 SYSTEM_SCHEMA = "stepscope.system/1"
 FLOPS_SCHEMA = "stepscope.flops/3"
 COMM_COUNTS_SCHEMA = "stepscope.comm_counts/1"
+PROCESS_GROUPS_SCHEMA = "stepscope.process_groups/1"
 
 
 class StepMetrics(msgspec.Struct, omit_defaults=True):
@@ -154,6 +155,39 @@ class CommCounts(msgspec.Struct):
     schema: str = COMM_COUNTS_SCHEMA
 
 
+class ProcessGroup(msgspec.Struct):
+    """One process group a rank belongs to, as c10d knows it."""
+
+    name: str  # c10d's group name: what record_param_comms shows as "Process Group Name"
+    description: str  # "Process Group Description": default_pg, mesh_<dim>, undefined, or the job's own
+    ranks: list[int]  # global ranks, in group-rank order
+    backend: str  # gloo, nccl, ... ("unknown" when torch could not say)
+    mesh_dim: str | None  # the DeviceMesh dimension this group is; None when it is none
+    size: int
+
+
+class Mesh(msgspec.Struct):
+    """One DeviceMesh of the job (a root mesh, not a slice of one)."""
+
+    device_type: str
+    shape: list[int]
+    dim_names: list[str] | None  # None: a mesh made without names (its groups' mesh_dim is dim_0, dim_1, ...)
+    ranks: list[int]  # the mesh's global ranks, row-major over `shape`
+    dim_groups: list[str]  # the name of this rank's group along each dimension
+
+
+class ProcessGroups(msgspec.Struct, kw_only=True):
+    """The process groups and device meshes of one rank (kind `process_groups`), rewritten when new ones appear.
+    `notes`: what torch could not tell here (a private API it lacks), so that fewer facts never look complete."""
+
+    schema: str = PROCESS_GROUPS_SCHEMA
+    rank: int
+    world_size: int
+    groups: list[ProcessGroup]
+    meshes: list[Mesh] = []
+    notes: list[str] = []
+
+
 # Schema of each kind's payload, as the manifest records it.
 KIND_SCHEMAS = {
     "metrics": METRICS_SCHEMA,
@@ -161,4 +195,5 @@ KIND_SCHEMAS = {
     "system": SYSTEM_SCHEMA,
     "flops": FLOPS_SCHEMA,
     "comm_counts": COMM_COUNTS_SCHEMA,
+    "process_groups": PROCESS_GROUPS_SCHEMA,
 }

@@ -1,4 +1,5 @@
-"""The run folder read whole (`load_run`): config, manifest, metrics, per-window summaries and the step-time trend.
+"""The run folder read whole (`load_run`): config, manifest, metrics, per-window summaries, the step-time trend and
+the job's process groups (`job_groups`).
 
 The names below are this package's public API, imported on first use (importing the package costs nothing).
 """
@@ -10,8 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stepscope.analysis.run.folder import Run, RunFacts, load_run, read_config, run_facts
+    from stepscope.analysis.run.groups import GroupFacts, MeshFacts, job_groups
 
 _EXPORTS = {
+    "GroupFacts": "groups",
+    "MeshFacts": "groups",
+    "job_groups": "groups",
     "load_run": "folder",
     "Run": "folder",
     "RunFacts": "folder",
@@ -20,8 +25,11 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "GroupFacts",
+    "MeshFacts",
     "Run",
     "RunFacts",
+    "job_groups",
     "load_run",
     "read_config",
     "run_facts",

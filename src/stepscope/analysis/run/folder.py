@@ -1,9 +1,10 @@
 """A whole run folder, read back: `load_run(path) -> Run`, and what the run measured outside its traces.
 
 `Run` holds the manifest, the config, every step's metrics line, the FLOP reports, the collective counts, the
-memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
+process groups each rank recorded, the memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
 into plain figures: step wall time over the whole run, FLOPs / TFLOP/s / MFU (or why there is none), memory
-(peak, growth per step) and system samples (CPU %, RSS, GPU utilisation where present). No torch, no rich.
+(peak, growth per step), system samples (CPU %, RSS, GPU utilisation where present) and the job's process
+groups and device meshes. No torch, no rich.
 
 A damaged artifact never stops the reading: it is left out with a note naming the file and the problem; a
 damaged manifest is replaced by what the folder holds, read by its layout.
@@ -20,12 +21,20 @@ import msgspec
 
 from stepscope.analysis.read.limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
+from stepscope.analysis.run.groups import GroupFacts, MeshFacts, job_groups
 from stepscope.analysis.stats import fmean, median, quantile
 from stepscope.errors import InputError
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
 from stepscope.runfolder.files import read_regular
 from stepscope.runfolder.manifest import load_manifest
-from stepscope.runfolder.payloads import CommCounts, FlopsReport, MemoryRow, StepMetrics, SystemRow
+from stepscope.runfolder.payloads import (
+    CommCounts,
+    FlopsReport,
+    MemoryRow,
+    ProcessGroups,
+    StepMetrics,
+    SystemRow,
+)
 
 T = TypeVar("T")
 SLOWEST_STEPS = 5
@@ -45,6 +54,7 @@ class Run:
     memory: dict[int, list[MemoryRow]]  # rank -> rows
     system: dict[int, list[SystemRow]]  # rank -> samples
     notes: list[str] = field(default_factory=list)
+    process_groups: list[ProcessGroups] = field(default_factory=list)  # one record per rank that wrote one
 
     @property
     def has_traces(self) -> bool:
@@ -82,7 +92,12 @@ def load_run(path: str | Path) -> Run:
         a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, SystemRow, notes))
         for a in manifest.of_kind(ArtifactKind.SYSTEM)
     }
-    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes)
+    groups = [
+        g
+        for a in manifest.of_kind(ArtifactKind.PROCESS_GROUPS)
+        if (g := _read_json(path / a.path, ProcessGroups, notes))
+    ]
+    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups)
 
 
 def _read_bytes(path: Path, notes: list[str]) -> bytes | None:
@@ -228,6 +243,9 @@ class RunFacts(msgspec.Struct):
     memory: list[MemoryFacts]
     system: list[SystemFacts]
     notes: list[str]
+    process_groups: list[GroupFacts] = []  # the job's process groups, as its profiled ranks recorded them
+    meshes: list[MeshFacts] = []  # its device meshes
+    process_group_notes: list[str] = []  # what a rank could not record; ranks that disagree on a group
 
 
 def run_facts(run: Run) -> RunFacts:
@@ -241,6 +259,7 @@ def run_facts(run: Run) -> RunFacts:
             "no FLOP count in this run: set flop_counter_step (or --flop-counter-step) to get FLOPs, TFLOP/s "
             "and MFU"
         )
+    groups, meshes, group_notes = job_groups(run.process_groups)
     return RunFacts(
         path=str(run.path),
         run_name=manifest.run_name,
@@ -254,6 +273,9 @@ def run_facts(run: Run) -> RunFacts:
         memory=[m for rank, rows in sorted(run.memory.items()) if (m := _memory_facts(rank, rows))],
         system=[s for rank, rows in sorted(run.system.items()) if (s := _system_facts(rank, rows))],
         notes=list(run.notes),
+        process_groups=groups,
+        meshes=meshes,
+        process_group_notes=group_notes,
     )
 
 

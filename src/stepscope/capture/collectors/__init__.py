@@ -1,5 +1,5 @@
 """The collectors a recording rank runs beside the trace: FLOPs and MFU (`flops`, with `flop_split`, `mfu`,
-`peaks`), collectives (`comm`), memory (`memory`: periodic log, timelines, CUDA history and snapshots), the
+`peaks`), collectives (`comm`), the job's process groups and device meshes (`process_groups`), memory (`memory`: periodic log, timelines, CUDA history and snapshots), the
 system sampler (`system`), Nsight ranges (`nsight`) and the sinks beyond metrics.jsonl (`sinks`: TensorBoard,
 Weights & Biases). `_instrument` holds what the collectors that instrument one step share.
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from stepscope.capture.collectors.nsight import NsightCollector, nvtx_region
     from stepscope.capture.collectors.peaks import Peak, lookup_peak
+    from stepscope.capture.collectors.process_groups import ProcessGroupCollector
     from stepscope.capture.collectors.sinks import SinkCollector
     from stepscope.capture.collectors.system import SystemCollector
     from stepscope.capture.config import ProfileConfig
@@ -35,6 +36,7 @@ _EXPORTS = {
     "MemoryTimelineCollector": "memory",
     "NsightCollector": "nsight",
     "Peak": "peaks",
+    "ProcessGroupCollector": "process_groups",
     "SinkCollector": "sinks",
     "SystemCollector": "system",
     "lookup_peak": "peaks",
@@ -49,6 +51,7 @@ __all__ = [
     "MemoryTimelineCollector",
     "NsightCollector",
     "Peak",
+    "ProcessGroupCollector",
     "SinkCollector",
     "SystemCollector",
     "collector_classes",
@@ -76,5 +79,6 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
         (config.flop_counter_step is not None, "FlopCollector"),
         (config.comm_logger_step is not None, "CommCollector"),
         (config.tensorboard or config.wandb, "SinkCollector"),
+        (config.process_groups, "ProcessGroupCollector"),
     ]
     return [__getattr__(name) for on, name in wanted if on]
