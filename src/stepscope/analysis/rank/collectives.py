@@ -39,6 +39,7 @@ from stepscope.analysis.rank.comm_names import (
     kernel_collective,
     nccl_algorithm,
 )
+from stepscope.analysis.rank.issued import IssuedOps
 from stepscope.analysis.rank.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.read.table import MISSING, TraceTable
@@ -102,13 +103,29 @@ def rank_instances(data: RankData, world_size: int | None = None) -> Instances:
     table = data.table
     comm = data.gpu.of_kind(COMMUNICATION)
     comm = comm.select(comm.cat == table.cat_id("kernel")) if len(comm) else comm
+    everywhere = _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    issued = IssuedOps(table, everywhere)
     if len(comm):
-        return _kernel_instances(data, comm)
-    ranges = _cpu_rows(table, data.lo, data.hi)
+        return _kernel_instances(data, comm, issued)
+    ranges = [r for r in everywhere if data.lo <= table.columns["ts"][r[0]] < data.hi]
     backend = [r for r in ranges if r[1] == "backend_range" and _backend(table, r[0]) in CPU_BACKENDS]
     if backend:
+        everywhere_backend = [
+            r for r in everywhere if r[1] == "backend_range" and _backend(table, r[0]) in CPU_BACKENDS
+        ]
+        paired = issued.pair_ranges(everywhere_backend)
+        backend = [
+            (row, source, issued.kind.get(paired.get(row, MISSING), kind)) for row, source, kind in backend
+        ]
         return _range_instances(table, data.rank, backend, world_size)
-    return _counted_instances(table, data.rank, ranges)
+    # the issued op names what the events inside it ran; c10d ops under another issued op are that one
+    counted = []
+    for row, source, kind in ranges:
+        op = issued.enclosing(row)
+        if source == "c10d_op" and op != row:
+            continue
+        counted.append((row, source, issued.kind.get(op, kind)))
+    return _counted_instances(table, data.rank, counted)
 
 
 def communication_intervals(data: RankData) -> iv.Intervals | None:
@@ -181,7 +198,7 @@ def _message(table: TraceTable, rows: list[int]) -> tuple[int, int, str, int, st
     return in_b, out_b, dtype, size, group
 
 
-def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
+def _kernel_instances(data: RankData, comm: GpuEvents, issued: IssuedOps) -> Instances:
     table = data.table
     launch = np.where(comm.launch == MISSING_TS, comm.start, comm.launch)
     # kernels launched in the same collective range are one instance
@@ -197,9 +214,11 @@ def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
         rows = [int(comm.row[i]) for i in g.tolist()]
         context = int(comm.context[g[0]])
         named = [collective_kind(_text(table, "args_collective", r)) for r in rows]
-        # the launching range says what the collective is (NCCL runs an all-to-all as SendRecv kernels)
+        # the issued op, else the launching range says what the collective is (NCCL runs an all-to-all as
+        # SendRecv kernels)
         kind = (
-            next((k for k in named if k), None)
+            issued.kind.get(issued.enclosing(context))
+            or next((k for k in named if k), None)
             or _context_kind(table, context)
             or next((k for k in map(kernel_collective, names) if k), None)
             or "other"
