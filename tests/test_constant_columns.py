@@ -40,7 +40,11 @@ def test_a_cpu_only_trace_keeps_its_one_value_columns_without_rows(tmp_path: Pat
     # it reads like a column: masks, indices, comparisons; a selection stays constant; writing raises
     mask = table.columns["ts"] > table.columns["ts"][10]
     part = table.select(mask)
-    assert len(part) == int(mask.sum()) and constant_value(part.columns["pid"]) == 100 and len(part.columns["pid"]) == len(part)
+    assert (
+        len(part) == int(mask.sum())
+        and constant_value(part.columns["pid"]) == 100
+        and len(part.columns["pid"]) == len(part)
+    )
     assert table.columns["pid"][[0, 5]].tolist() == [100, 100] and bool((table.columns["rank"] == 3).all())
     with pytest.raises(ValueError):
         table.columns["pid"][0] = 7
@@ -59,7 +63,9 @@ def test_a_column_that_changes_is_kept_whole(tmp_path: Path, chunk_bytes: int) -
     ]
     path = write_trace(tmp_path / "t.json", events, rank=0)
     table = merge_tables([load_file(path, chunk_bytes=chunk_bytes)])
-    assert table.columns["tid"].tolist() == [1, 1, 2, 1, 7] and _resident(table.columns["tid"]) == 8 * len(table)
+    assert table.columns["tid"].tolist() == [1, 1, 2, 1, 7] and _resident(table.columns["tid"]) == 8 * len(
+        table
+    )
     assert table.columns["correlation"].tolist() == [-1, -1, -1, 5, 5]
     assert table.columns["stream"].tolist() == [-1, -1, -1, -1, 7]
     assert constant_value(table.columns["pid"]) is None and constant_value(table.columns["rank"]) == 0

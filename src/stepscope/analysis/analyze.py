@@ -31,6 +31,7 @@ from stepscope.analysis.rank.collectives import (
     rank_instances,
     wait_intervals,
 )
+from stepscope.analysis.rank.groups import KnownGroups
 from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.rank.overlap import CommOverlap, comm_compute_overlap
@@ -142,11 +143,14 @@ def analyze_rank_part(
     comm_patterns: Sequence[str] = (),
     steps: tuple[int | None, int | None] | None = None,
     cross_rank: bool = True,
+    known_groups: KnownGroups | None = None,
 ) -> RankPart:
     """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_path`'s tasks).
 
     `cross_rank=False`: no other rank will be compared with this one, so its summary leaves out the CPU ops'
-    self time per step (only a straggler's cause reads it; on a big trace it is a third of the analysis)."""
+    self time per step (only a straggler's cause reads it; on a big trace it is a third of the analysis).
+    `known_groups`: the job's process groups by name ({description, ranks, backend, mesh_dim}), where a record
+    of them is at hand (rank/groups.py)."""
     data = prepare_rank(
         table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
     )
@@ -156,7 +160,8 @@ def analyze_rank_part(
     summary = summarize_rank(data, ops=cross_rank)
     keep_op_trees(data.table, ("cpu_op",))
     result = analyze_rank(data, top=top, comm=summary.comm)
-    instances = rank_instances(data, table.ranks[rank].world_size if rank in table.ranks else None)
+    world = table.ranks[rank].world_size if rank in table.ranks else None
+    instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)
     return RankPart(result, findings, instances, summary)
 

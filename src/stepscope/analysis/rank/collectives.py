@@ -39,6 +39,8 @@ from stepscope.analysis.rank.comm_names import (
     kernel_collective,
     nccl_algorithm,
 )
+from stepscope.analysis.rank.groups import GroupResolver, KnownGroups, parse_ranks
+from stepscope.analysis.rank.issued import IssuedOps
 from stepscope.analysis.rank.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.read.table import MISSING, TraceTable
@@ -57,7 +59,11 @@ class Instances:
     source: str | None  # one of SOURCES; None: no collective
     time_source: str | None  # "device", "cpu" (gloo/mpi/ucc), "cpu enqueue" (NCCL without kernels), None
     kind: list[str]
-    group: list[str]  # process-group name; "" when the trace does not say
+    group: list[str]  # process-group name; "" when unknown (see groups.py)
+    group_desc: list[str]  # the group's description ("mesh_tp", "default_pg"); "" unknown
+    group_ranks: list[tuple[int, ...] | None]  # its ranks, None unknown
+    dim: list[str | None]  # mesh dimension, else description, else None
+    group_source: list[str]  # how the group is known: groups.GROUP_SOURCES
     group_size: np.ndarray  # -1 unknown
     issue: np.ndarray  # when the rank issued it (kernel launch, range start)
     start: np.ndarray
@@ -82,7 +88,7 @@ class CollectiveStats(msgspec.Struct):
 
     rank: int
     kind: str
-    group: str | None  # process-group name, null when the trace does not say
+    group: str | None  # process-group name, null when unknown (group_source says how it is known)
     group_size: int | None
     count: int
     source: str  # kernel | backend_range | record_param_comms | c10d_op
@@ -95,20 +101,56 @@ class CollectiveStats(msgspec.Struct):
     busbw_gbps: float | None  # algbw x nccl-tests' factor for the kind and group size
     algorithms: list[str]
     dtypes: list[str]
+    dim: str | None = (
+        None  # the group's mesh dimension ("tp"), else its description ("default_pg"), else null
+    )
+    group_source: str = "unknown"  # trace (record_param_comms) | only group (the rank's one group) | unknown
+    group_ranks: list[int] | None = None  # the group's ranks where known
 
 
-def rank_instances(data: RankData, world_size: int | None = None) -> Instances:
-    """The collectives of one prepared rank, issued inside its window."""
+def rank_instances(
+    data: RankData, world_size: int | None = None, known_groups: KnownGroups | None = None
+) -> Instances:
+    """The collectives of one prepared rank, issued inside its window, each in its process group (groups.py;
+    `known_groups`: name -> {description, ranks, backend, mesh_dim} of the job's groups, where known)."""
+    info = data.table.ranks.get(data.rank)
+    resolver = GroupResolver(data.rank, info.process_groups if info else [], known_groups)
+    out = _instances(data, world_size)
+    for i, (name, desc, ranks) in enumerate(zip(out.group, out.group_desc, out.group_ranks, strict=True)):
+        group = resolver.resolve(name, desc, ranks)
+        out.group[i], out.group_desc[i], out.group_ranks[i] = group.name, group.description, group.ranks
+        out.dim.append(group.dim)
+        out.group_source.append(group.source)
+    return out
+
+
+def _instances(data: RankData, world_size: int | None) -> Instances:
     table = data.table
     comm = data.gpu.of_kind(COMMUNICATION)
     comm = comm.select(comm.cat == table.cat_id("kernel")) if len(comm) else comm
+    everywhere = _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    issued = IssuedOps(table, everywhere)
     if len(comm):
-        return _kernel_instances(data, comm)
-    ranges = _cpu_rows(table, data.lo, data.hi)
+        return _kernel_instances(data, comm, issued)
+    ranges = [r for r in everywhere if data.lo <= table.columns["ts"][r[0]] < data.hi]
     backend = [r for r in ranges if r[1] == "backend_range" and _backend(table, r[0]) in CPU_BACKENDS]
     if backend:
+        everywhere_backend = [
+            r for r in everywhere if r[1] == "backend_range" and _backend(table, r[0]) in CPU_BACKENDS
+        ]
+        paired = issued.pair_ranges(everywhere_backend)
+        backend = [
+            (row, source, issued.kind.get(paired.get(row, MISSING), kind)) for row, source, kind in backend
+        ]
         return _range_instances(table, data.rank, backend, world_size)
-    return _counted_instances(table, data.rank, ranges)
+    # the issued op names what the events inside it ran; c10d ops under another issued op are that one
+    counted = []
+    for row, source, kind in ranges:
+        op = issued.enclosing(row)
+        if source == "c10d_op" and op != row:
+            continue
+        counted.append((row, source, issued.kind.get(op, kind)))
+    return _counted_instances(table, data.rank, counted)
 
 
 def communication_intervals(data: RankData) -> iv.Intervals | None:
@@ -149,7 +191,7 @@ def wait_intervals(inst: Instances, wait_ns: np.ndarray) -> iv.Intervals:
 
 def _empty(rank: int) -> Instances:
     z = np.zeros(0, dtype=np.int64)
-    return Instances(rank, None, None, [], [], z, z, z, z, z, z, [], [], z)
+    return Instances(rank, None, None, [], [], [], [], [], [], z, z, z, z, z, z, [], [], z)
 
 
 def _text(table: TraceTable, column: str, row: int) -> str:
@@ -161,10 +203,11 @@ def _int(table: TraceTable, column: str, row: int) -> int:
     return int(table.columns[column][row]) if row != MISSING else MISSING
 
 
-def _message(table: TraceTable, rows: list[int]) -> tuple[int, int, str, int, str]:
-    """(in bytes, out bytes, dtype, group size, group) from the first row among `rows` that has each."""
+def _message(table: TraceTable, rows: list[int]) -> tuple[int, int, str, int, tuple[str, str, str]]:
+    """(in bytes, out bytes, dtype, group size, group (name, description, ranks)) from the first row among `rows`
+    that has each."""
     in_b = out_b = size = MISSING
-    dtype = group = ""
+    dtype = group = desc = ranks = ""
     for row in rows:
         if row == MISSING:
             continue
@@ -178,10 +221,11 @@ def _message(table: TraceTable, rows: list[int]) -> tuple[int, int, str, int, st
             size = _int(table, "args_group_size", row)
         if not group:
             group = _text(table, "args_pg_name", row)
-    return in_b, out_b, dtype, size, group
+            desc, ranks = _text(table, "args_pg_desc", row), _text(table, "args_pg_ranks", row)
+    return in_b, out_b, dtype, size, (group, desc, ranks)
 
 
-def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
+def _kernel_instances(data: RankData, comm: GpuEvents, issued: IssuedOps) -> Instances:
     table = data.table
     launch = np.where(comm.launch == MISSING_TS, comm.start, comm.launch)
     # kernels launched in the same collective range are one instance
@@ -197,16 +241,18 @@ def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
         rows = [int(comm.row[i]) for i in g.tolist()]
         context = int(comm.context[g[0]])
         named = [collective_kind(_text(table, "args_collective", r)) for r in rows]
-        # the launching range says what the collective is (NCCL runs an all-to-all as SendRecv kernels)
+        # the issued op, else the launching range says what the collective is (NCCL runs an all-to-all as
+        # SendRecv kernels)
         kind = (
-            next((k for k in named if k), None)
+            issued.kind.get(issued.enclosing(context))
+            or next((k for k in named if k), None)
             or _context_kind(table, context)
             or next((k for k in map(kernel_collective, names) if k), None)
             or "other"
         )
         in_b, out_b, dtype, size, group = _message(table, [*rows, context])
         out.kind.append(kind)
-        out.group.append(group)
+        _add_group(out, group)
         out.dtype.append(dtype)
         out.algorithm.append(next((a for a in map(nccl_algorithm, names) if a), ""))
         cols["row"].append(int(comm.row[g[0]]))
@@ -218,6 +264,12 @@ def _kernel_instances(data: RankData, comm: GpuEvents) -> Instances:
         cols["size"].append(size)
     _set_arrays(out, cols)
     return out
+
+
+def _add_group(out: Instances, group: tuple[str, str, str]) -> None:
+    out.group.append(group[0])
+    out.group_desc.append(group[1])
+    out.group_ranks.append(parse_ranks(group[2]))
 
 
 def _context_kind(table: TraceTable, row: int) -> str | None:
@@ -306,7 +358,7 @@ def _row_instances(
         cols["row"].append(row)
         in_b, out_b, dtype, size, group = _message(table, [row])
         out.kind.append(kind)
-        out.group.append(group)
+        _add_group(out, group)
         out.dtype.append(dtype)
         out.algorithm.append("")
         cols["issue"].append(int(ts[row]))
@@ -327,7 +379,7 @@ def collective_stats(inst: Instances, wait_ns: np.ndarray | None = None) -> list
         return []
     timed = inst.time_source is not None
     by_key: dict[tuple[str, str], list[int]] = {}
-    for i, key in enumerate(zip(inst.kind, inst.group, strict=True)):
+    for i, key in enumerate(zip(inst.kind, inst.group, strict=True)):  # a group name means one group
         by_key.setdefault(key, []).append(i)
     stats = []
     for (kind, group), idx in by_key.items():
@@ -368,6 +420,9 @@ def collective_stats(inst: Instances, wait_ns: np.ndarray | None = None) -> list
                 busbw_gbps=None if busbw is None else round(busbw, 6),
                 algorithms=sorted({inst.algorithm[i] for i in idx} - {""}),
                 dtypes=sorted({inst.dtype[i] for i in idx} - {""}),
+                dim=inst.dim[idx[0]],
+                group_source=inst.group_source[idx[0]],
+                group_ranks=None if (members := inst.group_ranks[idx[0]]) is None else list(members),
             )
         )
     return sorted(stats, key=lambda s: (-(s.time_ms or 0.0), -s.count, s.kind, s.group or ""))

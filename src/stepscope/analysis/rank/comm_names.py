@@ -38,6 +38,13 @@ _NOT_COLLECTIVES = {"wait", "init", "split", "monitoredbarrier", ""}
 BACKEND_RANGE = re.compile(r"^(nccl|gloo|ucc|mpi|xccl|hccl|rccl):(.+)$")
 # Backends whose range on the CPU is the collective itself (not an enqueue for a GPU).
 CPU_BACKENDS = frozenset({"gloo", "mpi", "ucc"})
+# Functional collectives (DTensor, tensor parallel, torch.compile): `_c10d_functional::all_reduce`, ...; their
+# `wait_tensor` is the wait, not a collective.
+FUNCTIONAL_PREFIXES = ("_c10d_functional::", "c10d_functional::", "_c10d_functional_autograd::")
+# Collectives a backend runs as another kind: (issued kind, the backend range's kind). gloo has no
+# reduce-scatter of one tensor: `c10d::_reduce_scatter_base_` runs as a `gloo:all_reduce` range.
+RUN_AS = frozenset({("reduce_scatter", "all_reduce")})
+KNOWN_KINDS = frozenset(_KINDS.values())
 NCCL_KERNEL = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 # NCCL's algorithm and protocol, as its kernel names spell them (`..._RING_LL`, `..._TREE_SIMPLE`).
 NCCL_ALGORITHM = re.compile(r"(RING|TREE|COLLNET_DIRECT|COLLNET_CHAIN|NVLS_TREE|NVLS|PAT)_(LL128|LL|SIMPLE)")
@@ -56,12 +63,18 @@ def collective_kind(raw: str) -> str | None:
 
 def cpu_collective(name: str) -> tuple[str, str] | None:
     """(source, kind) of a CPU-side collective event by its name: `record_param_comms` (kind "" until its args
-    say), a c10d op (`c10d::allreduce_`) or a backend range (`gloo:all_reduce`); None for anything else."""
+    say), a c10d op (`c10d::allreduce_`) or functional collective (`_c10d_functional::all_reduce`, source
+    "c10d_op" too: both are what the job issued) or a backend range (`gloo:all_reduce`); None for anything
+    else."""
     if name == "record_param_comms":
         return ("record_param_comms", "")
     if name.startswith("c10d::"):
         kind = collective_kind(name[len("c10d::") :])
         return ("c10d_op", kind) if kind else None
+    for prefix in FUNCTIONAL_PREFIXES:
+        if name.startswith(prefix):
+            kind = collective_kind(name[len(prefix) :])
+            return ("c10d_op", kind) if kind in KNOWN_KINDS else None
     match = BACKEND_RANGE.match(name)
     if match is not None:
         kind = collective_kind(match.group(2))

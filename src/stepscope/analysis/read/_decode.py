@@ -355,5 +355,7 @@ def read_header(info: RankInfo, header: dict[str, Any]) -> None:
     backend = dist.get("backend")
     info.backend = backend if isinstance(backend, str) else None
     info.merge_header = header.get("stepscopeMerge")
+    groups = dist.get("pg_config")
+    info.process_groups = [g for g in groups if isinstance(g, dict)] if isinstance(groups, list) else []
     props = header["deviceProperties"]
     info.device_properties = [d for d in props if isinstance(d, dict)] if isinstance(props, list) else []

@@ -170,11 +170,14 @@ def rare_rows(args: list[Any]) -> list[int]:
         if a.s_collective is not None
         or a.s_dtype is not None
         or a.s_pg_name is not None
+        or a.s_pg_desc is not None
+        or a.s_pg_ranks is not None
         or a.i_in_nelems is not None
         or a.i_out_nelems is not None
         or a.i_group_size is not None
     ]
 
 
-if RARE_FIELDS != ("s_collective", "s_dtype", "s_pg_name", "i_in_nelems", "i_out_nelems", "i_group_size"):
+_RARE_TESTED = ("s_collective", "s_dtype", "s_pg_name", "s_pg_desc", "s_pg_ranks")
+if (*_RARE_TESTED, "i_in_nelems", "i_out_nelems", "i_group_size") != RARE_FIELDS:
     raise AssertionError("rare_rows must test every field of RARE_FIELDS")

@@ -62,6 +62,8 @@ STRING_ARGS: dict[str, str] = {
     "collective": "Collective name",  # record_param_comms and NCCL kernels
     "dtype": "dtype",
     "pg_name": "Process Group Name",
+    "pg_desc": "Process Group Description",
+    "pg_ranks": "Process Group Ranks",  # a text: "[0, 1]"
 }
 # Integer args kept per row (-1 when absent; sparse). On gloo/mpi/ucc ranges (`gloo:all_reduce`) without them,
 # `args_in_nelems` / `args_dtype` come from the recorded shapes instead (see shapes_message).
@@ -270,6 +272,8 @@ class RankInfo:
     world_size: int | None = None
     backend: str | None = None
     device_properties: list[dict[str, Any]] = field(default_factory=list)
+    # distributedInfo.pg_config: the rank's process groups, {pg_name, pg_desc, pg_size, ranks, ...} each
+    process_groups: list[dict[str, Any]] = field(default_factory=list)
     merge_header: Any = None  # a merged trace's `stepscopeMerge` (the loader splits it into its ranks)
 
 
