@@ -112,12 +112,14 @@ def analyze(
     top: int = 10,
     comm_patterns: Sequence[str] = (),
     steps: tuple[int | None, int | None] | None = None,
+    known_groups: KnownGroups | None = None,
 ) -> AnalysisResult:
     """Analyse every rank of `table` over its profiler-step window (the last step dropped on request).
 
     `comm_patterns`: regexes; GPU kernels whose names match one are communication (docs/analysis.md).
     `steps`: (first, last) step numbers, inclusive (None: open): only those ProfilerSteps form the window;
-    InputError when a rank has none of them."""
+    InputError when a rank has none of them. `known_groups`: the job's process groups by name, where a record of
+    them is at hand (analyze_rank_part)."""
     ranks = table.rank_ids()
     parts = [
         analyze_rank_part(
@@ -126,6 +128,7 @@ def analyze(
             drop_last_step=drop_last_step,
             top=top,
             comm_patterns=comm_patterns,
+            known_groups=known_groups,
             steps=steps,
             cross_rank=len(ranks) > 1,
         )

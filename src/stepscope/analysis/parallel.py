@@ -30,6 +30,7 @@ from stepscope.analysis.read.loader import (
     split_merged,
 )
 from stepscope.analysis.read.table import MISSING, RankInfo
+from stepscope.analysis.run.folder import recorded_groups
 from stepscope.analysis.tasks import ExecutorError, ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
 
@@ -46,6 +47,7 @@ class Options:
     top: int = 10
     comm_patterns: tuple[str, ...] = ()
     steps: tuple[int | None, int | None] | None = None
+    known_groups: dict[str, dict[str, Any]] | None = None  # the run folder's record of the process groups
 
 
 @dataclass
@@ -86,13 +88,19 @@ def analyze_path(
     analyze). Raises InputError (a bad file, or no step in `steps`) or ExecutorError."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
-    options = Options(drop_last_step, top, tuple(comm_patterns), steps)
     files, window_notices = find_traces(Path(path), step)
+    known = recorded_groups(path)  # a run folder's record of the job's process groups
+    options = Options(drop_last_step, top, tuple(comm_patterns), steps, known)
     if len(files) == 1 and executor == "local":
         workers = jobs if jobs is not None else default_jobs()
         table = load_trace(path, step=step, workers=workers, progress=progress, flows=False)
         return analyze(
-            table, drop_last_step=drop_last_step, top=top, comm_patterns=comm_patterns, steps=steps
+            table,
+            drop_last_step=drop_last_step,
+            top=top,
+            comm_patterns=comm_patterns,
+            steps=steps,
+            known_groups=known,
         )
     skipped = skipping(path)
     sizes = [estimated_json_bytes(f) for f, _ in files]
@@ -149,6 +157,7 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
             top=options.top,
             comm_patterns=options.comm_patterns,
             steps=options.steps,
+            known_groups=options.known_groups,
         )
         result.parts.append((declared, part))
 

@@ -67,6 +67,28 @@ class Run:
         return load_trace(self.path, step=step, progress=progress)
 
 
+def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
+    """The job's process groups by name ({description, ranks, backend, mesh_dim}) as its profiled ranks recorded
+    them in a run folder (kind `process_groups`); None for a path that is not a run folder or has no record.
+    What the collectives analysis takes as `known_groups`."""
+    from stepscope.runfolder import is_run_folder
+
+    if not Path(path).is_dir() or not is_run_folder(path):
+        return None
+    manifest, notes = load_manifest(Path(path))
+    records = [
+        g
+        for a in manifest.of_kind(ArtifactKind.PROCESS_GROUPS)
+        if (g := _read_json(Path(path) / a.path, ProcessGroups, notes))
+    ]
+    groups, _, _ = job_groups(records)
+    known = {
+        g.name: {"description": g.description, "ranks": g.ranks, "backend": g.backend, "mesh_dim": g.mesh_dim}
+        for g in groups
+    }
+    return known or None
+
+
 def load_run(path: str | Path) -> Run:
     """Read a run folder whole. Raises InputError when `path` is not a readable run folder. A damaged manifest
     is replaced by the index of the files in the folder, with a note."""
