@@ -25,6 +25,9 @@ from ._train import make_training
 TESTS = Path(__file__).resolve().parent
 PRELUDE = f"""
 import atexit, os, signal, sys
+# Ctrl-C as a terminal delivers it, even where the suite runs in the background (which ignores SIGINT, and the job
+# would inherit that)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {str(TESTS)!r})
 import torch
 import stepscope
