@@ -285,6 +285,7 @@ def test_analysis_without_flow_events_is_the_same(name: str) -> None:
     from stepscope.analysis.analyze import analyze
     from stepscope.analysis.parallel import analyze_path
     from stepscope.analysis.read.loader import load_trace
+    from stepscope.analysis.read.table import STRING_ARGS
 
     path = SHARED_TRACES / name
     with_flows = load_trace(path, workers=1)
@@ -296,7 +297,7 @@ def test_analysis_without_flow_events_is_the_same(name: str) -> None:
         expected = with_flows.columns[key][~is_flow]
         if key == "cat":  # codes of each table's own symbols: compared as the strings
             column, expected = _symbols(without.cats, column), _symbols(with_flows.cats, expected)
-        elif key == "name" or key in ("args_collective", "args_dtype", "args_pg_name"):
+        elif key == "name" or key in {f"args_{k}" for k in STRING_ARGS}:
             column, expected = _symbols(without.names, column), _symbols(with_flows.names, expected)
         assert np.array_equal(column, expected), key
     full = msgspec.json.encode(analyze(with_flows))

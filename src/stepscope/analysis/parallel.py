@@ -30,7 +30,6 @@ from stepscope.analysis.read.loader import (
     split_merged,
 )
 from stepscope.analysis.read.table import MISSING, RankInfo
-from stepscope.analysis.run.folder import recorded_groups
 from stepscope.analysis.tasks import ExecutorError, ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
 
@@ -89,7 +88,7 @@ def analyze_path(
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
     files, window_notices = find_traces(Path(path), step)
-    known = recorded_groups(path)  # a run folder's record of the job's process groups
+    known = _recorded_groups(path)
     options = Options(drop_last_step, top, tuple(comm_patterns), steps, known)
     if len(files) == 1 and executor == "local":
         workers = jobs if jobs is not None else default_jobs()
@@ -120,6 +119,16 @@ def analyze_path(
     if not kept:
         raise skipped.nothing_left(path)
     return _combine(kept, [*window_notices, *skipped.notices])
+
+
+def _recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
+    """A run folder's record of the job's process groups (None for a file, whose analysis then imports none of
+    the run folder's modules)."""
+    if not Path(path).is_dir():
+        return None
+    from stepscope.analysis.run.folder import recorded_groups
+
+    return recorded_groups(path)
 
 
 # --- one task ----------------------------------------------------------------------------------------
