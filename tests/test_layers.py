@@ -85,7 +85,7 @@ def module_package(module: str) -> str:
 
 
 def test_no_private_name_is_imported_from_another_package() -> None:
-    # DESIGN.md: no private name crosses a package (`lint-imports` checks the private modules; names are here)
+    # docs/architecture.md: no private name crosses a package (`lint-imports` checks the private modules; names are here)
     crossing = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -158,7 +158,7 @@ def analyze_rank_part(
         table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
     )
     # The cross-rank summary first: the nesting of every host op it computes for the ops' self times is needed
-    # after it only for the cpu_ops (derived from it now); the table's other row caches are dropped (on a big
+    # after it only for the cpu_ops (derived from it now); the table's other derived values are dropped (on a big
     # trace they are a hundred MB or more, which would add to the peaks of what follows)
     summary = summarize_rank(data, ops=cross_rank)
     keep_op_trees(data.table, ("cpu_op",))

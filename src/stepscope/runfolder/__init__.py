@@ -2,8 +2,9 @@
 
 `layout` names every path and artifact kind, `manifest` indexes the folder under a cross-platform lock,
 `payloads` types every file stepscope reads back, `atomic` writes files that are never seen half-written,
-`files` opens only regular files (never waiting on a FIFO); `manifest` also indexes a folder by its layout
-(`manifest_from_files`) when its manifest is damaged or missing.
+`files` opens only regular files (never waiting on a FIFO), `entries` holds the manifest's types, `lock` its
+lock, and `recover` indexes a folder by its layout (`manifest_from_files`) when its manifest is damaged or
+missing.
 Readers take `load_manifest` (the manifest completed, or replaced when damaged, by the files in the folder);
 `read_manifest` is the file as written.
 """
