@@ -6,8 +6,9 @@ The names below are this package's public API, imported on first use (importing 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from stepscope.analysis.rank.breakdown import kernel_type_breakdown, temporal_breakdown
@@ -56,8 +57,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

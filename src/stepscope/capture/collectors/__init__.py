@@ -9,8 +9,9 @@ pays only for the collectors it runs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from stepscope.capture.collector import Collector
@@ -60,10 +61,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def collector_classes(config: ProfileConfig) -> list[type[Collector]]:

@@ -8,8 +8,9 @@ run name), `report` (the report at close, made by a child process). Names are im
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from stepscope.capture.output.dist import agree_run_name, new_run_name, rank_and_world
@@ -38,7 +39,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

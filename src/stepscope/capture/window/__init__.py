@@ -11,8 +11,9 @@ that only requests a window (`stepscope trigger`) never needs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from stepscope.capture.window.budget import TraceBudget, TraceSize, measure_trace
@@ -46,7 +47,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
