@@ -30,7 +30,7 @@ from stepscope.analysis.read.table import (
     constant_column,
     constant_value,
 )
-from stepscope.analysis.tasks import ProgressCallback, run_tasks
+from stepscope.analysis.tasks import ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
 
 __all__ = [
@@ -321,7 +321,7 @@ def _choose_workers(workers: int | None, sizes: list[int]) -> int:
         return max(1, min(workers, len(sizes)))
     if len(sizes) < 2 or sum(sizes) < POOL_MIN_BYTES:
         return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = cpu_count()
     idle = cpus - os.getloadavg()[0] if hasattr(os, "getloadavg") else cpus - 1
     if idle < MIN_IDLE_CPUS:
         return 1

@@ -76,12 +76,7 @@ def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
     if not Path(path).is_dir() or not is_run_folder(path):
         return None
     manifest, notes = load_manifest(Path(path))
-    records = [
-        g
-        for a in manifest.of_kind(ArtifactKind.PROCESS_GROUPS)
-        if (g := _read_json(Path(path) / a.path, ProcessGroups, notes))
-    ]
-    groups, _, _ = job_groups(records)
+    groups, _, _ = job_groups(_process_groups(Path(path), manifest, notes))
     known = {
         g.name: {"description": g.description, "ranks": g.ranks, "backend": g.backend, "mesh_dim": g.mesh_dim}
         for g in groups
@@ -114,12 +109,17 @@ def load_run(path: str | Path) -> Run:
         a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, SystemRow, notes))
         for a in manifest.of_kind(ArtifactKind.SYSTEM)
     }
-    groups = [
+    groups = _process_groups(path, manifest, notes)
+    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups)
+
+
+def _process_groups(path: Path, manifest: Manifest, notes: list[str]) -> list[ProcessGroups]:
+    """Each profiled rank's record of its process groups."""
+    return [
         g
         for a in manifest.of_kind(ArtifactKind.PROCESS_GROUPS)
         if (g := _read_json(path / a.path, ProcessGroups, notes))
     ]
-    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups)
 
 
 def _read_bytes(path: Path, notes: list[str]) -> bytes | None:
