@@ -15,6 +15,7 @@ import msgspec
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm import comm_findings
 from stepscope.analysis.findings.groups import group_across_ranks
+from stepscope.analysis.findings.pipeline import pipeline_findings
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_finding
 from stepscope.analysis.rank.breakdown import (
     KernelTypes,
@@ -36,10 +37,12 @@ from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.rank.overlap import CommOverlap, comm_compute_overlap
 from stepscope.analysis.rank.overview import StepCategories, add_comm_waiting, step_categories
+from stepscope.analysis.rank.pipeline import RankPipeline, rank_pipeline
 from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
+from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis
 from stepscope.analysis.ranks.straggler import Straggler
 from stepscope.analysis.read.table import TraceTable
 
@@ -90,6 +93,9 @@ class AnalysisResult(msgspec.Struct):
     findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
+    pipeline: Pipeline | None = (
+        None  # pipeline parallelism: stages, micro-batches, bubbles; null: none recognised
+    )
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -103,6 +109,7 @@ class RankPart:
     findings: list[Finding]
     instances: Instances
     summary: RankDigest
+    pipeline: RankPipeline | None = None
 
 
 def analyze(
@@ -166,7 +173,7 @@ def analyze_rank_part(
     world = table.ranks[rank].world_size if rank in table.ranks else None
     instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)
-    return RankPart(result, findings, instances, summary)
+    return RankPart(result, findings, instances, summary, rank_pipeline(data, instances, known_groups))
 
 
 def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:
@@ -191,8 +198,12 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
-    findings = rank_by_cost(group_across_ranks(findings))
-    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices])
+    pipeline = pipeline_analysis({p.analysis.rank: p.pipeline for p in parts})
+    # (one finding for the whole pipeline, naming its stages' ranks: not grouped)
+    findings = rank_by_cost([*group_across_ranks(findings), *pipeline_findings(pipeline, summaries)])
+    return AnalysisResult(
+        SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices], pipeline=pipeline
+    )
 
 
 def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) -> RankAnalysis:
