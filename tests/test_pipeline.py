@@ -132,3 +132,30 @@ def test_a_job_without_a_pipeline_has_none(runs: dict[str, Path]) -> None:
     assert result["pipeline"] is None
     assert not [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
     assert any(c["kind"] == "all_reduce" for c in result["ranks"][0]["collectives"])
+
+
+@pytest.mark.slow
+def test_terminal_and_report_show_the_stages(runs: dict[str, Path], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from stepscope.cli import cli
+
+    # GIVEN the GPipe run, analysed as JSON
+    stages = analyze_json(runs["gpipe"])["pipeline"]["stages"]
+    # WHEN analyze prints its tables (wide) and report writes the page
+    printed = CliRunner().invoke(cli, ["analyze", str(runs["gpipe"]), "--wide"])
+    assert printed.exit_code == 0, printed.output
+    page = tmp_path / "report.html"
+    written = CliRunner().invoke(cli, ["report", str(runs["gpipe"]), "-o", str(page)])
+    assert written.exit_code == 0, written.output
+    html = page.read_text()
+    # THEN both show the stages' table: every stage's rank and bubble, and the pipeline's line
+    assert "Pipeline stages" in printed.output
+    assert "2 stages, 4 micro-batches a step (from pipelining's ranges); GPipe" in printed.output.replace(
+        "\n", " "
+    )
+    assert 'id="pipeline-stages"' in html or "pipeline-stages" in html
+    for s in stages:
+        bubble = f"{100 * s['bubble']:.1f}%"
+        assert bubble in printed.output and bubble in html
+    assert "Pipeline: 2 stages, 4 micro-batches a step" in html

@@ -13,6 +13,7 @@ from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
 from stepscope.report import _run_sections as run_sections
 from stepscope.report import columns as col
+from stepscope.report._pipeline import add_pipeline
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section, Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -291,6 +292,7 @@ def _ranks(data: ReportData, pc: Charts) -> Section:
         "Each rank's mean step: time outside collectives, moving data, and waiting for the other ranks.",
     )
     s.tables.append(rank_steps_table(cross))
+    add_pipeline(s, result.pipeline)  # (until the Parallelism section holds it)
     if cross.spread_us is not None:
         s.facts.append(
             (

@@ -57,7 +57,7 @@ def pipeline_findings(pipeline: Pipeline | None, ranks: Mapping[int, RankDigest]
     action = _action(pipeline, stage)
     theoretical = pipeline.theoretical_bubble
     beside = (
-        f" (the schedule's theoretical bubble: {fmt_pct(100 * theoretical)})"
+        f"; the schedule's theoretical bubble: {fmt_pct(100 * theoretical)}"
         if theoretical is not None
         else ""
     )
@@ -67,7 +67,7 @@ def pipeline_findings(pipeline: Pipeline | None, ranks: Mapping[int, RankDigest]
         price,
         PIPELINE_BUBBLE.priced_by,
         f"Pipeline stages wait on their neighbours with no compute for {fmt_ms(price.ms)} per step "
-        f"({fmt_pct(price.pct)} of the step; the most on stage {_name(stage)}, rank {worst}){beside}, and every "
+        f"({fmt_pct(price.pct)} of the step; the most on stage {_name(stage)}, rank {worst}{beside}), and every "
         "stage's step lasts as long",
         action,
         {
