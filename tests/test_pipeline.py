@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ._traces import Event, cpu, launched, step, write
 from .test_comm import analyze_json
 
 JOBS = Path(__file__).with_name("_pp_jobs.py")
@@ -159,3 +160,102 @@ def test_terminal_and_report_show_the_stages(runs: dict[str, Path], tmp_path: Pa
         bubble = f"{100 * s['bubble']:.1f}%"
         assert bubble in printed.output and bubble in html
     assert "Pipeline: 2 stages, 4 micro-batches a step" in html
+
+
+# --- synthetic GPU pipelines (NCCL): the peers of c10d ops, the wait as the send / recv kernels ---------------
+SENDRECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+Op = tuple[str, float, float, int]  # (kind: compute | send | recv, kernel start us, duration us, peer)
+
+
+def gpu_rank(ops: list[Op], rank: int, world: int, groups: list[list[int]]) -> dict:  # type: ignore[type-arg]
+    """One rank's trace of a single 1000 us step: each op a kernel; a send / recv issued by its c10d op, whose
+    recorded inputs name the peer (a rank of the op's group), with the launch inside it."""
+    events: list[Event] = [step(1, 0, 1000)]
+    for corr, (kind, ts, dur, peer) in enumerate(ops, start=1):
+        if kind == "compute":
+            events += launched("sm90_xmma_gemm_f16f16_f32", ts - 4, ts, dur, corr)
+            continue
+        op = {"send": "c10d::send", "recv": "c10d::recv_"}[kind]
+        events.append(cpu(op, ts - 6, 4, **{"Concrete Inputs": ["", "", str(peer), "0"]}))
+        events += launched(SENDRECV, ts - 5, ts, dur, corr)
+    pg_config = [
+        {
+            "pg_name": str(i),
+            "pg_desc": "default_pg" if i == 0 else f"group_{i}",
+            "pg_size": len(g),
+            "ranks": g,
+        }
+        for i, g in enumerate(groups)
+    ]
+    info = {
+        "backend": "nccl",
+        "rank": rank,
+        "world_size": world,
+        "pg_count": len(groups),
+        "pg_config": pg_config,
+    }
+    return {"schemaVersion": 1, "traceEvents": events, "distributedInfo": info}
+
+
+def expected_bubble(ops: list[Op]) -> float:
+    """The p2p kernels' time that no compute kernel covers, over the 1000 us step."""
+    compute = _union([(ts, ts + d) for kind, ts, d, _ in ops if kind == "compute"])
+    p2p = _union([(ts, ts + d) for kind, ts, d, _ in ops if kind != "compute"])
+    return sum(b - a for a, b in _minus(p2p, compute)) / 1000
+
+
+def test_gpu_pipeline_of_three_stages_in_a_pipeline_group(tmp_path: Path) -> None:
+    # GIVEN 3 pipeline stages on global ranks 1, 3, 5 of 6: their ops name peers in the pipeline group [1, 3, 5]
+    # (each rank is also in the default group and a data-parallel pair); 2 micro-batches forward, then the
+    # gradients back; the stages' first ops: stage 0 sends, the others receive from the stage before
+    stages: dict[int, list[Op]] = {
+        1: [("compute", 10, 100, 0), ("send", 120, 10, 1), ("compute", 130, 100, 0), ("send", 240, 10, 1),
+            ("recv", 600, 100, 1), ("compute", 700, 200, 0)],
+        3: [("recv", 10, 110, 0), ("compute", 130, 100, 0), ("send", 240, 10, 2), ("recv", 250, 10, 0),
+            ("compute", 260, 100, 0), ("send", 370, 10, 2), ("recv", 500, 60, 2), ("compute", 560, 100, 0),
+            ("send", 670, 10, 0)],
+        5: [("recv", 10, 240, 1), ("compute", 250, 100, 0), ("recv", 360, 20, 1), ("compute", 380, 100, 0),
+            ("send", 490, 10, 1)],
+    }  # fmt: skip
+    for rank, ops in stages.items():
+        groups = [list(range(6)), [1, 3, 5], [rank - 1, rank]]
+        write(tmp_path / f"rank{rank}.json", gpu_rank(ops, rank, 6, groups))
+    result = analyze_json(tmp_path)
+    pipeline = result["pipeline"]
+    # THEN the stages are ranks 1 -> 3 -> 5, the peers read as global ranks through the pipeline group
+    got = [(s["rank"], s["stage"], s["prev"], s["next"]) for s in pipeline["stages"]]
+    assert got == [(1, 0, None, 3), (3, 1, 1, 5), (5, 2, 3, None)]
+    assert (pipeline["num_stages"], pipeline["micro_batches"], pipeline["micro_batches_source"]) == (
+        3,
+        2,
+        "p2p",
+    )
+    assert pipeline["schedule"] is None
+    assert pipeline["theoretical_bubble"] == 0.5  # (3 - 1) / (2 + 3 - 1)
+    # each stage's bubble: its send / recv kernels' time that no compute kernel covers (not its CPU c10d ops)
+    for s in pipeline["stages"]:
+        assert s["bubble"] == pytest.approx(expected_bubble(stages[s["rank"]]), abs=1e-4)
+    # AND the finding: priced by the worst stage (rank 5: 270 us a step), near the schedule's own bubble, so
+    # its action is more micro-batches
+    (found,) = [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
+    assert (found["rank"], found["ranks"], found["cost_ms_per_step"]) == (5, [1, 3, 5], 0.27)
+    assert found["action"].startswith("run more micro-batches per step")
+
+
+def test_a_stage_that_computes_most_is_to_be_balanced(tmp_path: Path) -> None:
+    # GIVEN 2 stages (ranks 0, 1 of 2), 2 micro-batches: stage 1 computes 800 us a step, stage 0 150 us, so
+    # stage 0 waits for it 790 us, far beyond the theoretical third of the step
+    stages: dict[int, list[Op]] = {
+        0: [("compute", 10, 50, 0), ("send", 60, 10, 1), ("compute", 70, 50, 0), ("send", 120, 10, 1),
+            ("recv", 130, 770, 1), ("compute", 900, 50, 0)],
+        1: [("recv", 10, 60, 0), ("compute", 70, 400, 0), ("recv", 470, 10, 0), ("compute", 480, 400, 0),
+            ("send", 880, 10, 0)],
+    }  # fmt: skip
+    for rank, ops in stages.items():
+        write(tmp_path / f"rank{rank}.json", gpu_rank(ops, rank, 2, [[0, 1]]))
+    result = analyze_json(tmp_path)
+    assert [s["bubble"] for s in result["pipeline"]["stages"]] == [0.79, 0.08]
+    # THEN pipeline_bubble says to balance the stages, naming the one that computes most
+    (found,) = [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
+    assert found["cost_ms_per_step"] == 0.79
+    assert found["action"].startswith("balance the stages: stage 1 (rank 1) computes 800 us per step")

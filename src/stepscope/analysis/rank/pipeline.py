@@ -5,7 +5,8 @@ peers; what `torch.distributed.pipelining`'s own ranges say (micro-batches, acti
 Definitions (docs/analysis.md, "Pipeline parallel"):
 
 - point-to-point time: the union of the rank's send / recv collectives (the backend's ranges, `gloo:recv`, or
-  kernels) and of the c10d ops that issued them (`c10d::send`, `c10d::recv_`: the thread is blocked in them);
+  kernels) and, without GPU activity, of the c10d ops that issued them (`c10d::send`, `c10d::recv_`: the thread
+  is blocked in them; on a GPU they only enqueue the kernels);
 - compute: the rank's computation kernels where it has GPU activity, else its CPU ops that are no communication
   (a c10d op, functional collective or record_param_comms, and what runs inside one);
 - wait: point-to-point time that no compute covers, clipped to each ProfilerStep.
@@ -87,9 +88,11 @@ def rank_pipeline(
     send = np.array([table.names[int(names[r])] == "c10d::send" for r in rows.tolist()], dtype=bool)
 
     is_p2p = np.array([k in P2P_KINDS for k in instances.kind], dtype=bool)
+    # on a GPU the ops only enqueue the kernels, which are the wait; on the CPU the thread is blocked in them
+    ops = rows if not data.has_gpu else rows[:0]
     p2p = iv.merge(
-        np.concatenate((instances.start[is_p2p], ts[rows])),
-        np.concatenate((instances.end[is_p2p], ts[rows] + dur[rows])),
+        np.concatenate((instances.start[is_p2p], ts[ops])),
+        np.concatenate((instances.end[is_p2p], ts[ops] + dur[ops])),
     )
     compute = _compute(data)
     waiting = iv.subtract(p2p, compute)
