@@ -61,6 +61,33 @@ def pipeline(schedule: str, out_dir: str, microbatches: int) -> None:
             monitor.step()
 
 
+def interleaved(out_dir: str, microbatches: int) -> None:
+    from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    models = [_layers() for _ in range(2)]
+    stages = [
+        PipelineStage(m, stage_index=rank + i * world, num_stages=2 * world, device=torch.device("cpu"))
+        for i, m in enumerate(models)
+    ]
+    pipe = ScheduleInterleaved1F1B(
+        stages, n_microbatches=microbatches, loss_fn=lambda out, target: (out - target).square().mean()
+    )
+    params = [p for m in models for p in m.parameters()]
+    opt = torch.optim.SGD(params, lr=0.01)
+    with _monitor(models[0], out_dir) as monitor:
+        for _ in range(STEPS):
+            if rank == 0:
+                pipe.step(torch.randn(BATCH, WIDTH))
+            elif rank == world - 1:
+                pipe.step(target=torch.randn(BATCH, WIDTH), losses=[])
+            else:
+                pipe.step()
+            opt.step()
+            opt.zero_grad()
+            monitor.step()
+
+
 def allreduce(out_dir: str) -> None:
     model = _layers()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -84,6 +111,8 @@ def main() -> None:
     for job in jobs:
         if job == "allreduce":
             allreduce(str(out / job))
+        elif job == "interleaved":
+            interleaved(str(out / job), microbatches)
         else:
             pipeline(job, str(out / job), microbatches)
         dist.barrier()

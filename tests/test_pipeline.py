@@ -1,7 +1,7 @@
 """Pipeline parallelism (#28 item 5): stages and their order, micro-batches, each stage's bubble beside the
 schedule's theoretical one, and the `pipeline_bubble` finding, on real torch.distributed.pipelining jobs
-(tests/_pp_jobs.py: 2 stages on 2 gloo ranks, 4 micro-batches, ScheduleGPipe and Schedule1F1B) and a job without
-a pipeline."""
+(tests/_pp_jobs.py: 2 gloo ranks, 4 micro-batches, ScheduleGPipe and Schedule1F1B with a stage per rank,
+ScheduleInterleaved1F1B with two) and a job without a pipeline, and on synthetic NCCL pipelines."""
 
 from __future__ import annotations
 
@@ -23,22 +23,13 @@ Span = tuple[float, float]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The run folder of each job: gpipe, 1f1b, allreduce (one torchrun start for the three)."""
+    """The run folder of each job: gpipe, 1f1b, interleaved, allreduce (one torchrun start for all)."""
     out = tmp_path_factory.mktemp("pp")
     torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [
-        str(torchrun),
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(JOBS),
-        "gpipe,1f1b,allreduce",
-        str(out),
-    ]
+    jobs = ("gpipe", "1f1b", "interleaved", "allreduce")
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(JOBS), ",".join(jobs), str(out)]
     subprocess.run(cmd, check=True, capture_output=True, timeout=240)
-    return {
-        job: next(p for p in (out / job).iterdir() if p.is_dir()) for job in ("gpipe", "1f1b", "allreduce")
-    }
+    return {job: next(p for p in (out / job).iterdir() if p.is_dir()) for job in jobs}
 
 
 def _union(spans: list[Span]) -> list[Span]:
@@ -90,23 +81,29 @@ def trace_bubble(run_dir: Path, rank: int) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("job", "schedule"), [("gpipe", "GPipe"), ("1f1b", None)])
-def test_pipeline_stages_bubbles_and_finding(runs: dict[str, Path], job: str, schedule: str | None) -> None:
-    # GIVEN a 2-stage pipeline on 2 gloo ranks, 4 micro-batches a step, both ranks traced
+@pytest.mark.parametrize(
+    ("job", "schedule", "source", "v"),
+    [("gpipe", "GPipe", "ranges", 1), ("1f1b", None, "p2p", 1), ("interleaved", "interleaved", "ranges", 2)],
+)
+def test_pipeline_stages_bubbles_and_finding(
+    runs: dict[str, Path], job: str, schedule: str | None, source: str, v: int
+) -> None:
+    # GIVEN a pipeline on 2 gloo ranks (v stages each), 4 micro-batches a step, both ranks traced
     result = analyze_json(runs[job])
     pipeline = result["pipeline"]
     # THEN the stages are the ranks in the order the activations flow: 0 -> 1
     stages = pipeline["stages"]
-    assert [(s["rank"], s["stage"], s["prev"], s["next"]) for s in stages] == [
-        (0, 0, None, 1),
-        (1, 1, 0, None),
-    ]
+    order = [(s["rank"], s["stage"], s["prev"], s["next"]) for s in stages]
+    assert order == [(0, 0, None, 1), (1, 1, 0, None)]
     assert pipeline["num_stages"] == 2
-    # the micro-batches: GPipe's "Forward i" ranges; 1F1B leaves none, the first stage's sends count them
+    # the micro-batches: GPipe's "Forward i" ranges, the interleaved schedule's "PP:<stage>F<i>" actions; 1F1B
+    # leaves none, the first stage's sends count them
     assert pipeline["micro_batches"] == 4
-    assert pipeline["micro_batches_source"] == ("ranges" if job == "gpipe" else "p2p")
-    assert pipeline["schedule"] == schedule
-    assert pipeline["theoretical_bubble"] == pytest.approx(1 / 5)  # (p - 1) / (m + p - 1)
+    assert pipeline["micro_batches_source"] == source
+    assert (pipeline["schedule"], pipeline["stages_per_rank"]) == (schedule, v)
+    assert pipeline["theoretical_bubble"] == pytest.approx(
+        1 / (v * 4 + 1), abs=1e-4
+    )  # (p - 1) / (v m + p - 1)
     for s in stages:
         # each stage's bubble is the share of its steps it waits in point-to-point ops with no compute, as the
         # trace file gives it
@@ -120,7 +117,7 @@ def test_pipeline_stages_bubbles_and_finding(runs: dict[str, Path], job: str, sc
     worst = [max(a, b) for a, b in zip(*(s["step_bubble_ms"] for s in stages), strict=True)]
     assert found["cost_ms_per_step"] == pytest.approx(sum(worst) / 2, abs=0.002)
     assert found["ranks"] == [0, 1]
-    assert found["evidence"]["theoretical_bubble_pct"] == 20.0
+    assert found["evidence"]["theoretical_bubble_pct"] == pytest.approx(100 / (v * 4 + 1), abs=0.01)
     assert found["evidence"]["micro_batches"] == 4
     assert found["action"]
 
