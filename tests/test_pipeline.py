@@ -256,3 +256,22 @@ def test_a_stage_that_computes_most_is_to_be_balanced(tmp_path: Path) -> None:
     (found,) = [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
     assert found["cost_ms_per_step"] == 0.79
     assert found["action"].startswith("balance the stages: stage 1 (rank 1) computes 800 us per step")
+
+
+@pytest.mark.slow
+def test_without_recorded_inputs_the_peers_are_unknown_and_said(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    # GIVEN the GPipe job's traces as a job recorded without record_shapes writes them: no Concrete Inputs
+    for path in sorted((runs["gpipe"] / "traces").glob("rank*.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        for event in doc["traceEvents"]:
+            for key in ("Concrete Inputs", "Input Dims", "Input type", "Input Strides"):
+                event.get("args", {}).pop(key, None)
+        write(tmp_path / path.name, doc)
+    result = analyze_json(tmp_path)
+    # THEN no pipeline is recognised, no bubble is priced, and the notices say why (8 ops a step, 2 steps)
+    assert result["pipeline"] is None
+    assert not [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
+    for rank in (0, 1):
+        assert any(n.startswith(f"rank {rank}: its 16 point-to-point ops") for n in result["notices"])

@@ -42,7 +42,7 @@ from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_laun
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
-from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis
+from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
 from stepscope.analysis.ranks.straggler import Straggler
 from stepscope.analysis.read.table import TraceTable
 
@@ -198,12 +198,12 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
-    pipeline = pipeline_analysis({p.analysis.rank: p.pipeline for p in parts})
+    pipe_parts = {p.analysis.rank: p.pipeline for p in parts}
+    pipeline = pipeline_analysis(pipe_parts)
     # (one finding for the whole pipeline, naming its stages' ranks: not grouped)
     findings = rank_by_cost([*group_across_ranks(findings), *pipeline_findings(pipeline, summaries)])
-    return AnalysisResult(
-        SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices], pipeline=pipeline
-    )
+    notes = [*notices, *dist.notices, *pipeline_notices(pipe_parts)]
+    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, notes, pipeline=pipeline)
 
 
 def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) -> RankAnalysis:

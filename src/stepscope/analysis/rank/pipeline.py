@@ -61,6 +61,7 @@ class RankPipeline:
     fill_drain: list[bool] = field(default_factory=list)
     backwards: int = 0
     actions: list[tuple[int, str, int]] = field(default_factory=list)
+    unnamed: int = 0  # point-to-point ops whose peer the trace does not give (recorded without record_shapes)
 
     @property
     def has_peers(self) -> bool:
@@ -70,7 +71,8 @@ class RankPipeline:
 def rank_pipeline(
     data: RankData, instances: Instances, known_groups: KnownGroups | None = None
 ) -> RankPipeline | None:
-    """The pipeline figures of one prepared rank; None when it issued no point-to-point op with a known peer."""
+    """The pipeline figures of one prepared rank; None when it issued no point-to-point op in its window (one whose
+    ops all lack a peer is returned with `unnamed` counting them and nothing else)."""
     table = data.table
     names = table.columns["name"]
     p2p_name = table.names_matching(lambda n: n in P2P_OPS, key="p2p_ops", among=names)
@@ -78,9 +80,13 @@ def rank_pipeline(
     ts, dur = table.columns["ts"], table.columns["dur"]
     rows = rows[(ts[rows] >= data.lo) & (ts[rows] < data.hi)]
     peers = np.asarray(table.columns["args_peer"][rows], dtype=np.int64)
-    rows, peers = rows[peers != MISSING], peers[peers != MISSING]
     if not len(rows) or not len(data.steps):
         return None
+    unnamed = int((peers == MISSING).sum())
+    rows, peers = rows[peers != MISSING], peers[peers != MISSING]
+    if not len(rows):
+        z = np.zeros(0, dtype=np.int64)
+        return RankPipeline(data.rank, z, z, z, z, z, z, z.astype(bool), z, [], None, unnamed=unnamed)
     order = np.argsort(ts[rows], kind="stable")
     rows, peers = rows[order], peers[order]
     starts, ends = data.steps.start, data.steps.end
@@ -114,6 +120,7 @@ def rank_pipeline(
         fill_drain=fill_drain,
         backwards=backwards,
         actions=actions,
+        unnamed=unnamed,
     )
 
 

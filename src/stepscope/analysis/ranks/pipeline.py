@@ -90,6 +90,18 @@ def pipeline_analysis(parts: Mapping[int, RankPipeline | None]) -> Pipeline | No
     return Pipeline(stages, p, m, m_source, schedule, v, theoretical, worst, notes)
 
 
+def pipeline_notices(parts: Mapping[int, RankPipeline | None]) -> list[str]:
+    """What keeps ranks out of the pipeline view: point-to-point ops that name no peer."""
+    out = []
+    for r, part in sorted(parts.items()):
+        if part is not None and part.unnamed and not part.has_peers:
+            out.append(
+                f"rank {r}: its {part.unnamed} point-to-point ops (c10d::send / c10d::recv_) name no peer: no "
+                "pipeline view without the recorded inputs (record_shapes=True)"
+            )
+    return out
+
+
 def _global_peers(ranks: Mapping[int, RankPipeline], notes: list[str]) -> dict[int, np.ndarray]:
     """Each rank's op peers as global ranks (see the module's docstring); ranks whose group stays unknown are left
     out."""
