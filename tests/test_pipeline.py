@@ -275,3 +275,20 @@ def test_without_recorded_inputs_the_peers_are_unknown_and_said(
     assert not [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
     for rank in (0, 1):
         assert any(n.startswith(f"rank {rank}: its 16 point-to-point ops") for n in result["notices"])
+
+
+@pytest.mark.parametrize("send_first", [True, False])
+def test_a_ring_of_sends_is_no_pipeline(tmp_path: Path, send_first: bool) -> None:
+    # GIVEN 4 ranks passing blocks around a ring (context parallelism's pattern): each sends to the next rank and
+    # receives from the one before, three times a step
+    for rank in range(4):
+        ops: list[Op] = []
+        for k in range(3):
+            t = 10 + 300 * k
+            xfer = [("send", t, 20, (rank + 1) % 4), ("recv", t + 30, 20, (rank - 1) % 4)]
+            ops += [*(xfer if send_first else xfer[::-1]), ("compute", t + 60, 200, 0)]
+        write(tmp_path / f"rank{rank}.json", gpu_rank(ops, rank, 4, [[0, 1, 2, 3]]))
+    # THEN analyze recognises no pipeline: no stage receives its first micro-batch from the one that sends to it
+    result = analyze_json(tmp_path)
+    assert result["pipeline"] is None
+    assert not [f for f in result["findings"] if f["id"] == "pipeline_bubble"]

@@ -8,7 +8,10 @@ the schedule where the trace shows them, each stage's bubble, and the schedule's
 - Order: in each step a stage's first point-to-point op is the receive of its first micro-batch's activations
   from the previous stage; the first stage has none, and starts with a send to the next. A rank's `prev` is the
   peer of its first op when that is a receive (most steps decide), its `next` the other peer it exchanges with.
-  Stages are numbered along `next` from each first stage.
+  Stages are numbered along `next` from each first stage, as long as the next stage takes this one as its
+  prev. A rank that exchanges with a third rank besides its prev and next (a ring: context parallelism's
+  send / recv) is no stage, unless pipelining's ranges show it running several stages (an interleaved schedule
+  loops back from the last rank to the first).
 - Bubble: a stage's wait (its point-to-point time that no compute covers, rank/pipeline.py) over its steps'
   time; `theoretical_bubble` = (p - 1) / (v m + p - 1) for p stages, m micro-batches, v stages per rank.
 """
@@ -69,9 +72,17 @@ def pipeline_analysis(parts: Mapping[int, RankPipeline | None]) -> Pipeline | No
     for r, part in ranks.items():
         if r not in peers:
             continue
-        prev[r], nxt[r] = _neighbours(part, peers[r])
+        before, after, extra = _neighbours(part, peers[r])
+        if extra and len({stage for stage, _, _ in part.actions}) < 2:
+            # (a rank running several stages exchanges with more ranks: an interleaved schedule's loop)
+            notes.append(
+                f"rank {r}: it exchanges point-to-point messages with ranks {', '.join(map(str, sorted(extra)))} "
+                "besides its neighbours (a ring?): not a pipeline stage"
+            )
+            continue
+        prev[r], nxt[r] = before, after
     chains = _chains(prev, nxt)
-    if not any(len(c) > 1 or nxt[c[0]] is not None for c in chains):
+    if not any(len(c) > 1 or _alone(c[0], prev, nxt) for c in chains):
         return None
     stage_of = {r: i for chain in chains for i, r in enumerate(chain)}
     complete = [c for c in chains if nxt[c[-1]] is None or nxt[c[-1]] == c[0]]
@@ -85,7 +96,7 @@ def pipeline_analysis(parts: Mapping[int, RankPipeline | None]) -> Pipeline | No
     if p is not None and m is not None and schedule != "zero bubble":
         theoretical = round((p - 1) / (v * m + p - 1), 4)
     worst = max(stages, key=lambda s: s.bubble_ms).rank if stages else None
-    for r in sorted(set(ranks) - set(prev)):
+    for r in sorted(set(ranks) - set(peers)):
         notes.append(f"rank {r}: the process group of its point-to-point ops is unknown; left out")
     return Pipeline(stages, p, m, m_source, schedule, v, theoretical, worst, notes)
 
@@ -135,8 +146,9 @@ def _global_peers(ranks: Mapping[int, RankPipeline], notes: list[str]) -> dict[i
     return out
 
 
-def _neighbours(part: RankPipeline, peers: np.ndarray) -> tuple[int | None, int | None]:
-    """(prev, next) of one rank: its first op in each step decides prev (see the module's docstring)."""
+def _neighbours(part: RankPipeline, peers: np.ndarray) -> tuple[int | None, int | None, set[int]]:
+    """(prev, next, the other peers) of one rank: its first op in each step decides prev (see the module's
+    docstring)."""
     votes: Counter[int | None] = Counter()
     for j in np.unique(part.op_step).tolist():
         first = int(np.flatnonzero(part.op_step == j)[0])
@@ -144,19 +156,27 @@ def _neighbours(part: RankPipeline, peers: np.ndarray) -> tuple[int | None, int 
     prev = votes.most_common(1)[0][0]
     others = [int(s) for s in dict.fromkeys(peers.tolist()) if s != prev]
     if not others:
-        return prev, None
+        return prev, None, set()
     sends = [int(s) for s in dict.fromkeys(peers[part.op_send].tolist()) if s != prev]
-    return prev, (sends or others)[0]
+    nxt = (sends or others)[0]
+    return prev, nxt, set(others) - {nxt}
+
+
+def _alone(r: int, prev: Mapping[int, int | None], nxt: Mapping[int, int | None]) -> bool:
+    """A stage whose neighbours were not traced (one rank of the pipeline profiled)."""
+    return (prev[r] is not None or nxt[r] is not None) and prev[r] not in prev and nxt[r] not in prev
 
 
 def _chains(prev: Mapping[int, int | None], nxt: Mapping[int, int | None]) -> list[list[int]]:
     """The chains of traced stages along `next`, each from a first stage (no prev) or, where the first stage
-    was not traced, from a rank whose prev was not traced; a loop back to the chain's start ends it."""
+    was not traced, from a rank whose prev was not traced; a chain goes on to its next stage only when that one
+    takes it as its prev; a loop back to the chain's start ends it."""
     starts = [r for r in sorted(prev) if prev[r] is None or prev[r] not in prev]
     chains = []
     for start in starts:
         chain = [start]
-        while (n := nxt[chain[-1]]) is not None and n in prev and n not in chain:
+        # a link holds when the next stage receives its first micro-batch from this one
+        while (n := nxt[chain[-1]]) is not None and n in prev and prev[n] == chain[-1] and n not in chain:
             chain.append(n)
         chains.append(chain)
     return chains
