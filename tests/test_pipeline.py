@@ -292,3 +292,27 @@ def test_a_ring_of_sends_is_no_pipeline(tmp_path: Path, send_first: bool) -> Non
     result = analyze_json(tmp_path)
     assert result["pipeline"] is None
     assert not [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
+
+
+@pytest.mark.slow
+def test_one_traced_stage_is_a_stage_whose_place_is_known_only_from_the_first(runs: dict[str, Path]) -> None:
+    # GIVEN one rank's trace alone (the monitor's default traces rank 0 only)
+    (first,) = (runs["gpipe"] / "traces").glob("rank0_*.json.gz")
+    (last,) = (runs["1f1b"] / "traces").glob("rank1_*.json.gz")
+    # THEN the first stage of GPipe is stage 0, sending to rank 1; p is unknown, so is the theoretical bubble
+    pipeline = analyze_json(first)["pipeline"]
+    (stage,) = pipeline["stages"]
+    assert (stage["rank"], stage["stage"], stage["prev"], stage["next"]) == (0, 0, None, 1)
+    assert (pipeline["num_stages"], pipeline["micro_batches"], pipeline["theoretical_bubble"]) == (
+        None,
+        4,
+        None,
+    )
+    # AND the last stage of 1F1B receives from rank 0, its position unknown; the finding still prices its bubble
+    result = analyze_json(last)
+    (stage,) = result["pipeline"]["stages"]
+    assert (stage["rank"], stage["stage"], stage["prev"], stage["next"]) == (1, None, 0, None)
+    assert result["pipeline"]["micro_batches"] is None  # (only the first stage's sends count them)
+    (found,) = [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
+    assert found["cost_ms_per_step"] == pytest.approx(stage["bubble_ms"], abs=0.002)
+    assert "the most on rank 1" in found["message"]

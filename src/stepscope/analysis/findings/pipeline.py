@@ -67,7 +67,7 @@ def pipeline_findings(pipeline: Pipeline | None, ranks: Mapping[int, RankDigest]
         price,
         PIPELINE_BUBBLE.priced_by,
         f"Pipeline stages wait on their neighbours with no compute for {fmt_ms(price.ms)} per step "
-        f"({fmt_pct(price.pct)} of the step; the most on stage {_name(stage)}, rank {worst}{beside}), and every "
+        f"({fmt_pct(price.pct)} of the step; the most on {_name(stage)}{beside}), and every "
         "stage's step lasts as long",
         action,
         {
@@ -89,7 +89,8 @@ def pipeline_findings(pipeline: Pipeline | None, ranks: Mapping[int, RankDigest]
 
 
 def _name(stage: PipelineStage) -> str:
-    return str(stage.stage) if stage.stage is not None else "?"
+    """ "stage 1 (rank 3)", or "rank 3" where its position is unknown."""
+    return f"stage {stage.stage} (rank {stage.rank})" if stage.stage is not None else f"rank {stage.rank}"
 
 
 def _action(pipeline: Pipeline, worst: PipelineStage) -> str:
@@ -113,8 +114,8 @@ def _action(pipeline: Pipeline, worst: PipelineStage) -> str:
             busy.compute_ms - idle.compute_ms >= 0.5 * excess_ms
         ):
             return (
-                f"balance the stages: stage {_name(busy)} (rank {busy.rank}) computes {fmt_ms(busy.compute_ms)} "
-                f"per step against {fmt_ms(idle.compute_ms)} on stage {_name(idle)} (rank {idle.rank}); move "
+                f"balance the stages: {_name(busy)} computes {fmt_ms(busy.compute_ms)} "
+                f"per step against {fmt_ms(idle.compute_ms)} on {_name(idle)}; move "
                 "layers off it"
             )
     if v == 1 and pipeline.schedule != "zero bubble":

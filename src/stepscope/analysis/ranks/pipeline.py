@@ -84,8 +84,9 @@ def pipeline_analysis(parts: Mapping[int, RankPipeline | None]) -> Pipeline | No
     chains = _chains(prev, nxt)
     if not any(len(c) > 1 or _alone(c[0], prev, nxt) for c in chains):
         return None
-    stage_of = {r: i for chain in chains for i, r in enumerate(chain)}
-    complete = [c for c in chains if nxt[c[-1]] is None or nxt[c[-1]] == c[0]]
+    # (numbered from a first stage only: after an untraced one, the position is unknown)
+    stage_of = {r: i for chain in chains if prev[chain[0]] is None for i, r in enumerate(chain)}
+    complete = [c for c in chains if prev[c[0]] is None and (nxt[c[-1]] is None or nxt[c[-1]] == c[0])]
     lengths = {len(c) for c in complete}
     p = lengths.pop() if len(lengths) == 1 else None
     stages = [_stage(ranks[r], stage_of.get(r), prev[r], nxt[r]) for r in sorted(prev)]
