@@ -193,7 +193,9 @@ def _host_threads(data: RankData) -> set[int] | None:
     cols = data.table.columns
     rows = np.flatnonzero(np.isin(cols["ts"], data.steps.start) & (cols["ph"] == _X))
     names = data.table.names
-    tids = {int(cols["tid"][r]) for r in rows.tolist() if names[int(cols["name"][r])].startswith("ProfilerStep")}
+    tids = {
+        int(cols["tid"][r]) for r in rows.tolist() if names[int(cols["name"][r])].startswith("ProfilerStep")
+    }
     return tids or None
 
 

@@ -108,7 +108,12 @@ def _awaited(rep: Replay, j: int) -> int:
 
 
 def _host(
-    host: Counter[str], kinds: Counter[str], phases: dict, rep: Replay, span: tuple[int, int], measured: tuple[int, int]
+    host: Counter[str],
+    kinds: Counter[str],
+    phases: dict,
+    rep: Replay,
+    span: tuple[int, int],
+    measured: tuple[int, int],
 ) -> None:
     """Host time `span` of the replay on the path, by phase: the phases' measured intervals inside `measured` (the
     same stretch in the trace's time), each as long as the replay's clock makes it."""

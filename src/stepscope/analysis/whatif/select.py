@@ -60,7 +60,9 @@ def parse_selector(text: str) -> Selector:
         raise SelectorError(f"{text!r}: the factor must be a finite number >= 0 (0 removes, 0.5 halves)")
     ranks: frozenset[int] | None = None
     at = re.search(r"@([^@]*)$", what)
-    if at is not None and (not what.startswith(("kernel:", "op:")) or re.fullmatch(r"[\d,\-\s]+", at.group(1))):
+    if at is not None and (
+        not what.startswith(("kernel:", "op:")) or re.fullmatch(r"[\d,\-\s]+", at.group(1))
+    ):
         what, spec = what[: at.start()], at.group(1)
         ranks = _ranks(text, spec)
     if what.startswith(("kernel:", "op:")):
@@ -73,7 +75,9 @@ def parse_selector(text: str) -> Selector:
             raise SelectorError(f"{text!r}: bad regular expression {regex!r}: {exc}") from None
         return Selector(text, kind, pattern, ranks, factor)
     if what not in KINDS:
-        raise SelectorError(f"{text!r}: unknown selector {what!r}; one of {', '.join(KINDS)}, kernel:REGEX, op:REGEX")
+        raise SelectorError(
+            f"{text!r}: unknown selector {what!r}; one of {', '.join(KINDS)}, kernel:REGEX, op:REGEX"
+        )
     return Selector(text, what, None, ranks, factor)
 
 
@@ -129,7 +133,9 @@ def _op_spans(graph: RankGraph, pattern: re.Pattern[str] | None) -> iv.Intervals
     assert pattern is not None
     table = graph.data.table
     cols = table.columns
-    matching = table.names_matching(lambda n: pattern.search(n) is not None, key=("whatif_op", pattern.pattern))
+    matching = table.names_matching(
+        lambda n: pattern.search(n) is not None, key=("whatif_op", pattern.pattern)
+    )
     cats = [c for c in (table.cat_id(x) for x in _CPU_CATEGORIES) if c >= 0]
     rows = np.flatnonzero(matching[cols["name"]] & (cols["ph"] == _X) & np.isin(cols["cat"], cats))
     start = cols["ts"][rows]

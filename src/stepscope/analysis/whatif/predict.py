@@ -73,7 +73,9 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
             )
         )
     if len(ranks) > 1:
-        notes.append("ranks are replayed one by one: collectives do not carry one rank's change to the others")
+        notes.append(
+            "ranks are replayed one by one: collectives do not carry one rank's change to the others"
+        )
     job = max(ranks, key=lambda r: r.baseline_step_ms, default=None)
     slowest = max(ranks, key=lambda r: r.predicted_step_ms, default=None)
     return WhatIfResult(
@@ -82,9 +84,14 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         baseline_step_ms=job.baseline_step_ms if job else None,
         replayed_step_ms=max(r.replayed_step_ms for r in ranks) if ranks else None,
         predicted_step_ms=slowest.predicted_step_ms if slowest else None,
-        saving_ms=round(max(r.replayed_step_ms for r in ranks) - slowest.predicted_step_ms, 3) if slowest else None,
+        saving_ms=round(max(r.replayed_step_ms for r in ranks) - slowest.predicted_step_ms, 3)
+        if slowest
+        else None,
         replay_error_pct=(
-            round(100 * (max(r.replayed_step_ms for r in ranks) - job.baseline_step_ms) / job.baseline_step_ms, 3)
+            round(
+                100 * (max(r.replayed_step_ms for r in ranks) - job.baseline_step_ms) / job.baseline_step_ms,
+                3,
+            )
             if job and job.baseline_step_ms
             else None
         ),
