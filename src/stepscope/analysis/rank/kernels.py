@@ -12,23 +12,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.analysis.rank.comm_names import cpu_collective
+from stepscope.analysis.rank.comm_names import cpu_collective, ep_kernel
 from stepscope.analysis.read.table import GPU_CATEGORIES, MISSING, TraceTable
 
 COMPUTATION, COMMUNICATION, MEMORY = 0, 1, 2
 KIND_NAMES: tuple[str, ...] = ("computation", "communication", "memory")
 
-# Communication kernels: NCCL and RCCL (ncclKernel_*, ncclDevKernel_*), DeepEP dispatch/combine, NVSHMEM,
+# Communication kernels: NCCL and RCCL (ncclKernel_*, ncclDevKernel_*), NVSHMEM,
 # MSCCL(++), PyTorch symmetric-memory collectives (one/two-shot and multimem all-reduce, all-gather), vLLM-style
 # custom all-reduce, and kernels that name a collective outright. Gloo collectives run on the CPU.
 # Matched against the lowercased name (an IGNORECASE search is ~7x slower on long kernel names).
 COMMUNICATION_RE = re.compile(
-    r"nccl|rccl|deep_?ep|nvshmem|msccl|symmetric_memory|symm_mem|multimem_|one_shot_all|two_shot_all"
+    r"nccl|rccl|nvshmem|msccl|symmetric_memory|symm_mem|multimem_|one_shot_all|two_shot_all"
     r"|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
 )
 # Each alternative of COMMUNICATION_RE holds one of these, in both spellings of its `_?`: a name that holds none
 # is not searched (the search takes ~5 us on a templated kernel name of 300 characters, these tests ~1 us).
-_COMMUNICATION_HINTS = ("ccl", "deep", "nvshmem", "symm", "multimem_", "all", "reduce")
+_COMMUNICATION_HINTS = ("ccl", "nvshmem", "symm", "multimem_", "all", "reduce")
 if not all(
     any(hint in spelled for hint in _COMMUNICATION_HINTS)
     for alternative in COMMUNICATION_RE.pattern.split("|")
@@ -47,6 +47,10 @@ def kind_of_name(name: str, patterns: Sequence[re.Pattern[str]] = ()) -> int:
     user's communication patterns (`--comm-pattern`), searched in the name as written."""
     low = name.lower()
     if any(hint in low for hint in _COMMUNICATION_HINTS) and COMMUNICATION_RE.search(low):
+        return COMMUNICATION
+    if (
+        ep_kernel(name) is not None
+    ):  # DeepEP and its forks' dispatch / combine / notify (comm_names.EP_KERNEL)
         return COMMUNICATION
     if any(p.search(name) for p in patterns):
         return COMMUNICATION
