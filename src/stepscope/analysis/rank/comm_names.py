@@ -58,7 +58,7 @@ EP_KERNEL = re.compile(
     r"(?:^|[^a-z0-9_])(?:deep_?ep|[a-z0-9_]+::ep)::(?:legacy::)?"
     r"(internode_ll|internode|intranode|low_latency|elastic)::((?:[a-z0-9_]+::)*[a-z0-9_]+)"
 )
-EP_PHASES = ("dispatch", "combine", "notify", "barrier")
+EP_PHASES = ("notify", "dispatch", "combine", "barrier")  # notify first: `notify_dispatch` is notify
 # Async tensor parallel (torch.distributed._symmetric_memory, inductor's micro-pipeline TP): ops that run a
 # matmul and its all-gather / reduce-scatter at once, as `symm_mem::<op>` ops and `<op>` ranges.
 ASYNC_TP_OPS = (
