@@ -90,7 +90,9 @@ def issued_ops(data: RankData, kinds: frozenset[str] | None = None) -> list[Issu
             source = "cpu"
         else:
             time, source = (np.zeros(0, np.int64), np.zeros(0, np.int64)), None  # only counted
-        in_b, out_b, in_split, out_split = _message(data, [*params.get(row, []), row])
+        in_b, out_b, in_split, out_split = _message(
+            data, [*params.get(row, []), row, paired.get(row, MISSING)]
+        )
         out.append(
             IssuedOp(
                 row, table.names[int(cols["name"][row])], kind, start, in_b, out_b, in_split, out_split,
@@ -104,10 +106,12 @@ def _message(
     data: RankData, rows: list[int]
 ) -> tuple[int | None, int | None, list[int] | None, list[int] | None]:
     """(in bytes, out bytes, in splits, out splits) from the first of `rows` with a size (record_param_comms
-    first, then the op's own recorded inputs)."""
+    first, then the op's own recorded inputs, then its CPU backend range's)."""
     table = data.table
     cols = table.columns
     for row in rows:
+        if row == MISSING:
+            continue
         nelems = int(cols["args_in_nelems"][row])
         width = element_bytes(_text(table, "args_dtype", row))
         if nelems < 0 or not width:
