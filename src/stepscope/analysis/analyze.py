@@ -14,6 +14,7 @@ import msgspec
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm import comm_findings
+from stepscope.analysis.findings.expert import ep_findings
 from stepscope.analysis.findings.groups import group_across_ranks
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_finding
 from stepscope.analysis.rank.breakdown import (
@@ -31,6 +32,7 @@ from stepscope.analysis.rank.collectives import (
     rank_instances,
     wait_intervals,
 )
+from stepscope.analysis.rank.expert import Expert, ExpertPart, expert_rank, imbalance
 from stepscope.analysis.rank.groups import KnownGroups
 from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
@@ -39,6 +41,7 @@ from stepscope.analysis.rank.overview import StepCategories, add_comm_waiting, s
 from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
+from stepscope.analysis.rank.tensor import Tensor, TensorRank, tensor_rank
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.ranks.straggler import Straggler
 from stepscope.analysis.read.table import TraceTable
@@ -90,6 +93,10 @@ class AnalysisResult(msgspec.Struct):
     findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
+    expert: Expert | None = None  # expert-parallel all-to-alls and DeepEP kernels; null when none
+    tensor: Tensor | None = (
+        None  # tensor-parallel functional collectives by layer, fused async-TP ops; null: none
+    )
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -103,6 +110,8 @@ class RankPart:
     findings: list[Finding]
     instances: Instances
     summary: RankDigest
+    expert: ExpertPart | None = None
+    tensor: TensorRank | None = None
 
 
 def analyze(
@@ -166,7 +175,7 @@ def analyze_rank_part(
     world = table.ranks[rank].world_size if rank in table.ranks else None
     instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)
-    return RankPart(result, findings, instances, summary)
+    return RankPart(result, findings, instances, summary, expert_rank(data), tensor_rank(data))
 
 
 def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:
@@ -188,11 +197,22 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
             waiting = wait_intervals(instances[result.rank], dist.wait_ns[result.rank])
             add_comm_waiting(result.step_categories, summary.steps, summary.comm_exposed, waiting)
     findings.extend(comm_findings(instances, dist, summaries))
+    expert_parts = {p.analysis.rank: p.expert for p in parts if p.expert is not None}
+    expert = None
+    if expert_parts:
+        expert = Expert(
+            [e.stats for e in expert_parts.values()], imbalance([e.stats for e in expert_parts.values()])
+        )
+        findings.extend(ep_findings(expert_parts, summaries, expert.imbalance))
+    tensor_ranks = [p.tensor for p in parts if p.tensor is not None]
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
     findings = rank_by_cost(group_across_ranks(findings))
-    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices])
+    return AnalysisResult(
+        SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices],
+        expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
+    )  # fmt: skip
 
 
 def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) -> RankAnalysis:
