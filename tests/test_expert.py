@@ -139,7 +139,10 @@ def test_ep_comm_exposed_priced_and_balance_chosen_by_imbalance(tmp_path: Path) 
     (found,) = [f for f in result["findings"] if f["id"] == "ep_comm_exposed"]
     assert found["rank"] == 1 and found["cost_ms_per_step"] == pytest.approx(0.4)
     assert found["pct_of_step"] == pytest.approx(40.0, abs=0.5) and found["severity"] == "high"
-    assert "balance the experts" in found["action"] and "ep_time_ms 1.33" in found["evidence"]["imbalance"]
+    assert (
+        "balance what the ranks send" in found["action"]
+        and "ep_time_ms 1.33" in found["evidence"]["imbalance"]
+    )
 
 
 def test_ep_comm_exposed_overlap_when_balanced(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from stepscope.units import fmt_bytes, fmt_ms, fmt_pct
 EP_COMM_EXPOSED = Rule(
     "ep_comm_exposed",
     "parallelism",
-    "the expert-parallel all-to-all time with no computation running under it",
+    "the all-to-all time (expert parallel, embedding exchange) with no computation running under it",
 )
 RULES = (EP_COMM_EXPOSED,)
 
@@ -28,8 +28,8 @@ EP_SMALL_MESSAGE_BYTES = 256 << 10
 # ... else "overlap dispatch / combine with computation".
 
 BALANCE = (
-    "balance the experts' load: a capacity factor, an auxiliary load-balancing loss or bias, "
-    "or redundant copies of the hot experts"
+    "balance what the ranks send: the experts' load (a capacity factor, an auxiliary load-balancing loss or "
+    "bias, redundant copies of the hot experts) or, for embedding tables, their sharding"
 )
 LOW_LATENCY = (
     "use low-latency all-to-all kernels for these small batches (DeepEP's low_latency mode, "
@@ -38,6 +38,12 @@ LOW_LATENCY = (
 OVERLAP = (
     "overlap dispatch and combine with computation (DeepEP's async mode and receive hooks, "
     "or two micro-batches whose all-to-all runs under the other's computation)"
+)
+# without DeepEP-style kernels the all-to-all may be an MoE's or an embedding exchange's (DLRM)
+OVERLAP_ANY = (
+    "overlap the all-to-all with computation: issue it ahead of its use (async_op=True) so that other work runs "
+    "under it (for MoE, two micro-batches whose all-to-all runs under the other's computation; for embedding "
+    "lookups, the next batch's exchange under this one's dense layers)"
 )
 
 
@@ -72,16 +78,18 @@ def ep_findings(
             action = LOW_LATENCY
             why = f"; its all-to-alls are small ({fmt_bytes(int(mean_bytes))} on average)"
         else:
-            action = OVERLAP
+            action = OVERLAP if transports else OVERLAP_ANY
             why = ""
-        what = "all-to-all (MoE dispatch / combine" + (
-            f": {', '.join(transports)} kernels)" if transports else ")"
+        what = (
+            f"all-to-all (MoE dispatch / combine: {', '.join(transports)} kernels)"
+            if transports
+            else "all-to-all"
         )
         found = priced(
             EP_COMM_EXPOSED.id,
             rank,
             price,
-            "expert-parallel communication time with no computation kernel running",
+            "all-to-all communication time with no computation kernel running",
             f"Exposed {what} takes {fmt_ms(price.ms)} per step ({fmt_pct(price.pct)} of the step; part of any "
             f"comm_bound's exposed time){why}",
             action,
