@@ -39,6 +39,7 @@ from stepscope.analysis.rank.overview import StepCategories, add_comm_waiting, s
 from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
+from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.ranks.straggler import Straggler
 from stepscope.analysis.read.table import TraceTable
@@ -90,6 +91,8 @@ class AnalysisResult(msgspec.Struct):
     findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
+    # communication per step by parallel dimension, per rank and for the job; null without collectives
+    dimensions: Dimensions | None = None
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -192,7 +195,15 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     if slow is not None:
         findings.append(slow)
     findings = rank_by_cost(group_across_ranks(findings))
-    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices])
+    return AnalysisResult(
+        SCHEMA,
+        ranks,
+        dist.cross,
+        dist.straggler,
+        findings,
+        [*notices, *dist.notices],
+        dimensions=dimensions(instances, summaries),
+    )
 
 
 def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) -> RankAnalysis:
