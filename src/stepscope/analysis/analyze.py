@@ -42,6 +42,7 @@ from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_laun
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
 from stepscope.analysis.rank.tensor import Tensor, TensorRank, tensor_rank
+from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.ranks.straggler import Straggler
 from stepscope.analysis.read.table import TraceTable
@@ -93,6 +94,8 @@ class AnalysisResult(msgspec.Struct):
     findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
+    # communication per step by parallel dimension, per rank and for the job; null without collectives
+    dimensions: Dimensions | None = None
     expert: Expert | None = None  # expert-parallel all-to-alls and DeepEP kernels; null when none
     tensor: Tensor | None = (
         None  # tensor-parallel functional collectives by layer, fused async-TP ops; null: none
@@ -211,6 +214,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     findings = rank_by_cost(group_across_ranks(findings))
     return AnalysisResult(
         SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices],
+        dimensions=dimensions(instances, summaries),
         expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
     )  # fmt: skip
 

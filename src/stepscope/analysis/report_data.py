@@ -21,7 +21,7 @@ from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
 from stepscope.analysis.rank.summary import Summary, summarize
 from stepscope.analysis.read.table import TraceTable
-from stepscope.analysis.run.folder import Run, load_run, run_facts
+from stepscope.analysis.run.folder import Run, load_run, recorded_groups, run_facts
 from stepscope.errors import StepscopeError
 from stepscope.runfolder import ArtifactKind, is_run_folder
 from stepscope.runfolder.payloads import FlopsReport
@@ -127,7 +127,9 @@ def collect_report(
             from stepscope.analysis.read.loader import load_trace as load
         table = load(path, step=step)
     if table is not None:
-        result = analyze(table, comm_patterns=comm_patterns)
+        # a run folder's record of its process groups puts each collective in its group, as analyze's does
+        known = recorded_groups(path) if run is not None else None
+        result = analyze(table, comm_patterns=comm_patterns, known_groups=known)
         summary = summarize(table, top=TOP_ROWS)
     else:
         note = "the run has no traces (the job ended before its first window was exported)"

@@ -13,6 +13,7 @@ from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
 from stepscope.report import _run_sections as run_sections
 from stepscope.report import columns as col
+from stepscope.report._parallelism import parallelism
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section, Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -58,6 +59,7 @@ def sections(data: ReportData, pc: Charts) -> list[Section]:
         _ops(data),
         _gpu(data, pc),
         _communication(data, pc),
+        parallelism(data, pc),
         _ranks(data, pc),
         run_sections.flops(data, pc),
         run_sections.memory(data, pc),

@@ -13,7 +13,12 @@ from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
 from stepscope.report import columns as col
 from stepscope.report.model import Table, table
-from stepscope.report.tables import collectives_table, gpu_time_split_table, rank_steps_table
+from stepscope.report.tables import (
+    collectives_table,
+    dimensions_table,
+    gpu_time_split_table,
+    rank_steps_table,
+)
 from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, plain
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
@@ -53,6 +58,9 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
             f"[dim]timed on: {markup_safe(', '.join(sources)) or 'not recorded'}; waiting: for the last rank to "
             "arrive; bus GB/s: nccl-tests' bus bandwidth over the transfer time[/dim]"
         )
+        yield Text("")
+    if result.dimensions is not None:
+        yield fit_table(dimensions_table(result.dimensions, title="Communication by dimension"))
         yield Text("")
     if result.cross_rank is not None:
         s = result.cross_rank

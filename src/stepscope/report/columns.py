@@ -83,6 +83,14 @@ TRANSFER_MS = Column("transfer", "ms")
 BUS_GBPS = Column("bus GB/s", "gbps")
 TIMED_ON = Column("timed on")
 
+# communication by parallel dimension (the report's Parallelism section)
+DIMENSION = Column("dimension")
+GROUPS = Column("groups")
+TIME_PER_STEP_MS = Column("time / step", "ms")
+EXPOSED_PER_STEP_MS = Column("exposed / step", "ms")
+EXPOSED_PCT = Column("exposed", "pct")
+PCT_OF_STEP = Column("% of step", "pct")
+
 # ranks compared
 MEAN_STEP = Column("mean step", "us")
 COLLECTIVES_PER_STEP = Column("collectives / step", "us")

@@ -25,6 +25,7 @@ SECTION_TITLES = {
     "ops": "Kernels and ops",
     "gpu": "GPU time",
     "communication": "Communication",
+    "parallelism": "Parallelism",
     "ranks": "Ranks",
     "flops": "FLOPs and MFU",
     "memory": "Memory",

@@ -164,6 +164,18 @@ class ProcessGroup(msgspec.Struct):
     backend: str  # gloo, nccl, ... ("unknown" when torch could not say)
     mesh_dim: str | None  # the DeviceMesh dimension this group is; None when it is none
     size: int
+    # Linux thread ids of the group's gloo worker threads (pt_gloo_runloop) on this rank, as the trace's tids
+    # name them; None when the group has no gloo backend here or its threads could not be told apart
+    threads: list[int] | None = None
+
+
+class GroupWindow(msgspec.Struct):
+    """The collectives each process group issued during one profiling window (c10d's sequence number of the
+    group at the window's last step less the one at its first)."""
+
+    first_step: int
+    last_step: int
+    collectives: dict[str, int]  # group name -> collectives issued in the window
 
 
 class Mesh(msgspec.Struct):
@@ -186,6 +198,7 @@ class ProcessGroups(msgspec.Struct, kw_only=True):
     groups: list[ProcessGroup]
     meshes: list[Mesh] = []
     notes: list[str] = []
+    windows: list[GroupWindow] = []  # one per profiling window of this rank, in order
 
 
 # Schema of each kind's payload, as the manifest records it.

@@ -14,6 +14,11 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   match the raw clocks are used, with a notice. Matches whose ends still lie far apart after alignment
   (median beyond MATCH_MAX_SPREAD_MS and MATCH_MAX_SPREAD_SHARE of the median duration) are not the same
   collectives: they are all dropped, with a notice.
+- **Groups.** Instances of different process groups are never the same collective: matching is within a
+  group. Where the traces name no group (`unknown`), the unknown instances of all ranks are matched together;
+  those that match take the group of the ranks they match on (`matched ranks`) only where no other group
+  could hold them: a job of two ranks, both loaded (any group of two ranks or more is then {0, 1}). Otherwise
+  they stay unknown.
 - **Wait and transfer.** After alignment, an instance's arrival on a rank is its start there; the rank waits
   from its arrival until the last rank arrives (at most its whole duration); the rest is transfer. A rank's
   collective time and waiting are unions in time (DDP's buckets run concurrently on gloo's threads: two
@@ -238,6 +243,8 @@ def cross_rank_analysis(
         notices.append(
             f"{len(ranks)} of {size} ranks loaded: waiting and the straggler are judged among these ranks only"
         )
+    if trusted and len(world) == 1 and next(iter(world)) == 2 == len(ranks):
+        _matched_ranks_group(instances, match)
     if match.unmatched:
         notices.append(
             f"{match.unmatched} collective instances could not be matched across ranks (a process group "
@@ -302,6 +309,16 @@ def _ends_agree(
     spread = quantile(spreads, 0.5)
     limit = max(MATCH_MAX_SPREAD_MS * 1e6, MATCH_MAX_SPREAD_SHARE * quantile(durations, 0.5))
     return spread <= limit, spread / 1e6
+
+
+def _matched_ranks_group(instances: dict[int, Instances], match: Matching) -> None:
+    """Rule `matched ranks` (module doc): unknown instances matched on both ranks of a two-rank job."""
+    for rs, ix in zip(match.ranks, match.index, strict=True):
+        ranks = tuple(sorted(rs.tolist()))
+        for r, i in zip(rs.tolist(), ix.tolist(), strict=True):
+            inst = instances[r]
+            if inst.group_source[i] == "unknown":
+                inst.group_ranks[i], inst.group_source[i] = ranks, "matched ranks"
 
 
 def _list(values: list[int]) -> str:

@@ -21,7 +21,7 @@ import msgspec
 
 from stepscope.analysis.read.limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
-from stepscope.analysis.run.groups import GroupFacts, MeshFacts, job_groups
+from stepscope.analysis.run.groups import GroupFacts, MeshFacts, capture_evidence, job_groups
 from stepscope.analysis.stats import fmean, median, quantile
 from stepscope.errors import InputError
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
@@ -68,17 +68,25 @@ class Run:
 
 
 def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
-    """The job's process groups by name ({description, ranks, backend, mesh_dim}) as its profiled ranks recorded
-    them in a run folder (kind `process_groups`); None for a path that is not a run folder or has no record.
-    What the collectives analysis takes as `known_groups`."""
+    """The job's process groups by name ({description, ranks, backend, mesh_dim, threads, windows}) as its profiled
+    ranks recorded them in a run folder (kind `process_groups`; threads and windows: capture_evidence); None for a
+    path that is not a run folder or has no record. What the collectives analysis takes as `known_groups`."""
     from stepscope.runfolder import is_run_folder
 
     if not Path(path).is_dir() or not is_run_folder(path):
         return None
     manifest, notes = load_manifest(Path(path))
-    groups, _, _ = job_groups(_process_groups(Path(path), manifest, notes))
+    records = _process_groups(Path(path), manifest, notes)
+    groups, _, _ = job_groups(records)
+    evidence = capture_evidence(records)
     known = {
-        g.name: {"description": g.description, "ranks": g.ranks, "backend": g.backend, "mesh_dim": g.mesh_dim}
+        g.name: {
+            "description": g.description,
+            "ranks": g.ranks,
+            "backend": g.backend,
+            "mesh_dim": g.mesh_dim,
+            **evidence.get(g.name, {}),
+        }
         for g in groups
     }
     return known or None
