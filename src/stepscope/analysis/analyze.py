@@ -219,6 +219,26 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     )  # fmt: skip
 
 
+def attach_run(result: AnalysisResult, facts: RunFacts) -> AnalysisResult:
+    """`result` with what its run folder measured outside the traces (`facts`): `run`, and the findings that
+    come from it (the Python functions py-spy sampled in the host-side findings, python_hotspot,
+    host_memory_growth), ranked again with the others."""
+    from stepscope.analysis.findings.python import host_memory_findings, python_findings
+    from stepscope.analysis.stats import median
+
+    result.run = facts
+    if not facts.python_samples and not facts.host_memory:
+        return result
+    steps = {r.rank: [s.step for s in r.steps] for r in result.ranks}
+    step_ms = {r.rank: median([s.dur_us / 1000 for s in r.steps]) for r in result.ranks if r.steps}
+    findings = python_findings(result.findings, facts.python_samples, steps, step_ms)
+    new = [f for f in findings if f.id == "python_hotspot"]
+    kept = [f for f in findings if f.id != "python_hotspot"]
+    new.extend(host_memory_findings(facts.host_memory))
+    result.findings = rank_by_cost(kept + group_across_ranks(new))
+    return result
+
+
 def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) -> RankAnalysis:
     """The per-rank sections of the result. `comm`: the rank's time in communication, a union
     (collectives.communication_intervals)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
+from stepscope.report import _host_section as host_section
 from stepscope.report import _run_sections as run_sections
 from stepscope.report import columns as col
 from stepscope.report._parallelism import parallelism
@@ -64,6 +65,7 @@ def sections(data: ReportData, pc: Charts) -> list[Section]:
         run_sections.flops(data, pc),
         run_sections.memory(data, pc),
         run_sections.system(data, pc),
+        host_section.host(data, pc),
         _perfetto(data),
     ]
 

@@ -156,3 +156,13 @@ BASE_MEAN = Column("base mean", "us")
 TEST_MEAN = Column("test mean", "us")
 GATE = Column("gate")
 RESULT = Column("result")
+
+# Python samples (py-spy) and host memory (tracemalloc)
+PY_FUNCTION = Column("function", "name")
+PY_WHERE = Column("file:line")
+PY_SELF = Column("self", "pct")  # of the training thread's sampled time
+PY_INCLUSIVE = Column("inclusive", "pct")
+PY_SAMPLES = Column("samples", "int")
+SITE_SIZE = Column("alive at the end", "bytes")
+SITE_GROWTH = Column("growth per step", "bytes")
+WINDOWS_GROWN = Column("windows grown", figure=True)  # 'n of m'

@@ -30,6 +30,7 @@ SECTION_TITLES = {
     "flops": "FLOPs and MFU",
     "memory": "Memory",
     "system": "System",
+    "host": "Python and host memory",
     "perfetto": "Open the traces in Perfetto",
 }
 

@@ -37,6 +37,8 @@ class ArtifactKind(str, enum.Enum):
     TENSORBOARD = "tensorboard"  # TensorBoard event file
     REPORT = "report"  # the self-contained HTML report of the run
     PROCESS_GROUPS = "process_groups"  # ProcessGroups (JSON): the process groups and device meshes of a rank
+    PYTHON_SAMPLES = "python_samples"  # PythonSamples (JSON): py-spy's folded stacks of one window
+    HOST_MEMORY = "host_memory"  # HostMemory (JSON): tracemalloc's top allocation sites of one window
 
     def __str__(self) -> str:
         return self.value
@@ -61,6 +63,8 @@ TEMPLATES: dict[ArtifactKind, str] = {
     ArtifactKind.TENSORBOARD: "tensorboard/rank{rank}",  # a folder: TensorBoard names the event files in it
     ArtifactKind.REPORT: "report.html",
     ArtifactKind.PROCESS_GROUPS: "process_groups/rank{rank}.json",
+    ArtifactKind.PYTHON_SAMPLES: "python_samples/rank{rank}_step{step}.json",
+    ArtifactKind.HOST_MEMORY: "host_memory/rank{rank}_step{step}.json",
 }
 # A second file of the memory_snapshot kind: the snapshot taken when a step ran out of memory.
 OOM_SNAPSHOT_TEMPLATE = "memory_snapshot/rank{rank}_step{step}_oom.pickle"

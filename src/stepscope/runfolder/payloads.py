@@ -15,6 +15,8 @@ SYSTEM_SCHEMA = "stepscope.system/1"
 FLOPS_SCHEMA = "stepscope.flops/3"
 COMM_COUNTS_SCHEMA = "stepscope.comm_counts/1"
 PROCESS_GROUPS_SCHEMA = "stepscope.process_groups/1"
+PYTHON_SAMPLES_SCHEMA = "stepscope.python_samples/1"
+HOST_MEMORY_SCHEMA = "stepscope.host_memory/1"
 
 
 class StepMetrics(msgspec.Struct, omit_defaults=True):
@@ -63,6 +65,10 @@ class GpuSample(msgspec.Struct, omit_defaults=True):
     mem_total_bytes: int | None = None
     power_w: float | None = None
     temp_c: float | None = None
+    util_mem_percent: float | None = (
+        None  # the memory controller's busy share (nvidia-smi's utilization.memory)
+    )
+    mem_free_bytes: int | None = None
 
 
 class SystemRow(msgspec.Struct, omit_defaults=True):
@@ -201,6 +207,71 @@ class ProcessGroups(msgspec.Struct, kw_only=True):
     windows: list[GroupWindow] = []  # one per profiling window of this rank, in order
 
 
+class PyFrame(msgspec.Struct, array_like=True):
+    """One Python function as py-spy names it: its name, file and first line (`--function`)."""
+
+    function: str
+    file: str
+    line: int
+
+
+class PyStack(msgspec.Struct, array_like=True):
+    """One folded stack: frame indices from the thread's root to the leaf, and its sample count."""
+
+    thread: int  # index into PythonSamples.threads
+    frames: list[int]  # indices into PythonSamples.frames, outermost first
+    count: int
+
+
+class PythonSamples(msgspec.Struct, kw_only=True):
+    """py-spy's samples of one rank's process over one window (kind `python_samples`): all Python threads, idle
+    ones left out, native frames off. `sampled_s` runs from py-spy's first sample to the window's end, so
+    `sampled_s * rate_hz` samples of a thread is all its time; `training_thread` names the thread that steps."""
+
+    schema: str = PYTHON_SAMPLES_SCHEMA
+    rank: int
+    first_step: int  # the first step sampled (the window's first warmup step) and its last active step
+    last_step: int
+    rate_hz: int
+    sampled_s: float
+    pid: int
+    threads: list[str]  # "<native id> <name>", as py-spy names each thread
+    training_thread: int | None  # index into threads; None when py-spy never sampled it
+    frames: list[PyFrame]
+    stacks: list[PyStack]
+    errors: int = 0  # samples py-spy could not take
+    notes: list[str] = []
+
+
+class MemorySite(msgspec.Struct, array_like=True):
+    """One allocation site (tracemalloc, the innermost frame): bytes and blocks alive at a window's end, and
+    their change since the window's start."""
+
+    function: str
+    file: str
+    line: int
+    size_bytes: int
+    blocks: int
+    growth_bytes: int
+    growth_blocks: int
+
+
+class HostMemory(msgspec.Struct, kw_only=True):
+    """tracemalloc's view of one rank's Python heap over one window (kind `host_memory`): the top sites by size
+    and by growth from the window's first traced step to its end; `traced_bytes`: all tracemalloc saw."""
+
+    schema: str = HOST_MEMORY_SCHEMA
+    rank: int
+    start_step: int  # the step tracemalloc's first snapshot was taken before
+    first_step: int  # the window's first and last active step
+    last_step: int
+    traced_bytes: int
+    peak_bytes: int
+    sites: list[MemorySite]
+    snapshot_ms: float  # what the snapshots cost the training thread (taking them, not comparing them)
+    notes: list[str] = []
+
+
 # Schema of each kind's payload, as the manifest records it.
 KIND_SCHEMAS = {
     "metrics": METRICS_SCHEMA,
@@ -209,4 +280,6 @@ KIND_SCHEMAS = {
     "flops": FLOPS_SCHEMA,
     "comm_counts": COMM_COUNTS_SCHEMA,
     "process_groups": PROCESS_GROUPS_SCHEMA,
+    "python_samples": PYTHON_SAMPLES_SCHEMA,
+    "host_memory": HOST_MEMORY_SCHEMA,
 }

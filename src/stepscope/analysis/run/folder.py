@@ -22,6 +22,8 @@ import msgspec
 from stepscope.analysis.read.limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
 from stepscope.analysis.run.groups import GroupFacts, MeshFacts, capture_evidence, job_groups
+from stepscope.analysis.run.hostmem import HostMemoryFacts, host_memory_facts
+from stepscope.analysis.run.python_samples import PythonProfile, python_profile
 from stepscope.analysis.stats import fmean, median, quantile
 from stepscope.errors import InputError
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
@@ -30,8 +32,10 @@ from stepscope.runfolder.manifest import load_manifest
 from stepscope.runfolder.payloads import (
     CommCounts,
     FlopsReport,
+    HostMemory,
     MemoryRow,
     ProcessGroups,
+    PythonSamples,
     StepMetrics,
     SystemRow,
 )
@@ -55,6 +59,8 @@ class Run:
     system: dict[int, list[SystemRow]]  # rank -> samples
     notes: list[str] = field(default_factory=list)
     process_groups: list[ProcessGroups] = field(default_factory=list)  # one record per rank that wrote one
+    python_samples: list[PythonSamples] = field(default_factory=list)  # py-spy's, one per rank and window
+    host_memory: list[HostMemory] = field(default_factory=list)  # tracemalloc's, one per rank and window
 
     @property
     def has_traces(self) -> bool:
@@ -118,7 +124,19 @@ def load_run(path: str | Path) -> Run:
         for a in manifest.of_kind(ArtifactKind.SYSTEM)
     }
     groups = _process_groups(path, manifest, notes)
-    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups)
+    samples = [
+        p
+        for a in manifest.of_kind(ArtifactKind.PYTHON_SAMPLES)
+        if (p := _read_json(path / a.path, PythonSamples, notes))
+    ]
+    heap = [
+        h
+        for a in manifest.of_kind(ArtifactKind.HOST_MEMORY)
+        if (h := _read_json(path / a.path, HostMemory, notes))
+    ]
+    samples.sort(key=lambda p: (p.rank, p.last_step))
+    heap.sort(key=lambda h: (h.rank, h.last_step))
+    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups, samples, heap)
 
 
 def _process_groups(path: Path, manifest: Manifest, notes: list[str]) -> list[ProcessGroups]:
@@ -276,6 +294,8 @@ class RunFacts(msgspec.Struct):
     process_groups: list[GroupFacts] = []  # the job's process groups, as its profiled ranks recorded them
     meshes: list[MeshFacts] = []  # its device meshes
     process_group_notes: list[str] = []  # what a rank could not record; ranks that disagree on a group
+    python_samples: list[PythonProfile] = []  # py-spy's Python functions of each rank's windows
+    host_memory: list[HostMemoryFacts] = []  # tracemalloc's allocation sites of each rank, growing ones first
 
 
 def run_facts(run: Run) -> RunFacts:
@@ -306,6 +326,8 @@ def run_facts(run: Run) -> RunFacts:
         process_groups=groups,
         meshes=meshes,
         process_group_notes=group_notes,
+        python_samples=[python_profile(p) for p in run.python_samples],
+        host_memory=host_memory_facts(run.host_memory),
     )
 
 

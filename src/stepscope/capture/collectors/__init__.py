@@ -1,5 +1,5 @@
 """The collectors a recording rank runs beside the trace: FLOPs and MFU (`flops`, with `flop_split`, `mfu`,
-`peaks`), collectives (`comm`), the job's process groups and device meshes (`process_groups`), memory (`memory`: periodic log, timelines, CUDA history and snapshots), the
+`peaks`), collectives (`comm`), py-spy's Python samples (`pysampling`), tracemalloc's host memory (`hostmem`), the job's process groups and device meshes (`process_groups`), memory (`memory`: periodic log, timelines, CUDA history and snapshots), the
 system sampler (`system`), Nsight ranges (`nsight`) and the sinks beyond metrics.jsonl (`sinks`: TensorBoard,
 Weights & Biases). `_instrument` holds what the collectors that instrument one step share.
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from stepscope.capture.collector import Collector
     from stepscope.capture.collectors.comm import CommCollector
     from stepscope.capture.collectors.flops import FlopCollector
+    from stepscope.capture.collectors.hostmem import HostMemoryCollector
     from stepscope.capture.collectors.memory import (
         MemoryLogCollector,
         MemorySnapshotCollector,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from stepscope.capture.collectors.nsight import NsightCollector, nvtx_region
     from stepscope.capture.collectors.peaks import Peak, lookup_peak
     from stepscope.capture.collectors.process_groups import ProcessGroupCollector
+    from stepscope.capture.collectors.pysampling import PythonSamplingCollector
     from stepscope.capture.collectors.sinks import SinkCollector
     from stepscope.capture.collectors.system import SystemCollector
     from stepscope.capture.config import ProfileConfig
@@ -32,12 +34,14 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "CommCollector": "comm",
     "FlopCollector": "flops",
+    "HostMemoryCollector": "hostmem",
     "MemoryLogCollector": "memory",
     "MemorySnapshotCollector": "memory",
     "MemoryTimelineCollector": "memory",
     "NsightCollector": "nsight",
     "Peak": "peaks",
     "ProcessGroupCollector": "process_groups",
+    "PythonSamplingCollector": "pysampling",
     "SinkCollector": "sinks",
     "SystemCollector": "system",
     "lookup_peak": "peaks",
@@ -47,12 +51,14 @@ _EXPORTS = {
 __all__ = [
     "CommCollector",
     "FlopCollector",
+    "HostMemoryCollector",
     "MemoryLogCollector",
     "MemorySnapshotCollector",
     "MemoryTimelineCollector",
     "NsightCollector",
     "Peak",
     "ProcessGroupCollector",
+    "PythonSamplingCollector",
     "SinkCollector",
     "SystemCollector",
     "collector_classes",
@@ -78,5 +84,7 @@ def collector_classes(config: ProfileConfig) -> list[type[Collector]]:
         (config.comm_logger_step is not None, "CommCollector"),
         (config.tensorboard or config.wandb, "SinkCollector"),
         (config.process_groups, "ProcessGroupCollector"),
+        (config.python_sampling, "PythonSamplingCollector"),
+        (config.host_memory, "HostMemoryCollector"),
     ]
     return [__getattr__(name) for on, name in wanted if on]
