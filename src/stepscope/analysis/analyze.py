@@ -14,6 +14,7 @@ import msgspec
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm import comm_findings
+from stepscope.analysis.findings.fsdp import fsdp_findings
 from stepscope.analysis.findings.groups import group_across_ranks
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_finding
 from stepscope.analysis.rank.breakdown import (
@@ -31,6 +32,7 @@ from stepscope.analysis.rank.collectives import (
     rank_instances,
     wait_intervals,
 )
+from stepscope.analysis.rank.fsdp import FsdpAnalysis, FsdpRank, combine_fsdp, fsdp_rank
 from stepscope.analysis.rank.groups import KnownGroups
 from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
@@ -90,6 +92,7 @@ class AnalysisResult(msgspec.Struct):
     findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
+    fsdp: FsdpAnalysis | None = None  # FSDP's units, all-gathers and reduce-scatters per rank; null: no FSDP
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -103,6 +106,7 @@ class RankPart:
     findings: list[Finding]
     instances: Instances
     summary: RankDigest
+    fsdp: FsdpRank | None = None
 
 
 def analyze(
@@ -166,7 +170,10 @@ def analyze_rank_part(
     world = table.ranks[rank].world_size if rank in table.ranks else None
     instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)
-    return RankPart(result, findings, instances, summary)
+    fsdp = fsdp_rank(data, instances)
+    if fsdp is not None:
+        findings.extend(fsdp_findings(data, fsdp))
+    return RankPart(result, findings, instances, summary, fsdp)
 
 
 def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:
@@ -192,7 +199,15 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     if slow is not None:
         findings.append(slow)
     findings = rank_by_cost(group_across_ranks(findings))
-    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices])
+    return AnalysisResult(
+        SCHEMA,
+        ranks,
+        dist.cross,
+        dist.straggler,
+        findings,
+        [*notices, *dist.notices],
+        fsdp=combine_fsdp([p.fsdp for p in parts]),
+    )
 
 
 def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) -> RankAnalysis:

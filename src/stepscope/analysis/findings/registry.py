@@ -1,12 +1,13 @@
 """Every finding a rule can raise: its id, the report section that shows its evidence, and what its price
-measures. Each family of rules declares its own (`RULES` in gpu_idle.py, comm_rank.py, cpu_only.py, comm.py and
-rules.py); `all_rules()` gathers them, and the report asks `section_of` where a finding's evidence is shown."""
+measures. Each family of rules declares its own (`RULES` in gpu_idle.py, comm_rank.py, cpu_only.py, comm.py,
+rules.py and fsdp.py); `all_rules()` gathers them, and the report asks `section_of` where a finding's
+evidence is shown."""
 
 from __future__ import annotations
 
 from functools import cache
 
-from stepscope.analysis.findings import comm, comm_rank, cpu_only, gpu_idle, rules
+from stepscope.analysis.findings import comm, comm_rank, cpu_only, fsdp, gpu_idle, rules
 from stepscope.analysis.findings.rule import Rule
 
 __all__ = ["Rule", "all_rules", "section_of"]
@@ -18,7 +19,7 @@ DEFAULT_SECTION = "overview"
 def all_rules() -> dict[str, Rule]:
     """Every rule of every family, by id."""
     out: dict[str, Rule] = {}
-    for family in (gpu_idle, comm_rank, cpu_only, comm, rules):
+    for family in (gpu_idle, comm_rank, cpu_only, comm, rules, fsdp):
         for rule in family.RULES:
             if out.setdefault(rule.id, rule) is not rule:
                 raise ValueError(f"finding id {rule.id!r} declared twice")
