@@ -215,6 +215,14 @@ def test_fsdp1_units_by_forward_order_and_message_size(tmp_path: Path) -> None:
     assert (found["cost_ms_per_step"], found["pct_of_step"]) == (0.1, 10.0)
     assert found["evidence"]["unit_1"] == "unit 1" and found["evidence"]["unit_2"] == "unit 0"
     assert "forward_prefetch=True" in found["action"]
+    # AND the terminal shows the units' table
+    from click.testing import CliRunner
+
+    from stepscope.cli import cli
+
+    text = CliRunner().invoke(cli, ["analyze", str(tmp_path / "fsdp1.json")], terminal_width=140).output
+    table = text[text.index("FSDP units") :]
+    assert "unit 1" in table and "exposed" in table and "60.0 us" in table
 
 
 def test_no_fsdp_is_null(tmp_path: Path) -> None:

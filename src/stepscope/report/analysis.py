@@ -12,6 +12,7 @@ from rich.text import Text
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
 from stepscope.report import columns as col
+from stepscope.report._fsdp import fsdp_table
 from stepscope.report.model import Table, table
 from stepscope.report.tables import collectives_table, gpu_time_split_table, rank_steps_table
 from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, plain
@@ -53,6 +54,11 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
             f"[dim]timed on: {markup_safe(', '.join(sources)) or 'not recorded'}; waiting: for the last rank to "
             "arrive; bus GB/s: nccl-tests' bus bandwidth over the transfer time[/dim]"
         )
+        yield Text("")
+    if result.fsdp is not None:
+        units = fsdp_table(result.fsdp, title="FSDP units")
+        yield fit_table(units)
+        yield f"[dim]{markup_safe(units.caption)}[/dim]"
         yield Text("")
     if result.cross_rank is not None:
         s = result.cross_rank
