@@ -231,3 +231,32 @@ def test_no_fsdp_is_null(tmp_path: Path) -> None:
     result = analyze_json(path)
     assert result["fsdp"] is None
     assert all(f["id"] != FINDING for f in result["findings"])
+
+
+def test_exposed_communication_on_cpu_is_the_time_the_training_thread_does_not_compute(
+    tmp_path: Path,
+) -> None:
+    from stepscope.analysis import intervals as iv
+    from stepscope.analysis.rank import exposed_communication, prepare_rank
+    from stepscope.analysis.rank.collectives import communication_intervals
+
+    from ._traces import load
+
+    # GIVEN a gloo rank: an all-gather on gloo's thread for 100 us; meanwhile the training thread runs a matmul
+    # (20 us), then an autograd node whose hook issues the next collective and waits (50 us), the node's own
+    # matmul inside it (10 us); gloo copies on its own thread
+    events = [
+        step(1, 0, 200),
+        cpu("gloo:all_gather", 0, 100, cat="user_annotation", tid=2),
+        cpu("aten::copy_", 5, 90, tid=2),
+        cpu("aten::mm", 10, 20),
+        cpu("autograd::engine::evaluate_function: AddmmBackward0", 40, 50),
+        cpu("c10d::_allgather_base_", 41, 4),
+        cpu("AddmmBackward0", 50, 10),
+        cpu("aten::mm", 51, 8),
+    ]
+    data = prepare_rank(load(write_trace(tmp_path / "gloo.json", events)), 0)
+    comm = communication_intervals(data)
+    assert comm is not None
+    # THEN the exposed part is the all-gather less the two matmuls' ops: 100 - 20 - 10 us
+    assert iv.length(exposed_communication(data, comm)) == 70_000

@@ -24,7 +24,7 @@ from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.rank.summary import op_tree
 from stepscope.analysis.read.table import TraceTable
 
-__all__ = ["exposed_communication", "training_compute"]
+__all__ = ["communication_category", "exposed_communication", "training_compute"]
 
 AUTOGRAD_WRAPPER = "autograd::engine::evaluate_function"
 
@@ -34,11 +34,18 @@ def exposed_communication(data: RankData, comm: iv.Intervals) -> iv.Intervals:
     GPU activity, no other GPU activity at the same time; without, the training threads not computing
     (`training_compute`)."""
     if len(data.gpu_all):
-        other = data.gpu_all.select(data.gpu_all.kind != COMMUNICATION)
-        if not len(other):
-            return comm
-        return iv.subtract(comm, iv.merge(other.start, other.end))
+        return communication_category(data, comm)
     return iv.subtract(comm, training_compute(data.table))
+
+
+def communication_category(data: RankData, comm: iv.Intervals) -> iv.Intervals:
+    """The part of `comm` with no other GPU activity at the same time: the overview's communication category
+    (overview.step_categories ranks GPU work first, then communication, then the host's; on a rank without GPU
+    activity, all of `comm`, CPU work at the same time included)."""
+    other = data.gpu_all.select(data.gpu_all.kind != COMMUNICATION)
+    if not len(other):
+        return comm
+    return iv.subtract(comm, iv.merge(other.start, other.end))
 
 
 def _not_compute(name: str) -> bool:

@@ -113,9 +113,8 @@ class RankDigest:
 
     `op_inside[i, j]`: self time in ns of the CPU ops named `op_names[i]` that start inside step j of the
     window; `op_gap[i, j]`: of those starting after step j ends and before step j + 1 starts. `comm`: the rank's
-    time in communication, a union (None: none); `comm_exposed`: of it, the time the rank's other work does not hide
-    (exposed.exposed_communication: no other GPU activity; without GPU activity, the training threads not
-    computing)."""
+    time in communication, a union (None: none); `comm_exposed`: of it, the time with no other GPU activity
+    (the overview's communication category: exposed.communication_category)."""
 
     rank: int
     lo: int
