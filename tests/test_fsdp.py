@@ -131,13 +131,18 @@ def test_exposed_all_gathers_raise_the_finding_and_prefetched_ones_show_less(
     result = analyze_json(exposed_run)
     # THEN nearly all of their all-gather time is exposed, and the finding prices it in step time
     assert exposed_share(result) > 0.9
-    (found,) = [f for f in result["findings"] if f["id"] == FINDING]
-    (rank,) = [r for r in result["fsdp"]["ranks"] if r["rank"] == found["rank"]]
-    per_step = sorted(s["exposed_all_gather_ms"] for s in rank["steps"])
-    assert found["cost_ms_per_step"] == pytest.approx(sum(per_step) / len(per_step), abs=0.002)
-    top = max(rank["units"], key=lambda u: u["exposed_all_gather_ms_per_step"])
-    assert found["evidence"]["unit_1"] == top["unit"]
-    assert f"`{top['unit']}`" in found["message"] and found["action"] in found["message"]
+    # (one finding for both ranks, or one per rank where their costs differ much)
+    findings = [f for f in result["findings"] if f["id"] == FINDING]
+    assert findings
+    for found in findings:
+        (rank,) = [r for r in result["fsdp"]["ranks"] if r["rank"] == found["rank"]]
+        per_step = sorted(
+            s["exposed_all_gather_ms"] for s in rank["steps"]
+        )  # 2 steps: the median is the mean
+        assert found["cost_ms_per_step"] == pytest.approx(sum(per_step) / len(per_step), abs=0.002)
+        top = max(rank["units"], key=lambda u: u["exposed_all_gather_ms_per_step"])
+        assert found["evidence"]["unit_1"] == top["unit"]
+        assert f"`{top['unit']}`" in found["message"] and found["action"] in found["message"]
     # GIVEN the same units computing a batch of 2048, each prefetching the next unit's all-gather
     hidden = analyze_json(hidden_run)
     # THEN a smaller share of their all-gather time is exposed

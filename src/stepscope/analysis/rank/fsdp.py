@@ -105,7 +105,8 @@ def _version(table: TraceTable) -> int | None:
 
 
 class _Ranges:
-    """The FSDP ranges of a table, per thread, by start."""
+    """The FSDP ranges of a table, per thread, by start, each with its innermost enclosing FSDP range (they nest
+    on a thread: one pass with a stack)."""
 
     def __init__(self, table: TraceTable, version: int) -> None:
         cols = table.columns
@@ -113,19 +114,41 @@ class _Ranges:
         prefix = "FSDP::" if version == 2 else FSDP1_PREFIX
         mask = table.names_matching(lambda n: n.startswith(prefix), key=("fsdp_range", prefix), among=names)
         rows = np.flatnonzero(mask[names] & (cols["ph"] == ord("X")))
-        rows = rows[np.argsort(cols["ts"][rows], kind="stable")]
+        rows = rows[np.lexsort((-cols["dur"][rows], cols["ts"][rows]))]
         self.table = table
         self.by_thread: dict[tuple[int, int], list[int]] = {}
         for row in rows.tolist():
             self.by_thread.setdefault((int(cols["pid"][row]), int(cols["tid"][row])), []).append(row)
+        self._threads: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, list[int]]] = {}
+        for key, found in self.by_thread.items():
+            start = cols["ts"][np.array(found, dtype=np.int64)].astype(np.int64)
+            end = start + cols["dur"][np.array(found, dtype=np.int64)]
+            parent: list[int] = []
+            stack: list[int] = []
+            for i in range(len(found)):
+                while stack and end[stack[-1]] <= start[i]:
+                    stack.pop()
+                parent.append(stack[-1] if stack else -1)
+                stack.append(i)
+            self._threads[key] = (start, end, parent)
 
     def around(self, row: int) -> list[int]:
         """The FSDP ranges on `row`'s thread that hold its start, innermost first."""
         cols = self.table.columns
+        key = (int(cols["pid"][row]), int(cols["tid"][row]))
+        if key not in self._threads:
+            return []
+        start, end, parent = self._threads[key]
+        rows = self.by_thread[key]
         ts = int(cols["ts"][row])
-        found = self.by_thread.get((int(cols["pid"][row]), int(cols["tid"][row])), [])
-        held = [r for r in found if int(cols["ts"][r]) <= ts < int(cols["ts"][r] + cols["dur"][r])]
-        return held[::-1]
+        at = int(np.searchsorted(start, ts, side="right")) - 1
+        while at >= 0 and end[at] <= ts:  # the latest range started before `row` ended: its ancestors may not
+            at = parent[at]
+        held = []
+        while at >= 0:
+            held.append(rows[at])
+            at = parent[at]
+        return held
 
     def name(self, row: int) -> str:
         return self.table.name_of(row)
@@ -283,10 +306,16 @@ def _summarize(
     ):
         if units[i] is not None:
             order.setdefault(units[i] or "", len(order))
+    by_unit: dict[tuple[str, str], list[int]] = {}
+    by_step: dict[tuple[str, int], list[int]] = {}
+    for kind, idx in kinds.items():
+        for i in idx:
+            if units[i] is not None:
+                by_unit.setdefault((kind, units[i] or ""), []).append(i)
+            by_step.setdefault((kind, int(step_of[i])), []).append(i)
     out_units = []
     for name, index in order.items():
-        mine = {k: [i for i in idx if units[i] == name] for k, idx in kinds.items()}
-        ag, rs = mine["all_gather"], mine["reduce_scatter"]
+        ag, rs = by_unit.get(("all_gather", name), []), by_unit.get(("reduce_scatter", name), [])
         ag_b, rs_b = _bytes(inst, ag), _bytes(inst, rs)
         out_units.append(
             FsdpUnit(
@@ -321,8 +350,7 @@ def _summarize(
     out_steps = []
     numbers = steps.number.tolist() if len(steps) else [0]
     for s, number in enumerate(numbers):
-        ag = [i for i in kinds["all_gather"] if step_of[i] == s]
-        rs = [i for i in kinds["reduce_scatter"] if step_of[i] == s]
+        ag, rs = by_step.get(("all_gather", s), []), by_step.get(("reduce_scatter", s), [])
         out_steps.append(
             FsdpStep(
                 step=int(number),
