@@ -15,6 +15,7 @@ import msgspec
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm import comm_findings
 from stepscope.analysis.findings.expert import ep_findings
+from stepscope.analysis.findings.fsdp import fsdp_findings
 from stepscope.analysis.findings.groups import group_across_ranks
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_finding
 from stepscope.analysis.rank.breakdown import (
@@ -33,6 +34,7 @@ from stepscope.analysis.rank.collectives import (
     wait_intervals,
 )
 from stepscope.analysis.rank.expert import Expert, ExpertPart, expert_rank, imbalance
+from stepscope.analysis.rank.fsdp import FsdpAnalysis, FsdpRank, combine_fsdp, fsdp_rank
 from stepscope.analysis.rank.groups import KnownGroups
 from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
@@ -100,6 +102,7 @@ class AnalysisResult(msgspec.Struct):
     tensor: Tensor | None = (
         None  # tensor-parallel functional collectives by layer, fused async-TP ops; null: none
     )
+    fsdp: FsdpAnalysis | None = None  # FSDP's units, all-gathers and reduce-scatters per rank; null: no FSDP
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -115,6 +118,7 @@ class RankPart:
     summary: RankDigest
     expert: ExpertPart | None = None
     tensor: TensorRank | None = None
+    fsdp: FsdpRank | None = None
 
 
 def analyze(
@@ -178,7 +182,10 @@ def analyze_rank_part(
     world = table.ranks[rank].world_size if rank in table.ranks else None
     instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)
-    return RankPart(result, findings, instances, summary, expert_rank(data), tensor_rank(data))
+    fsdp = fsdp_rank(data, instances)
+    if fsdp is not None:
+        findings.extend(fsdp_findings(data, fsdp))
+    return RankPart(result, findings, instances, summary, expert_rank(data), tensor_rank(data), fsdp)
 
 
 def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:
@@ -216,6 +223,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices],
         dimensions=dimensions(instances, summaries),
         expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
+        fsdp=combine_fsdp([p.fsdp for p in parts]),
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from rich.text import Text
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
 from stepscope.report import columns as col
+from stepscope.report._fsdp import fsdp_table
 from stepscope.report.model import Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -61,6 +62,10 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         yield Text("")
     if result.dimensions is not None:
         yield fit_table(dimensions_table(result.dimensions, title="Communication by dimension"))
+    if result.fsdp is not None:
+        units = fsdp_table(result.fsdp, title="FSDP units")
+        yield fit_table(units)
+        yield f"[dim]{markup_safe(units.caption)}[/dim]"
         yield Text("")
     if result.cross_rank is not None:
         s = result.cross_rank

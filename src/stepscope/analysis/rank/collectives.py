@@ -39,12 +39,23 @@ from stepscope.analysis.rank.comm_names import (
     kernel_collective,
     nccl_algorithm,
 )
+from stepscope.analysis.rank.exposed import exposed_communication
 from stepscope.analysis.rank.groups import GroupResolver, KnownGroups, parse_ranks
 from stepscope.analysis.rank.issued import IssuedOps
 from stepscope.analysis.rank.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.rank.steps import find_steps
 from stepscope.analysis.read.table import MISSING, TraceTable
+
+__all__ = [
+    "CollectiveStats",
+    "Instances",
+    "collective_stats",
+    "communication_intervals",
+    "exposed_communication",  # (rank/exposed.py; importable from here as before)
+    "rank_instances",
+    "wait_intervals",
+]
 
 SOURCES = ("kernel", "backend_range", "record_param_comms", "c10d_op")
 _X = ord("X")
@@ -189,15 +200,6 @@ def communication_intervals(data: RankData) -> iv.Intervals | None:
     return iv.merge(
         np.concatenate((comm.start, start)), np.concatenate((comm.end, start + table.columns["dur"][rows]))
     )
-
-
-def exposed_communication(data: RankData, comm: iv.Intervals) -> iv.Intervals:
-    """The part of `comm` with no other GPU activity (computation kernels, copies) at the same time: the
-    communication that the step's time shows."""
-    other = data.gpu_all.select(data.gpu_all.kind != COMMUNICATION)
-    if not len(other):
-        return comm
-    return iv.subtract(comm, iv.merge(other.start, other.end))
 
 
 def wait_intervals(inst: Instances, wait_ns: np.ndarray) -> iv.Intervals:

@@ -72,8 +72,8 @@ def rank_dimensions(inst: Instances, digest: RankDigest) -> RankDimensions:
             time_ns = int(iv.covered_within(union, steps.start, steps.end).sum())
             time_ms = round(time_ns / 1e6 / n, 6)
             step_pct = round(100.0 * time_ns / n / mean_step, 2) if mean_step else None
-            if digest.comm_exposed is not None:
-                exposed = iv.intersect(union, digest.comm_exposed)
+            if digest.comm_shown is not None:
+                exposed = iv.intersect(union, digest.comm_shown)
                 exposed_ns = int(iv.covered_within(exposed, steps.start, steps.end).sum())
                 exposed_ms = round(exposed_ns / 1e6 / n, 6)
                 exposed_pct = round(100.0 * exposed_ns / time_ns, 2) if time_ns else None

@@ -39,10 +39,10 @@ from stepscope.analysis.codes import unique_inverse
 from stepscope.analysis.rank.collectives import (
     Instances,
     communication_intervals,
-    exposed_communication,
     wait_intervals,
 )
 from stepscope.analysis.rank.comm_names import cpu_collective
+from stepscope.analysis.rank.exposed import communication_category, exposed_communication
 from stepscope.analysis.rank.prepare import RankData, RankDigest
 from stepscope.analysis.rank.steps import STEP_RE, StepRow, pct
 from stepscope.analysis.rank.summary import CPU_OP_CATEGORIES, self_times
@@ -378,7 +378,10 @@ def summarize_rank(data: RankData, *, ops: bool = True) -> RankDigest:
     summary = RankDigest(data.rank, data.lo, data.hi, data.steps, info.world_size if info else None)
     summary.comm = communication_intervals(data)
     if summary.comm is not None:
-        summary.comm_exposed = exposed_communication(data, summary.comm)
+        summary.comm_exposed = communication_category(data, summary.comm)
+        summary.comm_shown = (
+            summary.comm_exposed if len(data.gpu_all) else exposed_communication(data, summary.comm)
+        )
     n = len(data.steps)
     if not ops or n == 0:
         return summary
