@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
+from stepscope.report._expert_tensor import expert_table, tensor_table
+from stepscope.report._fsdp import fsdp_table
 from stepscope.report.model import SECTION_TITLES, Charts, Section, Table
 from stepscope.report.tables import dimensions_table
 
@@ -21,7 +23,22 @@ def _dimensions(data: ReportData) -> Table | None:
     return dimensions_table(dims) if dims is not None else None
 
 
-TABLES: list[Callable[[ReportData], Table | None]] = [_dimensions]
+def _fsdp(data: ReportData) -> Table | None:
+    fsdp = data.analysis.fsdp
+    return fsdp_table(fsdp, title="FSDP units") if fsdp is not None else None
+
+
+def _expert(data: ReportData) -> Table | None:
+    expert = data.analysis.expert
+    return expert_table(expert, title="Expert parallel") if expert is not None else None
+
+
+def _tensor(data: ReportData) -> Table | None:
+    tensor = data.analysis.tensor
+    return tensor_table(tensor, title="Tensor parallel") if tensor is not None else None
+
+
+TABLES: list[Callable[[ReportData], Table | None]] = [_dimensions, _fsdp, _expert, _tensor]
 
 
 def parallelism(data: ReportData, pc: Charts) -> Section:

@@ -12,6 +12,7 @@ from rich.text import Text
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
 from stepscope.report import columns as col
+from stepscope.report._expert_tensor import expert_table, tensor_table
 from stepscope.report._fsdp import fsdp_table
 from stepscope.report.model import Table, table
 from stepscope.report.tables import (
@@ -66,6 +67,14 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         units = fsdp_table(result.fsdp, title="FSDP units")
         yield fit_table(units)
         yield f"[dim]{markup_safe(units.caption)}[/dim]"
+        yield Text("")
+    shown = [
+        *([expert_table(result.expert, title="Expert parallel")] if result.expert is not None else []),
+        *([tensor_table(result.tensor, title="Tensor parallel")] if result.tensor is not None else []),
+    ]
+    for part in shown:
+        yield fit_table(part)
+        yield f"[dim]{markup_safe(part.caption)}[/dim]"
         yield Text("")
     if result.cross_rank is not None:
         s = result.cross_rank
