@@ -1,0 +1,71 @@
+"""A plain DeepSpeed training loop on CPU ranks (gloo) with the monitor line as its only addition:
+`torchrun --standalone --nproc_per_node 2 tests/_ds_jobs.py OUT_DIR STAGE [MICRO_STEP_CALLS]`.
+
+STAGE: the ZeRO stage (0-3). The engine trains a 3-layer MLP with `torch_adam` for STEPS optimizer steps of
+GA_STEPS micro-batches each (`engine(x)`, `engine.backward(loss)`, `engine.step()` per micro-batch).
+MICRO_STEP_CALLS (`calls`): the loop also calls `monitor.step()` after every micro-batch, as a loop written for
+the monitor before would; the engine's optimizer steps count all the same.
+The monitor: wait 1, warmup 0, active 2, repeat 1 (optimizer steps 1-2 traced), flop_counter_step 4 and the
+memory log every 2 steps.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import deepspeed
+import torch
+from torch import nn
+
+import stepscope
+
+STEPS = 6
+GA_STEPS = 2
+MICRO_BATCH = 4
+WIDTH = 64
+
+
+def main() -> None:
+    out_dir, stage = sys.argv[1], int(sys.argv[2])
+    micro_step_calls = len(sys.argv) > 3 and sys.argv[3] == "calls"
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    model = nn.Sequential(
+        nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 1)
+    )
+    config = {
+        "train_micro_batch_size_per_gpu": MICRO_BATCH,
+        "gradient_accumulation_steps": GA_STEPS,
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+        "zero_optimization": {"stage": stage},
+        "steps_per_print": 1000,
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    monitor = stepscope.performance_monitor(
+        engine,
+        out_dir=out_dir,
+        profiled_ranks="all",
+        wait=1,
+        warmup=0,
+        active=2,
+        repeat=1,
+        flop_counter_step=4,
+        memory_log_every=2,
+        console=False,
+    )
+    rank = int(os.environ.get("RANK", "0"))
+    generator = torch.Generator().manual_seed(rank)
+    for _ in range(STEPS * GA_STEPS):
+        x = torch.randn(MICRO_BATCH, WIDTH, generator=generator)
+        loss = engine(x).pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+        if micro_step_calls:
+            monitor.step()
+    print(f"rank {rank} global_steps {engine.global_steps} run_dir {monitor.run_dir}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
