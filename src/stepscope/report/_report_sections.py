@@ -13,6 +13,7 @@ from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
 from stepscope.report import _run_sections as run_sections
 from stepscope.report import columns as col
+from stepscope.report._deepspeed import section as ds_section
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section, Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -53,6 +54,8 @@ def header_facts(data: ReportData) -> list[tuple[str, str]]:
 
 
 def sections(data: ReportData, pc: Charts) -> list[Section]:
+    run = data.analysis.run
+    deepspeed = [ds_section(run.deepspeed)] if run is not None and run.deepspeed is not None else []
     return [
         _overview(data, pc),
         _ops(data),
@@ -60,6 +63,7 @@ def sections(data: ReportData, pc: Charts) -> list[Section]:
         _communication(data, pc),
         _ranks(data, pc),
         run_sections.flops(data, pc),
+        *deepspeed,
         run_sections.memory(data, pc),
         run_sections.system(data, pc),
         _perfetto(data),

@@ -27,6 +27,7 @@ SECTION_TITLES = {
     "communication": "Communication",
     "ranks": "Ranks",
     "flops": "FLOPs and MFU",
+    "deepspeed": "DeepSpeed",  # only for a DeepSpeed engine's run
     "memory": "Memory",
     "system": "System",
     "perfetto": "Open the traces in Perfetto",

@@ -1,7 +1,7 @@
 """A whole run folder, read back: `load_run(path) -> Run`, and what the run measured outside its traces.
 
 `Run` holds the manifest, the config, every step's metrics line, the FLOP reports, the collective counts, the
-process groups each rank recorded, the memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
+process groups each rank recorded, a DeepSpeed engine's records (`deepspeed`), the memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
 into plain figures: step wall time over the whole run, FLOPs / TFLOP/s / MFU (or why there is none), memory
 (peak, growth per step), system samples (CPU %, RSS, GPU utilisation where present) and the job's process
 groups and device meshes. No torch, no rich.
@@ -21,6 +21,7 @@ import msgspec
 
 from stepscope.analysis.read.limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
+from stepscope.analysis.run.deepspeed import DeepSpeedFacts, DeepSpeedRecords, deepspeed_facts, read_deepspeed
 from stepscope.analysis.run.groups import GroupFacts, MeshFacts, job_groups
 from stepscope.analysis.stats import fmean, median, quantile
 from stepscope.errors import InputError
@@ -55,6 +56,7 @@ class Run:
     system: dict[int, list[SystemRow]]  # rank -> samples
     notes: list[str] = field(default_factory=list)
     process_groups: list[ProcessGroups] = field(default_factory=list)  # one record per rank that wrote one
+    deepspeed: DeepSpeedRecords | None = None  # a DeepSpeed engine's records; None: the job had no engine
 
     @property
     def has_traces(self) -> bool:
@@ -110,7 +112,8 @@ def load_run(path: str | Path) -> Run:
         for a in manifest.of_kind(ArtifactKind.SYSTEM)
     }
     groups = _process_groups(path, manifest, notes)
-    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups)
+    deepspeed = read_deepspeed(path, manifest, lambda file, kind: _read_json(file, kind, notes))
+    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups, deepspeed)
 
 
 def _process_groups(path: Path, manifest: Manifest, notes: list[str]) -> list[ProcessGroups]:
@@ -268,6 +271,9 @@ class RunFacts(msgspec.Struct):
     process_groups: list[GroupFacts] = []  # the job's process groups, as its profiled ranks recorded them
     meshes: list[MeshFacts] = []  # its device meshes
     process_group_notes: list[str] = []  # what a rank could not record; ranks that disagree on a group
+    deepspeed: DeepSpeedFacts | None = (
+        None  # a DeepSpeed engine's job: its configuration, FLOPs, comms, memory
+    )
 
 
 def run_facts(run: Run) -> RunFacts:
@@ -298,6 +304,9 @@ def run_facts(run: Run) -> RunFacts:
         process_groups=groups,
         meshes=meshes,
         process_group_notes=group_notes,
+        deepspeed=deepspeed_facts(run.deepspeed, run.flops, run.memory)
+        if run.deepspeed is not None
+        else None,
     )
 
 

@@ -101,8 +101,8 @@ def comm_ops(comms_dict: dict[str, dict[int, list[Any]]]) -> list[DsCommOp]:
                     count=int(count),
                     total_latency_ms=round(total, 4),
                     mean_latency_ms=round(total / max(int(count), 1), 4),
-                    algbw_gbps=round(fmean(algbws), 4) if algbws else 0.0,
-                    busbw_gbps=round(fmean(busbws), 4) if busbws else 0.0,
+                    algbw_gbps=round(fmean(algbws), 6) if algbws else 0.0,
+                    busbw_gbps=round(fmean(busbws), 6) if busbws else 0.0,
                 )
             )
     return sorted(rows, key=lambda r: (-r.total_latency_ms, r.op, r.msg_bytes))
