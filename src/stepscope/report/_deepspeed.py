@@ -60,7 +60,14 @@ def tables(facts: DeepSpeedFacts) -> list[Table]:
     rows = engine_rows(facts)
     if rows:
         out.append(
-            table("ds-engine", [col.DS_SETTING, col.DS_VALUE], rows, title="DeepSpeed engine", filter=False)
+            table(
+                "ds-engine",
+                [col.DS_SETTING, col.DS_VALUE],
+                rows,
+                title="DeepSpeed engine",
+                caption="DeepSpeed engine: its settings as the engine reports them.",
+                filter=False,
+            )
         )
     if facts.flops:
         f = facts.flops[0]
@@ -74,8 +81,8 @@ def tables(facts: DeepSpeedFacts) -> list[Table]:
                     if m.depth <= MODULE_DEPTH
                 ),
                 title=f"DeepSpeed flops profile, rank {f.rank}, step {f.step}",
-                caption="DeepSpeed's flops profiler over the counted optimizer step: each module's forward, its "
-                "descendants included.",
+                caption=f"DeepSpeed flops profile, rank {f.rank}, step {f.step}: DeepSpeed's flops profiler over "
+                "the counted optimizer step, each module's forward (its descendants included).",
             )
         )
     if facts.comms:
@@ -108,7 +115,8 @@ def tables(facts: DeepSpeedFacts) -> list[Table]:
                     for c in facts.comms
                 ),
                 title="DeepSpeed comms logger",
-                caption="The collectives DeepSpeed issued through deepspeed.comm in each window's active steps.",
+                caption="DeepSpeed comms logger: the collectives DeepSpeed issued through deepspeed.comm in each "
+                "window's active steps.",
             )
         )
     if facts.memory:
@@ -137,7 +145,7 @@ def tables(facts: DeepSpeedFacts) -> list[Table]:
                     for m in facts.memory
                 ),
                 title="DeepSpeed memory (see_memory_usage)",
-                caption="MA / CA at the memory log's last row, Max_MA / Max_CA the largest peak between rows; on "
+                caption="DeepSpeed memory (see_memory_usage): MA / CA at the memory log's last row, Max_MA / Max_CA the largest peak between rows; on "
                 "DeepSpeed's CPU accelerator these are the process RSS.",
                 filter=False,
             )

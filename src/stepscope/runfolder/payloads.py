@@ -252,6 +252,7 @@ class DsFlopsProfile(msgspec.Struct, kw_only=True):
     flops_per_step: int
     step_s: float  # the step's wall time, profiler hooks included
     modules: list[DsModuleProfile]
+    notes: list[str] = []  # what is known to be off in DeepSpeed's figures (ZeRO-3's linear layers)
 
 
 class DsCommOp(msgspec.Struct):

@@ -136,6 +136,8 @@ def deepspeed_facts(
             )
     for e in records.engines:
         notes.extend(f"rank {e.rank}: {n}" for n in e.notes)
+    for p in records.flops:
+        notes.extend(f"rank {p.rank}, step {p.step}: {n}" for n in p.notes)
     reports = {(r.rank, r.step): r for r in flops}
     if not records.flops:
         notes.append("no DeepSpeed flops profile: set flop_counter_step to count one optimizer step's FLOPs")

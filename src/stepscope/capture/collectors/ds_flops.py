@@ -18,6 +18,11 @@ from stepscope.runfolder.payloads import DsFlopsProfile, DsModuleProfile, FlopsR
 
 # DeepSpeed's profile takes the backward as twice the forward (its `bwd_factor`, without recomputation).
 BWD_FACTOR = 2.0
+ZERO3_LINEAR = (
+    "ZeRO-3 runs nn.functional.linear as its own function, which calls torch.addmm; DeepSpeed's flops profiler "
+    "counts both, so each Linear's FLOPs and MACs here are about twice its real ones (measured: 1.99x the "
+    "forward FLOPs of the same model under ZeRO-2), and so are the FLOPs per step and TFLOP/s"
+)
 PRECISION_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 
 
@@ -58,6 +63,8 @@ class DeepSpeedFlopsCollector(FlopCollector):
         assert self.step is not None
         step_s = time.perf_counter() - profiling.started
         profile = profile_of(profiling, self.ctx.rank, self.step, step_s)  # (read before the profiler ends)
+        if _zero_stage(self.ctx.engine) == 3:
+            profile.notes.append(ZERO3_LINEAR)
         self._leave_modes()
         self.ctx.writer.write_json(ArtifactKind.DS_FLOPS, profile, self.step)
         self._ds_counted(profile)
@@ -96,6 +103,7 @@ class DeepSpeedFlopsCollector(FlopCollector):
             backward_flops=profile.flops_per_step - profile.fwd_flops,
             backward_ops={},
         )
+        self._report.note = "; ".join(profile.notes) or None
         self._text = (
             f"DeepSpeed's flops profiler: forward FLOPs per module; the backward taken as {profile.bwd_factor:g}x "
             "the forward, as DeepSpeed counts it\n" + flop_table_text(self._report, cfg.flop_table_depth)
@@ -103,6 +111,11 @@ class DeepSpeedFlopsCollector(FlopCollector):
         self._write()
         if ctx.is_first_profiled_rank and cfg.console:
             capture_console().print(flop_table(self._report, cfg.flop_table_depth))
+
+
+def _zero_stage(engine: Any) -> int:
+    stage = getattr(engine, "zero_optimization_stage", None)
+    return int(stage()) if callable(stage) else 0
 
 
 def profile_of(profiling: _Profiling, rank: int, step: int, step_s: float) -> DsFlopsProfile:
