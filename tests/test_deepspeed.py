@@ -30,7 +30,7 @@ JOB = Path(__file__).with_name("_ds_jobs.py")
 STEPS, GA_STEPS, MICRO_BATCH, WIDTH = 11, 2, 4, 64  # as in tests/_ds_jobs.py
 
 
-def run_job(tmp_path: Path, stage: int, micro_step_calls: bool) -> tuple[Path, str]:
+def run_job(tmp_path: Path, stage: int | str, micro_step_calls: bool = False) -> tuple[Path, str]:
     """`torchrun --standalone --nproc_per_node 2 tests/_ds_jobs.py OUT STAGE [calls]`: the run folder, stderr."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parents[1]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(JOB)]
@@ -106,3 +106,27 @@ def test_zero_job_is_profiled_by_the_monitor_line_alone(
     section = section[: section.index("</section>")]
     for text in ("ZeRO stage", "DeepSpeed flops profile", "DeepSpeed comms logger", "all_gather_into_tensor"):
         assert text in section
+
+
+def test_hf_trainer_under_deepspeed_records_the_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the HF Trainer under DeepSpeed ZeRO-2 (its engine out of the callback's sight) with stepscope's callback
+    run_dir, stderr = run_job(tmp_path, "hf")
+    assert "stepscope:" not in stderr, stderr[-3000:]
+
+    # WHEN the run folder is analysed
+    doc = analyze_json(run_dir, capsys)
+    ds = doc["run"]["deepspeed"]
+
+    # THEN the callback's steps (the Trainer's, 1..8) carry the engine's records: its settings, DeepSpeed's flops
+    # profile of step 4 (both micro-batches), its comms logger over the window's steps 2-3
+    assert [(t["rank"], t["steps"]) for t in doc["run"]["step_times"]] == [(0, 8), (1, 8)]
+    assert (ds["engine"]["zero_stage"], ds["engine"]["gradient_accumulation"]) == (2, GA_STEPS)
+    assert [(f["rank"], f["step"], f["micro_steps"]) for f in ds["flops"]] == [
+        (0, 4, GA_STEPS),
+        (1, 4, GA_STEPS),
+    ]
+    head = next(m for m in ds["flops"][0]["modules"] if m["name"] == "lm_head")
+    assert head["macs"] == MICRO_BATCH * 16 * 32 * 64 * GA_STEPS  # tokens x n_embd x vocab, per micro-batch
+    assert {(c["rank"], c["first_step"], c["last_step"]) for c in ds["comms"]} == {(0, 2, 3), (1, 2, 3)}

@@ -29,6 +29,27 @@ def is_deepspeed_engine(obj: Any) -> bool:
     return isinstance(obj, DeepSpeedEngine)
 
 
+def engine_of(module: Any) -> Any:
+    """The DeepSpeed engine that wraps `module`, or None: for a framework that keeps the engine where its callbacks
+    cannot see it (the HF Trainer hands them the bare model). Looked up once among the objects that refer to the
+    module (the engine holds it in its `_modules`, which its `__dict__` holds): a few scans of the heap."""
+    if module is None or "deepspeed" not in sys.modules or is_deepspeed_engine(module):
+        return module if is_deepspeed_engine(module) else None
+    import gc
+
+    holders = [module]
+    for _ in range(3):  # module <- engine._modules <- engine.__dict__ <- engine, at most
+        found = []
+        for holder in holders:
+            for referrer in gc.get_referrers(holder):
+                if is_deepspeed_engine(referrer) and getattr(referrer, "module", None) is module:
+                    return referrer
+                if isinstance(referrer, dict):
+                    found.append(referrer)
+        holders = found
+    return None
+
+
 def model_of(engine: Any) -> Any:
     """The user's module inside the engine (what the FLOP and module tables name)."""
     return getattr(engine, "module", engine)

@@ -108,6 +108,12 @@ class PerformanceMonitor:
         drive(self.engine, end_step)
         self.start(first_step=int(self.engine.global_steps))
 
+    def use_engine(self, engine: Any) -> None:
+        """Record a DeepSpeed engine's own figures (settings, flops profile, comms logger, memory) while the caller
+        goes on ending the steps itself (a framework's callback under its DeepSpeed strategy). Before `start()`."""
+        if self._state == "new" and is_deepspeed_engine(engine):
+            self.engine = engine
+
     # --- public surface ---------------------------------------------------------------------------
     @property
     def enabled(self) -> bool:
