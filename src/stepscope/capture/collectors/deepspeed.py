@@ -57,7 +57,7 @@ class DeepSpeedCollector(Collector):
         logger = self._logger
         if logger is None or self._first is not None or not self.ctx.schedule.is_active(step):
             return
-        logger.reset_data()
+        logger.comms_dict.clear()  # (reset_data() is recent; comms_dict is in every version)
         logger.prof_all = True
         logger.verbose = False
         logger.enabled = True
@@ -82,7 +82,7 @@ class DeepSpeedCollector(Collector):
         logger.enabled = False
         self._first = None
         ops = comm_ops(logger.comms_dict)
-        logger.reset_data()
+        logger.comms_dict.clear()
         summary = DsCommsSummary(rank=self.ctx.rank, first_step=first, last_step=last, ops=ops)
         self.ctx.writer.write_json(ArtifactKind.DS_COMMS, summary, last)
 
