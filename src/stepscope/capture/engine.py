@@ -55,6 +55,21 @@ def model_of(engine: Any) -> Any:
     return getattr(engine, "module", engine)
 
 
+def follow_engine(monitor: Any, engine: Any) -> None:
+    """Make `monitor`'s steps follow `engine`'s optimizer steps from now on (`global_steps` numbers them): the
+    monitor starts here, the engine's step ends each step, and the user's own `monitor.step()` calls (one per
+    micro-batch, say) are ignored, so a loop written for the monitor counts the same steps."""
+    monitor.model = model_of(engine)
+    end_step = functools.partial(type(monitor).step, monitor)
+    monitor.step = _ignored_step
+    drive(engine, end_step)
+    monitor.start(first_step=int(engine.global_steps))
+
+
+def _ignored_step() -> None:
+    """`step()` of a monitor that follows a DeepSpeed engine: the engine's optimizer steps end the steps."""
+
+
 def drive(engine: Any, end_step: Callable[[], None]) -> None:
     """Call `end_step()` after each call of the engine's stepping methods that moved `engine.global_steps`.
 

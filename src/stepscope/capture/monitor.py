@@ -21,7 +21,7 @@ from stepscope.capture.collector import NEVER, Collector, Guard, RunContext, ove
 from stepscope.capture.collectors import collector_classes
 from stepscope.capture.config import ProfileConfig
 from stepscope.capture.console import StepscopeWarning, warn_user
-from stepscope.capture.engine import is_deepspeed_engine
+from stepscope.capture.engine import follow_engine, is_deepspeed_engine
 from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter, open_run_folder
 from stepscope.capture.schedule import Phase, Schedule
 from stepscope.errors import ConfigError
@@ -57,8 +57,7 @@ class PerformanceMonitor:
             # thread, where no signal handler can be installed, and a SIGUSR2 would then kill the job
             install_sigusr2_handler()
         self.model = model
-        # a DeepSpeed engine: profiled from its optimizer steps alone (capture/engine.py); collectors see its module
-        self.engine: Any = model if is_deepspeed_engine(model) else None
+        self.engine: Any = model if is_deepspeed_engine(model) else None  # DeepSpeed: capture/engine.py
         self.rank = 0
         self.world_size = 1
         self.recording = False
@@ -94,25 +93,7 @@ class PerformanceMonitor:
         self._open: int | None = None  # the step whose before_step hooks ran, until its after_step hooks
         self._start_lock = threading.Lock()
         if self.engine is not None and self.enabled:
-            self._follow_engine()
-
-    def _follow_engine(self) -> None:
-        """Steps follow the engine's optimizer steps from now on (the job's `global_steps` numbers them): the
-        monitor starts here, the engine's step ends each step, and the user's own `step()` calls (one per
-        micro-batch, say) are ignored, so a loop written for the monitor counts the same steps."""
-        from stepscope.capture.engine import drive, model_of
-
-        self.model = model_of(self.engine)
-        end_step = functools.partial(PerformanceMonitor.step, self)
-        self.step = _ignored_step  # type: ignore[method-assign]
-        drive(self.engine, end_step)
-        self.start(first_step=int(self.engine.global_steps))
-
-    def use_engine(self, engine: Any) -> None:
-        """Record a DeepSpeed engine's own figures (settings, flops profile, comms logger, memory) while the caller
-        goes on ending the steps itself (a framework's callback under its DeepSpeed strategy). Before `start()`."""
-        if self._state == "new" and is_deepspeed_engine(engine):
-            self.engine = engine
+            follow_engine(self, self.engine)
 
     # --- public surface ---------------------------------------------------------------------------
     @property
@@ -133,7 +114,7 @@ class PerformanceMonitor:
 
         A step ends when its call returns, and the next step begins then: fetching the next call's batch is
         part of the next step, as in the context-manager form (a step runs from one `step()` to the next).
-        With a DeepSpeed engine the engine's optimizer steps are the steps: `fn` is returned as it is."""
+        With a DeepSpeed engine (its optimizer steps are the steps) `fn` is returned as it is."""
         if not self.enabled or self.engine is not None:
             return fn
 
@@ -598,10 +579,6 @@ class PerformanceMonitor:
     def _flush_metrics(self) -> None:
         if self._writer is not None:
             self._writer.flush_metrics_or_switch_off()
-
-
-def _ignored_step() -> None:
-    """`step()` of a monitor that follows a DeepSpeed engine: the engine's optimizer steps end the steps."""
 
 
 def _release(monitor: PerformanceMonitor) -> None:
