@@ -2,7 +2,8 @@
 loopback), ZeRO 1, 2 and 3 with `torch_adam`, a plain `engine(x)` / `engine.backward(loss)` / `engine.step()`
 loop (tests/_ds_jobs.py). What a user sees: `stepscope analyze --json` of the run folder (steps are the
 engine's optimizer steps, the engine's settings, DeepSpeed's per-module FLOPs, its comms summary, its memory
-figures) and the report the monitor writes at close (a DeepSpeed section)."""
+figures) and the report the monitor writes at close (a DeepSpeed section); the HF Trainer under DeepSpeed with
+stepscope's callback. One fast test sums up records by hand: what the facts say a run lacks or ranks disagree on."""
 
 from __future__ import annotations
 
@@ -16,15 +17,14 @@ from typing import Any
 
 import pytest
 
+from stepscope.analysis.run.deepspeed import DeepSpeedRecords, deepspeed_facts
 from stepscope.cli import main
+from stepscope.runfolder.payloads import DeepSpeedEngineInfo, MemoryRow
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("deepspeed") is None,
-        reason="deepspeed is not installed (pip install 'stepscope[deepspeed]'; DS_BUILD_OPS=0 on a CPU machine)",
-    ),
-]
+needs_deepspeed = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="deepspeed is not installed (pip install 'stepscope[deepspeed]'; DS_BUILD_OPS=0 on a CPU machine)",
+)
 
 JOB = Path(__file__).with_name("_ds_jobs.py")
 STEPS, GA_STEPS, MICRO_BATCH, WIDTH = 11, 2, 4, 64  # as in tests/_ds_jobs.py
@@ -47,6 +47,8 @@ def analyze_json(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> dict[str,
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
+@needs_deepspeed
 # ZeRO 1 runs a loop that also calls monitor.step() after every micro-batch: the steps are still the engine's.
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_job_is_profiled_by_the_monitor_line_alone(
@@ -108,6 +110,8 @@ def test_zero_job_is_profiled_by_the_monitor_line_alone(
         assert text in section
 
 
+@pytest.mark.slow
+@needs_deepspeed
 def test_hf_trainer_under_deepspeed_records_the_engine(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -130,3 +134,51 @@ def test_hf_trainer_under_deepspeed_records_the_engine(
     head = next(m for m in ds["flops"][0]["modules"] if m["name"] == "lm_head")
     assert head["macs"] == MICRO_BATCH * 16 * 32 * 64 * GA_STEPS  # tokens x n_embd x vocab, per micro-batch
     assert {(c["rank"], c["first_step"], c["last_step"]) for c in ds["comms"]} == {(0, 2, 3), (1, 2, 3)}
+
+
+def _engine(rank: int, stage: int) -> DeepSpeedEngineInfo:
+    return DeepSpeedEngineInfo(
+        rank=rank,
+        deepspeed_version="0.19.8",
+        engine="DeepSpeedEngine",
+        zero_stage=stage,
+        offload_optimizer=None,
+        offload_param=None,
+        world_size=2,
+        dp_size=2,
+        mp_size=1,
+        pp_size=1,
+        micro_batch=4,
+        gradient_accumulation=2,
+        train_batch=16,
+        precision="bf16",
+        optimizer="AdamW",
+    )
+
+
+def test_facts_say_what_a_run_lacks_and_where_ranks_differ() -> None:
+    # GIVEN two ranks' engine records that disagree on the ZeRO stage, no flops profile, no comms summary, and
+    # memory rows of which only the later ones hold DeepSpeed's figures
+    rows = [
+        MemoryRow(step=1, unix_time=0.0, rss_bytes=10, sys_used_bytes=5, sys_percent=1.0),
+        MemoryRow(step=3, unix_time=1.0, rss_bytes=10, sys_used_bytes=5, sys_percent=1.0, ds_accelerator="cuda",
+                  ds_allocated_bytes=300, ds_peak_allocated_bytes=900, ds_reserved_bytes=400,
+                  ds_peak_reserved_bytes=1000, ds_vm_used_bytes=7),
+        MemoryRow(step=5, unix_time=2.0, rss_bytes=10, sys_used_bytes=5, sys_percent=1.0, ds_accelerator="cuda",
+                  ds_allocated_bytes=200, ds_peak_allocated_bytes=500, ds_reserved_bytes=400,
+                  ds_peak_reserved_bytes=800, ds_vm_used_bytes=9),
+    ]  # fmt: skip
+    records = DeepSpeedRecords(engines=[_engine(0, 2), _engine(1, 3)])
+
+    # WHEN they are summed up
+    facts = deepspeed_facts(records, flops=[], memory={0: rows})
+
+    # THEN the first rank's engine is the job's, and the notes name what differs and what is missing
+    assert facts.engine is not None and facts.engine.zero_stage == 2
+    assert "rank 1's engine differs from rank 0's in zero_stage" in facts.notes
+    assert any(n.startswith("no DeepSpeed flops profile") for n in facts.notes)
+    assert any(n.startswith("no DeepSpeed comms summary") for n in facts.notes)
+    # the memory figures: the last row's MA / CA, the largest peaks, over the rows that have them
+    (memory,) = facts.memory
+    assert (memory.rows, memory.allocated_bytes, memory.peak_allocated_bytes) == (2, 200, 900)
+    assert (memory.peak_reserved_bytes, memory.vm_used_bytes, memory.accelerator) == (1000, 9, "cuda")
