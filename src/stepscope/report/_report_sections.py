@@ -14,6 +14,7 @@ from stepscope.report import _charts as charts
 from stepscope.report import _host_section as host_section
 from stepscope.report import _run_sections as run_sections
 from stepscope.report import columns as col
+from stepscope.report._deepspeed import section as ds_section
 from stepscope.report._parallelism import parallelism
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section, Table, table
 from stepscope.report.tables import (
@@ -55,6 +56,8 @@ def header_facts(data: ReportData) -> list[tuple[str, str]]:
 
 
 def sections(data: ReportData, pc: Charts) -> list[Section]:
+    run = data.analysis.run
+    deepspeed = [ds_section(run.deepspeed)] if run is not None and run.deepspeed is not None else []
     return [
         _overview(data, pc),
         _ops(data),
@@ -63,6 +66,7 @@ def sections(data: ReportData, pc: Charts) -> list[Section]:
         parallelism(data, pc),
         _ranks(data, pc),
         run_sections.flops(data, pc),
+        *deepspeed,
         run_sections.memory(data, pc),
         run_sections.system(data, pc),
         host_section.host(data, pc),

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of
     from stepscope.analysis.rank.breakdown import KernelTypes, TopKernel
     from stepscope.analysis.rank.idle import StreamIdle
     from stepscope.analysis.rank.steps import StepRow
-    from stepscope.analysis.run import RunFacts
+    from stepscope.analysis.run import DeepSpeedFacts, RunFacts
     from stepscope.analysis.run.folder import MemoryFacts, SystemFacts
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
@@ -250,6 +250,18 @@ def _steps_table(steps: Sequence[StepRow]) -> Table:
 _STEP_PHASE = {"none": "outside the windows"}  # metrics.jsonl's phase of a step the profiler did not record
 
 
+def _deepspeed_parts(facts: DeepSpeedFacts) -> Iterator[RenderableType]:
+    """A DeepSpeed engine's job: its settings, DeepSpeed's FLOPs, comms and memory (the page's DeepSpeed section)."""
+    from stepscope.report._deepspeed import flops_lines, tables
+
+    for line in flops_lines(facts):
+        yield Text(line)
+    for t in tables(facts):
+        yield fit_table(t)
+    for note in facts.notes:
+        yield Text(plain(note), style="dim")
+
+
 def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
     """The run as a whole: step times, FLOPs / MFU, memory and system samples (from outside the traces)."""
     ranks = ", ".join(str(r) for r in run.profiled_ranks) or "-"
@@ -311,6 +323,8 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
                     yield Text(f"  {plain(note)}", style="dim")
     elif run.flops_note:
         yield Text(plain(run.flops_note), style="dim")
+    if run.deepspeed is not None:
+        yield from _deepspeed_parts(run.deepspeed)
     if run.memory:
         yield fit_table(_run_memory_table(run.memory))
     if run.system:

@@ -28,6 +28,7 @@ SECTION_TITLES = {
     "parallelism": "Parallelism",
     "ranks": "Ranks",
     "flops": "FLOPs and MFU",
+    "deepspeed": "DeepSpeed",  # only for a DeepSpeed engine's run
     "memory": "Memory",
     "system": "System",
     "host": "Python and host memory",

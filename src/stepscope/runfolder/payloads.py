@@ -17,6 +17,9 @@ COMM_COUNTS_SCHEMA = "stepscope.comm_counts/1"
 PROCESS_GROUPS_SCHEMA = "stepscope.process_groups/1"
 PYTHON_SAMPLES_SCHEMA = "stepscope.python_samples/1"
 HOST_MEMORY_SCHEMA = "stepscope.host_memory/1"
+DEEPSPEED_SCHEMA = "stepscope.deepspeed/1"
+DS_FLOPS_SCHEMA = "stepscope.ds_flops/1"
+DS_COMMS_SCHEMA = "stepscope.ds_comms/1"
 
 
 class StepMetrics(msgspec.Struct, omit_defaults=True):
@@ -54,6 +57,14 @@ class MemoryRow(msgspec.Struct, omit_defaults=True):
     cuda_reserved_bytes: int | None = None
     cuda_peak_allocated_bytes: int | None = None
     cuda_peak_reserved_bytes: int | None = None
+    # a DeepSpeed engine's job: what DeepSpeed's see_memory_usage prints, read from its accelerator (on its CPU
+    # accelerator allocated / reserved are the process RSS and their peaks its peak RSS since the previous row)
+    ds_accelerator: str | None = None
+    ds_allocated_bytes: int | None = None  # MA
+    ds_peak_allocated_bytes: int | None = None  # Max_MA
+    ds_reserved_bytes: int | None = None  # CA
+    ds_peak_reserved_bytes: int | None = None  # Max_CA
+    ds_vm_used_bytes: int | None = None  # CPU virtual memory used: total - available
 
 
 class GpuSample(msgspec.Struct, omit_defaults=True):
@@ -272,6 +283,86 @@ class HostMemory(msgspec.Struct, kw_only=True):
     notes: list[str] = []
 
 
+class DeepSpeedEngineInfo(msgspec.Struct, kw_only=True):
+    """A DeepSpeed engine's configuration on one rank (kind `deepspeed`), as the engine reports it.
+    An offload device is None where nothing is offloaded; a size is None where the engine did not say."""
+
+    schema: str = DEEPSPEED_SCHEMA
+    rank: int
+    deepspeed_version: str
+    engine: str  # the engine's class (DeepSpeedEngine, PipelineEngine, ...)
+    zero_stage: int
+    offload_optimizer: str | None  # "cpu" | "nvme" | None
+    offload_param: str | None
+    world_size: int
+    dp_size: int | None
+    mp_size: int | None
+    pp_size: int | None
+    micro_batch: int | None  # train_micro_batch_size_per_gpu
+    gradient_accumulation: int | None
+    train_batch: int | None
+    precision: str  # "bf16" | "fp16" | "fp32"
+    optimizer: str | None  # the optimizer's class
+    notes: list[str] = []
+
+
+class DsModuleProfile(msgspec.Struct):
+    """One module in DeepSpeed's flops profile: its parameters (on this rank) and its forward's MACs, FLOPs and
+    latency over the counted step, its descendants' included."""
+
+    name: str  # model-relative ("" for the model)
+    type: str
+    depth: int
+    params: int
+    macs: int
+    flops: int
+    latency_s: float
+
+
+class DsFlopsProfile(msgspec.Struct, kw_only=True):
+    """DeepSpeed's flops profiler over one optimizer step of one rank (kind `ds_flops`): every forward of its
+    micro-batches. `flops_per_step` = forward FLOPs x (1 + bwd_factor), as DeepSpeed's own profile counts the
+    backward (2x the forward)."""
+
+    schema: str = DS_FLOPS_SCHEMA
+    rank: int
+    step: int
+    micro_steps: int  # forwards of the model during the step
+    params: int  # parameters held by this rank (ZeRO-3: its partition)
+    fwd_macs: int
+    fwd_flops: int
+    fwd_latency_s: float
+    bwd_factor: float
+    flops_per_step: int
+    step_s: float  # the step's wall time, profiler hooks included
+    modules: list[DsModuleProfile]
+    notes: list[str] = []  # what is known to be off in DeepSpeed's figures (ZeRO-3's linear layers)
+
+
+class DsCommOp(msgspec.Struct):
+    """One collective and message size in DeepSpeed's comms logger: count, latency (ms) and bandwidths (Gbps,
+    DeepSpeed's algbw / busbw), means over the calls."""
+
+    op: str
+    msg_bytes: int
+    count: int
+    total_latency_ms: float
+    mean_latency_ms: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+class DsCommsSummary(msgspec.Struct, kw_only=True):
+    """DeepSpeed's comms logger over one window of one rank (kind `ds_comms`, named after its last step): the
+    collectives DeepSpeed issued through deepspeed.comm."""
+
+    schema: str = DS_COMMS_SCHEMA
+    rank: int
+    first_step: int
+    last_step: int
+    ops: list[DsCommOp]
+
+
 # Schema of each kind's payload, as the manifest records it.
 KIND_SCHEMAS = {
     "metrics": METRICS_SCHEMA,
@@ -282,4 +373,7 @@ KIND_SCHEMAS = {
     "process_groups": PROCESS_GROUPS_SCHEMA,
     "python_samples": PYTHON_SAMPLES_SCHEMA,
     "host_memory": HOST_MEMORY_SCHEMA,
+    "deepspeed": DEEPSPEED_SCHEMA,
+    "ds_flops": DS_FLOPS_SCHEMA,
+    "ds_comms": DS_COMMS_SCHEMA,
 }

@@ -1,7 +1,7 @@
 """A whole run folder, read back: `load_run(path) -> Run`, and what the run measured outside its traces.
 
 `Run` holds the manifest, the config, every step's metrics line, the FLOP reports, the collective counts, the
-process groups each rank recorded, the memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
+process groups each rank recorded, a DeepSpeed engine's records (`deepspeed`), the memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
 into plain figures: step wall time over the whole run, FLOPs / TFLOP/s / MFU (or why there is none), memory
 (peak, growth per step), system samples (CPU %, RSS, GPU utilisation where present) and the job's process
 groups and device meshes. No torch, no rich.
@@ -21,6 +21,7 @@ import msgspec
 
 from stepscope.analysis.read.limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
+from stepscope.analysis.run.deepspeed import DeepSpeedFacts, DeepSpeedRecords, deepspeed_facts, read_deepspeed
 from stepscope.analysis.run.groups import GroupFacts, MeshFacts, capture_evidence, job_groups
 from stepscope.analysis.run.hostmem import HostMemoryFacts, host_memory_facts
 from stepscope.analysis.run.python_samples import PythonProfile, python_profile
@@ -61,6 +62,7 @@ class Run:
     process_groups: list[ProcessGroups] = field(default_factory=list)  # one record per rank that wrote one
     python_samples: list[PythonSamples] = field(default_factory=list)  # py-spy's, one per rank and window
     host_memory: list[HostMemory] = field(default_factory=list)  # tracemalloc's, one per rank and window
+    deepspeed: DeepSpeedRecords | None = None  # a DeepSpeed engine's records; None: the job had no engine
 
     @property
     def has_traces(self) -> bool:
@@ -136,7 +138,10 @@ def load_run(path: str | Path) -> Run:
     ]
     samples.sort(key=lambda p: (p.rank, p.last_step))
     heap.sort(key=lambda h: (h.rank, h.last_step))
-    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups, samples, heap)
+    deepspeed = read_deepspeed(path, manifest, lambda file, kind: _read_json(file, kind, notes))
+    return Run(
+        path, manifest, config, metrics, flops, comm, memory, system, notes, groups, samples, heap, deepspeed
+    )
 
 
 def _process_groups(path: Path, manifest: Manifest, notes: list[str]) -> list[ProcessGroups]:
@@ -296,6 +301,9 @@ class RunFacts(msgspec.Struct):
     process_group_notes: list[str] = []  # what a rank could not record; ranks that disagree on a group
     python_samples: list[PythonProfile] = []  # py-spy's Python functions of each rank's windows
     host_memory: list[HostMemoryFacts] = []  # tracemalloc's allocation sites of each rank, growing ones first
+    deepspeed: DeepSpeedFacts | None = (
+        None  # a DeepSpeed engine's job: its configuration, FLOPs, comms, memory
+    )
 
 
 def run_facts(run: Run) -> RunFacts:
@@ -328,6 +336,9 @@ def run_facts(run: Run) -> RunFacts:
         process_group_notes=group_notes,
         python_samples=[python_profile(p) for p in run.python_samples],
         host_memory=host_memory_facts(run.host_memory),
+        deepspeed=deepspeed_facts(run.deepspeed, run.flops, run.memory)
+        if run.deepspeed is not None
+        else None,
     )
 
 
