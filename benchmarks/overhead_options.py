@@ -3,7 +3,7 @@
 `OPTION_ROWS` is the table: each row names the `ProfileConfig` fields it measures, what it measures and the
 reference it is divided by. `IDLE_DURING_STEPS` names the fields that do no work during a step, each with the
 reason; tests/test_hardening_opts.py checks that every field of the config is in one of the two, so an option
-added later (python sampling and host memory, issue #30: `PLANNED`) fails that test until it has its row.
+added later (`PLANNED` names those announced) fails that test until it has its row.
 
 Every variant runs as a block of steps on one fresh monitor (torch runs one profiler per process, and a sampler
 thread or a sink would slow whatever ran beside it). Each round takes the rows in a shuffled order and runs each
@@ -82,6 +82,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("raw torch.profiler, " + " + ".join(TIMELINE_OPTIONS), RAW, dict(TIMELINE_OPTIONS)),
     Variant("monitor, memory_timeline", WINDOW, {"memory_timeline": True}),
     Variant("monitor, nsight", WINDOW, {"nsight": True}),
+    Variant("monitor, python_sampling", WINDOW, {"python_sampling": True}),
+    Variant("monitor, host_memory", WINDOW, {"host_memory": True}),
     Variant("trace=False, steps of the windows", WINDOW, {"trace": False}),
 )
 
@@ -169,6 +171,21 @@ OPTION_ROWS: tuple[Row, ...] = (
         "without CUDA: one warning, nothing per step; with CUDA: an NVTX range per active step",
     ),
     Row(
+        ("python_sampling",),
+        "python_sampling: monitor, active window (py-spy at 100 Hz, --nonblocking)",
+        "monitor, python_sampling",
+        "monitor, active window",
+        "py-spy is a child process launched at the window's warmup; the step pays for its reads of the "
+        "process's memory",
+    ),
+    Row(
+        ("host_memory",),
+        "host_memory: monitor, active window (tracemalloc, 1 frame)",
+        "monitor, host_memory",
+        "monitor, active window",
+        "every Python allocation of the active steps is traced; the last active step takes the end snapshot",
+    ),
+    Row(
         ("trace",),
         "trace=False: the steps of the windows",
         "trace=False, steps of the windows",
@@ -225,7 +242,7 @@ IDLE_DURING_STEPS: dict[str, str] = {
 }
 
 # Options that do not exist yet: their rows go into OPTION_ROWS (and VARIANTS) when they land.
-PLANNED = ("python sampling (issue #30)", "host memory (issue #30)")
+PLANNED: tuple[str, ...] = ()
 
 
 def timed(fn: Callable[[], Any], after: Callable[[], Any] | None = None) -> float:
@@ -496,5 +513,6 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
         "No work during steps: " + "; ".join(f"`{k}` ({v})" for k, v in result["idle_during_steps"].items())
     )
-    lines.append("Not options yet (rows to add when they land): " + ", ".join(result["planned"]))
+    if result["planned"]:
+        lines.append("Not options yet (rows to add when they land): " + ", ".join(result["planned"]))
     return "\n".join(lines)

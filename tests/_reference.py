@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from stepscope.analysis.read.table import (
+    ALL_TO_ALL_INPUTS,
     COLUMNS,
     GPU_CATEGORIES,
     INT_ARGS,
@@ -29,6 +30,7 @@ from stepscope.analysis.read.table import (
     RankInfo,
     TraceTable,
     _clipped,
+    all_to_all_message,
     as_int,
     decimal_us_to_ns,
     id_as_int,
@@ -106,7 +108,17 @@ def reference_table(
             peer = p2p_peer(args.get("Concrete Inputs")) if name in P2P_OPS else None
             rows["args_peer"].append(MISSING if peer is None else peer)
             rare = (*STRING_ARGS.values(), *INT_ARGS.values())
-            if SHAPED_RANGE_RE.match(str(name)) and all(args.get(arg) is None for arg in rare):
+            if str(name) in ALL_TO_ALL_INPUTS and all(args.get(arg) is None for arg in rare):
+                found = all_to_all_message(
+                    str(name), args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs")
+                )
+                if found is not None:
+                    rows["args_in_nelems"][-1], rows["args_out_nelems"][-1] = found[0], found[1]
+                    if found[2] is not None:
+                        rows["args_dtype"][-1] = intern(names, found[2])
+                    rows["args_in_split"][-1] = intern(names, found[3])
+                    rows["args_out_split"][-1] = intern(names, found[4])
+            elif SHAPED_RANGE_RE.match(str(name)) and all(args.get(arg) is None for arg in rare):
                 message = shapes_message(args.get("Input Dims"), args.get("Input type"))
                 if message is not None:
                     rows["args_in_nelems"][-1] = message[0]

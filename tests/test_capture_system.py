@@ -93,8 +93,10 @@ def fake_pynvml() -> types.ModuleType:
         "nvmlShutdown": lambda: None,
         "nvmlDeviceGetCount": lambda: 2,
         "nvmlDeviceGetHandleByIndex": lambda i: i,
-        "nvmlDeviceGetUtilizationRates": lambda h: types.SimpleNamespace(gpu=90 + h),
-        "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(used=1000 * (h + 1), total=80_000),
+        "nvmlDeviceGetUtilizationRates": lambda h: types.SimpleNamespace(gpu=90 + h, memory=40 + h),
+        "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(
+            used=1000 * (h + 1), free=80_000 - 1000 * (h + 1), total=80_000
+        ),
         "nvmlDeviceGetPowerUsage": power,
         "nvmlDeviceGetTemperature": lambda h, sensor: 60 + h,
     }
@@ -112,8 +114,9 @@ def test_nvml_columns_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     row = read_rows(tmp_path / "system.jsonl")[0]
     assert row["gpus"] == [
         {"index": 0, "util_percent": 90, "mem_used_bytes": 1000, "mem_total_bytes": 80000, "power_w": 250.5,
-         "temp_c": 60},
-        {"index": 1, "util_percent": 91, "mem_used_bytes": 2000, "mem_total_bytes": 80000, "temp_c": 61},
+         "temp_c": 60, "util_mem_percent": 40, "mem_free_bytes": 79000},
+        {"index": 1, "util_percent": 91, "mem_used_bytes": 2000, "mem_total_bytes": 80000, "temp_c": 61,
+         "util_mem_percent": 41, "mem_free_bytes": 78000},
     ]  # fmt: skip
 
 

@@ -30,6 +30,7 @@ SECTIONS = [
     "flops",
     "memory",
     "system",
+    "host",
     "perfetto",
 ]
 SCREENSHOTS = (

@@ -14,6 +14,8 @@ import msgspec
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm import comm_findings
+from stepscope.analysis.findings.expert import ep_findings
+from stepscope.analysis.findings.fsdp import fsdp_findings
 from stepscope.analysis.findings.groups import group_across_ranks
 from stepscope.analysis.findings.pipeline import pipeline_findings
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_finding
@@ -32,6 +34,8 @@ from stepscope.analysis.rank.collectives import (
     rank_instances,
     wait_intervals,
 )
+from stepscope.analysis.rank.expert import Expert, ExpertPart, expert_rank, imbalance
+from stepscope.analysis.rank.fsdp import FsdpAnalysis, FsdpRank, combine_fsdp, fsdp_rank
 from stepscope.analysis.rank.groups import KnownGroups
 from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
@@ -41,6 +45,8 @@ from stepscope.analysis.rank.pipeline import RankPipeline, rank_pipeline
 from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
+from stepscope.analysis.rank.tensor import Tensor, TensorRank, tensor_rank
+from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
 from stepscope.analysis.ranks.straggler import Straggler
@@ -93,9 +99,14 @@ class AnalysisResult(msgspec.Struct):
     findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
-    pipeline: Pipeline | None = (
-        None  # pipeline parallelism: stages, micro-batches, bubbles; null: none recognised
+    # communication per step by parallel dimension, per rank and for the job; null without collectives
+    dimensions: Dimensions | None = None
+    expert: Expert | None = None  # expert-parallel all-to-alls and DeepEP kernels; null when none
+    tensor: Tensor | None = (
+        None  # tensor-parallel functional collectives by layer, fused async-TP ops; null: none
     )
+    fsdp: FsdpAnalysis | None = None  # FSDP's units, all-gathers and reduce-scatters per rank; null: no FSDP
+    pipeline: Pipeline | None = None  # pipeline stages, micro-batches, bubbles; null: none recognised
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -109,6 +120,9 @@ class RankPart:
     findings: list[Finding]
     instances: Instances
     summary: RankDigest
+    expert: ExpertPart | None = None
+    tensor: TensorRank | None = None
+    fsdp: FsdpRank | None = None
     pipeline: RankPipeline | None = None
 
 
@@ -173,7 +187,13 @@ def analyze_rank_part(
     world = table.ranks[rank].world_size if rank in table.ranks else None
     instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)
-    return RankPart(result, findings, instances, summary, rank_pipeline(data, instances, known_groups))
+    fsdp = fsdp_rank(data, instances)
+    if fsdp is not None:
+        findings.extend(fsdp_findings(data, fsdp))
+    pipeline = rank_pipeline(data, instances, known_groups)
+    return RankPart(
+        result, findings, instances, summary, expert_rank(data), tensor_rank(data), fsdp, pipeline
+    )
 
 
 def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:
@@ -195,6 +215,14 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
             waiting = wait_intervals(instances[result.rank], dist.wait_ns[result.rank])
             add_comm_waiting(result.step_categories, summary.steps, summary.comm_exposed, waiting)
     findings.extend(comm_findings(instances, dist, summaries))
+    expert_parts = {p.analysis.rank: p.expert for p in parts if p.expert is not None}
+    expert = None
+    if expert_parts:
+        expert = Expert(
+            [e.stats for e in expert_parts.values()], imbalance([e.stats for e in expert_parts.values()])
+        )
+        findings.extend(ep_findings(expert_parts, summaries, expert.imbalance))
+    tensor_ranks = [p.tensor for p in parts if p.tensor is not None]
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
@@ -202,8 +230,33 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     pipeline = pipeline_analysis(pipe_parts)
     # (one finding for the whole pipeline, naming its stages' ranks: not grouped)
     findings = rank_by_cost([*group_across_ranks(findings), *pipeline_findings(pipeline, summaries)])
-    notes = [*notices, *dist.notices, *pipeline_notices(pipe_parts)]
-    return AnalysisResult(SCHEMA, ranks, dist.cross, dist.straggler, findings, notes, pipeline=pipeline)
+    return AnalysisResult(
+        SCHEMA, ranks, dist.cross, dist.straggler, findings,
+        [*notices, *dist.notices, *pipeline_notices(pipe_parts)],
+        dimensions=dimensions(instances, summaries),
+        expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
+        fsdp=combine_fsdp([p.fsdp for p in parts]), pipeline=pipeline,
+    )  # fmt: skip
+
+
+def attach_run(result: AnalysisResult, facts: RunFacts) -> AnalysisResult:
+    """`result` with what its run folder measured outside the traces (`facts`): `run`, and the findings that
+    come from it (the Python functions py-spy sampled in the host-side findings, python_hotspot,
+    host_memory_growth), ranked again with the others."""
+    from stepscope.analysis.findings.python import host_memory_findings, python_findings
+    from stepscope.analysis.stats import median
+
+    result.run = facts
+    if not facts.python_samples and not facts.host_memory:
+        return result
+    steps = {r.rank: [s.step for s in r.steps] for r in result.ranks}
+    step_ms = {r.rank: median([s.dur_us / 1000 for s in r.steps]) for r in result.ranks if r.steps}
+    findings = python_findings(result.findings, facts.python_samples, steps, step_ms)
+    new = [f for f in findings if f.id == "python_hotspot"]
+    kept = [f for f in findings if f.id != "python_hotspot"]
+    new.extend(host_memory_findings(facts.host_memory))
+    result.findings = rank_by_cost(kept + group_across_ranks(new))
+    return result
 
 
 def analyze_rank(data: RankData, *, top: int = 10, comm: iv.Intervals | None) -> RankAnalysis:

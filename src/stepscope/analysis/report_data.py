@@ -16,12 +16,13 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from stepscope.analysis.analyze import AnalysisResult, analyze
+from stepscope.analysis.analyze import AnalysisResult, analyze, attach_run
 from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
 from stepscope.analysis.rank.summary import Summary, summarize
 from stepscope.analysis.read.table import TraceTable
-from stepscope.analysis.run.folder import Run, load_run, run_facts
+from stepscope.analysis.run.folder import Run, load_run, recorded_groups, run_facts
+from stepscope.analysis.run.python_samples import Flame, flame
 from stepscope.errors import StepscopeError
 from stepscope.runfolder import ArtifactKind, is_run_folder
 from stepscope.runfolder.payloads import FlopsReport
@@ -86,6 +87,7 @@ class RunSeries(msgspec.Struct):
     flops: list[FlopsReport]
     memory_files: list[MemoryFile]
     config: dict[str, Any]
+    python_flames: list[Flame] = []  # py-spy's samples of each rank's latest window, as flame-graph boxes
 
 
 class ReportData(msgspec.Struct):
@@ -127,7 +129,9 @@ def collect_report(
             from stepscope.analysis.read.loader import load_trace as load
         table = load(path, step=step)
     if table is not None:
-        result = analyze(table, comm_patterns=comm_patterns)
+        # a run folder's record of its process groups puts each collective in its group, as analyze's does
+        known = recorded_groups(path) if run is not None else None
+        result = analyze(table, comm_patterns=comm_patterns, known_groups=known)
         summary = summarize(table, top=TOP_ROWS)
     else:
         note = "the run has no traces (the job ended before its first window was exported)"
@@ -136,7 +140,7 @@ def collect_report(
     versions = {"stepscope": __version__}
     title = path.name or str(path)
     if run is not None:
-        result.run = run_facts(run)
+        attach_run(result, run_facts(run))
         versions = {**dict(run.manifest.versions), "report": __version__}
         title = run.manifest.run_name or title
         notes.extend(run.notes)
@@ -247,7 +251,16 @@ def _series(run: Run) -> RunSeries:
         flops=sorted(run.flops, key=lambda f: f.rank),
         memory_files=_memory_files(run),
         config=run.config,
+        python_flames=[flame(p) for p in _latest_per_rank(run.python_samples)],
     )
+
+
+def _latest_per_rank(samples: list[Any]) -> list[Any]:
+    latest: dict[int, Any] = {}
+    for p in samples:
+        if p.rank not in latest or p.last_step > latest[p.rank].last_step:
+            latest[p.rank] = p
+    return [latest[r] for r in sorted(latest)]
 
 
 def _memory_files(run: Run) -> list[MemoryFile]:

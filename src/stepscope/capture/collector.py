@@ -40,6 +40,7 @@ class RunContext:
     world_size: int
     writer: RunWriter
     model: Any = None
+    engine: Any = None  # a DeepSpeed engine given to the monitor (`model` is then its module)
     is_first_profiled_rank: bool = False
     step: int = 0  # steps completed so far (= index of the step that runs next)
 

@@ -81,6 +81,18 @@ class ProfileConfig(BaseModel):
         description="NVTX ranges (steps and regions) and cudaProfilerStart/Stop around active windows, for "
         "`nsys profile --capture-range=cudaProfilerApi`.",
     )
+    python_sampling: bool = Field(
+        False,
+        description="Sample the training process's Python stacks with py-spy (pip install 'stepscope[pyspy]') "
+        "during each active window, about 100 times a second (python_samples/): analyze names the Python "
+        "functions that hold the step. Needs ptrace permission (docs/integrations.md).",
+    )
+    host_memory: bool = Field(
+        False,
+        description="Trace Python heap allocations with tracemalloc from each window's first traced step to its "
+        "end (host_memory/): the top allocation sites by size and by growth; analyze names sites that grow "
+        "window after window.",
+    )
     trace: bool = Field(
         True,
         description="Record torch.profiler traces of the windows; `stepscope run --nsys` turns it off, since "
@@ -235,6 +247,8 @@ SCRIPT_FLAGS: list[tuple[str, str, str]] = [
     ("--memory-timeline", "memory_timeline", "flag"),
     ("--system-sample-interval", "system_sample_interval", "float"),
     ("--nsight", "nsight", "flag"),
+    ("--python-sampling", "python_sampling", "flag"),
+    ("--host-memory", "host_memory", "flag"),
     ("--profiler-trace-budget-mb", "trace_budget_mb", "float"),
     ("--profiler-tensorboard", "tensorboard", "flag"),
     ("--profiler-wandb", "wandb", "flag"),

@@ -21,6 +21,7 @@ from stepscope.capture.collector import NEVER, Collector, Guard, RunContext, ove
 from stepscope.capture.collectors import collector_classes
 from stepscope.capture.config import ProfileConfig
 from stepscope.capture.console import StepscopeWarning, warn_user
+from stepscope.capture.engine import follow_engine, is_deepspeed_engine
 from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter, open_run_folder
 from stepscope.capture.schedule import Phase, Schedule
 from stepscope.errors import ConfigError
@@ -56,6 +57,7 @@ class PerformanceMonitor:
             # thread, where no signal handler can be installed, and a SIGUSR2 would then kill the job
             install_sigusr2_handler()
         self.model = model
+        self.engine: Any = model if is_deepspeed_engine(model) else None  # DeepSpeed: capture/engine.py
         self.rank = 0
         self.world_size = 1
         self.recording = False
@@ -90,6 +92,8 @@ class PerformanceMonitor:
         self._other_threads = False  # a step ended on another thread (warned once)
         self._open: int | None = None  # the step whose before_step hooks ran, until its after_step hooks
         self._start_lock = threading.Lock()
+        if self.engine is not None and self.enabled:
+            follow_engine(self, self.engine)
 
     # --- public surface ---------------------------------------------------------------------------
     @property
@@ -109,8 +113,9 @@ class PerformanceMonitor:
         """Decorate a train-step function: each call is one step; its return value passes through.
 
         A step ends when its call returns, and the next step begins then: fetching the next call's batch is
-        part of the next step, as in the context-manager form (a step runs from one `step()` to the next)."""
-        if not self.enabled:
+        part of the next step, as in the context-manager form (a step runs from one `step()` to the next).
+        With a DeepSpeed engine (its optimizer steps are the steps) `fn` is returned as it is."""
+        if not self.enabled or self.engine is not None:
             return fn
 
         @functools.wraps(fn)
@@ -358,7 +363,7 @@ class PerformanceMonitor:
         self.recording = True
         _recording = self
         self._collectors = []
-        classes: list[type[Collector]] = [*collector_classes(self.config)]
+        classes: list[type[Collector]] = [*collector_classes(self.config, deepspeed=self.engine is not None)]
         if self.config.trace:
             classes.append(TraceCollector)
         for cls in classes:
@@ -404,6 +409,7 @@ class PerformanceMonitor:
             world_size=self.world_size,
             writer=writer,
             model=self.model,
+            engine=self.engine,
             is_first_profiled_rank=self.rank == (0 if profiled is None else profiled[0]),
             step=self.steps_done,
         )

@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("analyze", "Time breakdown, idle causes, overlap, stragglers and findings with advice."),
     "diff": ("diff", "What changed between two runs or traces."),
     "report": ("report", "One self-contained HTML page of a run or trace (--compare TEST: of a diff)."),
+    "whatif": (
+        "whatif",
+        "Replay the steps from the trace; predict the step with some work scaled (--scale).",
+    ),
     "merge": ("merge", "Every rank in one trace for Perfetto: clocks aligned, collectives linked."),
     "memory": ("memory", "Analyze a CUDA memory snapshot (never unpickles arbitrary objects)."),
     "run": ("run", "Profile an unmodified script: stepscope run [options] train.py args (or -m module)."),
@@ -39,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # object left (gc.freeze: about 20 ms of a 0.2 s command). Not `run`, `demo`, `estimate`, `bench`: the training
 # code they run may count on finalizers at exit.
 FREEZE_AT_EXIT = frozenset(
-    {"summary", "analyze", "diff", "report", "merge", "memory", "nsys-command", "trigger"}
+    {"summary", "analyze", "whatif", "diff", "report", "merge", "memory", "nsys-command", "trigger"}
 )
 # Commands that print and write nothing else: their process ends without the interpreter's teardown.
 EXIT_AT_ONCE = frozenset({"analyze"})

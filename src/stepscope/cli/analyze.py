@@ -120,7 +120,7 @@ def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> 
 
     if not is_run_folder(path):
         return analyze_traces(path, comm_patterns=patterns, **options)
-    from stepscope.analysis.analyze import SCHEMA, AnalysisResult
+    from stepscope.analysis.analyze import SCHEMA, AnalysisResult, attach_run
     from stepscope.analysis.run.folder import load_run, run_facts
 
     run = load_run(path)
@@ -129,7 +129,7 @@ def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> 
     else:
         note = f"{path}: the run has no traces (the job ended before its first window was exported)"
         result = AnalysisResult(SCHEMA, [], None, None, [], [note])
-    result.run = run_facts(run)
+    attach_run(result, run_facts(run))
     return result
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from stepscope.capture.config import ProfileConfig
 from stepscope.capture.console import StepscopeWarning, warn_user
+from stepscope.capture.engine import is_deepspeed_engine
 from stepscope.runfolder.payloads import StepMetrics
 
 PREFIX = "stepscope/"
@@ -24,6 +25,13 @@ def resolve_options(
         merged["out_dir"] = os.path.join(default_out, "stepscope")
     ProfileConfig.build(config, **merged)  # fail here, with the option's name, not inside training
     return merged
+
+
+def use_engine(monitor: Any, engine: Any) -> None:
+    """Under a framework's DeepSpeed strategy: the monitor records the engine's own figures (settings, flops profile,
+    comms logger, memory) while the callback goes on ending the steps. Before the monitor starts."""
+    if is_deepspeed_engine(engine):
+        monitor.engine = engine
 
 
 def _sets_out_dir(config: ProfileConfig | str | Path | None) -> bool:

@@ -17,8 +17,9 @@ from types import FrameType
 from typing import Any
 
 from stepscope.capture.config import ProfileConfig
+from stepscope.capture.engine import engine_of
 from stepscope.capture.monitor import PerformanceMonitor
-from stepscope.integrations._common import PREFIX, Headline, resolve_options
+from stepscope.integrations._common import PREFIX, Headline, resolve_options, use_engine
 
 try:
     from transformers import TrainerCallback
@@ -44,6 +45,10 @@ class StepscopeCallback(TrainerCallback):  # type: ignore[misc]
             self.monitor.close()
         options = resolve_options(self._config, self._options, default_out=str(args.output_dir))
         self.monitor = PerformanceMonitor(model, config=self._config, **options)
+        if (
+            self.monitor.enabled and "deepspeed" in sys.modules
+        ):  # the Trainer's DeepSpeed engine, where it has one
+            use_engine(self.monitor, engine_of(model))
         self.monitor.add_step_listener(self._headline.on_line)
         _log_before_the_loggers(self)
         # The step that takes global_step from N-1 to N is the one the Trainer logs as step N: ours too.

@@ -18,7 +18,7 @@ from typing import Any
 
 from stepscope.capture.config import ProfileConfig
 from stepscope.capture.monitor import PerformanceMonitor
-from stepscope.integrations._common import Headline, resolve_options
+from stepscope.integrations._common import Headline, resolve_options, use_engine
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -48,6 +48,8 @@ class StepscopeCallback(Callback):  # type: ignore[misc]
             self.monitor.close()
         options = resolve_options(self._config, self._options, default_out=str(trainer.default_root_dir))
         self.monitor = PerformanceMonitor(pl_module, config=self._config, **options)
+        # DeepSpeedStrategy: its engine's own figures too (the strategy runs on CUDA only)
+        use_engine(self.monitor, getattr(trainer.strategy, "deepspeed_engine", None))
         self.monitor.add_step_listener(self._headline.on_line)
         self._global_step = int(trainer.global_step)
         self.monitor.start(first_step=self._global_step)

@@ -255,3 +255,42 @@ def lines(
         }
     )
     return spec
+
+
+def flame(boxes: list[dict[str, Any]], samples: int) -> Spec | None:
+    """A flame graph: one rect per box (depth, start, end in samples), the outermost frame at the bottom, labelled
+    where wide enough; the tooltip gives the function, file:line and its samples."""
+    if not boxes or not samples:
+        return None
+    depth = max(b["depth"] for b in boxes) + 1
+    spec = _base(boxes, height=max(80, 20 * depth))
+    x = {"field": "start", "type": "quantitative", "title": "samples", "scale": {"domain": [0, samples]}}
+    y = {"field": "depth", "type": "ordinal", "title": None, "sort": "descending", "axis": None}
+    spec["layer"] = [
+        {
+            "mark": {"type": "rect", "stroke": "white", "strokeWidth": 0.5, "tooltip": True},
+            "encoding": {
+                "x": x,
+                "x2": {"field": "end"},
+                "y": y,
+                "color": {
+                    "field": "where",
+                    "type": "nominal",
+                    "legend": None,
+                    "scale": {"scheme": "oranges"},
+                },
+                "tooltip": [
+                    {"field": "function", "type": "nominal"},
+                    {"field": "where", "type": "nominal", "title": "file:line"},
+                    {"field": "samples", "type": "quantitative"},
+                    {"field": "pct", "type": "quantitative", "title": "% of samples", "format": ".1f"},
+                ],
+            },
+        },
+        {
+            "transform": [{"filter": f"datum.end - datum.start >= {samples / 12}"}],
+            "mark": {"type": "text", "align": "left", "dx": 3, "fontSize": 10, "limit": 200},
+            "encoding": {"x": x, "y": y, "text": {"field": "function"}},
+        },
+    ]
+    return spec

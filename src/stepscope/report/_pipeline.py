@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from stepscope.report import columns as col
-from stepscope.report.model import Section, Table, table
+from stepscope.report.model import Table, table
 from stepscope.units import fmt_pct
 
 if TYPE_CHECKING:
@@ -69,10 +69,11 @@ def pipeline_line(pipeline: Pipeline) -> str:
     return f"{p} stages, {m}; {schedule}; {theoretical}"
 
 
-def add_pipeline(section: Section, pipeline: Pipeline | None) -> None:
-    """The pipeline's line, its notes and its table of stages, added to a page's section (nothing without one)."""
+def pipeline_page_table(pipeline: Pipeline | None) -> Table | None:
+    """The stages' table for the page's Parallelism section, its caption led by the pipeline's line and notes;
+    None without a pipeline."""
     if pipeline is None:
-        return
-    section.paragraphs.append(f"Pipeline: {pipeline_line(pipeline)}.")
-    section.paragraphs.extend(pipeline.notes)
-    section.tables.append(pipeline_table(pipeline))
+        return None
+    out = pipeline_table(pipeline, title="Pipeline stages")
+    out.caption = " ".join([f"{pipeline_line(pipeline)}.", *pipeline.notes, out.caption])
+    return out

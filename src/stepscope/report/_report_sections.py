@@ -11,9 +11,11 @@ from typing import Any
 
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
+from stepscope.report import _host_section as host_section
 from stepscope.report import _run_sections as run_sections
 from stepscope.report import columns as col
-from stepscope.report._pipeline import add_pipeline
+from stepscope.report._deepspeed import section as ds_section
+from stepscope.report._parallelism import parallelism
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section, Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -54,15 +56,20 @@ def header_facts(data: ReportData) -> list[tuple[str, str]]:
 
 
 def sections(data: ReportData, pc: Charts) -> list[Section]:
+    run = data.analysis.run
+    deepspeed = [ds_section(run.deepspeed)] if run is not None and run.deepspeed is not None else []
     return [
         _overview(data, pc),
         _ops(data),
         _gpu(data, pc),
         _communication(data, pc),
+        parallelism(data, pc),
         _ranks(data, pc),
         run_sections.flops(data, pc),
+        *deepspeed,
         run_sections.memory(data, pc),
         run_sections.system(data, pc),
+        host_section.host(data, pc),
         _perfetto(data),
     ]
 
@@ -292,7 +299,6 @@ def _ranks(data: ReportData, pc: Charts) -> Section:
         "Each rank's mean step: time outside collectives, moving data, and waiting for the other ranks.",
     )
     s.tables.append(rank_steps_table(cross))
-    add_pipeline(s, result.pipeline)  # (until the Parallelism section holds it)
     if cross.spread_us is not None:
         s.facts.append(
             (

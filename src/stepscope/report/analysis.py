@@ -12,9 +12,16 @@ from rich.text import Text
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
 from stepscope.report import columns as col
+from stepscope.report._expert_tensor import expert_table, tensor_table
+from stepscope.report._fsdp import fsdp_table
 from stepscope.report._pipeline import pipeline_line, pipeline_table
 from stepscope.report.model import Table, table
-from stepscope.report.tables import collectives_table, gpu_time_split_table, rank_steps_table
+from stepscope.report.tables import (
+    collectives_table,
+    dimensions_table,
+    gpu_time_split_table,
+    rank_steps_table,
+)
 from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, plain
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
@@ -22,7 +29,7 @@ if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of
     from stepscope.analysis.rank.breakdown import KernelTypes, TopKernel
     from stepscope.analysis.rank.idle import StreamIdle
     from stepscope.analysis.rank.steps import StepRow
-    from stepscope.analysis.run import RunFacts
+    from stepscope.analysis.run import DeepSpeedFacts, RunFacts
     from stepscope.analysis.run.folder import MemoryFacts, SystemFacts
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
@@ -54,6 +61,21 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
             f"[dim]timed on: {markup_safe(', '.join(sources)) or 'not recorded'}; waiting: for the last rank to "
             "arrive; bus GB/s: nccl-tests' bus bandwidth over the transfer time[/dim]"
         )
+        yield Text("")
+    if result.dimensions is not None:
+        yield fit_table(dimensions_table(result.dimensions, title="Communication by dimension"))
+    if result.fsdp is not None:
+        units = fsdp_table(result.fsdp, title="FSDP units")
+        yield fit_table(units)
+        yield f"[dim]{markup_safe(units.caption)}[/dim]"
+        yield Text("")
+    shown = [
+        *([expert_table(result.expert, title="Expert parallel")] if result.expert is not None else []),
+        *([tensor_table(result.tensor, title="Tensor parallel")] if result.tensor is not None else []),
+    ]
+    for part in shown:
+        yield fit_table(part)
+        yield f"[dim]{markup_safe(part.caption)}[/dim]"
         yield Text("")
     if result.pipeline is not None:
         yield fit_table(pipeline_table(result.pipeline, title="Pipeline stages"))
@@ -235,6 +257,18 @@ def _steps_table(steps: Sequence[StepRow]) -> Table:
 _STEP_PHASE = {"none": "outside the windows"}  # metrics.jsonl's phase of a step the profiler did not record
 
 
+def _deepspeed_parts(facts: DeepSpeedFacts) -> Iterator[RenderableType]:
+    """A DeepSpeed engine's job: its settings, DeepSpeed's FLOPs, comms and memory (the page's DeepSpeed section)."""
+    from stepscope.report._deepspeed import flops_lines, tables
+
+    for line in flops_lines(facts):
+        yield Text(line)
+    for t in tables(facts):
+        yield fit_table(t)
+    for note in facts.notes:
+        yield Text(plain(note), style="dim")
+
+
 def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
     """The run as a whole: step times, FLOPs / MFU, memory and system samples (from outside the traces)."""
     ranks = ", ".join(str(r) for r in run.profiled_ranks) or "-"
@@ -296,6 +330,8 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
                     yield Text(f"  {plain(note)}", style="dim")
     elif run.flops_note:
         yield Text(plain(run.flops_note), style="dim")
+    if run.deepspeed is not None:
+        yield from _deepspeed_parts(run.deepspeed)
     if run.memory:
         yield fit_table(_run_memory_table(run.memory))
     if run.system:

@@ -25,10 +25,13 @@ SECTION_TITLES = {
     "ops": "Kernels and ops",
     "gpu": "GPU time",
     "communication": "Communication",
+    "parallelism": "Parallelism",
     "ranks": "Ranks",
     "flops": "FLOPs and MFU",
+    "deepspeed": "DeepSpeed",  # only for a DeepSpeed engine's run
     "memory": "Memory",
     "system": "System",
+    "host": "Python and host memory",
     "perfetto": "Open the traces in Perfetto",
 }
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.rank.breakdown import Temporal
     from stepscope.analysis.rank.collectives import CollectiveStats
     from stepscope.analysis.rank.summary import RankSummary
+    from stepscope.analysis.ranks.dimensions import Dimensions
     from stepscope.analysis.ranks.distributed import CrossRank
 
 
@@ -147,5 +148,43 @@ def rank_steps_table(cross: CrossRank, *, title: str = "") -> Table:
             [rc.rank, rc.steps, rc.step_us, rc.comm_us, rc.comm_wait_us, rc.last_arrivals]
             for rc in cross.ranks
         ),
+        title=title,
+    )
+
+
+def dimensions_table(dims: Dimensions, *, title: str = "") -> Table:
+    """Communication per step by parallel dimension: the job's rows (rank "job"), then each rank's."""
+    rows = [("job", d) for d in dims.job] if len(dims.ranks) > 1 else []
+    rows += [(str(r.rank), d) for r in dims.ranks for d in r.dims]
+    return table(
+        "dimensions",
+        [
+            col.RANK_TEXT,
+            col.DIMENSION,
+            col.GROUPS,
+            col.CALLS,
+            col.BYTES,
+            col.TIME_PER_STEP_MS,
+            col.EXPOSED_PER_STEP_MS,
+            col.EXPOSED_PCT,
+            col.PCT_OF_STEP,
+        ],
+        (
+            [
+                rank,
+                d.dim,
+                ", ".join(g or "?" for g in d.groups),
+                d.count,
+                d.bytes,
+                d.time_ms_per_step,
+                d.exposed_ms_per_step,
+                d.exposed_pct,
+                d.step_pct,
+            ]
+            for rank, d in rows
+        ),
+        caption="Collectives by the mesh dimension of their process group (else its description, else unknown): "
+        "time per step is a union in time; 'exposed': not overlapped by other work of the rank; job rows "
+        "average the ranks and sum their calls and bytes.",
         title=title,
     )

@@ -37,6 +37,11 @@ class ArtifactKind(str, enum.Enum):
     TENSORBOARD = "tensorboard"  # TensorBoard event file
     REPORT = "report"  # the self-contained HTML report of the run
     PROCESS_GROUPS = "process_groups"  # ProcessGroups (JSON): the process groups and device meshes of a rank
+    PYTHON_SAMPLES = "python_samples"  # PythonSamples (JSON): py-spy's folded stacks of one window
+    HOST_MEMORY = "host_memory"  # HostMemory (JSON): tracemalloc's top allocation sites of one window
+    DEEPSPEED = "deepspeed"  # DeepSpeedEngineInfo (JSON): a DeepSpeed engine's configuration, per rank
+    DS_FLOPS = "ds_flops"  # DsFlopsProfile (JSON): DeepSpeed's flops profiler at the counted step
+    DS_COMMS = "ds_comms"  # DsCommsSummary (JSON): DeepSpeed's comms logger over one window
 
     def __str__(self) -> str:
         return self.value
@@ -61,6 +66,11 @@ TEMPLATES: dict[ArtifactKind, str] = {
     ArtifactKind.TENSORBOARD: "tensorboard/rank{rank}",  # a folder: TensorBoard names the event files in it
     ArtifactKind.REPORT: "report.html",
     ArtifactKind.PROCESS_GROUPS: "process_groups/rank{rank}.json",
+    ArtifactKind.PYTHON_SAMPLES: "python_samples/rank{rank}_step{step}.json",
+    ArtifactKind.HOST_MEMORY: "host_memory/rank{rank}_step{step}.json",
+    ArtifactKind.DEEPSPEED: "deepspeed/rank{rank}_engine.json",
+    ArtifactKind.DS_FLOPS: "deepspeed/rank{rank}_step{step}_flops.json",
+    ArtifactKind.DS_COMMS: "deepspeed/rank{rank}_step{step}_comms.json",
 }
 # A second file of the memory_snapshot kind: the snapshot taken when a step ran out of memory.
 OOM_SNAPSHOT_TEMPLATE = "memory_snapshot/rank{rank}_step{step}_oom.pickle"

@@ -15,6 +15,11 @@ SYSTEM_SCHEMA = "stepscope.system/1"
 FLOPS_SCHEMA = "stepscope.flops/3"
 COMM_COUNTS_SCHEMA = "stepscope.comm_counts/1"
 PROCESS_GROUPS_SCHEMA = "stepscope.process_groups/1"
+PYTHON_SAMPLES_SCHEMA = "stepscope.python_samples/1"
+HOST_MEMORY_SCHEMA = "stepscope.host_memory/1"
+DEEPSPEED_SCHEMA = "stepscope.deepspeed/1"
+DS_FLOPS_SCHEMA = "stepscope.ds_flops/1"
+DS_COMMS_SCHEMA = "stepscope.ds_comms/1"
 
 
 class StepMetrics(msgspec.Struct, omit_defaults=True):
@@ -52,6 +57,14 @@ class MemoryRow(msgspec.Struct, omit_defaults=True):
     cuda_reserved_bytes: int | None = None
     cuda_peak_allocated_bytes: int | None = None
     cuda_peak_reserved_bytes: int | None = None
+    # a DeepSpeed engine's job: what DeepSpeed's see_memory_usage prints, read from its accelerator (on its CPU
+    # accelerator allocated / reserved are the process RSS and their peaks its peak RSS since the previous row)
+    ds_accelerator: str | None = None
+    ds_allocated_bytes: int | None = None  # MA
+    ds_peak_allocated_bytes: int | None = None  # Max_MA
+    ds_reserved_bytes: int | None = None  # CA
+    ds_peak_reserved_bytes: int | None = None  # Max_CA
+    ds_vm_used_bytes: int | None = None  # CPU virtual memory used: total - available
 
 
 class GpuSample(msgspec.Struct, omit_defaults=True):
@@ -63,6 +76,10 @@ class GpuSample(msgspec.Struct, omit_defaults=True):
     mem_total_bytes: int | None = None
     power_w: float | None = None
     temp_c: float | None = None
+    util_mem_percent: float | None = (
+        None  # the memory controller's busy share (nvidia-smi's utilization.memory)
+    )
+    mem_free_bytes: int | None = None
 
 
 class SystemRow(msgspec.Struct, omit_defaults=True):
@@ -164,6 +181,18 @@ class ProcessGroup(msgspec.Struct):
     backend: str  # gloo, nccl, ... ("unknown" when torch could not say)
     mesh_dim: str | None  # the DeviceMesh dimension this group is; None when it is none
     size: int
+    # Linux thread ids of the group's gloo worker threads (pt_gloo_runloop) on this rank, as the trace's tids
+    # name them; None when the group has no gloo backend here or its threads could not be told apart
+    threads: list[int] | None = None
+
+
+class GroupWindow(msgspec.Struct):
+    """The collectives each process group issued during one profiling window (c10d's sequence number of the
+    group at the window's last step less the one at its first)."""
+
+    first_step: int
+    last_step: int
+    collectives: dict[str, int]  # group name -> collectives issued in the window
 
 
 class Mesh(msgspec.Struct):
@@ -186,6 +215,152 @@ class ProcessGroups(msgspec.Struct, kw_only=True):
     groups: list[ProcessGroup]
     meshes: list[Mesh] = []
     notes: list[str] = []
+    windows: list[GroupWindow] = []  # one per profiling window of this rank, in order
+
+
+class PyFrame(msgspec.Struct, array_like=True):
+    """One Python function as py-spy names it: its name, file and first line (`--function`)."""
+
+    function: str
+    file: str
+    line: int
+
+
+class PyStack(msgspec.Struct, array_like=True):
+    """One folded stack: frame indices from the thread's root to the leaf, and its sample count."""
+
+    thread: int  # index into PythonSamples.threads
+    frames: list[int]  # indices into PythonSamples.frames, outermost first
+    count: int
+
+
+class PythonSamples(msgspec.Struct, kw_only=True):
+    """py-spy's samples of one rank's process over one window (kind `python_samples`): all Python threads, idle
+    ones left out, native frames off. `sampled_s` runs from py-spy's first sample to the window's end, so
+    `sampled_s * rate_hz` samples of a thread is all its time; `training_thread` names the thread that steps."""
+
+    schema: str = PYTHON_SAMPLES_SCHEMA
+    rank: int
+    first_step: int  # the first step sampled (the window's first warmup step) and its last active step
+    last_step: int
+    rate_hz: int
+    sampled_s: float
+    pid: int
+    threads: list[str]  # "<native id> <name>", as py-spy names each thread
+    training_thread: int | None  # index into threads; None when py-spy never sampled it
+    frames: list[PyFrame]
+    stacks: list[PyStack]
+    errors: int = 0  # samples py-spy could not take
+    notes: list[str] = []
+
+
+class MemorySite(msgspec.Struct, array_like=True):
+    """One allocation site (tracemalloc, the innermost frame): bytes and blocks alive at a window's end, and
+    their change since the window's start."""
+
+    function: str
+    file: str
+    line: int
+    size_bytes: int
+    blocks: int
+    growth_bytes: int
+    growth_blocks: int
+
+
+class HostMemory(msgspec.Struct, kw_only=True):
+    """tracemalloc's view of one rank's Python heap over one window (kind `host_memory`): the top sites by size
+    and by growth from the window's first traced step to its end; `traced_bytes`: all tracemalloc saw."""
+
+    schema: str = HOST_MEMORY_SCHEMA
+    rank: int
+    start_step: int  # the step tracemalloc's first snapshot was taken before
+    first_step: int  # the window's first and last active step
+    last_step: int
+    traced_bytes: int
+    peak_bytes: int
+    sites: list[MemorySite]
+    snapshot_ms: float  # what the snapshots cost the training thread (taking them, not comparing them)
+    notes: list[str] = []
+
+
+class DeepSpeedEngineInfo(msgspec.Struct, kw_only=True):
+    """A DeepSpeed engine's configuration on one rank (kind `deepspeed`), as the engine reports it.
+    An offload device is None where nothing is offloaded; a size is None where the engine did not say."""
+
+    schema: str = DEEPSPEED_SCHEMA
+    rank: int
+    deepspeed_version: str
+    engine: str  # the engine's class (DeepSpeedEngine, PipelineEngine, ...)
+    zero_stage: int
+    offload_optimizer: str | None  # "cpu" | "nvme" | None
+    offload_param: str | None
+    world_size: int
+    dp_size: int | None
+    mp_size: int | None
+    pp_size: int | None
+    micro_batch: int | None  # train_micro_batch_size_per_gpu
+    gradient_accumulation: int | None
+    train_batch: int | None
+    precision: str  # "bf16" | "fp16" | "fp32"
+    optimizer: str | None  # the optimizer's class
+    notes: list[str] = []
+
+
+class DsModuleProfile(msgspec.Struct):
+    """One module in DeepSpeed's flops profile: its parameters (on this rank) and its forward's MACs, FLOPs and
+    latency over the counted step, its descendants' included."""
+
+    name: str  # model-relative ("" for the model)
+    type: str
+    depth: int
+    params: int
+    macs: int
+    flops: int
+    latency_s: float
+
+
+class DsFlopsProfile(msgspec.Struct, kw_only=True):
+    """DeepSpeed's flops profiler over one optimizer step of one rank (kind `ds_flops`): every forward of its
+    micro-batches. `flops_per_step` = forward FLOPs x (1 + bwd_factor), as DeepSpeed's own profile counts the
+    backward (2x the forward)."""
+
+    schema: str = DS_FLOPS_SCHEMA
+    rank: int
+    step: int
+    micro_steps: int  # forwards of the model during the step
+    params: int  # parameters held by this rank (ZeRO-3: its partition)
+    fwd_macs: int
+    fwd_flops: int
+    fwd_latency_s: float
+    bwd_factor: float
+    flops_per_step: int
+    step_s: float  # the step's wall time, profiler hooks included
+    modules: list[DsModuleProfile]
+    notes: list[str] = []  # what is known to be off in DeepSpeed's figures (ZeRO-3's linear layers)
+
+
+class DsCommOp(msgspec.Struct):
+    """One collective and message size in DeepSpeed's comms logger: count, latency (ms) and bandwidths (Gbps,
+    DeepSpeed's algbw / busbw), means over the calls."""
+
+    op: str
+    msg_bytes: int
+    count: int
+    total_latency_ms: float
+    mean_latency_ms: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+class DsCommsSummary(msgspec.Struct, kw_only=True):
+    """DeepSpeed's comms logger over one window of one rank (kind `ds_comms`, named after its last step): the
+    collectives DeepSpeed issued through deepspeed.comm."""
+
+    schema: str = DS_COMMS_SCHEMA
+    rank: int
+    first_step: int
+    last_step: int
+    ops: list[DsCommOp]
 
 
 # Schema of each kind's payload, as the manifest records it.
@@ -196,4 +371,9 @@ KIND_SCHEMAS = {
     "flops": FLOPS_SCHEMA,
     "comm_counts": COMM_COUNTS_SCHEMA,
     "process_groups": PROCESS_GROUPS_SCHEMA,
+    "python_samples": PYTHON_SAMPLES_SCHEMA,
+    "host_memory": HOST_MEMORY_SCHEMA,
+    "deepspeed": DEEPSPEED_SCHEMA,
+    "ds_flops": DS_FLOPS_SCHEMA,
+    "ds_comms": DS_COMMS_SCHEMA,
 }

@@ -1,5 +1,5 @@
 """Analyses of one rank: steps, top ops and kernels (`summarize`), the time breakdown, idle time per stream,
-communication overlap, collectives, and the per-step overview.
+communication overlap, collectives, the exposed communication, FSDP's units, and the per-step overview.
 
 The names below are this package's public API, imported on first use (importing the package costs nothing).
 """
@@ -13,6 +13,8 @@ from stepscope._lazy import lazy_exports
 if TYPE_CHECKING:
     from stepscope.analysis.rank.breakdown import kernel_type_breakdown, temporal_breakdown
     from stepscope.analysis.rank.collectives import collective_stats, rank_instances
+    from stepscope.analysis.rank.exposed import exposed_communication
+    from stepscope.analysis.rank.fsdp import FsdpAnalysis, fsdp_rank
     from stepscope.analysis.rank.idle import idle_by_stream
     from stepscope.analysis.rank.overlap import comm_compute_overlap
     from stepscope.analysis.rank.overview import step_categories
@@ -36,16 +38,22 @@ _EXPORTS = {
     "collective_stats": "collectives",
     "rank_instances": "collectives",
     "step_categories": "overview",
+    "exposed_communication": "exposed",
+    "fsdp_rank": "fsdp",
+    "FsdpAnalysis": "fsdp",
 }
 
 __all__ = [
     "SUMMARY_SCHEMA",
+    "FsdpAnalysis",
     "RankData",
     "RankSummary",
     "Summary",
     "collective_stats",
     "comm_compute_overlap",
+    "exposed_communication",
     "find_steps",
+    "fsdp_rank",
     "idle_by_stream",
     "kernel_type_breakdown",
     "prepare_rank",

@@ -39,11 +39,23 @@ from stepscope.analysis.rank.comm_names import (
     kernel_collective,
     nccl_algorithm,
 )
+from stepscope.analysis.rank.exposed import exposed_communication
 from stepscope.analysis.rank.groups import GroupResolver, KnownGroups, parse_ranks
 from stepscope.analysis.rank.issued import IssuedOps
 from stepscope.analysis.rank.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
 from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.rank.steps import find_steps
 from stepscope.analysis.read.table import MISSING, TraceTable
+
+__all__ = [
+    "CollectiveStats",
+    "Instances",
+    "collective_stats",
+    "communication_intervals",
+    "exposed_communication",  # (rank/exposed.py; importable from here as before)
+    "rank_instances",
+    "wait_intervals",
+]
 
 SOURCES = ("kernel", "backend_range", "record_param_comms", "c10d_op")
 _X = ord("X")
@@ -104,7 +116,9 @@ class CollectiveStats(msgspec.Struct):
     dim: str | None = (
         None  # the group's mesh dimension ("tp"), else its description ("default_pg"), else null
     )
-    group_source: str = "unknown"  # trace (record_param_comms) | only group (the rank's one group) | unknown
+    # trace (record_param_comms) | capture (the group's gloo threads) | only group (the rank's one group) |
+    # matched ranks (across ranks) | unknown
+    group_source: str = "unknown"
     group_ranks: list[int] | None = None  # the group's ranks where known
 
 
@@ -116,12 +130,28 @@ def rank_instances(
     info = data.table.ranks.get(data.rank)
     resolver = GroupResolver(data.rank, info.process_groups if info else [], known_groups)
     out = _instances(data, world_size)
+    by_thread = _thread_groups(data, resolver) if out.source == "backend_range" else {}
+    tids = data.table.columns["tid"]
     for i, (name, desc, ranks) in enumerate(zip(out.group, out.group_desc, out.group_ranks, strict=True)):
-        group = resolver.resolve(name, desc, ranks)
+        thread_group = by_thread.get(int(tids[out.row[i]])) if by_thread and not name else None
+        group = resolver.by_capture(thread_group) if thread_group else resolver.resolve(name, desc, ranks)
         out.group[i], out.group_desc[i], out.group_ranks[i] = group.name, group.description, group.ranks
         out.dim.append(group.dim)
         out.group_source.append(group.source)
     return out
+
+
+def _thread_groups(data: RankData, resolver: GroupResolver) -> dict[int, str]:
+    """tid -> group name of the rank's gloo threads, where capture's record and the trace agree (groups.py)."""
+    table = data.table
+    everywhere = _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    rows = [
+        r for r, source, _ in everywhere if source == "backend_range" and _backend(table, r) in CPU_BACKENDS
+    ]
+    tids, counts = np.unique(table.columns["tid"][np.array(rows, dtype=np.int64)], return_counts=True)
+    numbers = find_steps(table).number
+    steps = (int(numbers.min()), int(numbers.max())) if len(numbers) else None
+    return resolver.thread_groups(steps, dict(zip(tids.tolist(), counts.tolist(), strict=True)), data.notes)
 
 
 def _instances(data: RankData, world_size: int | None) -> Instances:
@@ -170,15 +200,6 @@ def communication_intervals(data: RankData) -> iv.Intervals | None:
     return iv.merge(
         np.concatenate((comm.start, start)), np.concatenate((comm.end, start + table.columns["dur"][rows]))
     )
-
-
-def exposed_communication(data: RankData, comm: iv.Intervals) -> iv.Intervals:
-    """The part of `comm` with no other GPU activity (computation kernels, copies) at the same time: the
-    communication that the step's time shows."""
-    other = data.gpu_all.select(data.gpu_all.kind != COMMUNICATION)
-    if not len(other):
-        return comm
-    return iv.subtract(comm, iv.merge(other.start, other.end))
 
 
 def wait_intervals(inst: Instances, wait_ns: np.ndarray) -> iv.Intervals:
@@ -378,11 +399,12 @@ def collective_stats(inst: Instances, wait_ns: np.ndarray | None = None) -> list
     if not len(inst):
         return []
     timed = inst.time_source is not None
-    by_key: dict[tuple[str, str], list[int]] = {}
-    for i, key in enumerate(zip(inst.kind, inst.group, strict=True)):  # a group name means one group
+    by_key: dict[tuple[str, str, str], list[int]] = {}
+    # a group name means one group; unknown ones apart from those matched across ranks
+    for i, key in enumerate(zip(inst.kind, inst.group, inst.group_source, strict=True)):
         by_key.setdefault(key, []).append(i)
     stats = []
-    for (kind, group), idx in by_key.items():
+    for (kind, group, _), idx in by_key.items():
         ix = np.array(idx, dtype=np.int64)
         sizes = inst.group_size[ix]
         size = int(sizes.max()) if (sizes > 0).any() else None

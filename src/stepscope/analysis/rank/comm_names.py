@@ -50,6 +50,51 @@ NCCL_KERNEL = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNOREC
 NCCL_ALGORITHM = re.compile(r"(RING|TREE|COLLNET_DIRECT|COLLNET_CHAIN|NVLS_TREE|NVLS|PAT)_(LL128|LL|SIMPLE)")
 
 
+# Expert parallel: DeepEP (`deep_ep::`) and its forks (`<ns>::ep::`, e.g. `dpsk::ep::internode::combine`) run the
+# MoE all-to-all as their own kernels, in a namespace per transport (DeepEP's legacy:: and elastic:: included);
+# the kernel's name says its phase. Matched against the lowercased name; the first qualified name in it is the
+# kernel's own (its parameter types come after).
+EP_KERNEL = re.compile(
+    r"(?:^|[^a-z0-9_])(?:deep_?ep|[a-z0-9_]+::ep)::(?:legacy::)?"
+    r"(internode_ll|internode|intranode|low_latency|elastic)::((?:[a-z0-9_]+::)*[a-z0-9_]+)"
+)
+EP_PHASES = ("notify", "dispatch", "combine", "barrier")  # notify first: `notify_dispatch` is notify
+# Async tensor parallel (torch.distributed._symmetric_memory, inductor's micro-pipeline TP): ops that run a
+# matmul and its all-gather / reduce-scatter at once, as `symm_mem::<op>` ops and `<op>` ranges.
+ASYNC_TP_OPS = (
+    "fused_all_gather_matmul",
+    "fused_all_gather_scaled_matmul",
+    "fused_matmul_reduce_scatter",
+    "fused_scaled_matmul_reduce_scatter",
+)
+ASYNC_TP_RANGE = re.compile(r"^(?:symm_mem::)?(" + "|".join(ASYNC_TP_OPS) + r")$")
+
+
+def ep_kernel(name: str) -> tuple[str, str] | None:
+    """(transport, phase) of a DeepEP-style expert-parallel kernel: transport `intranode`, `internode`,
+    `low_latency` (DeepEP's `internode_ll`) or `elastic`; phase `notify` (notify_dispatch, cached_notify*: the
+    exchange of token counts), `dispatch`, `combine` or `barrier`. None for any other kernel, DeepEP's local
+    ones included (layout, buffer cleaning)."""
+    low = name.lower()
+    if "ep::" not in low:
+        return None
+    match = EP_KERNEL.search(low)
+    if match is None:
+        return None
+    function = match.group(2).rsplit("::", 1)[-1]
+    phase = next((p for p in EP_PHASES if p in function), None)
+    if phase is None:
+        return None
+    transport = match.group(1)
+    return ("low_latency" if transport == "internode_ll" else transport), phase
+
+
+def async_tp_op(name: str) -> str | None:
+    """The fused async-TP op (`fused_all_gather_matmul`, ...) of a CPU range's name, else None."""
+    match = ASYNC_TP_RANGE.match(name)
+    return match.group(1) if match is not None else None
+
+
 def collective_kind(raw: str) -> str | None:
     """Canonical kind of a collective name from any source (`allreduce`, `_allgather_base_`, `AllReduce`)."""
     name = raw.strip().lower().strip("_")

@@ -4,12 +4,19 @@
 1. `trace`: record_param_comms names the group (`Process Group Name`, with `Process Group Description` and
    `Process Group Ranks` where the trace carries them: NCCL; gloo on torch 2.13 writes none); what the args
    lack comes from the rank's `distributedInfo.pg_config` or the known groups, by name.
-2. `only group`: the trace does not name it, but the rank belongs to one process group only (by its
+2. `capture`: a CPU backend's range (`gloo:all_reduce`) runs on the thread of its group's backend; capture
+   recorded each gloo group's worker threads on the rank and how many collectives the group issued in each
+   window. The range is the group's whose threads it ran on, where the trace agrees with that record: the
+   recorded window spans the trace's steps and the group's ranges on its threads, over the whole trace, are
+   as many as it issued; a group whose count differs keeps its ranges unknown, with a note.
+3. `only group`: the trace does not name it, but the rank belongs to one process group only (by its
    `pg_config`, else by the known groups): that one.
-3. `unknown`: otherwise; the group stays null and says so (`group_source`), never guessed.
+4. `matched ranks` (across ranks, ranks/distributed.py): instances still unknown that match across ranks take
+   the group of those ranks where no other group could hold them.
+5. `unknown`: otherwise; the group stays null and says so (`group_source`), never guessed.
 
-Known groups: name -> {description, ranks, backend, mesh_dim}, as a capture's record of the job's groups gives
-them. The dimension is the known group's `mesh_dim`, else the DeviceMesh name in the description
+Known groups: name -> {description, ranks, backend, mesh_dim, threads, windows}, as a capture's record of the
+job's groups gives them (threads: rank -> gloo worker tids; windows: rank -> [(first step, last step, issued)]). The dimension is the known group's `mesh_dim`, else the DeviceMesh name in the description
 (`mesh_tp` -> `tp`), else the description (`default_pg`), else null.
 """
 
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KnownGroups = Mapping[str, Mapping[str, Any]]
-GROUP_SOURCES = ("trace", "only group", "unknown")
+GROUP_SOURCES = ("trace", "capture", "only group", "matched ranks", "unknown")
 _MESH_DESC = re.compile(r"^mesh_(.+)$")
 _INT = re.compile(r"-?\d+")
 
@@ -59,7 +66,14 @@ class GroupResolver:
 
     def __init__(self, rank: int, pg_config: list[dict[str, Any]], known: KnownGroups | None = None) -> None:
         self._groups: dict[str, dict[str, Any]] = {}
+        self._rank = rank
+        # name -> (this rank's gloo worker tids of the group, its windows: (first step, last step, issued))
+        self._capture: dict[str, tuple[list[int], list[tuple[int, int, int]]]] = {}
         for name, g in (known or {}).items():
+            tids = (g.get("threads") or {}).get(rank)
+            if tids:
+                windows = [(int(a), int(b), int(n)) for a, b, n in (g.get("windows") or {}).get(rank, [])]
+                self._capture[str(name)] = (list(tids), windows)
             self._groups[str(name)] = {
                 "description": str(g.get("description") or ""),
                 "ranks": parse_ranks(g.get("ranks")),
@@ -83,6 +97,31 @@ class GroupResolver:
         desc = description or g.get("description", "")
         members = ranks or g.get("ranks")
         return Group(name, desc, members, dimension(desc, g.get("mesh_dim")), source)
+
+    def thread_groups(
+        self, steps: tuple[int, int] | None, ranges_by_tid: Mapping[int, int], notes: list[str]
+    ) -> dict[int, str]:
+        """tid -> group name, for the gloo groups whose capture record the trace agrees with (rule 2):
+        `steps`, the first and last ProfilerStep of the rank's trace; `ranges_by_tid`, its CPU backend ranges
+        per thread over the whole trace. What disagrees is said in `notes`."""
+        found: dict[int, str] = {}
+        if steps is None:
+            return found
+        for name, (tids, windows) in self._capture.items():
+            window = [w for w in windows if w[0] <= steps[0] and steps[1] <= w[1]]
+            ranges = sum(ranges_by_tid.get(t, 0) for t in tids)
+            if len(window) == 1 and ranges == window[0][2]:
+                found.update(dict.fromkeys(tids, name))
+            elif len(window) == 1 or ranges:
+                said = f"{window[0][2]} collectives issued" if len(window) == 1 else "no recorded window"
+                notes.append(
+                    f"process group {name!r}: {ranges} backend ranges on its threads in the trace, capture "
+                    f"says {said} in steps {steps[0]}-{steps[1]}: its ranges are left in no group"
+                )
+        return found
+
+    def by_capture(self, name: str) -> Group:
+        return self._group(name, "capture")
 
     def resolve(self, name: str, description: str, ranks: tuple[int, ...] | None) -> Group:
         """The group of an instance whose args say `name` ("" when they do not), `description`, `ranks`."""

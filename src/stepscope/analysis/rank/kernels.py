@@ -7,28 +7,28 @@ looked up per event with numpy indexing. The rules are documented in docs/analys
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from stepscope.analysis.rank.comm_names import cpu_collective
+from stepscope.analysis.rank.comm_names import async_tp_op, cpu_collective, ep_kernel
 from stepscope.analysis.read.table import GPU_CATEGORIES, MISSING, TraceTable
 
 COMPUTATION, COMMUNICATION, MEMORY = 0, 1, 2
 KIND_NAMES: tuple[str, ...] = ("computation", "communication", "memory")
 
-# Communication kernels: NCCL and RCCL (ncclKernel_*, ncclDevKernel_*), DeepEP dispatch/combine, NVSHMEM,
+# Communication kernels: NCCL and RCCL (ncclKernel_*, ncclDevKernel_*), NVSHMEM,
 # MSCCL(++), PyTorch symmetric-memory collectives (one/two-shot and multimem all-reduce, all-gather), vLLM-style
 # custom all-reduce, and kernels that name a collective outright. Gloo collectives run on the CPU.
 # Matched against the lowercased name (an IGNORECASE search is ~7x slower on long kernel names).
 COMMUNICATION_RE = re.compile(
-    r"nccl|rccl|deep_?ep|nvshmem|msccl|symmetric_memory|symm_mem|multimem_|one_shot_all|two_shot_all"
+    r"nccl|rccl|nvshmem|msccl|symmetric_memory|symm_mem|multimem_|one_shot_all|two_shot_all"
     r"|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
 )
 # Each alternative of COMMUNICATION_RE holds one of these, in both spellings of its `_?`: a name that holds none
 # is not searched (the search takes ~5 us on a templated kernel name of 300 characters, these tests ~1 us).
-_COMMUNICATION_HINTS = ("ccl", "deep", "nvshmem", "symm", "multimem_", "all", "reduce")
+_COMMUNICATION_HINTS = ("ccl", "nvshmem", "symm", "multimem_", "all", "reduce")
 if not all(
     any(hint in spelled for hint in _COMMUNICATION_HINTS)
     for alternative in COMMUNICATION_RE.pattern.split("|")
@@ -47,6 +47,10 @@ def kind_of_name(name: str, patterns: Sequence[re.Pattern[str]] = ()) -> int:
     user's communication patterns (`--comm-pattern`), searched in the name as written."""
     low = name.lower()
     if any(hint in low for hint in _COMMUNICATION_HINTS) and COMMUNICATION_RE.search(low):
+        return COMMUNICATION
+    if (
+        ep_kernel(name) is not None
+    ):  # DeepEP and its forks' dispatch / combine / notify (comm_names.EP_KERNEL)
         return COMMUNICATION
     if any(p.search(name) for p in patterns):
         return COMMUNICATION
@@ -73,6 +77,9 @@ class GpuEvents:
     nbytes: np.ndarray
     context: np.ndarray  # row (in the rank's table) of the collective range the launch lies in, else -1
     row: np.ndarray  # the event's own row in the rank's table
+    fused: (
+        np.ndarray
+    )  # row of the fused async-TP range (comm_names.ASYNC_TP_RANGE) the launch lies in, else -1
 
     def __len__(self) -> int:
         return len(self.start)
@@ -94,6 +101,7 @@ class GpuEvents:
             nbytes=self.nbytes[mask],
             context=self.context[mask],
             row=self.row[mask],
+            fused=self.fused[mask],
         )
 
     def of_kind(self, kind: int) -> GpuEvents:
@@ -113,7 +121,9 @@ def gpu_events(table: TraceTable, comm_patterns: Sequence[re.Pattern[str]] = ())
 
     A kernel is communication by its name (COMMUNICATION_RE, `comm_patterns`) or by where it was launched:
     inside a collective's CPU range (record_param_comms, a c10d collective op, a backend range such as
-    `nccl:all_reduce`), whatever its name."""
+    `nccl:all_reduce`), whatever its name. Inside a fused async-TP op (`symm_mem::fused_all_gather_matmul`, ...),
+    what is not a computation kernel (the peer copies, the symmetric-memory signals) is that op's collective:
+    communication; its matmuls stay computation."""
     cat = table.columns["cat"]
     gpu_cat_ids = [table.cat_id(c) for c in GPU_CATEGORIES]
     is_x = table.columns["ph"] == _X
@@ -134,6 +144,8 @@ def gpu_events(table: TraceTable, comm_patterns: Sequence[re.Pattern[str]] = ())
     kind = np.where(np.isin(cat[rows], [i for i in memory_cats if i != MISSING]), MEMORY, kind).astype(
         np.int8
     )
+    fused = _enclosing(table, launch_row, lambda n: async_tp_op(n) is not None, "async_tp")
+    kind = np.where((fused != MISSING) & (kind != COMPUTATION), COMMUNICATION, kind).astype(np.int8)
 
     return GpuEvents(
         names=table.names,
@@ -148,6 +160,7 @@ def gpu_events(table: TraceTable, comm_patterns: Sequence[re.Pattern[str]] = ())
         nbytes=table.columns["bytes"][rows],
         context=context,
         row=rows,
+        fused=fused,
     )
 
 
@@ -201,6 +214,37 @@ def _collective_context(table: TraceTable, launch_row: np.ndarray) -> np.ndarray
                     break
             best = min(enclosing, key=lambda r: _context_rank(table, r), default=MISSING)
             out[known[on_thread[i]]] = best
+    return out
+
+
+def _enclosing(
+    table: TraceTable, launch_row: np.ndarray, named: Callable[[str], bool], key: str
+) -> np.ndarray:
+    """Per launch (a row, or -1), the outermost CPU range of a name `named` accepts, on the launch's thread, that
+    encloses its start; else -1. For rare ranges (a few per step): one search per thread."""
+    out = np.full(len(launch_row), MISSING, dtype=np.int64)
+    cols = table.columns
+    is_named = table.name_values(named, bool, key=key)
+    ranges = np.flatnonzero(is_named[cols["name"]] & (cols["ph"] == _X))
+    known = np.flatnonzero(launch_row != MISSING)
+    if not len(ranges) or not len(known):
+        return out
+    pid, tid, ts, dur = cols["pid"], cols["tid"], cols["ts"], cols["dur"]
+    launches = launch_row[known]
+    for p, t in {(int(pid[r]), int(tid[r])) for r in ranges.tolist()}:
+        mine = ranges[(pid[ranges] == p) & (tid[ranges] == t)]
+        mine = mine[np.lexsort((-dur[mine], ts[mine]))]
+        keep, reach = [], np.iinfo(np.int64).min
+        for r in mine.tolist():  # the outermost: a range inside the one before it is left out
+            if int(ts[r]) >= reach:
+                keep.append(r)
+                reach = int(ts[r] + dur[r])
+        outer = np.array(keep, dtype=np.int64)
+        on_thread = np.flatnonzero((pid[launches] == p) & (tid[launches] == t))
+        at = ts[launches[on_thread]]
+        last = np.searchsorted(ts[outer], at, side="right") - 1
+        inside = (last >= 0) & ((ts[outer] + dur[outer])[np.maximum(last, 0)] > at)
+        out[known[on_thread[inside]]] = outer[last[inside]]
     return out
 
 

@@ -132,7 +132,7 @@ def add_comm_waiting(
     rows: list[StepCategories], steps: StepSpans, exposed: iv.Intervals, waiting: iv.Intervals
 ) -> None:
     """Split each step's communication into waiting for peers and transfer. `exposed`: the rank's
-    communication category as intervals (collectives.exposed_communication); `waiting`: its waits for peers, a
+    communication category as intervals (exposed.communication_category); `waiting`: its waits for peers, a
     union (collectives.wait_intervals); both on the rank's own clock. Rows and steps are in the same order."""
     waited = iv.covered_within(iv.intersect(exposed, waiting), steps.start, steps.end)
     for row, wait_ns in zip(rows, waited.tolist(), strict=True):

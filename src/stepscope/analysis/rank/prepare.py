@@ -114,7 +114,8 @@ class RankDigest:
     `op_inside[i, j]`: self time in ns of the CPU ops named `op_names[i]` that start inside step j of the
     window; `op_gap[i, j]`: of those starting after step j ends and before step j + 1 starts. `comm`: the rank's
     time in communication, a union (None: none); `comm_exposed`: of it, the time with no other GPU activity
-    (the overview's communication category)."""
+    (the overview's communication category: exposed.communication_category); `comm_shown`: of it, the time the
+    step shows (exposed.exposed_communication: on a CPU job, while the training threads do not compute)."""
 
     rank: int
     lo: int
@@ -126,3 +127,4 @@ class RankDigest:
     op_gap: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     comm: tuple[np.ndarray, np.ndarray] | None = None
     comm_exposed: tuple[np.ndarray, np.ndarray] | None = None
+    comm_shown: tuple[np.ndarray, np.ndarray] | None = None

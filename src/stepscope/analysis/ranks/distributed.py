@@ -14,6 +14,11 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   match the raw clocks are used, with a notice. Matches whose ends still lie far apart after alignment
   (median beyond MATCH_MAX_SPREAD_MS and MATCH_MAX_SPREAD_SHARE of the median duration) are not the same
   collectives: they are all dropped, with a notice.
+- **Groups.** Instances of different process groups are never the same collective: matching is within a
+  group. Where the traces name no group (`unknown`), the unknown instances of all ranks are matched together;
+  those that match take the group of the ranks they match on (`matched ranks`) only where no other group
+  could hold them: a job of two ranks, both loaded (any group of two ranks or more is then {0, 1}). Otherwise
+  they stay unknown.
 - **Wait and transfer.** After alignment, an instance's arrival on a rank is its start there; the rank waits
   from its arrival until the last rank arrives (at most its whole duration); the rest is transfer. A rank's
   collective time and waiting are unions in time (DDP's buckets run concurrently on gloo's threads: two
@@ -34,10 +39,10 @@ from stepscope.analysis.codes import unique_inverse
 from stepscope.analysis.rank.collectives import (
     Instances,
     communication_intervals,
-    exposed_communication,
     wait_intervals,
 )
 from stepscope.analysis.rank.comm_names import cpu_collective
+from stepscope.analysis.rank.exposed import communication_category, exposed_communication
 from stepscope.analysis.rank.prepare import RankData, RankDigest
 from stepscope.analysis.rank.steps import STEP_RE, StepRow, pct
 from stepscope.analysis.rank.summary import CPU_OP_CATEGORIES, self_times
@@ -238,6 +243,8 @@ def cross_rank_analysis(
         notices.append(
             f"{len(ranks)} of {size} ranks loaded: waiting and the straggler are judged among these ranks only"
         )
+    if trusted and len(world) == 1 and next(iter(world)) == 2 == len(ranks):
+        _matched_ranks_group(instances, match)
     if match.unmatched:
         notices.append(
             f"{match.unmatched} collective instances could not be matched across ranks (a process group "
@@ -304,6 +311,16 @@ def _ends_agree(
     return spread <= limit, spread / 1e6
 
 
+def _matched_ranks_group(instances: dict[int, Instances], match: Matching) -> None:
+    """Rule `matched ranks` (module doc): unknown instances matched on both ranks of a two-rank job."""
+    for rs, ix in zip(match.ranks, match.index, strict=True):
+        ranks = tuple(sorted(rs.tolist()))
+        for r, i in zip(rs.tolist(), ix.tolist(), strict=True):
+            inst = instances[r]
+            if inst.group_source[i] == "unknown":
+                inst.group_ranks[i], inst.group_source[i] = ranks, "matched ranks"
+
+
 def _list(values: list[int]) -> str:
     return ", ".join(map(str, values))
 
@@ -361,7 +378,10 @@ def summarize_rank(data: RankData, *, ops: bool = True) -> RankDigest:
     summary = RankDigest(data.rank, data.lo, data.hi, data.steps, info.world_size if info else None)
     summary.comm = communication_intervals(data)
     if summary.comm is not None:
-        summary.comm_exposed = exposed_communication(data, summary.comm)
+        summary.comm_exposed = communication_category(data, summary.comm)
+        summary.comm_shown = (
+            summary.comm_exposed if len(data.gpu_all) else exposed_communication(data, summary.comm)
+        )
     n = len(data.steps)
     if not ops or n == 0:
         return summary

@@ -59,6 +59,7 @@ from stepscope.analysis.read.table import (
     STRING_ARGS,
     RankInfo,
     SparseColumn,
+    all_to_all_message,
     constant_column,
     constant_value,
     id_as_int,
@@ -146,6 +147,7 @@ class ColumnBuilder:
         # string args, by key: they join `names` after all event names, key by key (see finish)
         self._arg_strings: dict[str, dict[str, int]] = {key: {} for key in STRING_ARGS}
         self._backend_names = np.zeros(0, dtype=bool)  # by name code: a backend collective range
+        self._all_to_all_names: dict[int, str] = {}  # name code -> all-to-all op (table.all_to_all_message)
         self._p2p_names = np.zeros(0, dtype=bool)  # by name code: a point-to-point c10d op (P2P_OPS)
 
     # --- symbols -----------------------------------------------------------------------------------
@@ -296,6 +298,11 @@ class ColumnBuilder:
             added = list(self.names)[known:]
             new = [SHAPED_RANGE_RE.match(name) is not None for name in added]
             self._backend_names = np.concatenate([self._backend_names, np.array(new, dtype=bool)])
+            self._all_to_all_names.update(
+                (known + i, name)
+                for i, name in enumerate(added)
+                if not name.endswith(":") and "::" in name and new[i]
+            )
             p2p = [name in P2P_OPS for name in added]
             self._p2p_names = np.concatenate([self._p2p_names, np.array(p2p, dtype=bool)])
         rows = np.flatnonzero(self._backend_names[names])
@@ -315,12 +322,28 @@ class ColumnBuilder:
         at: list[int] = []
         nelems: list[int] = []
         dtypes: list[int] = []
+        splits: dict[str, list[tuple[int, int]]] = {
+            "args_out_nelems": [],
+            "args_in_split": [],
+            "args_out_split": [],
+        }
         lookup = self._arg_strings["dtype"]
         for row in rows.tolist():
             a = shapes[row]
             if a is None or row in have["args_in_nelems"]:
                 continue
-            message = shapes_message(a.input_dims, a.input_type)
+            op = self._all_to_all_names.get(int(names[row]))
+            if op is not None:
+                found = all_to_all_message(op, a.input_dims, a.input_type, a.concrete_inputs)
+                if found is None:
+                    continue
+                splits["args_out_nelems"].append((row, found[1]))
+                for key, text in (("in_split", found[3]), ("out_split", found[4])):
+                    strings = self._arg_strings[key]
+                    splits[f"args_{key}"].append((row, strings.setdefault(text, len(strings))))
+                message: tuple[int, str | None] | None = (found[0], found[2])
+            else:
+                message = shapes_message(a.input_dims, a.input_type)
             if message is None:
                 continue
             at.append(row)
@@ -329,7 +352,14 @@ class ColumnBuilder:
         if not at:
             return
         rows_at = np.array(at, dtype=np.int64)
-        for key, values in (("args_in_nelems", nelems), ("args_dtype", dtypes)):
+        columns: list[tuple[str, np.ndarray, list[int]]] = [
+            ("args_in_nelems", rows_at, nelems),
+            ("args_dtype", rows_at, dtypes),
+        ]
+        for key, pairs in splits.items():
+            if pairs:
+                columns.append((key, np.array([r for r, _ in pairs], np.int64), [v for _, v in pairs]))
+        for key, rows_at, values in columns:
             old_rows, old_values = sparse.get(key, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
             keep = ~np.isin(rows_at, old_rows)
             sparse[key] = (

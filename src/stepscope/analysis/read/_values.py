@@ -172,12 +172,22 @@ def rare_rows(args: list[Any]) -> list[int]:
         or a.s_pg_name is not None
         or a.s_pg_desc is not None
         or a.s_pg_ranks is not None
+        or a.s_in_split is not None
+        or a.s_out_split is not None
         or a.i_in_nelems is not None
         or a.i_out_nelems is not None
         or a.i_group_size is not None
     ]
 
 
-_RARE_TESTED = ("s_collective", "s_dtype", "s_pg_name", "s_pg_desc", "s_pg_ranks")
+_RARE_TESTED = (
+    "s_collective",
+    "s_dtype",
+    "s_pg_name",
+    "s_pg_desc",
+    "s_pg_ranks",
+    "s_in_split",
+    "s_out_split",
+)
 if (*_RARE_TESTED, "i_in_nelems", "i_out_nelems", "i_group_size") != RARE_FIELDS:
     raise AssertionError("rare_rows must test every field of RARE_FIELDS")

@@ -1,5 +1,5 @@
 """The run folder read whole (`load_run`): config, manifest, metrics, per-window summaries, the step-time trend and
-the job's process groups (`job_groups`).
+the job's process groups (`job_groups`), a DeepSpeed engine's records (`deepspeed_facts`).
 
 The names below are this package's public API, imported on first use (importing the package costs nothing).
 """
@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING
 from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from stepscope.analysis.run.deepspeed import DeepSpeedFacts, deepspeed_facts
     from stepscope.analysis.run.folder import Run, RunFacts, load_run, read_config, run_facts
     from stepscope.analysis.run.groups import GroupFacts, MeshFacts, job_groups
 
 _EXPORTS = {
+    "DeepSpeedFacts": "deepspeed",
+    "deepspeed_facts": "deepspeed",
     "GroupFacts": "groups",
     "MeshFacts": "groups",
     "job_groups": "groups",
@@ -26,10 +29,12 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "DeepSpeedFacts",
     "GroupFacts",
     "MeshFacts",
     "Run",
     "RunFacts",
+    "deepspeed_facts",
     "job_groups",
     "load_run",
     "read_config",

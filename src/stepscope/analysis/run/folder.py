@@ -1,7 +1,7 @@
 """A whole run folder, read back: `load_run(path) -> Run`, and what the run measured outside its traces.
 
 `Run` holds the manifest, the config, every step's metrics line, the FLOP reports, the collective counts, the
-process groups each rank recorded, the memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
+process groups each rank recorded, a DeepSpeed engine's records (`deepspeed`), the memory logs and the system samples (traces are loaded on demand: `run.traces()`). `run_facts(run)` turns them
 into plain figures: step wall time over the whole run, FLOPs / TFLOP/s / MFU (or why there is none), memory
 (peak, growth per step), system samples (CPU %, RSS, GPU utilisation where present) and the job's process
 groups and device meshes. No torch, no rich.
@@ -21,7 +21,10 @@ import msgspec
 
 from stepscope.analysis.read.limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
-from stepscope.analysis.run.groups import GroupFacts, MeshFacts, job_groups
+from stepscope.analysis.run.deepspeed import DeepSpeedFacts, DeepSpeedRecords, deepspeed_facts, read_deepspeed
+from stepscope.analysis.run.groups import GroupFacts, MeshFacts, capture_evidence, job_groups
+from stepscope.analysis.run.hostmem import HostMemoryFacts, host_memory_facts
+from stepscope.analysis.run.python_samples import PythonProfile, python_profile
 from stepscope.analysis.stats import fmean, median, quantile
 from stepscope.errors import InputError
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
@@ -30,8 +33,10 @@ from stepscope.runfolder.manifest import load_manifest
 from stepscope.runfolder.payloads import (
     CommCounts,
     FlopsReport,
+    HostMemory,
     MemoryRow,
     ProcessGroups,
+    PythonSamples,
     StepMetrics,
     SystemRow,
 )
@@ -55,6 +60,9 @@ class Run:
     system: dict[int, list[SystemRow]]  # rank -> samples
     notes: list[str] = field(default_factory=list)
     process_groups: list[ProcessGroups] = field(default_factory=list)  # one record per rank that wrote one
+    python_samples: list[PythonSamples] = field(default_factory=list)  # py-spy's, one per rank and window
+    host_memory: list[HostMemory] = field(default_factory=list)  # tracemalloc's, one per rank and window
+    deepspeed: DeepSpeedRecords | None = None  # a DeepSpeed engine's records; None: the job had no engine
 
     @property
     def has_traces(self) -> bool:
@@ -68,17 +76,25 @@ class Run:
 
 
 def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
-    """The job's process groups by name ({description, ranks, backend, mesh_dim}) as its profiled ranks recorded
-    them in a run folder (kind `process_groups`); None for a path that is not a run folder or has no record.
-    What the collectives analysis takes as `known_groups`."""
+    """The job's process groups by name ({description, ranks, backend, mesh_dim, threads, windows}) as its profiled
+    ranks recorded them in a run folder (kind `process_groups`; threads and windows: capture_evidence); None for a
+    path that is not a run folder or has no record. What the collectives analysis takes as `known_groups`."""
     from stepscope.runfolder import is_run_folder
 
     if not Path(path).is_dir() or not is_run_folder(path):
         return None
     manifest, notes = load_manifest(Path(path))
-    groups, _, _ = job_groups(_process_groups(Path(path), manifest, notes))
+    records = _process_groups(Path(path), manifest, notes)
+    groups, _, _ = job_groups(records)
+    evidence = capture_evidence(records)
     known = {
-        g.name: {"description": g.description, "ranks": g.ranks, "backend": g.backend, "mesh_dim": g.mesh_dim}
+        g.name: {
+            "description": g.description,
+            "ranks": g.ranks,
+            "backend": g.backend,
+            "mesh_dim": g.mesh_dim,
+            **evidence.get(g.name, {}),
+        }
         for g in groups
     }
     return known or None
@@ -110,7 +126,22 @@ def load_run(path: str | Path) -> Run:
         for a in manifest.of_kind(ArtifactKind.SYSTEM)
     }
     groups = _process_groups(path, manifest, notes)
-    return Run(path, manifest, config, metrics, flops, comm, memory, system, notes, groups)
+    samples = [
+        p
+        for a in manifest.of_kind(ArtifactKind.PYTHON_SAMPLES)
+        if (p := _read_json(path / a.path, PythonSamples, notes))
+    ]
+    heap = [
+        h
+        for a in manifest.of_kind(ArtifactKind.HOST_MEMORY)
+        if (h := _read_json(path / a.path, HostMemory, notes))
+    ]
+    samples.sort(key=lambda p: (p.rank, p.last_step))
+    heap.sort(key=lambda h: (h.rank, h.last_step))
+    deepspeed = read_deepspeed(path, manifest, lambda file, kind: _read_json(file, kind, notes))
+    return Run(
+        path, manifest, config, metrics, flops, comm, memory, system, notes, groups, samples, heap, deepspeed
+    )
 
 
 def _process_groups(path: Path, manifest: Manifest, notes: list[str]) -> list[ProcessGroups]:
@@ -268,6 +299,11 @@ class RunFacts(msgspec.Struct):
     process_groups: list[GroupFacts] = []  # the job's process groups, as its profiled ranks recorded them
     meshes: list[MeshFacts] = []  # its device meshes
     process_group_notes: list[str] = []  # what a rank could not record; ranks that disagree on a group
+    python_samples: list[PythonProfile] = []  # py-spy's Python functions of each rank's windows
+    host_memory: list[HostMemoryFacts] = []  # tracemalloc's allocation sites of each rank, growing ones first
+    deepspeed: DeepSpeedFacts | None = (
+        None  # a DeepSpeed engine's job: its configuration, FLOPs, comms, memory
+    )
 
 
 def run_facts(run: Run) -> RunFacts:
@@ -298,6 +334,11 @@ def run_facts(run: Run) -> RunFacts:
         process_groups=groups,
         meshes=meshes,
         process_group_notes=group_notes,
+        python_samples=[python_profile(p) for p in run.python_samples],
+        host_memory=host_memory_facts(run.host_memory),
+        deepspeed=deepspeed_facts(run.deepspeed, run.flops, run.memory)
+        if run.deepspeed is not None
+        else None,
     )
 
 

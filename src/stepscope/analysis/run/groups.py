@@ -69,3 +69,22 @@ def job_groups(records: list[ProcessGroups]) -> tuple[list[GroupFacts], list[Mes
         groups.values(), key=lambda g: (0, int(g.name), "") if g.name.isdigit() else (1, 0, g.name)
     )
     return ordered, list(meshes.values()), notes
+
+
+def capture_evidence(records: list[ProcessGroups]) -> dict[str, dict[str, dict[int, object]]]:
+    """Group name -> {"threads": rank -> its gloo worker tids, "windows": rank -> [(first step, last step,
+    collectives issued)]}: what each rank's capture saw of the group, for the collectives analysis to put a
+    gloo range in its group (rank/groups.py, rule `capture`)."""
+    found: dict[str, dict[str, dict[int, object]]] = {}
+    for record in records:
+        for group in record.groups:
+            entry = found.setdefault(group.name, {"threads": {}, "windows": {}})
+            if group.threads:
+                entry["threads"][record.rank] = list(group.threads)
+        for window in record.windows:
+            for name, issued in window.collectives.items():
+                entry = found.setdefault(name, {"threads": {}, "windows": {}})
+                spans = entry["windows"].setdefault(record.rank, [])
+                assert isinstance(spans, list)
+                spans.append((window.first_step, window.last_step, issued))
+    return found

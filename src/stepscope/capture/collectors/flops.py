@@ -166,20 +166,10 @@ class FlopCollector(Collector):
         self._counted(self.step, counter, tally.main_dtype(), split.split)
 
     def _counted(self, step: int, counter: Any, dtype: str | None, split: FlopSplit) -> None:
-        import torch
-
         ctx, cfg = self.ctx, self.ctx.config
         self.flops = int(counter.get_total_flops())
         global_ops = counter.get_flop_counts().get(GLOBAL, {})
-        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
-        self.format = peak_format(dtype, tf32) if cfg.peak_dtype == "auto" else cfg.peak_dtype
-        device = device_name(ctx.model)
-        if cfg.peak_tflops is not None:
-            self.peak = mfu.override_peak(cfg.peak_tflops, device or "cpu", self.format)
-        elif device is not None and self.format is not None:
-            self.peak = lookup_peak(device, self.format)
-        if self.peak is None:
-            self.no_mfu_reason = no_peak_reason(device, self.format)
+        device = self._find_peak(dtype)
         assert self._book is not None
         modules = split.module_rows(self._book)
         backward = sum(split.backward.values())
@@ -210,6 +200,22 @@ class FlopCollector(Collector):
                 console.print(self._report.note, markup=False, highlight=False)
         if self.flops == 0:
             warn_user(f"stepscope: {self._report.note}", StepscopeWarning)
+
+    def _find_peak(self, dtype: str | None) -> str | None:
+        """Set the peak format and the peak (or why there is none) for matmuls in `dtype`; the device's name."""
+        import torch
+
+        cfg = self.ctx.config
+        tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+        self.format = peak_format(dtype, tf32) if cfg.peak_dtype == "auto" else cfg.peak_dtype
+        device = device_name(self.ctx.model)
+        if cfg.peak_tflops is not None:
+            self.peak = mfu.override_peak(cfg.peak_tflops, device or "cpu", self.format)
+        elif device is not None and self.format is not None:
+            self.peak = lookup_peak(device, self.format)
+        if self.peak is None:
+            self.no_mfu_reason = no_peak_reason(device, self.format)
+        return device
 
     def _too_few_steps(self) -> None:
         """At close without a figure: say why, in the FLOP report and on the console."""

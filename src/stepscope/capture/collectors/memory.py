@@ -76,7 +76,12 @@ class MemoryLogCollector(Collector):
             return None
         row = self.sample()
         assert self._file is not None
-        self._file.write(MemoryRow(step=step, unix_time=round(time.time(), 3), **row))  # type: ignore[arg-type]
+        extra: dict[str, Any] = {}
+        if self.ctx.engine is not None:  # a DeepSpeed engine: its own memory figures on the same row
+            from stepscope.capture.collectors.deepspeed import ds_memory
+
+            extra = ds_memory()
+        self._file.write(MemoryRow(step=step, unix_time=round(time.time(), 3), **row, **extra))  # type: ignore[arg-type]
         if self._console is not None:
             self._console.print(self.console_line(step, row), markup=False, highlight=False)
         return {f"mem_{k}": v for k, v in row.items() if v is not None}

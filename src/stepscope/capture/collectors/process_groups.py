@@ -7,7 +7,10 @@ a trace to its group and mesh dimension.
 
 It looks at the first step, after each exported window and at close, never at a quiet step; a look costs the
 length of c10d's registry of names while no group is new, and the file is rewritten only when its content
-changes. Private torch APIs are guarded: one that is missing costs facts (said once, and kept in `notes`),
+changes. For the `gloo:*` ranges of a trace, which name no group, it also records each gloo group's worker
+threads (gloo_threads.py: read when a group is new, until they are told apart) and, per window, how many
+collectives each group issued in it: c10d's sequence number of every group, read at the window's first active
+step (before it runs) and at its end (on_window), a call per group at two steps of each window. Private torch APIs are guarded: one that is missing costs facts (said once, and kept in `notes`),
 never the job. A job without an initialised default group writes nothing.
 """
 
@@ -20,9 +23,12 @@ from typing import Any
 import msgspec
 
 from stepscope.capture.collector import Collector, RunContext, Window
+from stepscope.capture.collectors.gloo_threads import gloo_threads, is_gloo, sequence_number, split_threads
 from stepscope.capture.console import StepscopeWarning, warn_user
+from stepscope.capture.schedule import NEVER_STEP as NEVER
+from stepscope.capture.schedule import Phase
 from stepscope.runfolder import ArtifactKind
-from stepscope.runfolder.payloads import Mesh, ProcessGroup, ProcessGroups
+from stepscope.runfolder.payloads import GroupWindow, Mesh, ProcessGroup, ProcessGroups
 
 UNKNOWN = "unknown"
 MESH_PREFIX = "mesh_"  # torch's description of a mesh dimension's group: mesh_<dim name> (mesh_default: none)
@@ -39,11 +45,34 @@ class ProcessGroupCollector(Collector):
         self._written = b""
         self._missing: list[str] = []  # the private APIs torch lacks here, in the order first missed
         self._warned = False
+        self._record_now: ProcessGroups | None = None  # the groups at the last look that found a new one
+        self._threads_known = False  # every gloo group's threads told apart (or none to tell)
+        self._at_start: dict[str, int] | None = None  # sequence numbers at the open window's first step
+        self._windows: list[GroupWindow] = []
 
     def start(self) -> None:
         self._look()
 
+    def next_busy(self, step: int) -> int:
+        """The first active step of the next window: its sequence numbers are read before it runs."""
+        schedule = self.ctx.schedule
+        while (step := schedule.next_traced_step(step)) != NEVER:
+            if _window_start(schedule, step):
+                return step
+            step += 1
+        return NEVER
+
+    def before_step(self, step: int) -> None:
+        if _window_start(self.ctx.schedule, step):
+            self._at_start = self._sequence_numbers()
+
     def on_window(self, window: Window) -> None:
+        if self._at_start is not None:
+            start, self._at_start = self._at_start, None
+            end = self._sequence_numbers()
+            if end:
+                issued = {name: n - start.get(name, 0) for name, n in end.items()}
+                self._windows.append(GroupWindow(window.first_step, window.last_step, issued))
         self._look()
 
     def close(self) -> None:
@@ -55,15 +84,41 @@ class ProcessGroupCollector(Collector):
         if dist is None:
             return
         count = self._registry_size()
-        if count is not None and count == self._count:
-            return
-        self._count = count
-        record = self._record(dist)
+        if count is None or count != self._count or not self._threads_known or self._record_now is None:
+            self._count = count
+            self._record_now = self._record(dist)
+        record = msgspec.structs.replace(self._record_now, windows=list(self._windows))
         content = msgspec.json.encode(record)
         if content != self._written:
             self.ctx.writer.write_json(ArtifactKind.PROCESS_GROUPS, record)
             self._written = content
         self._warn_once()
+
+    def _sequence_numbers(self) -> dict[str, int]:
+        """Group name -> collectives it issued so far, for every group of this rank torch can count."""
+        names = self._private("torch.distributed.distributed_c10d", "_world", "pg_names")
+        found = {}
+        for pg, name in list((names or {}).items()):
+            number = sequence_number(pg)
+            if number is None:
+                self._miss("ProcessGroup._get_sequence_number_for_group")
+            else:
+                found[str(name)] = number
+        return found
+
+    def _threads(self, groups: list[Any]) -> dict[str, list[int]]:
+        """Group name -> its gloo worker tids (gloo_threads.py); {} until they can be told apart."""
+        gloo = [str(name) for pg in groups if (name := _attr(pg, "group_name")) is not None and is_gloo(pg)]
+        if not gloo:
+            self._threads_known = True
+            return {}
+        threads = gloo_threads()
+        if threads is None:  # no /proc: nothing to tell them apart by, and no point in looking again
+            self._threads_known = True
+            return {}
+        split = split_threads(threads, gloo)
+        self._threads_known = split is not None
+        return split or {}
 
     def _registry_size(self) -> int | None:
         names = self._private("torch.distributed.distributed_c10d", "_world", "pg_names")
@@ -73,7 +128,8 @@ class ProcessGroupCollector(Collector):
         meshes = self._meshes()
         groups = self._groups(dist, meshes)
         dims = _mesh_dims(meshes)
-        records = [r for pg in groups if (r := self._group(dist, pg, dims)) is not None]
+        threads = self._threads(groups)
+        records = [r for pg in groups if (r := self._group(dist, pg, dims, threads)) is not None]
         records.sort(key=lambda r: _name_key(r.name))
         return ProcessGroups(
             rank=self.ctx.rank,
@@ -94,7 +150,9 @@ class ProcessGroupCollector(Collector):
             found.extend(g for g, _ in _dim_groups(mesh) if all(g is not f for f in found))
         return found
 
-    def _group(self, dist: Any, pg: Any, dims: dict[str, str]) -> ProcessGroup | None:
+    def _group(
+        self, dist: Any, pg: Any, dims: dict[str, str], threads: dict[str, list[int]]
+    ) -> ProcessGroup | None:
         name = _attr(pg, "group_name")
         if name is None:
             self._miss("ProcessGroup.group_name")
@@ -126,6 +184,7 @@ class ProcessGroupCollector(Collector):
             backend=backend,
             mesh_dim=mesh_dim,
             size=size,
+            threads=threads.get(str(name)),
         )
 
     # --- device meshes ----------------------------------------------------------------------------
@@ -219,6 +278,11 @@ def _initialised_dist() -> Any:
     except Exception:
         return None
     return dist
+
+
+def _window_start(schedule: Any, step: int) -> bool:
+    """Whether `step` is the first active step of a window (windows may follow one another with no gap)."""
+    return bool(schedule.is_active(step)) and not (step > 0 and schedule.phase(step - 1) is Phase.RECORD)
 
 
 def _attr(obj: Any, name: str) -> Any:

@@ -1,6 +1,7 @@
 """The system sampler: a background thread that writes CPU %, RSS, system memory and, where NVML is
 available (`nvidia-ml-py`, optional, imported lazily), GPU utilisation, memory, power and temperature per
-device to a JSON-lines file in the run folder (one SystemRow per sample, kind `system`).
+device (nvidia-smi's utilization.gpu / .memory, memory.used / .free, temperature.gpu, power.draw) to a
+JSON-lines file in the run folder (one SystemRow per sample, kind `system`).
 
 It never touches the training thread: the step only pays for the GIL the sampler briefly holds, and each
 sample does a fixed amount of work (a few psutil and NVML calls, one line written).
@@ -45,12 +46,17 @@ class _Nvml:
         out: list[GpuSample] = []
         nv = self.lib
         for index, handle in enumerate(self.handles):
+            # the columns of nvidia-smi --query-gpu=utilization.gpu,utilization.memory,memory.used,memory.free,
+            # temperature.gpu,power.draw (and memory.total)
             memory = _or_none(lambda h=handle: nv.nvmlDeviceGetMemoryInfo(h))
+            rates = _or_none(lambda h=handle: nv.nvmlDeviceGetUtilizationRates(h))
             out.append(
                 GpuSample(
                     index=index,
-                    util_percent=_or_none(lambda h=handle: float(nv.nvmlDeviceGetUtilizationRates(h).gpu)),
+                    util_percent=_or_none(lambda r=rates: float(r.gpu)),
+                    util_mem_percent=_or_none(lambda r=rates: float(r.memory)),
                     mem_used_bytes=int(memory.used) if memory is not None else None,
+                    mem_free_bytes=_or_none(lambda m=memory: int(m.free)),
                     mem_total_bytes=int(memory.total) if memory is not None else None,
                     power_w=_or_none(lambda h=handle: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
                     temp_c=_or_none(

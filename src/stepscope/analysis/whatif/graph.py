@@ -1,0 +1,202 @@
+"""The dependency graph of one rank's window, from its trace alone: what each piece of work waited for.
+
+Three kinds of node, times in ns on the rank's clock (docs/analysis.md, "Critical path and what-if"):
+
+- **Host time**: the rank's CPU threads, as one timeline. Host work is sequential: what the host did between
+  two instants takes as long as it took, unless a what-if scales it or a synchronization in it waits longer or
+  shorter. Launches and synchronizations lie on it.
+- **GPU activities** (kernels, copies, fills) on their streams. Each starts when the later of two things
+  allows it: its stream finishing the activity before it (plus the gap the trace shows between them), and its
+  launch (plus the launch latency the trace shows for it). Which of the two held it in the trace is recorded:
+  an activity *follows its stream* when the stream was still busy at its launch, else it *follows its launch*.
+  A delay the trace shows beyond both (a wait on another stream's event) stays with the activity: the replay
+  reproduces it and cannot move it.
+- **Synchronizations**: host calls that wait for the GPU (device, stream and event synchronize; a blocking
+  copy). Each waits for the GPU work it awaits, then takes the rest of its measured time (its own cost). What
+  it awaits is the device's work launched before it for a device synchronize; for the others, the stream whose
+  work launched before the call ended last before the call returned (the trace names no stream on most of
+  them), with the copy of a blocking copy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from stepscope.analysis.rank.kernels import COMMUNICATION, MEMORY
+from stepscope.analysis.rank.prepare import RankData, effective_launch
+from stepscope.analysis.read.table import MISSING
+
+# Calls that return only once the GPU work they await is done.
+SYNC_RE = re.compile(
+    r"^(?:cuda|hip)(?:DeviceSynchronize|StreamSynchronize|EventSynchronize|CtxSynchronize)$"
+    r"|^cu(?:CtxSynchronize|StreamSynchronize|EventSynchronize)$"
+)
+DEVICE_SYNC_RE = re.compile(r"DeviceSynchronize|CtxSynchronize")
+# Copies that may block the host (a copy to pageable memory returns once the copy is done).
+COPY_RE = re.compile(r"^(?:cuda|hip)Memcpy(?:Async)?(?:DtoH|HtoD|DtoD)?$|^cuMemcpy")
+_RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime")
+_X = ord("X")
+
+
+# Records of arrays: compared and printed by identity.
+@dataclass(eq=False, repr=False)
+class GpuNodes:
+    """The window's GPU activities in launch order."""
+
+    name: np.ndarray  # index into names
+    kind: np.ndarray  # kernels.COMPUTATION / COMMUNICATION / MEMORY
+    stream: np.ndarray  # dense stream id (device and stream)
+    launch: np.ndarray  # host time of the launch
+    start: np.ndarray
+    dur: np.ndarray
+    prev: np.ndarray  # the activity before it on its stream, else -1
+    gap: np.ndarray  # after its stream's previous activity ends (follows its stream), else 0
+    latency: np.ndarray  # after its launch starts
+    follows_stream: np.ndarray  # bool: its stream, not its launch, held it in the trace
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass(eq=False, repr=False)
+class SyncNodes:
+    """Host calls that waited for the GPU, by start."""
+
+    start: np.ndarray
+    end: np.ndarray
+    stream: np.ndarray  # the stream awaited; -1: every stream (device synchronize)
+    awaits: np.ndarray  # the last GPU activity (index into GpuNodes) launched before it on what it awaits; -1
+    launched: np.ndarray  # how many GPU activities were launched before it (a prefix of GpuNodes)
+    own: np.ndarray  # its time besides the waiting (ns)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass(eq=False, repr=False)
+class RankGraph:
+    rank: int
+    names: list[str]
+    lo: int
+    hi: int
+    step_number: np.ndarray
+    step_start: np.ndarray
+    step_end: np.ndarray
+    gpu: GpuNodes
+    syncs: SyncNodes
+    data: RankData
+
+
+def build_graph(data: RankData) -> RankGraph:
+    """The graph of one prepared rank's window (see the module's doc)."""
+    gpu = _gpu_nodes(data)
+    syncs = _sync_nodes(data, gpu)
+    steps = data.steps
+    if len(steps):
+        number, start, end = steps.number, steps.start, steps.end
+    else:
+        number = np.zeros(1, dtype=np.int64)
+        start, end = np.array([data.lo], dtype=np.int64), np.array([data.hi], dtype=np.int64)
+    return RankGraph(data.rank, data.table.names, data.lo, data.hi, number, start, end, gpu, syncs, data)
+
+
+def _gpu_nodes(data: RankData) -> GpuNodes:
+    g = data.gpu
+    launch = effective_launch(g)
+    order = np.lexsort((g.start, launch))
+    launch, start, end = launch[order], g.start[order], g.end[order]
+    stream_key = g.device[order].astype(np.int64) * (1 << 32) + g.stream[order].astype(np.int64)
+    _, stream = np.unique(stream_key, return_inverse=True)
+    n = len(order)
+    prev = np.full(n, -1, dtype=np.int64)
+    last: dict[int, int] = {}
+    for i, s in enumerate(stream.tolist()):
+        prev[i] = last.get(s, -1)
+        last[s] = i
+    has_prev = prev >= 0
+    prev_end = np.where(has_prev, end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+    # the stream held it when its previous activity was still running at its launch
+    follows_stream = has_prev & (prev_end > launch)
+    gap = np.where(follows_stream, np.maximum(start - prev_end, 0), 0)
+    own_latency = np.maximum(start - launch, 0)
+    typical = int(np.median(own_latency[~follows_stream])) if (~follows_stream).any() else 0
+    latency = np.where(follows_stream, np.minimum(own_latency, typical), own_latency)
+    return GpuNodes(
+        name=g.name[order],
+        kind=g.kind[order],
+        stream=stream.astype(np.int64),
+        launch=launch,
+        start=start,
+        dur=end - start,
+        prev=prev,
+        gap=gap,
+        latency=latency,
+        follows_stream=follows_stream,
+    )
+
+
+def _sync_nodes(data: RankData, gpu: GpuNodes) -> SyncNodes:
+    table = data.table
+    cols = table.columns
+    cats = [c for c in (table.cat_id(x) for x in _RUNTIME_CATS) if c != MISSING]
+    names = cols["name"]
+    is_sync = table.name_values(lambda n: SYNC_RE.match(n) is not None, bool, key="whatif_sync")
+    is_copy = table.name_values(lambda n: COPY_RE.match(n) is not None, bool, key="whatif_copy")
+    is_device = table.name_values(lambda n: DEVICE_SYNC_RE.search(n) is not None, bool, key="whatif_device")
+    ts, dur = cols["ts"], cols["dur"]
+    base = (cols["ph"] == _X) & np.isin(cols["cat"], cats) & (ts >= data.lo) & (ts < data.hi)
+    rows = np.flatnonzero(base & (is_sync[names] | is_copy[names]))
+    rows = rows[np.argsort(ts[rows], kind="stable")]
+    end_gpu = gpu.start + gpu.dur
+    # per stream, GPU activities by launch: the last one launched before an instant is a searchsorted away
+    by_stream = [np.flatnonzero(gpu.stream == s) for s in range(int(gpu.stream.max()) + 1 if len(gpu) else 0)]
+    out: dict[str, list[int]] = {k: [] for k in ("start", "end", "stream", "awaits", "own", "launched")}
+    host_threads = _host_threads(data)
+    for row in rows.tolist():
+        if host_threads is not None and int(cols["tid"][row]) not in host_threads:
+            continue
+        s, e = int(ts[row]), int(ts[row] + dur[row])
+        copy = bool(is_copy[names[row]])
+        last = [
+            int(ix[at - 1]) if (at := int(np.searchsorted(gpu.launch[ix], s, side="right"))) else -1
+            for ix in by_stream
+        ]
+        found = [i for i in last if i >= 0]
+        if bool(is_device[names[row]]):
+            awaits, stream = (max(found, key=lambda i: int(end_gpu[i])) if found else -1), -1
+        else:
+            # the stream that drained last before the call returned: what it waited for
+            done = [i for i in found if end_gpu[i] <= e]
+            awaits = max(done, key=lambda i: int(end_gpu[i])) if done else -1
+            stream = int(gpu.stream[awaits]) if awaits >= 0 else -2
+            if copy and (awaits < 0 or end_gpu[awaits] <= s):
+                continue  # a copy that did not wait: not a synchronization
+        waited_until = max(s, int(end_gpu[awaits])) if awaits >= 0 else s
+        out["start"].append(s)
+        out["end"].append(e)
+        out["stream"].append(stream)
+        out["awaits"].append(awaits)
+        out["own"].append(max(e - waited_until, 0))
+        out["launched"].append(int(np.searchsorted(gpu.launch, s, side="right")))
+    a = {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+    return SyncNodes(**a)
+
+
+def _host_threads(data: RankData) -> set[int] | None:
+    """The threads whose synchronizations hold the host timeline: those of the ProfilerStep spans (the training
+    loop's); None (every thread) without steps."""
+    if not len(data.steps):
+        return None
+    cols = data.table.columns
+    rows = np.flatnonzero(np.isin(cols["ts"], data.steps.start) & (cols["ph"] == _X))
+    names = data.table.names
+    tids = {
+        int(cols["tid"][r]) for r in rows.tolist() if names[int(cols["name"][r])].startswith("ProfilerStep")
+    }
+    return tids or None
+
+
+KIND_LABELS = {COMMUNICATION: "communication", MEMORY: "memory"}

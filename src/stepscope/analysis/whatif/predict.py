@@ -1,0 +1,100 @@
+"""`stepscope whatif`: replay each rank's steps with measured durations, then with the selected work scaled, and
+say what the step would take and which chain would bound it (docs/analysis.md, "Critical path and what-if").
+
+Ranks are replayed one by one: what one rank's change does to the others through their collectives is not
+modelled yet (the job's step is the slowest rank's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis.rank.prepare import prepare_rank
+from stepscope.analysis.read.table import TraceTable
+from stepscope.analysis.whatif.graph import build_graph
+from stepscope.analysis.whatif.path import PathStep, critical_path
+from stepscope.analysis.whatif.replay import replay
+from stepscope.analysis.whatif.select import Selector, scaling_for
+
+SCHEMA = "stepscope.whatif/1"
+
+
+class RankWhatIf(msgspec.Struct):
+    rank: int
+    steps: int
+    baseline_step_ms: float  # measured: the mean ProfilerStep of the window
+    replayed_step_ms: float  # the replay with nothing changed
+    predicted_step_ms: float  # the replay with the selected work scaled
+    saving_ms: float  # replayed - predicted
+    gpu_activities: int
+    synchronizations: int
+    critical_path: list[PathStep]  # of the predicted steps (the replayed ones when nothing is selected)
+
+
+class WhatIfResult(msgspec.Struct):
+    schema: str
+    scale: list[str]
+    baseline_step_ms: float | None  # the job's: its slowest rank's
+    replayed_step_ms: float | None
+    predicted_step_ms: float | None
+    saving_ms: float | None
+    replay_error_pct: float | None  # (replayed - baseline) / baseline
+    ranks: list[RankWhatIf]
+    notes: list[str]
+
+
+def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 5) -> WhatIfResult:
+    """Replay every rank of `table`, measured and with `selectors` applied."""
+    ranks: list[RankWhatIf] = []
+    notes: list[str] = []
+    for rank in table.rank_ids():
+        data = prepare_rank(table, rank)
+        notes += [f"rank {rank}: {n}" for n in data.notes]
+        graph = build_graph(data)
+        base = replay(graph)
+        scaled = replay(graph, scaling_for(graph, list(selectors))) if selectors else base
+        measured = float(np.mean(graph.step_end - graph.step_start)) / 1e6
+        replayed = float(np.mean(base.step_ns)) / 1e6
+        predicted = float(np.mean(scaled.step_ns)) / 1e6
+        ranks.append(
+            RankWhatIf(
+                rank=rank,
+                steps=len(graph.step_start),
+                baseline_step_ms=round(measured, 3),
+                replayed_step_ms=round(replayed, 3),
+                predicted_step_ms=round(predicted, 3),
+                saving_ms=round(replayed - predicted, 3),
+                gpu_activities=len(graph.gpu),
+                synchronizations=len(graph.syncs),
+                critical_path=critical_path(scaled, top=top),
+            )
+        )
+    if len(ranks) > 1:
+        notes.append(
+            "ranks are replayed one by one: collectives do not carry one rank's change to the others"
+        )
+    job = max(ranks, key=lambda r: r.baseline_step_ms, default=None)
+    slowest = max(ranks, key=lambda r: r.predicted_step_ms, default=None)
+    return WhatIfResult(
+        schema=SCHEMA,
+        scale=[s.text for s in selectors],
+        baseline_step_ms=job.baseline_step_ms if job else None,
+        replayed_step_ms=max(r.replayed_step_ms for r in ranks) if ranks else None,
+        predicted_step_ms=slowest.predicted_step_ms if slowest else None,
+        saving_ms=round(max(r.replayed_step_ms for r in ranks) - slowest.predicted_step_ms, 3)
+        if slowest
+        else None,
+        replay_error_pct=(
+            round(
+                100 * (max(r.replayed_step_ms for r in ranks) - job.baseline_step_ms) / job.baseline_step_ms,
+                3,
+            )
+            if job and job.baseline_step_ms
+            else None
+        ),
+        ranks=ranks,
+        notes=notes,
+    )

@@ -1,0 +1,157 @@
+"""Re-time one rank's graph (graph.py) with its measured durations, or with some of them scaled (a what-if).
+
+The host timeline keeps its measured time, scaled where a what-if scales host work; each synchronization takes
+the time its awaited GPU work now needs; GPU activities start when their stream and their launch allow. One pass
+in the order of the trace: a synchronization only awaits work launched before it, and an activity only follows
+activities launched before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stepscope.analysis.whatif.graph import RankGraph
+
+_NEG = np.iinfo(np.int64).min // 4
+
+
+@dataclass
+class Scaling:
+    """What a what-if changes on one rank: host intervals (start, end, factor), a factor per GPU activity
+    (index into GpuNodes), a factor for synchronizations. Factors multiply where selections overlap."""
+
+    host: list[tuple[np.ndarray, np.ndarray, float]] = field(default_factory=list)
+    gpu: np.ndarray | None = None  # float factor per GPU activity; None: all 1
+    sync: float = 1.0
+
+
+# Records of arrays: compared and printed by identity.
+@dataclass(eq=False, repr=False)
+class Replay:
+    graph: RankGraph
+    gpu_start: np.ndarray
+    gpu_end: np.ndarray
+    sync_start: np.ndarray
+    sync_end: np.ndarray
+    step_start: np.ndarray
+    step_end: np.ndarray
+    clock: Any  # _HostClock: measured host time -> replayed, before the synchronizations
+
+    @property
+    def step_ns(self) -> np.ndarray:
+        return self.step_end - self.step_start
+
+
+class _HostClock:
+    """Measured host time -> replayed host time, before the synchronizations' changes: each stretch of time
+    multiplied by the factors of the host intervals that cover it; a synchronization's own stretch is waiting,
+    which host intervals do not scale (the replay re-times it)."""
+
+    def __init__(self, graph: RankGraph, scaling: Scaling) -> None:
+        syncs = graph.syncs
+        lo = min(graph.lo, int(graph.gpu.launch.min()) if len(graph.gpu) else graph.lo)
+        hi = max(graph.hi, int(syncs.end.max()) if len(syncs) else graph.hi)
+        edges = [np.array([lo, hi], dtype=np.int64), syncs.start, syncs.end]
+        for start, end, _ in scaling.host:
+            edges += [start, end]
+        points = np.unique(np.clip(np.concatenate(edges), lo, hi))
+        mid = (points[:-1] + points[1:]) // 2
+        rate = np.ones(len(mid))
+        for start, end, factor in scaling.host:
+            order = np.argsort(start, kind="stable")
+            s, e = start[order], end[order]
+            # intervals of one selection are disjoint (unions); a midpoint lies in at most one
+            at = np.searchsorted(s, mid, side="right") - 1
+            inside = (at >= 0) & (mid < e[np.maximum(at, 0)])
+            rate[inside] *= factor
+        if len(syncs):
+            in_sync = np.searchsorted(syncs.start, mid, side="right") - 1
+            rate[(in_sync >= 0) & (mid < syncs.end[np.maximum(in_sync, 0)])] = 1.0
+        self.points = points
+        self.cum = np.concatenate(([float(lo)], float(lo) + np.cumsum(np.diff(points) * rate)))
+
+    def __call__(self, t: np.ndarray) -> np.ndarray:
+        return np.round(np.interp(t, self.points, self.cum)).astype(np.int64)
+
+
+def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
+    """The graph re-timed (see the module's doc); nothing scaled: the trace as measured, up to what the graph
+    cannot explain."""
+    scaling = scaling or Scaling()
+    clock = _HostClock(graph, scaling)
+    gpu, syncs = graph.gpu, graph.syncs
+    n = len(gpu)
+    launch = clock(gpu.launch).tolist()
+    factor = scaling.gpu.tolist() if scaling.gpu is not None else None
+    latency, gap, prev, dur = gpu.latency.tolist(), gpu.gap.tolist(), gpu.prev.tolist(), gpu.dur.tolist()
+    start = [0] * n
+    end = [0] * n
+    prefix_max = [_NEG] * (n + 1)  # the latest end among the first k activities launched
+    m = len(syncs)
+    at_start, at_end = clock(syncs.start).tolist(), clock(syncs.end).tolist()
+    launched, sync_end_measured = syncs.launched.tolist(), syncs.end.tolist()
+    gpu_launch = gpu.launch.tolist()
+    sync_start = [0] * m
+    sync_end = [0] * m
+    delta = [0] * m  # replayed less clocked time of each synchronization
+    shift = 0  # the deltas of the synchronizations over so far
+    applied = 0
+
+    def apply_until(t: int) -> None:
+        nonlocal shift, applied
+        while applied < m and applied < computed and sync_end_measured[applied] <= t:
+            shift += delta[applied]
+            applied += 1
+
+    computed = 0
+    i = 0
+    for j in range(m + 1):
+        until = launched[j] if j < m else n
+        while i < until:
+            apply_until(gpu_launch[i])
+            t = launch[i] + shift + latency[i]
+            p = prev[i]
+            if p >= 0 and end[p] + gap[i] > t:
+                t = end[p] + gap[i]
+            start[i] = t
+            d = dur[i] if factor is None else round(dur[i] * factor[i])
+            end[i] = t + d
+            prefix_max[i + 1] = max(prefix_max[i], t + d)
+            i += 1
+        if j == m:
+            break
+        apply_until(int(syncs.start[j]))
+        s = at_start[j] + shift
+        awaits = int(syncs.awaits[j])
+        if awaits < 0:
+            ready = s
+        elif syncs.stream[j] == -1:
+            ready = max(s, prefix_max[until])
+        else:
+            ready = max(s, end[awaits])
+        took = ready - s + int(syncs.own[j])
+        if scaling.sync != 1.0:
+            took = round(took * scaling.sync)
+        sync_start[j], sync_end[j] = s, s + took
+        delta[j] = took - (at_end[j] - at_start[j])
+        computed = j + 1
+    deltas = np.cumsum(np.array(delta, dtype=np.int64))
+
+    def host(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(syncs.end, t, side="right")  # synchronizations over by t
+        before = np.where(k > 0, deltas[np.maximum(k, 1) - 1], 0) if m else 0
+        return clock(t) + before
+
+    return Replay(
+        graph,
+        np.array(start, dtype=np.int64),
+        np.array(end, dtype=np.int64),
+        np.array(sync_start, dtype=np.int64),
+        np.array(sync_end, dtype=np.int64),
+        host(graph.step_start),
+        host(graph.step_end),
+        clock,
+    )

@@ -1,0 +1,142 @@
+"""What-if selectors: `SELECTOR=FACTOR`, SELECTOR one of the phases (`data_loader`, `forward`, `backward`,
+`optimizer`), `communication`, `sync`, `kernel:REGEX` or `op:REGEX`, optionally followed by `@RANKS` (`@2`,
+`@0-3`, `@0,2`); FACTOR a number >= 0 (0 removes the work, 0.5 halves it).
+
+What each selects on a rank (docs/analysis.md, "Critical path and what-if"):
+
+- a phase: the host time in it (steps.assign_phases) and the GPU activities launched in it;
+- `op:REGEX`: the host time inside CPU ops whose name matches (searched) and the GPU activities launched there;
+- `kernel:REGEX`: GPU activities whose name matches (searched);
+- `communication`: communication GPU activities; on a rank without GPU activity, the time of its CPU backend's
+  collective ranges (gloo) on the host timeline;
+- `sync`: the synchronizations' time (waiting and own).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.rank.collectives import communication_intervals
+from stepscope.analysis.rank.kernels import COMMUNICATION
+from stepscope.analysis.rank.steps import PHASES, assign_phases
+from stepscope.analysis.whatif.graph import RankGraph
+from stepscope.analysis.whatif.replay import Scaling
+
+KINDS = (*PHASES, "communication", "sync")
+_CPU_CATEGORIES = ("cpu_op", "user_annotation")
+_X = ord("X")
+
+
+class SelectorError(ValueError):
+    """A selector or factor that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Selector:
+    text: str  # as given
+    kind: str  # a phase, "communication", "sync", "kernel" or "op"
+    pattern: re.Pattern[str] | None
+    ranks: frozenset[int] | None  # None: every rank
+    factor: float
+
+    def applies_to(self, rank: int) -> bool:
+        return self.ranks is None or rank in self.ranks
+
+
+def parse_selector(text: str) -> Selector:
+    """`SELECTOR[@RANKS]=FACTOR` (see the module's doc); SelectorError when it is not one."""
+    what, sep, number = text.rpartition("=")
+    if not sep or not what:
+        raise SelectorError(f"{text!r}: expected SELECTOR=FACTOR, e.g. data_loader=0 or kernel:gemm=0.5")
+    try:
+        factor = float(number)
+    except ValueError:
+        raise SelectorError(f"{text!r}: the factor {number!r} is not a number") from None
+    if not factor >= 0 or factor == float("inf"):
+        raise SelectorError(f"{text!r}: the factor must be a finite number >= 0 (0 removes, 0.5 halves)")
+    ranks: frozenset[int] | None = None
+    at = re.search(r"@([^@]*)$", what)
+    if at is not None and (
+        not what.startswith(("kernel:", "op:")) or re.fullmatch(r"[\d,\-\s]+", at.group(1))
+    ):
+        what, spec = what[: at.start()], at.group(1)
+        ranks = _ranks(text, spec)
+    if what.startswith(("kernel:", "op:")):
+        kind, _, regex = what.partition(":")
+        if not regex:
+            raise SelectorError(f"{text!r}: {kind}: needs a regular expression")
+        try:
+            pattern = re.compile(regex)
+        except re.error as exc:
+            raise SelectorError(f"{text!r}: bad regular expression {regex!r}: {exc}") from None
+        return Selector(text, kind, pattern, ranks, factor)
+    if what not in KINDS:
+        raise SelectorError(
+            f"{text!r}: unknown selector {what!r}; one of {', '.join(KINDS)}, kernel:REGEX, op:REGEX"
+        )
+    return Selector(text, what, None, ranks, factor)
+
+
+def _ranks(text: str, spec: str) -> frozenset[int]:
+    out: set[int] = set()
+    for part in spec.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise SelectorError(f"{text!r}: bad ranks {spec!r}; e.g. @2, @0-3, @0,2")
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first:
+            raise SelectorError(f"{text!r}: bad rank range {part.strip()!r}")
+        out.update(range(first, last + 1))
+    return frozenset(out)
+
+
+def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
+    """The changes `selectors` make on one rank's graph."""
+    scaling = Scaling()
+    gpu = graph.gpu
+    factor = np.ones(len(gpu))
+    table = graph.data.table
+    for sel in selectors:
+        if not sel.applies_to(graph.rank):
+            continue
+        if sel.kind == "sync":
+            scaling.sync *= sel.factor
+            continue
+        host: iv.Intervals | None = None
+        if sel.kind in PHASES:
+            host = assign_phases(table).get(sel.kind)
+        elif sel.kind == "op":
+            host = _op_spans(graph, sel.pattern)
+        elif sel.kind == "kernel":
+            assert sel.pattern is not None
+            names = graph.names
+            hit = np.array([sel.pattern.search(names[c]) is not None for c in gpu.name.tolist()], dtype=bool)
+            factor[hit] *= sel.factor
+        elif sel.kind == "communication":
+            factor[gpu.kind == COMMUNICATION] *= sel.factor
+            if not len(gpu):
+                host = communication_intervals(graph.data)
+        if host is not None and len(host[0]):
+            scaling.host.append((host[0], host[1], sel.factor))
+            at = np.searchsorted(host[0], gpu.launch, side="right") - 1
+            inside = (at >= 0) & (gpu.launch < host[1][np.maximum(at, 0)])
+            factor[inside] *= sel.factor
+    scaling.gpu = factor if (factor != 1.0).any() else None
+    return scaling
+
+
+def _op_spans(graph: RankGraph, pattern: re.Pattern[str] | None) -> iv.Intervals:
+    assert pattern is not None
+    table = graph.data.table
+    cols = table.columns
+    matching = table.names_matching(
+        lambda n: pattern.search(n) is not None, key=("whatif_op", pattern.pattern)
+    )
+    cats = [c for c in (table.cat_id(x) for x in _CPU_CATEGORIES) if c >= 0]
+    rows = np.flatnonzero(matching[cols["name"]] & (cols["ph"] == _X) & np.isin(cols["cat"], cats))
+    start = cols["ts"][rows]
+    return iv.merge(start, start + cols["dur"][rows])

@@ -1,0 +1,79 @@
+"""The terminal's view of `stepscope whatif`: the job's figures, then per rank its steps and the critical path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from stepscope.report import model
+from stepscope.report.terminal import fit_table
+from stepscope.units import fmt_ms
+
+_KIND_LABELS = {
+    "host": "host",
+    "computation": "GPU computation",
+    "communication": "communication",
+    "memory": "GPU copies/fills",
+    "launch": "launch latency",
+    "gap": "gaps between kernels",
+    "sync": "synchronization (own time)",
+}
+
+
+def whatif_table(result: Any) -> model.Table:
+    """Per rank: measured, replayed and predicted step time, the saving."""
+    columns = [
+        model.Column("rank", "int"),
+        model.Column("steps", "int"),
+        model.Column("measured step", "ms"),
+        model.Column("replayed step", "ms"),
+        model.Column("predicted step", "ms"),
+        model.Column("saving", "ms"),
+    ]
+    rows = [
+        (r.rank, r.steps, r.baseline_step_ms, r.replayed_step_ms, r.predicted_step_ms, r.saving_ms)
+        for r in result.ranks
+    ]
+    return model.table("whatif", columns, rows, title="Step time per rank (mean of the window's steps)")
+
+
+def path_table(rank: Any) -> model.Table:
+    """One rank's critical path, summed over its steps, by kind; host time by phase."""
+    steps = rank.critical_path
+    total: dict[str, float] = {}
+    for step in steps:
+        for kind, ms in step.by_kind_ms.items():
+            total[kind] = total.get(kind, 0.0) + ms
+        for phase, ms in step.host_by_phase_ms.items():
+            total[f"host: {phase}"] = total.get(f"host: {phase}", 0.0) + ms
+    n = max(len(steps), 1)
+    step_ms = sum(s.step_ms for s in steps) / n
+    rows = []
+    for key, ms in total.items():
+        label = _KIND_LABELS.get(key, key)
+        rows.append((label, ms / n, 100.0 * ms / n / step_ms if step_ms else None))
+    columns = [
+        model.Column("on the critical path"),
+        model.Column("per step", "ms"),
+        model.Column("share", "pct"),
+    ]
+    return model.table(
+        f"path{rank.rank}",
+        columns,
+        rows,
+        title=f"Rank {rank.rank}: the critical path, mean of {len(steps)} step(s)",
+    )
+
+
+def render(result: Any, *, wide: bool = False) -> Iterator[Any]:
+    if result.predicted_step_ms is not None:
+        line = f"step: measured {fmt_ms(result.baseline_step_ms)}, replayed {fmt_ms(result.replayed_step_ms)}"
+        if result.scale:
+            line += (
+                f"; with {', '.join(result.scale)}: {fmt_ms(result.predicted_step_ms)}"
+                f" (saves {fmt_ms(result.saving_ms)})"
+            )
+        yield line
+    yield fit_table(whatif_table(result), wide=wide)
+    for rank in result.ranks:
+        yield fit_table(path_table(rank), wide=wide)

@@ -1,0 +1,75 @@
+"""Real CPU jobs for the what-if tests: each records four windows, alternately with a problem and without it,
+so that a prediction made on a window with it is checked against the window next to it, measured a moment apart
+on the same machine.
+
+    python tests/_whatif_jobs.py OUT_DIR JOB
+
+- `loader`: a DataLoader whose samples sleep (I/O-like waiting) in the first window only;
+- `optimizer`: an optimizer step that does its work twice in the first window, once in the second.
+
+Schedule: wait 1, warmup 1, active 5, repeat 4: windows of steps 2-6 (with the problem), 9-13 (without),
+16-20 (with), 23-27 (without); a run folder names each by its last step (from 0: 6, 13, 20, 27).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+SCHEDULE = {"wait": 1, "warmup": 1, "active": 5, "repeat": 4}
+CYCLE = 7
+STEPS = 4 * CYCLE
+WINDOWS = (6, 13, 20, 27)  # the last step of each window; the first and third have the problem
+
+
+class Samples:
+    def __init__(self, n: int, features: int) -> None:
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, features, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+        self.sleep_s = 0.0
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> Any:
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        return self.x[i], self.y[i]
+
+
+def run(job: str, out: str) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    import stepscope
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = Samples(64 * STEPS, 256)
+    loader = iter(torch.utils.data.DataLoader(data, batch_size=64))
+    monitor = stepscope.performance_monitor(model, out_dir=out, console=False, **SCHEDULE)
+    with monitor:
+        for n in range(STEPS):
+            first = (n // CYCLE) % 2 == 0
+            data.sleep_s = 0.0002 if job == "loader" and first else 0.0
+            x, y = next(loader)
+            with monitor.region("forward"):
+                loss = F.cross_entropy(model(x), y)
+            with monitor.region("backward"):
+                loss.backward()
+            with monitor.region("optimizer"):
+                for _ in range(2 if job == "optimizer" and first else 1):
+                    optimizer.step()
+                    for p in model.parameters():  # a heavier update than SGD's alone
+                        p.data.mul_(1.0).add_(p.data.sin().mul_(0.0))
+                optimizer.zero_grad()
+            monitor.step()
+
+
+if __name__ == "__main__":
+    run(sys.argv[2], sys.argv[1])

@@ -1,0 +1,160 @@
+"""`stepscope whatif`: the replay of each rank's steps, what-ifs and the critical path (#29)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepscope.analysis.read.loader import load_trace
+from stepscope.analysis.whatif import parse_selector, whatif
+
+from ._traces import SHARED_TRACES, cpu, launched, runtime, step, write_trace
+
+STEPSCOPE = [sys.executable, "-m", "stepscope"]
+
+
+def _gpu_step(tmp_path: Path, *, sync: bool = True) -> Path:
+    """One step (1000 us): forward launches A (600 us) then B (200 us); a device synchronize waits for them
+    (it returns 10 us after B ends); then the optimizer's 150 us of host work."""
+    events = [
+        step(1, 0, 1000),
+        cpu("forward", 0, 100, cat="user_annotation"),
+        *launched("gemm_A", 10, 20, 600, corr=1),
+        *launched("gemm_B", 20, 620, 200, corr=2),
+        cpu("optimizer", 840, 150, cat="user_annotation"),
+    ]
+    if sync:
+        events.append(runtime("cudaDeviceSynchronize", 110, 720, corr=3))
+    return write_trace(tmp_path / "gpu.json", events)
+
+
+def _predicted(path: Path, *scale: str) -> float:
+    result = whatif(load_trace(path), [parse_selector(s) for s in scale])
+    assert result.replay_error_pct == pytest.approx(0.0, abs=0.01)
+    assert result.predicted_step_ms is not None
+    return result.predicted_step_ms
+
+
+def test_a_synchronized_step_follows_its_kernels_and_host_work(tmp_path: Path) -> None:
+    path = _gpu_step(tmp_path)
+    assert _predicted(path) == pytest.approx(1.0)
+    # half of A: B and the synchronize end 300 us earlier
+    assert _predicted(path, "kernel:gemm_A=0.5") == pytest.approx(0.7)
+    # the forward phase launched both: halving it halves both kernels and its host time; the kernels end 405 us
+    # earlier (A is launched 5 us earlier), the host's 50 us saving is hidden under the synchronize's wait
+    assert _predicted(path, "forward=0.5") == pytest.approx(0.595)
+    assert _predicted(path, "optimizer=0") == pytest.approx(0.85)
+    assert _predicted(path, "sync=0") == pytest.approx(0.28)
+    # kernels of another rank: nothing changes here
+    assert _predicted(path, "kernel:gemm@1=0") == pytest.approx(1.0)
+
+
+def test_without_a_synchronization_the_host_bounds_the_step(tmp_path: Path) -> None:
+    path = _gpu_step(tmp_path, sync=False)
+    assert _predicted(path, "kernel:.=0") == pytest.approx(1.0)
+    assert _predicted(path, "optimizer=0") == pytest.approx(0.85)
+
+
+def test_the_critical_path_names_the_kernels_that_bound_the_step(tmp_path: Path) -> None:
+    result = whatif(load_trace(_gpu_step(tmp_path)))
+    (path,) = result.ranks[0].critical_path
+    assert path.by_kind_ms["computation"] == pytest.approx(0.8)
+    assert path.by_kind_ms["launch"] == pytest.approx(0.01)
+    assert path.by_kind_ms["sync"] == pytest.approx(0.01)
+    assert path.host_by_phase_ms["optimizer"] == pytest.approx(0.15)
+    assert [name for name, _ in path.top] == ["gemm_A", "gemm_B"]
+    assert sum(path.by_kind_ms.values()) == pytest.approx(path.step_ms, abs=0.002)
+
+
+@pytest.mark.parametrize(
+    "scale, message",
+    [
+        ("forward", "expected SELECTOR=FACTOR"),
+        ("forward=-1", "factor must be a finite number >= 0"),
+        ("forward=abc", "is not a number"),
+        ("kernel:(=0", "bad regular expression"),
+        ("loader=0", "unknown selector 'loader'"),
+        ("forward@1-x=0", "bad ranks"),
+    ],
+)
+def test_a_bad_selector_is_one_line_and_exit_2(tmp_path: Path, scale: str, message: str) -> None:
+    path = _gpu_step(tmp_path)
+    done = subprocess.run([*STEPSCOPE, "whatif", str(path), "--scale", scale], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_json_and_terminal(tmp_path: Path) -> None:
+    path = _gpu_step(tmp_path)
+    done = subprocess.run(
+        [*STEPSCOPE, "whatif", str(path), "--scale", "kernel:gemm_A=0.5", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "stepscope.whatif/1"
+    assert doc["baseline_step_ms"] == pytest.approx(1.0)
+    assert doc["predicted_step_ms"] == pytest.approx(0.7)
+    assert doc["saving_ms"] == pytest.approx(0.3)
+    text = subprocess.run(
+        [*STEPSCOPE, "whatif", str(path), "--scale", "kernel:gemm_A=0.5"], capture_output=True, text=True
+    ).stdout
+    assert "with kernel:gemm_A=0.5: 700 us (saves 300 us)" in " ".join(text.split())
+    assert "the critical path" in text
+
+
+@pytest.mark.shared
+def test_the_replay_reproduces_every_shared_trace_with_steps() -> None:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/traces is absent")
+    checked = 0
+    for path in sorted(SHARED_TRACES.rglob("*.json*")):
+        try:
+            table = load_trace(path)
+        except Exception:
+            continue  # the bad-input traces of the set
+        if not any(n.startswith("ProfilerStep#") for n in table.names):
+            continue
+        result = whatif(table)
+        assert result.replay_error_pct is not None
+        assert abs(result.replay_error_pct) <= 5.0, path
+        checked += 1
+    assert checked >= 10
+
+
+def _window_steps(run: Path, last_step: int, *scale: str) -> list[float]:
+    """The step times (ms) of the window ending at `last_step`: replayed with `scale`, else measured."""
+    args = [*STEPSCOPE, "whatif", str(run), "--step", str(last_step), "--json"]
+    for s in scale:
+        args += ["--scale", s]
+    doc = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    return [p["step_ms"] for p in doc["ranks"][0]["critical_path"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job, scale", [("loader", "data_loader=0"), ("optimizer", "optimizer=0.5")])
+def test_a_prediction_is_within_25_percent_of_the_job_without_the_problem(
+    tmp_path: Path, job: str, scale: str
+) -> None:
+    """Real CPU jobs (tests/_whatif_jobs.py) whose windows alternate with and without a problem (a DataLoader
+    that sleeps; an optimizer that does its work twice): the prediction made on the windows with it, for the
+    change that removes it, against the windows without it (medians of their steps)."""
+    from . import _whatif_jobs as jobs
+
+    script = Path(jobs.__file__)
+    subprocess.run([sys.executable, str(script), str(tmp_path), job], check=True, timeout=240)
+    run = next(p.parent for p in tmp_path.rglob("manifest.json"))
+    with_problem, without = jobs.WINDOWS[0::2], jobs.WINDOWS[1::2]
+    measured_with = statistics.median(s for w in with_problem for s in _window_steps(run, w))
+    predicted = statistics.median(s for w in with_problem for s in _window_steps(run, w, scale))
+    measured_without = statistics.median(s for w in without for s in _window_steps(run, w))
+    assert predicted < measured_with
+    assert predicted == pytest.approx(measured_without, rel=0.25)
