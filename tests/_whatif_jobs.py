@@ -20,7 +20,8 @@ from typing import Any
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 5, "repeat": 4}
 CYCLE = 7
 STEPS = 4 * CYCLE
-WINDOWS = (6, 13, 20, 27)  # the last step of each window; the first and third have the problem
+WINDOWS = (6, 13, 20, 27)
+PAUSE_S = 2.0  # the last step of each window; the first and third have the problem
 
 
 class Samples:
@@ -48,15 +49,21 @@ def run(job: str, out: str) -> None:
     import stepscope
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    torch.set_num_threads(1)
+    # steps of several ms, so that a millisecond of scheduling noise is a small share of one
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = Samples(64 * STEPS, 256)
-    loader = iter(torch.utils.data.DataLoader(data, batch_size=64))
+    data = Samples(128 * STEPS, 512)
+    loader = iter(torch.utils.data.DataLoader(data, batch_size=128))
     monitor = stepscope.performance_monitor(model, out_dir=out, console=False, **SCHEDULE)
     with monitor:
         for n in range(STEPS):
+            if n and n % CYCLE == 0:
+                # a wait step: the window before has ended; its export and summary (a child process) get the
+                # machine to themselves instead of slowing the next window's steps
+                time.sleep(PAUSE_S)
             first = (n // CYCLE) % 2 == 0
-            data.sleep_s = 0.0002 if job == "loader" and first else 0.0
+            data.sleep_s = 0.0001 if job == "loader" and first else 0.0
             x, y = next(loader)
             with monitor.region("forward"):
                 loss = F.cross_entropy(model(x), y)
@@ -66,7 +73,7 @@ def run(job: str, out: str) -> None:
                 for _ in range(2 if job == "optimizer" and first else 1):
                     optimizer.step()
                     for p in model.parameters():  # a heavier update than SGD's alone
-                        p.data.mul_(1.0).add_(p.data.sin().mul_(0.0))
+                        p.data.add_(p.data.sin().cos().mul_(0.0))
                 optimizer.zero_grad()
             monitor.step()
 
