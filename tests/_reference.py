@@ -24,6 +24,7 @@ from stepscope.analysis.read.table import (
     MISSING,
     OLD_CATEGORIES,
     OUT_OF_RANGE_NS,
+    P2P_OPS,
     SHAPED_RANGE_RE,
     STRING_ARGS,
     RankInfo,
@@ -33,6 +34,7 @@ from stepscope.analysis.read.table import (
     as_int,
     decimal_us_to_ns,
     id_as_int,
+    p2p_peer,
     shapes_message,
 )
 
@@ -66,6 +68,7 @@ def reference_table(
         rows["args_" + key] = []
     for key in INT_ARGS:
         rows["args_" + key] = []
+    rows["args_peer"] = []
     ranks: dict[int, RankInfo] = {}
 
     def intern(table: dict[str, int], value: str) -> int:
@@ -102,6 +105,8 @@ def reference_table(
                 rows["args_" + key].append(intern(names, str(value)) if value is not None else MISSING)
             for key, arg in INT_ARGS.items():
                 rows["args_" + key].append(as_int(args.get(arg)))
+            peer = p2p_peer(args.get("Concrete Inputs")) if name in P2P_OPS else None
+            rows["args_peer"].append(MISSING if peer is None else peer)
             rare = (*STRING_ARGS.values(), *INT_ARGS.values())
             if str(name) in ALL_TO_ALL_INPUTS and all(args.get(arg) is None for arg in rare):
                 found = all_to_all_message(

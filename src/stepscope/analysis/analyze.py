@@ -17,6 +17,7 @@ from stepscope.analysis.findings.comm import comm_findings
 from stepscope.analysis.findings.expert import ep_findings
 from stepscope.analysis.findings.fsdp import fsdp_findings
 from stepscope.analysis.findings.groups import group_across_ranks
+from stepscope.analysis.findings.pipeline import pipeline_findings
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_finding
 from stepscope.analysis.rank.breakdown import (
     KernelTypes,
@@ -40,12 +41,14 @@ from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.rank.overlap import CommOverlap, comm_compute_overlap
 from stepscope.analysis.rank.overview import StepCategories, add_comm_waiting, step_categories
+from stepscope.analysis.rank.pipeline import RankPipeline, rank_pipeline
 from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
 from stepscope.analysis.rank.tensor import Tensor, TensorRank, tensor_rank
 from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
+from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
 from stepscope.analysis.ranks.straggler import Straggler
 from stepscope.analysis.read.table import TraceTable
 
@@ -103,6 +106,7 @@ class AnalysisResult(msgspec.Struct):
         None  # tensor-parallel functional collectives by layer, fused async-TP ops; null: none
     )
     fsdp: FsdpAnalysis | None = None  # FSDP's units, all-gathers and reduce-scatters per rank; null: no FSDP
+    pipeline: Pipeline | None = None  # pipeline stages, micro-batches, bubbles; null: none recognised
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -119,6 +123,7 @@ class RankPart:
     expert: ExpertPart | None = None
     tensor: TensorRank | None = None
     fsdp: FsdpRank | None = None
+    pipeline: RankPipeline | None = None
 
 
 def analyze(
@@ -185,7 +190,10 @@ def analyze_rank_part(
     fsdp = fsdp_rank(data, instances)
     if fsdp is not None:
         findings.extend(fsdp_findings(data, fsdp))
-    return RankPart(result, findings, instances, summary, expert_rank(data), tensor_rank(data), fsdp)
+    pipeline = rank_pipeline(data, instances, known_groups)
+    return RankPart(
+        result, findings, instances, summary, expert_rank(data), tensor_rank(data), fsdp, pipeline
+    )
 
 
 def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:
@@ -218,12 +226,16 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     slow = straggler_finding(dist.straggler)
     if slow is not None:
         findings.append(slow)
-    findings = rank_by_cost(group_across_ranks(findings))
+    pipe_parts = {p.analysis.rank: p.pipeline for p in parts}
+    pipeline = pipeline_analysis(pipe_parts)
+    # (one finding for the whole pipeline, naming its stages' ranks: not grouped)
+    findings = rank_by_cost([*group_across_ranks(findings), *pipeline_findings(pipeline, summaries)])
     return AnalysisResult(
-        SCHEMA, ranks, dist.cross, dist.straggler, findings, [*notices, *dist.notices],
+        SCHEMA, ranks, dist.cross, dist.straggler, findings,
+        [*notices, *dist.notices, *pipeline_notices(pipe_parts)],
         dimensions=dimensions(instances, summaries),
         expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
-        fsdp=combine_fsdp([p.fsdp for p in parts]),
+        fsdp=combine_fsdp([p.fsdp for p in parts]), pipeline=pipeline,
     )  # fmt: skip
 
 

@@ -210,6 +210,8 @@ def _renumber(part: RankPart, rank: int) -> None:
             finding.rank = rank
     part.instances.rank = rank
     part.summary.rank = rank
+    if part.pipeline is not None:
+        part.pipeline.rank = rank
 
 
 # --- executors -----------------------------------------------------------------------------------------

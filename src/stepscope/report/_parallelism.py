@@ -14,6 +14,7 @@ from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
 from stepscope.report._expert_tensor import expert_table, tensor_table
 from stepscope.report._fsdp import fsdp_table
+from stepscope.report._pipeline import pipeline_page_table
 from stepscope.report.model import SECTION_TITLES, Charts, Section, Table
 from stepscope.report.tables import dimensions_table
 
@@ -38,7 +39,11 @@ def _tensor(data: ReportData) -> Table | None:
     return tensor_table(tensor, title="Tensor parallel") if tensor is not None else None
 
 
-TABLES: list[Callable[[ReportData], Table | None]] = [_dimensions, _fsdp, _expert, _tensor]
+def _pipeline(data: ReportData) -> Table | None:
+    return pipeline_page_table(data.analysis.pipeline)
+
+
+TABLES: list[Callable[[ReportData], Table | None]] = [_dimensions, _fsdp, _expert, _tensor, _pipeline]
 
 
 def parallelism(data: ReportData, pc: Charts) -> Section:

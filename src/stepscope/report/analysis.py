@@ -14,6 +14,7 @@ from stepscope.analysis.findings import Finding
 from stepscope.report import columns as col
 from stepscope.report._expert_tensor import expert_table, tensor_table
 from stepscope.report._fsdp import fsdp_table
+from stepscope.report._pipeline import pipeline_line, pipeline_table
 from stepscope.report.model import Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -75,6 +76,12 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
     for part in shown:
         yield fit_table(part)
         yield f"[dim]{markup_safe(part.caption)}[/dim]"
+        yield Text("")
+    if result.pipeline is not None:
+        yield fit_table(pipeline_table(result.pipeline, title="Pipeline stages"))
+        yield f"[dim]{markup_safe(pipeline_line(result.pipeline))}[/dim]"
+        for note in result.pipeline.notes:
+            yield f"[dim]{markup_safe(note)}[/dim]"
         yield Text("")
     if result.cross_rank is not None:
         s = result.cross_rank

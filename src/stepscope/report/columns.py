@@ -97,6 +97,15 @@ COLLECTIVES_PER_STEP = Column("collectives / step", "us")
 WAITING_PER_STEP = Column("waiting / step", "us")
 ARRIVED_LAST = Column("arrived last", "int")
 
+# pipeline stages
+STAGE = Column("stage")
+PREV_RANK = Column("from")  # the rank a stage receives activations from
+NEXT_RANK = Column("to")
+BUBBLE = Column("bubble", "pct")  # of the step
+BUBBLE_PER_STEP = Column("bubble / step", "ms")
+COMPUTE_PER_STEP = Column("compute / step", "ms")
+P2P_PER_STEP = Column("send+recv / step", "ms")
+
 # FLOPs per module
 MODULE = Column("module", "name")
 MODULE_TYPE = Column("type")

@@ -13,6 +13,7 @@ from stepscope._lazy import lazy_exports
 if TYPE_CHECKING:
     from stepscope.analysis.findings.comm import comm_findings
     from stepscope.analysis.findings.groups import group_across_ranks
+    from stepscope.analysis.findings.pipeline import pipeline_findings
     from stepscope.analysis.findings.pricing import Evidence, Finding
     from stepscope.analysis.findings.registry import all_rules, section_of
     from stepscope.analysis.findings.rule import Rule
@@ -29,6 +30,7 @@ _EXPORTS = {
     "straggler_finding": "rules",
     "comm_findings": "comm",
     "group_across_ranks": "groups",
+    "pipeline_findings": "pipeline",
 }
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "all_rules",
     "comm_findings",
     "group_across_ranks",
+    "pipeline_findings",
     "rank_by_cost",
     "rank_findings",
     "section_of",

@@ -1,4 +1,5 @@
-"""Analyses across ranks: matching collectives, stragglers, and the merged trace for Perfetto (`merge_traces`).
+"""Analyses across ranks: matching collectives, stragglers, the pipeline's stages (`pipeline_analysis`), and the
+merged trace for Perfetto (`merge_traces`).
 
 The names below are this package's public API, imported on first use (importing the package costs nothing).
 """
@@ -13,19 +14,24 @@ if TYPE_CHECKING:
     from stepscope.analysis.ranks.distributed import Straggler, cross_rank_analysis
     from stepscope.analysis.ranks.merge import merge_traces
     from stepscope.analysis.ranks.merge_select import alignment_table
+    from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis
 
 _EXPORTS = {
     "cross_rank_analysis": "distributed",
     "Straggler": "distributed",
     "merge_traces": "merge",
     "alignment_table": "merge_select",
+    "Pipeline": "pipeline",
+    "pipeline_analysis": "pipeline",
 }
 
 __all__ = [
+    "Pipeline",
     "Straggler",
     "alignment_table",
     "cross_rank_analysis",
     "merge_traces",
+    "pipeline_analysis",
 ]
 
 

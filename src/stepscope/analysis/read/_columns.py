@@ -52,6 +52,8 @@ from stepscope.analysis.read.table import (
     INT_ARGS,
     MISSING,
     OLD_CATEGORIES,
+    P2P_OPS,
+    SHAPE_INT_ARGS,
     SHAPED_RANGE_RE,
     SPARSE_COLUMNS,
     STRING_ARGS,
@@ -61,6 +63,7 @@ from stepscope.analysis.read.table import (
     constant_column,
     constant_value,
     id_as_int,
+    p2p_peer,
     shapes_message,
 )
 from stepscope.errors import InputError
@@ -69,10 +72,12 @@ from stepscope.errors import InputError
 _DTYPES: dict[str, str] = {
     **{c: d for c, (d, _) in COLUMNS.items() if c != "rank"},
     **{f"args_{k}": "int32" for k in STRING_ARGS},
-    **{f"args_{k}": "int64" for k in INT_ARGS},
+    **{f"args_{k}": "int64" for k in (*INT_ARGS, *SHAPE_INT_ARGS)},
 }
 # Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
-_SPARSE = frozenset({"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
+_SPARSE = frozenset(
+    {"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS, *SHAPE_INT_ARGS))}
+)
 # Dense columns that often hold one value over a whole file (the phase and category of a CPU-only trace's
 # events; pid and tid of one process and thread; correlation without GPU work): kept as that value until a
 # chunk holds another, and as a constant_column in the end (no memory per row).
@@ -143,6 +148,7 @@ class ColumnBuilder:
         self._arg_strings: dict[str, dict[str, int]] = {key: {} for key in STRING_ARGS}
         self._backend_names = np.zeros(0, dtype=bool)  # by name code: a backend collective range
         self._all_to_all_names: dict[int, str] = {}  # name code -> all-to-all op (table.all_to_all_message)
+        self._p2p_names = np.zeros(0, dtype=bool)  # by name code: a point-to-point c10d op (P2P_OPS)
 
     # --- symbols -----------------------------------------------------------------------------------
     def _add_name(self, value: str | None) -> int:
@@ -285,7 +291,8 @@ class ColumnBuilder:
         self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], names: np.ndarray, chunk: Chunk
     ) -> None:
         """Message size and dtype of backend collective ranges (`gloo:all_reduce`) from their recorded shapes,
-        where their args give none (see table.shapes_message)."""
+        where their args give none (see table.shapes_message); the peer of point-to-point c10d ops (P2P_OPS)
+        from their concrete inputs (table.p2p_peer)."""
         if len(self._backend_names) < len(self.names):
             known = len(self._backend_names)
             added = list(self.names)[known:]
@@ -296,9 +303,19 @@ class ColumnBuilder:
                 for i, name in enumerate(added)
                 if not name.endswith(":") and "::" in name and new[i]
             )
+            p2p = [name in P2P_OPS for name in added]
+            self._p2p_names = np.concatenate([self._p2p_names, np.array(p2p, dtype=bool)])
         rows = np.flatnonzero(self._backend_names[names])
-        if not len(rows):
+        peer_rows = np.flatnonzero(self._p2p_names[names])
+        if not len(rows) and not len(peer_rows):
             return
+        try:
+            shapes = chunk.shapes()
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return  # an odd `args` somewhere in the chunk: its ranges keep no size
+        if len(shapes) != len(names):
+            return
+        self._peers(sparse, peer_rows, shapes)
         have = {
             key: sparse.get(key, (np.zeros(0, np.int64), None))[0] for key in ("args_in_nelems", "args_dtype")
         }
@@ -311,12 +328,6 @@ class ColumnBuilder:
             "args_out_split": [],
         }
         lookup = self._arg_strings["dtype"]
-        try:
-            shapes = chunk.shapes()
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            return  # an odd `args` somewhere in the chunk: its ranges keep no size
-        if len(shapes) != len(names):
-            return
         for row in rows.tolist():
             a = shapes[row]
             if a is None or row in have["args_in_nelems"]:
@@ -355,6 +366,20 @@ class ColumnBuilder:
                 np.concatenate([old_rows, rows_at[keep]]),
                 np.concatenate([old_values, np.array(values, dtype=np.int64)[keep]]),
             )
+
+    @staticmethod
+    def _peers(sparse: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray, shapes: list[Any]) -> None:
+        """args_peer of the point-to-point c10d ops among `rows`, where their concrete inputs name it."""
+        at: list[int] = []
+        peers: list[int] = []
+        for row in rows.tolist():
+            a = shapes[row]
+            peer = p2p_peer(a.concrete_inputs) if a is not None else None
+            if peer is not None:
+                at.append(row)
+                peers.append(peer)
+        if at:
+            sparse["args_peer"] = np.array(at, dtype=np.int64), np.array(peers, dtype=np.int64)
 
     # --- the file ----------------------------------------------------------------------------------
     def finish(self, rank_hint: int | None) -> FileTable:

@@ -76,16 +76,25 @@ INT_ARGS: dict[str, str] = {
     "out_nelems": "Out msg nelems",
     "group_size": "Group size",
 }
+# Integer columns read from the recorded inputs (record_shapes=True) of a few ops (-1 when absent; sparse).
+SHAPE_INT_ARGS: dict[str, str] = {
+    # the rank (in the op's process group) a c10d::send sends to or a c10d::recv_ receives from: the op's
+    # third input, `Concrete Inputs` [tensors, group, peer, tag]
+    "peer": "Concrete Inputs",
+}
 # Columns -1 on almost every row, kept as a SparseColumn (the rows that have a value, and the values): the
 # args of collectives and the bytes of GPU memory activities.
-SPARSE_COLUMNS = frozenset({"bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS))})
+SPARSE_COLUMNS = frozenset({"bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS, *SHAPE_INT_ARGS))})
 # Args read only on the ranges a CPU communication backend opens around each collective (`gloo:all_reduce`):
-# traces recorded with record_shapes give their tensors there, the only message size gloo leaves.
+# traces recorded with record_shapes give their tensors there, the only message size gloo leaves; and on the
+# point-to-point c10d ops (P2P_OPS), whose peer only their concrete inputs give.
 RAW_ARGS: dict[str, str] = {
     "input_dims": "Input Dims",
     "input_type": "Input type",
     "concrete_inputs": "Concrete Inputs",
 }
+# c10d's point-to-point ops whose `Concrete Inputs` name the peer (args_peer)
+P2P_OPS = frozenset({"c10d::send", "c10d::recv_"})
 # (NCCL's ranges need not: record_param_comms and the kernels carry the sizes.) The all-to-all ops are read too:
 # their output and split sizes are in their inputs (all_to_all_message)
 SHAPED_RANGE_RE = re.compile(
@@ -147,6 +156,17 @@ def all_to_all_message(
     first = types[in_at] if isinstance(types, list) and len(types) > in_at else None
     dtype = first if isinstance(first, str) and first and first not in ("Tensor", "TensorList") else None
     return in_n, out_n, dtype, f"[{', '.join(map(str, in_split))}]", f"[{', '.join(map(str, out_split))}]"
+
+
+def p2p_peer(concrete_inputs: Any) -> int | None:
+    """The peer of a c10d::send / c10d::recv_ from its `Concrete Inputs` (its third entry, a text: "1"); None
+    when absent or not a rank."""
+    if not isinstance(concrete_inputs, list) or len(concrete_inputs) < 3:
+        return None
+    text = concrete_inputs[2]
+    if not isinstance(text, str) or not text.isdigit() or len(text) > 9:
+        return None
+    return int(text)
 
 
 def shapes_message(dims: Any, types: Any) -> tuple[int, str | None] | None:
