@@ -5,7 +5,8 @@ on the same machine.
     python tests/_whatif_jobs.py OUT_DIR JOB
 
 - `loader`: a DataLoader whose samples sleep (I/O-like waiting) in the first window only;
-- `optimizer`: an optimizer step that does its work twice in the first window, once in the second.
+- `optimizer`: an optimizer step whose extra work (matrix products into preallocated tensors: a cost linear in
+  their number) is done twice in the windows with the problem, once in the others.
 
 Schedule: wait 1, warmup 1, active 5, repeat 4: windows of steps 2-6 (with the problem), 9-13 (without),
 16-20 (with), 23-27 (without); a run folder names each by its last step (from 0: 6, 13, 20, 27).
@@ -21,7 +22,8 @@ SCHEDULE = {"wait": 1, "warmup": 1, "active": 5, "repeat": 4}
 CYCLE = 7
 STEPS = 4 * CYCLE
 WINDOWS = (6, 13, 20, 27)
-PAUSE_S = 2.0  # the last step of each window; the first and third have the problem
+PAUSE_S = 2.0
+EXTRA = 12  # matrix products of the optimizer job's step, once  # the last step of each window; the first and third have the problem
 
 
 class Samples:
@@ -54,6 +56,7 @@ def run(job: str, out: str) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = Samples(128 * STEPS, 512)
+    a, b, c = torch.randn(384, 384), torch.randn(384, 384), torch.empty(384, 384)
     loader = iter(torch.utils.data.DataLoader(data, batch_size=128))
     monitor = stepscope.performance_monitor(model, out_dir=out, console=False, **SCHEDULE)
     with monitor:
@@ -70,10 +73,10 @@ def run(job: str, out: str) -> None:
             with monitor.region("backward"):
                 loss.backward()
             with monitor.region("optimizer"):
-                for _ in range(2 if job == "optimizer" and first else 1):
-                    optimizer.step()
-                    for p in model.parameters():  # a heavier update than SGD's alone
-                        p.data.add_(p.data.sin().cos().mul_(0.0))
+                optimizer.step()
+                if job == "optimizer":
+                    for _ in range(2 * EXTRA if first else EXTRA):
+                        torch.mm(a, b, out=c)
                 optimizer.zero_grad()
             monitor.step()
 
