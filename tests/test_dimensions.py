@@ -111,11 +111,13 @@ def test_parallelism_section_in_chromium(mesh_run: Path, tmp_path: Path) -> None
     page = tmp_path / "report.html"
     assert main(["report", str(mesh_run), "-o", str(page)]) == 0
     with visit(page) as seen:
-        # THEN its Parallelism section shows the job's and every rank's dp and tp rows, and a chart
+        # THEN its Parallelism section's dimensions table shows the job's and every rank's dp and tp rows, and
+        # a chart (the tensor-parallel table beside it has its own test)
         assert not seen.console_errors, seen.console_errors
         section = seen.page.locator("section#parallelism")
         assert section.locator("h2").first.text_content().strip() == "Parallelism"
-        rows = section.locator("table tbody tr")
+        assert section.locator("table#tensor").count() == 1
+        rows = section.locator("table#dimensions tbody tr")
         cells = [rows.nth(i).locator("td").all_text_contents() for i in range(rows.count())]
         assert sorted((c[0], c[1]) for c in cells) == sorted(
             [("job", "dp"), ("job", "tp")] + [(str(r), d) for r in range(4) for d in ("dp", "tp")]

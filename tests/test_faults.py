@@ -547,7 +547,7 @@ def test_an_error_while_profiling_starts_switches_it_off(
 ) -> None:
     from stepscope.capture import monitor as monitor_module
 
-    def broken(config: Any) -> Any:
+    def broken(config: Any, **kwargs: Any) -> Any:
         raise RuntimeError("no collectors today")
 
     monkeypatch.setattr(monitor_module, "collector_classes", broken)

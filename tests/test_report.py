@@ -26,6 +26,7 @@ SECTIONS = [
     "ops",
     "gpu",
     "communication",
+    "parallelism",
     "ranks",
     "flops",
     "memory",
