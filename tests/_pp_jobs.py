@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,22 @@ def _monitor(model: nn.Module, out_dir: str):  # type: ignore[no-untyped-def]
     )  # fmt: skip
 
 
+def _train(pipe: Any, opt: torch.optim.Optimizer, model: nn.Module, out_dir: str) -> None:
+    """STEPS pipeline steps under the monitor: the first stage feeds the batch, the last the target."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with _monitor(model, out_dir) as monitor:
+        for _ in range(STEPS):
+            if rank == 0:
+                pipe.step(torch.randn(BATCH, WIDTH))
+            elif rank == world - 1:
+                pipe.step(target=torch.randn(BATCH, WIDTH), losses=[])
+            else:
+                pipe.step()
+            opt.step()
+            opt.zero_grad()
+            monitor.step()
+
+
 def _layers() -> nn.Module:
     return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH))
 
@@ -48,17 +65,7 @@ def pipeline(schedule: str, out_dir: str, microbatches: int) -> None:
         stage, n_microbatches=microbatches, loss_fn=lambda out, target: (out - target).square().mean()
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with _monitor(model, out_dir) as monitor:
-        for _ in range(STEPS):
-            if rank == 0:
-                pipe.step(torch.randn(BATCH, WIDTH))
-            elif rank == world - 1:
-                pipe.step(target=torch.randn(BATCH, WIDTH), losses=[])
-            else:
-                pipe.step()
-            opt.step()
-            opt.zero_grad()
-            monitor.step()
+    _train(pipe, opt, model, out_dir)
 
 
 def interleaved(out_dir: str, microbatches: int) -> None:
@@ -75,17 +82,7 @@ def interleaved(out_dir: str, microbatches: int) -> None:
     )
     params = [p for m in models for p in m.parameters()]
     opt = torch.optim.SGD(params, lr=0.01)
-    with _monitor(models[0], out_dir) as monitor:
-        for _ in range(STEPS):
-            if rank == 0:
-                pipe.step(torch.randn(BATCH, WIDTH))
-            elif rank == world - 1:
-                pipe.step(target=torch.randn(BATCH, WIDTH), losses=[])
-            else:
-                pipe.step()
-            opt.step()
-            opt.zero_grad()
-            monitor.step()
+    _train(pipe, opt, models[0], out_dir)
 
 
 def allreduce(out_dir: str) -> None:

@@ -33,8 +33,10 @@ def engine_of(module: Any) -> Any:
     """The DeepSpeed engine that wraps `module`, or None: for a framework that keeps the engine where its callbacks
     cannot see it (the HF Trainer hands them the bare model). Looked up once among the objects that refer to the
     module (the engine holds it in its `_modules`, which its `__dict__` holds): a few scans of the heap."""
-    if module is None or "deepspeed" not in sys.modules or is_deepspeed_engine(module):
-        return module if is_deepspeed_engine(module) else None
+    if is_deepspeed_engine(module):
+        return module
+    if module is None or "deepspeed" not in sys.modules:
+        return None
     import gc
 
     holders = [module]

@@ -15,7 +15,7 @@ from stepscope.analysis.rank.comm_names import CPU_BACKENDS, element_bytes
 from stepscope.analysis.rank.issued import IssuedOps
 from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
 from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.read.table import MISSING
+from stepscope.analysis.read.table import MISSING, split_sizes
 
 _LOW, _HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
@@ -35,16 +35,6 @@ class IssuedOp:
     time: iv.Intervals  # what ran it: its kernels (device) or its backend range (cpu); empty when unknown
     time_source: str | None  # "device", "cpu", None
     exposed: iv.Intervals | None  # device time with no computation kernel running; None for CPU time
-
-
-def _splits(text: str) -> list[int] | None:
-    if not text.startswith("[") or not text.endswith("]"):
-        return None
-    try:
-        values = [int(x) for x in text[1:-1].split(",") if x.strip()]
-    except ValueError:
-        return None
-    return values or None
 
 
 def issued_ops(data: RankData, kinds: frozenset[str] | None = None) -> list[IssuedOp]:
@@ -120,7 +110,7 @@ def _message(
         return (
             nelems * width,
             out_n * width if out_n >= 0 else None,
-            _splits(_text(table, "args_in_split", row)),
-            _splits(_text(table, "args_out_split", row)),
+            split_sizes(_text(table, "args_in_split", row)) or None,
+            split_sizes(_text(table, "args_out_split", row)) or None,
         )
     return None, None, None, None

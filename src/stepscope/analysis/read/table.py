@@ -113,7 +113,8 @@ ALL_TO_ALL_INPUTS: dict[str, tuple[int | None, int, int, int]] = {
 }
 
 
-def _split_list(text: Any) -> list[int] | None:
+def split_sizes(text: Any) -> list[int] | None:
+    """The ints of a list written as text ("[3, 5]"; "[]": an empty list); None when `text` is not one."""
     if not isinstance(text, str) or not text.startswith("[") or not text.endswith("]"):
         return None
     try:
@@ -141,7 +142,7 @@ def all_to_all_message(
     for x in shape[1:]:
         row *= x
     in_n = row * shape[0]
-    in_split, out_split = _split_list(concrete[in_split_at]), _split_list(concrete[out_split_at])
+    in_split, out_split = split_sizes(concrete[in_split_at]), split_sizes(concrete[out_split_at])
     if in_split is None or out_split is None:
         return None
     out_shape = dims[out_at] if out_at is not None else None

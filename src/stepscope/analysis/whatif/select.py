@@ -22,13 +22,11 @@ import numpy as np
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.rank.collectives import communication_intervals
 from stepscope.analysis.rank.kernels import COMMUNICATION
-from stepscope.analysis.rank.steps import PHASES, assign_phases
+from stepscope.analysis.rank.steps import PHASES, assign_phases, region_union
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.replay import Scaling
 
 KINDS = (*PHASES, "communication", "sync")
-_CPU_CATEGORIES = ("cpu_op", "user_annotation")
-_X = ord("X")
 
 
 class SelectorError(ValueError):
@@ -110,7 +108,8 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
         if sel.kind in PHASES:
             host = assign_phases(table).get(sel.kind)
         elif sel.kind == "op":
-            host = _op_spans(graph, sel.pattern)
+            assert sel.pattern is not None
+            host = region_union(table, sel.pattern)
         elif sel.kind == "kernel":
             assert sel.pattern is not None
             names = graph.names
@@ -127,16 +126,3 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
             factor[inside] *= sel.factor
     scaling.gpu = factor if (factor != 1.0).any() else None
     return scaling
-
-
-def _op_spans(graph: RankGraph, pattern: re.Pattern[str] | None) -> iv.Intervals:
-    assert pattern is not None
-    table = graph.data.table
-    cols = table.columns
-    matching = table.names_matching(
-        lambda n: pattern.search(n) is not None, key=("whatif_op", pattern.pattern)
-    )
-    cats = [c for c in (table.cat_id(x) for x in _CPU_CATEGORIES) if c >= 0]
-    rows = np.flatnonzero(matching[cols["name"]] & (cols["ph"] == _X) & np.isin(cols["cat"], cats))
-    start = cols["ts"][rows]
-    return iv.merge(start, start + cols["dur"][rows])

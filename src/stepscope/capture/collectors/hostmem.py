@@ -50,13 +50,8 @@ class HostMemoryCollector(Collector):
             if not schedule.is_traced(step):
                 return
             self._start_step = step
-            first = step
-            while not schedule.is_active(first):
-                first += 1
-            last = first
-            while schedule.is_active(last + 1):
-                last += 1
-            self._first_active, self._last_active = first, last
+            last = schedule.window_end(step)
+            self._first_active, self._last_active = last - schedule.active + 1, last
             self._ours = not tracemalloc.is_tracing()
             if self._ours:
                 tracemalloc.start(FRAMES)

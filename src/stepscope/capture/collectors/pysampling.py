@@ -122,12 +122,7 @@ class PythonSamplingCollector(Collector):
 
     # --- one window -------------------------------------------------------------------------------
     def _launch(self, first_step: int) -> None:
-        schedule = self.ctx.schedule
-        last = first_step
-        while not schedule.is_active(last) and schedule.is_traced(last + 1):  # the warmup steps
-            last += 1
-        while schedule.is_active(last + 1):
-            last += 1
+        last = self.ctx.schedule.window_end(first_step)
         target = self.ctx.writer.path(ArtifactKind.PYTHON_SAMPLES, last)
         run = _Sampling(
             first_step=first_step,
