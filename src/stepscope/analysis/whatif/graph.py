@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stepscope.analysis import intervals as iv
 from stepscope.analysis.rank.kernels import COMMUNICATION, MEMORY
 from stepscope.analysis.rank.prepare import RankData, effective_launch
+from stepscope.analysis.rank.steps import assign_phases
 from stepscope.analysis.read.table import MISSING
 
 # Calls that return only once the GPU work they await is done.
@@ -56,6 +58,7 @@ class GpuNodes:
     gap: np.ndarray  # after its stream's previous activity ends (follows its stream), else 0
     latency: np.ndarray  # after its launch starts
     follows_stream: np.ndarray  # bool: its stream, not its launch, held it in the trace
+    row: np.ndarray  # the activity's row in the rank's table (a CPU collective: its backend range's)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -87,20 +90,27 @@ class RankGraph:
     step_end: np.ndarray
     gpu: GpuNodes
     syncs: SyncNodes
-    data: RankData
+    phases: dict[str, iv.Intervals]  # the host's phases (steps.assign_phases)
+    data: RankData | None  # None once the graph travels without its trace (analyze's worker processes)
 
 
-def build_graph(data: RankData) -> RankGraph:
-    """The graph of one prepared rank's window (see the module's doc)."""
-    gpu = _gpu_nodes(data)
-    syncs = _sync_nodes(data, gpu)
+def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None) -> RankGraph:
+    """The graph of one prepared rank's window (see the module's doc). `nodes`: its activities and
+    synchronizations where they are not the GPU's (cpu_comm.rank_graph: a CPU backend's collectives)."""
+    if nodes is not None:
+        gpu, syncs = nodes
+    else:
+        gpu = _gpu_nodes(data)
+        syncs = _sync_nodes(data, gpu)
     steps = data.steps
     if len(steps):
         number, start, end = steps.number, steps.start, steps.end
     else:
         number = np.zeros(1, dtype=np.int64)
         start, end = np.array([data.lo], dtype=np.int64), np.array([data.hi], dtype=np.int64)
-    return RankGraph(data.rank, data.table.names, data.lo, data.hi, number, start, end, gpu, syncs, data)
+    phases = assign_phases(data.table)
+    names = data.table.names
+    return RankGraph(data.rank, names, data.lo, data.hi, number, start, end, gpu, syncs, phases, data)
 
 
 def _gpu_nodes(data: RankData) -> GpuNodes:
@@ -135,6 +145,7 @@ def _gpu_nodes(data: RankData) -> GpuNodes:
         gap=gap,
         latency=latency,
         follows_stream=follows_stream,
+        row=g.row[order],
     )
 
 

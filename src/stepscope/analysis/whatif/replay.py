@@ -8,6 +8,7 @@ activities launched before it.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,15 @@ class Scaling:
 
 
 # Records of arrays: compared and printed by identity.
+@dataclass(eq=False, repr=False)
+class Coupled:
+    """A rank's activities tied to other ranks' (couple.py): per activity, its match (-1: none) and the time it
+    takes once the last rank arrived (ns)."""
+
+    match: np.ndarray
+    transfer: np.ndarray
+
+
 @dataclass(eq=False, repr=False)
 class Replay:
     graph: RankGraph
@@ -80,6 +90,20 @@ class _HostClock:
 def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
     """The graph re-timed (see the module's doc); nothing scaled: the trace as measured, up to what the graph
     cannot explain."""
+    steps = replay_steps(graph, scaling)
+    try:
+        next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("a replay without coupled activities never waits for another rank")
+
+
+def replay_steps(
+    graph: RankGraph, scaling: Scaling | None = None, coupled: Coupled | None = None
+) -> Generator[tuple[int, int], int, Replay]:
+    """The replay of `graph` as a generator: at each activity `coupled` ties to other ranks' (a collective), it
+    yields (the match, the activity's start) and is sent back when the last of the match's ranks arrived (the
+    latest start, in this rank's clock); it returns the Replay. Without `coupled`, it never yields."""
     scaling = scaling or Scaling()
     clock = _HostClock(graph, scaling)
     gpu, syncs = graph.gpu, graph.syncs
@@ -87,6 +111,8 @@ def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
     launch = clock(gpu.launch).tolist()
     factor = scaling.gpu.tolist() if scaling.gpu is not None else None
     latency, gap, prev, dur = gpu.latency.tolist(), gpu.gap.tolist(), gpu.prev.tolist(), gpu.dur.tolist()
+    match = coupled.match.tolist() if coupled is not None else None
+    transfer = coupled.transfer.tolist() if coupled is not None else None
     start = [0] * n
     end = [0] * n
     prefix_max = [_NEG] * (n + 1)  # the latest end among the first k activities launched
@@ -117,7 +143,12 @@ def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
             if p >= 0 and end[p] + gap[i] > t:
                 t = end[p] + gap[i]
             start[i] = t
-            d = dur[i] if factor is None else round(dur[i] * factor[i])
+            if match is not None and transfer is not None and match[i] >= 0:
+                # a collective: done once the last rank arrived and the transfer after it took its time
+                last = yield match[i], t
+                d = max(last - t, 0) + (transfer[i] if factor is None else round(transfer[i] * factor[i]))
+            else:
+                d = dur[i] if factor is None else round(dur[i] * factor[i])
             end[i] = t + d
             prefix_max[i + 1] = max(prefix_max[i], t + d)
             i += 1

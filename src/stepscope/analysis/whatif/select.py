@@ -97,7 +97,9 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
     scaling = Scaling()
     gpu = graph.gpu
     factor = np.ones(len(gpu))
-    table = graph.data.table
+    assert graph.data is not None, "a graph without its trace cannot be scaled"
+    data = graph.data
+    table = data.table
     for sel in selectors:
         if not sel.applies_to(graph.rank):
             continue
@@ -118,7 +120,7 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
         elif sel.kind == "communication":
             factor[gpu.kind == COMMUNICATION] *= sel.factor
             if not len(gpu):
-                host = communication_intervals(graph.data)
+                host = communication_intervals(data)
         if host is not None and len(host[0]):
             scaling.host.append((host[0], host[1], sel.factor))
             at = np.searchsorted(host[0], gpu.launch, side="right") - 1
