@@ -2,7 +2,8 @@
 
 On the host, time runs back to the synchronization before it; a synchronization that waited for the GPU hands
 the path to the activity it waited for; an activity hands it to its stream's previous activity (it followed its
-stream) or to its launch on the host (it followed its launch). Each stretch is counted by kind: host (by phase:
+stream), to the activity it waited for on another stream or in its CUDA graph (it followed that), or to its
+launch on the host (it followed its launch). A CUDA graph's activities are named `<graph> > <kernel>`. Each stretch is counted by kind: host (by phase:
 data_loader / forward / backward / optimizer / other), GPU computation, communication, memory, launch latency,
 gaps between activities of a stream, synchronization (its own time).
 """
@@ -16,6 +17,7 @@ import numpy as np
 
 from stepscope.analysis.rank.kernels import KIND_NAMES
 from stepscope.analysis.rank.steps import assign_phases
+from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.replay import Replay
 
 PATH_KINDS = ("host", "computation", "communication", "memory", "launch", "gap", "sync")
@@ -38,6 +40,8 @@ def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
     phases = assign_phases(g.data.table)
     launch_host = rep.gpu_start - gpu.latency  # the launch, in replayed time (its latency before the start)
     prev_end = np.where(gpu.prev >= 0, rep.gpu_end[np.maximum(gpu.prev, 0)], np.iinfo(np.int64).min)
+    after_end = np.where(gpu.after >= 0, rep.gpu_end[np.maximum(gpu.after, 0)], np.iinfo(np.int64).min)
+    labels = _labels(g)
     out = []
     for k in range(len(rep.step_start)):
         t_lo, t = int(rep.step_start[k]), int(rep.step_end[k])
@@ -45,7 +49,7 @@ def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
         tm_lo = int(g.step_start[k])
         kinds: Counter[str] = Counter()
         host: Counter[str] = Counter()
-        names: Counter[int] = Counter()
+        names: Counter[str] = Counter()
         limit = len(rep.sync_end) - 1
         while t > t_lo:
             # the last synchronization over by t (never one already walked)
@@ -68,12 +72,17 @@ def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
                 start = int(rep.gpu_start[a])
                 spent = t_gpu - max(start, t_lo)
                 kinds[KIND_NAMES[int(gpu.kind[a])]] += spent
-                names[int(gpu.name[a])] += spent
+                names[labels[a]] += spent
                 t_gpu = start
-                if gpu.prev[a] >= 0 and prev_end[a] + gpu.gap[a] >= launch_host[a] + gpu.latency[a]:
+                if gpu.prev[a] >= 0 and prev_end[a] + gpu.gap[a] >= start:
                     kinds["gap"] += max(start - int(prev_end[a]), 0)
                     t_gpu = int(prev_end[a])
                     a = int(gpu.prev[a])
+                elif gpu.after[a] >= 0 and after_end[a] + gpu.after_gap[a] >= start:
+                    # it waited for work on another stream (an event) or before it in its CUDA graph
+                    kinds["gap"] += max(start - int(after_end[a]), 0)
+                    t_gpu = int(after_end[a])
+                    a = int(gpu.after[a])
                 else:
                     kinds["launch"] += int(gpu.latency[a])
                     t_gpu = int(launch_host[a])
@@ -83,7 +92,7 @@ def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
             else:
                 t, tm = min(t_gpu, s), int(syncs.start[j])
         step_ns = int(rep.step_end[k] - rep.step_start[k])
-        names_top = [(g.names[c], round(v / 1e6, 3)) for c, v in names.most_common(top)]
+        names_top = [(name, round(v / 1e6, 3)) for name, v in names.most_common(top)]
         out.append(
             PathStep(
                 step=int(g.step_number[k]),
@@ -94,6 +103,15 @@ def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
             )
         )
     return out
+
+
+def _labels(g: RankGraph) -> list[str]:
+    """Each GPU activity's name on the path: a CUDA graph's activities as `<graph> > <kernel>`."""
+    names, graphs = g.names, g.graph_names
+    return [
+        f"{graphs[k]} > {names[c]}" if k >= 0 else names[c]
+        for c, k in zip(g.gpu.name.tolist(), g.gpu.graph.tolist(), strict=True)
+    ]
 
 
 def _awaited(rep: Replay, j: int) -> int:

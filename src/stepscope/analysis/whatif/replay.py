@@ -1,7 +1,8 @@
 """Re-time one rank's graph (graph.py) with its measured durations, or with some of them scaled (a what-if).
 
 The host timeline keeps its measured time, scaled where a what-if scales host work; each synchronization takes
-the time its awaited GPU work now needs; GPU activities start when their stream and their launch allow. One pass
+the time its awaited GPU work now needs; GPU activities start when their stream, their launch and what they
+wait for on another stream (an event; the same CUDA graph's work) allow. One pass
 in the order of the trace: a synchronization only awaits work launched before it, and an activity only follows
 activities launched before it.
 """
@@ -87,6 +88,7 @@ def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
     launch = clock(gpu.launch).tolist()
     factor = scaling.gpu.tolist() if scaling.gpu is not None else None
     latency, gap, prev, dur = gpu.latency.tolist(), gpu.gap.tolist(), gpu.prev.tolist(), gpu.dur.tolist()
+    after, after_gap = gpu.after.tolist(), gpu.after_gap.tolist()
     start = [0] * n
     end = [0] * n
     prefix_max = [_NEG] * (n + 1)  # the latest end among the first k activities launched
@@ -116,6 +118,9 @@ def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
             p = prev[i]
             if p >= 0 and end[p] + gap[i] > t:
                 t = end[p] + gap[i]
+            a = after[i]
+            if a >= 0 and end[a] + after_gap[i] > t:
+                t = end[a] + after_gap[i]
             start[i] = t
             d = dur[i] if factor is None else round(dur[i] * factor[i])
             end[i] = t + d
