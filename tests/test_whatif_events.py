@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +178,36 @@ def test_the_hta_event_traces_name_what_each_wait_awaits() -> None:
     assert slow.gpu_start[consumer] >= slow.gpu_end[producer]
     # (the replay's host clock is float64 at epoch ns: within a few hundred ns)
     assert replay(graph).gpu_start[consumer] == pytest.approx(gpu.start[consumer], abs=1000)
+
+
+def test_the_path_tells_apart_host_time_in_torch_compile_regions(tmp_path: Path) -> None:
+    """A real torch.compile job (tests/_ev_jobs.py, aot_eager, ~4 s): on a CPU step the path is all host time;
+    the part inside `Torch-Compiled Region` / `CompiledFunction*` ranges is their union within the step."""
+    out = tmp_path / "compiled.json"
+    subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("_ev_jobs.py")), str(out)], check=True, timeout=120
+    )
+    events = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"]
+    compiled = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e["name"].startswith(("Torch-Compiled Region", "CompiledFunction"))
+    )
+    steps = {
+        int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e["name"].startswith("ProfilerStep#")
+    }
+    paths = whatif(load_trace(out)).ranks[0].critical_path
+    assert len(paths) == 2
+    for p in paths:
+        lo, hi = steps[p.step]
+        union, reach = 0.0, lo
+        for s, e in compiled:  # the union of the ranges, clipped to the step (us)
+            s, e = max(s, reach), min(e, hi)
+            if e > s:
+                union += e - s
+                reach = e
+        assert union > 0
+        assert p.host_compiled_ms == pytest.approx(union / 1e3, abs=0.002)
+        assert p.host_compiled_ms < p.by_kind_ms["host"]

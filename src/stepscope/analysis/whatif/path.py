@@ -3,24 +3,29 @@
 On the host, time runs back to the synchronization before it; a synchronization that waited for the GPU hands
 the path to the activity it waited for; an activity hands it to its stream's previous activity (it followed its
 stream), to the activity it waited for on another stream or in its CUDA graph (it followed that), or to its
-launch on the host (it followed its launch). A CUDA graph's activities are named `<graph> > <kernel>`. Each stretch is counted by kind: host (by phase:
+launch on the host (it followed its launch). A CUDA graph's activities are named `<graph> > <kernel>`. Of the
+host time on the path, the part inside torch.compile's ranges (COMPILED_RE) is also told apart. Each stretch is counted by kind: host (by phase:
 data_loader / forward / backward / optimizer / other), GPU computation, communication, memory, launch latency,
 gaps between activities of a stream, synchronization (its own time).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import msgspec
 import numpy as np
 
 from stepscope.analysis.rank.kernels import KIND_NAMES
-from stepscope.analysis.rank.steps import assign_phases
+from stepscope.analysis.rank.steps import assign_phases, region_union
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.replay import Replay
 
 PATH_KINDS = ("host", "computation", "communication", "memory", "launch", "gap", "sync")
+# torch.compile's ranges: its compiled frames (dynamo) and their autograd functions (AOTAutograd), both directions
+COMPILED_RE = re.compile(r"^Torch-Compiled Region|^CompiledFunction")
+_COMPILED = "\0compiled"  # (a key no phase has)
 
 
 class PathStep(msgspec.Struct):
@@ -31,6 +36,7 @@ class PathStep(msgspec.Struct):
     by_kind_ms: dict[str, float]
     host_by_phase_ms: dict[str, float]
     top: list[tuple[str, float]]  # the GPU activities (by name) longest on the path, ms
+    host_compiled_ms: float = 0.0  # of the host time on the path, inside torch.compile regions
 
 
 def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
@@ -38,6 +44,9 @@ def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
     g = rep.graph
     gpu, syncs = g.gpu, g.syncs
     phases = assign_phases(g.data.table)
+    compiled = region_union(g.data.table, COMPILED_RE)
+    if compiled is not None:
+        phases = {**phases, _COMPILED: compiled}
     launch_host = rep.gpu_start - gpu.latency  # the launch, in replayed time (its latency before the start)
     prev_end = np.where(gpu.prev >= 0, rep.gpu_end[np.maximum(gpu.prev, 0)], np.iinfo(np.int64).min)
     after_end = np.where(gpu.after >= 0, rep.gpu_end[np.maximum(gpu.after, 0)], np.iinfo(np.int64).min)
@@ -98,8 +107,9 @@ def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
                 step=int(g.step_number[k]),
                 step_ms=round(step_ns / 1e6, 3),
                 by_kind_ms={kind: round(kinds[kind] / 1e6, 3) for kind in PATH_KINDS if kinds[kind]},
-                host_by_phase_ms={p: round(v / 1e6, 3) for p, v in host.items() if v},
+                host_by_phase_ms={p: round(v / 1e6, 3) for p, v in host.items() if v and p != _COMPILED},
                 top=names_top,
+                host_compiled_ms=round(host[_COMPILED] / 1e6, 3),
             )
         )
     return out
@@ -147,6 +157,6 @@ def _host(
         if keep.any():
             part = int((rep.clock(b[keep]) - rep.clock(a[keep])).sum())
             host[phase] += part
-            covered += part
+            covered += part if phase != _COMPILED else 0  # (it overlaps the phases)
     if hi - lo - covered > 0:
         host["other"] += hi - lo - covered
