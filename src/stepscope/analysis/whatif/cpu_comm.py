@@ -64,6 +64,10 @@ def cpu_collective_nodes(data: RankData, inst: Instances) -> tuple[GpuNodes, Syn
         latency=zeros.copy(),
         follows_stream=np.zeros(n, dtype=bool),
         row=rows,
+        after=np.full(n, -1, dtype=np.int64),
+        after_gap=zeros.copy(),
+        follows_after=np.zeros(n, dtype=bool),
+        graph=np.full(n, -1, dtype=np.int64),
     )
     return gpu, _waits(data, gpu)
 

@@ -2,7 +2,11 @@
 
 On the host, time runs back to the synchronization before it; a synchronization that waited for the GPU hands
 the path to the activity it waited for; an activity hands it to its stream's previous activity (it followed its
-stream) or to its launch on the host (it followed its launch). Each stretch is counted by kind: host (by phase:
+stream), to the activity it waited for on another stream or in its CUDA graph (it followed that), or to its
+launch on the host (it followed its launch). A CUDA graph's activities are named `<graph> > <kernel>`. Of the
+host time on the path, the part inside torch.compile's ranges (graph.COMPILED_RE) is also told apart. With ranks
+replayed together (couple.py), a collective that waited for a later rank hands the path to that rank, at its
+arrival. Each stretch is counted by kind: host (by phase:
 data_loader / forward / backward / optimizer / other), GPU computation, communication, memory, launch latency,
 gaps between activities of a stream, synchronization (its own time).
 """
@@ -17,6 +21,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis.rank.kernels import KIND_NAMES
+from stepscope.analysis.whatif.graph import COMPILED_PHASE, RankGraph
 from stepscope.analysis.whatif.replay import Replay
 
 if TYPE_CHECKING:
@@ -44,6 +49,7 @@ class PathStep(msgspec.Struct):
     host_by_phase_ms: dict[str, float]
     top: list[tuple[str, float]]  # the GPU activities (by name) longest on the path, ms
     segments: list[PathSegment] = msgspec.field(default_factory=list)  # by rank and kind, longest first
+    host_compiled_ms: float = 0.0  # of the host time on the path, inside torch.compile regions
 
 
 def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
@@ -77,9 +83,12 @@ def job_critical_path(
                 by_kind_ms={
                     kind: round(walk.kinds[kind] / 1e6, 3) for kind in PATH_KINDS if walk.kinds[kind]
                 },
-                host_by_phase_ms={p: round(v / 1e6, 3) for p, v in walk.host.items() if v},
+                host_by_phase_ms={
+                    p: round(v / 1e6, 3) for p, v in walk.host.items() if v and p != COMPILED_PHASE
+                },
                 top=names_top,
                 segments=[PathSegment(r, what, round(v / 1e6, 3)) for (r, what), v in parts[:segments] if v],
+                host_compiled_ms=round(walk.host[COMPILED_PHASE] / 1e6, 3),
             )
         )
     return out
@@ -111,6 +120,12 @@ class _Walk:
         self.host: Counter[str] = Counter()
         self.names: Counter[str] = Counter()
         self.parts: Counter[tuple[int, str]] = Counter()
+        self._labels: dict[int, list[str]] = {}
+
+    def label(self, rank: int, a: int) -> str:
+        if rank not in self._labels:
+            self._labels[rank] = _labels(self.replays[rank].graph)
+        return self._labels[rank][a]
 
     def _count(self, rank: int, kind: str, ns: int) -> None:
         if ns > 0:
@@ -161,7 +176,7 @@ class _Walk:
                     other = self.replays[peer]
                     arrival = int(other.gpu_start[pa]) - coupling.offsets[peer] + coupling.offsets[rank]
                     self._count(rank, KIND_NAMES[int(gpu.kind[a])], t_gpu - max(arrival, t_lo))
-                    self.names[g.names[int(gpu.name[a])]] += max(t_gpu - max(arrival, t_lo), 0)
+                    self.names[self.label(rank, a)] += max(t_gpu - max(arrival, t_lo), 0)
                     hops += 1
                     jumped = True
                     rank, rep, a = peer, other, pa
@@ -174,14 +189,20 @@ class _Walk:
                 else:
                     spent = t_gpu - max(start, t_lo)
                     self._count(rank, KIND_NAMES[int(gpu.kind[a])], spent)
-                    self.names[g.names[int(gpu.name[a])]] += max(spent, 0)
+                    self.names[self.label(rank, a)] += max(spent, 0)
                     t_gpu = start
-                prev = int(gpu.prev[a])
+                prev, after = int(gpu.prev[a]), int(gpu.after[a])
                 prev_end = int(rep.gpu_end[prev]) if prev >= 0 else None
-                if prev_end is not None and prev_end + gpu.gap[a] >= launch_host[a] + gpu.latency[a]:
+                after_end = int(rep.gpu_end[after]) if after >= 0 else None
+                if prev_end is not None and prev_end + gpu.gap[a] >= start:
                     self._count(rank, "gap", start - prev_end)
                     t_gpu = prev_end
                     a = prev
+                elif after_end is not None and after_end + gpu.after_gap[a] >= start:
+                    # it waited for work on another stream (an event) or before it in its CUDA graph
+                    self._count(rank, "gap", start - after_end)
+                    t_gpu = after_end
+                    a = after
                 else:
                     self._count(rank, "launch", int(gpu.latency[a]))
                     t_gpu = int(launch_host[a])
@@ -206,11 +227,21 @@ class _Walk:
             if keep.any():
                 part = int((rep.clock(b[keep]) - rep.clock(a[keep])).sum())
                 self.host[phase] += part
-                self.parts[(rank, f"host: {phase}")] += part
-                covered += part
+                if phase != COMPILED_PHASE:  # (it overlaps the phases)
+                    self.parts[(rank, f"host: {phase}")] += part
+                    covered += part
         if hi - lo - covered > 0:
             self.host["other"] += hi - lo - covered
             self.parts[(rank, "host: other")] += hi - lo - covered
+
+
+def _labels(g: RankGraph) -> list[str]:
+    """Each GPU activity's name on the path: a CUDA graph's activities as `<graph> > <kernel>`."""
+    names, graphs = g.names, g.graph_names
+    return [
+        f"{graphs[k]} > {names[c]}" if k >= 0 else names[c]
+        for c, k in zip(g.gpu.name.tolist(), g.gpu.graph.tolist(), strict=True)
+    ]
 
 
 def _awaited(rep: Replay, j: int) -> int:

@@ -62,6 +62,7 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         world = table.ranks[rank].world_size if rank in table.ranks else None
         instances[rank] = rank_instances(data, world)
         graphs[rank] = rank_graph(data, instances[rank])
+        notes += [f"rank {rank}: {n}" for n in graphs[rank].notes]
     coupling = couple(graphs, instances)
     base, forced = replay_job(graphs, coupling)
     scaled = base

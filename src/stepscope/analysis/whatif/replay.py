@@ -1,7 +1,8 @@
 """Re-time one rank's graph (graph.py) with its measured durations, or with some of them scaled (a what-if).
 
 The host timeline keeps its measured time, scaled where a what-if scales host work; each synchronization takes
-the time its awaited GPU work now needs; GPU activities start when their stream and their launch allow. One pass
+the time its awaited GPU work now needs; GPU activities start when their stream, their launch and what they
+wait for on another stream (an event; the same CUDA graph's work) allow. One pass
 in the order of the trace: a synchronization only awaits work launched before it, and an activity only follows
 activities launched before it.
 """
@@ -80,11 +81,14 @@ class _HostClock:
         if len(syncs):
             in_sync = np.searchsorted(syncs.start, mid, side="right") - 1
             rate[(in_sync >= 0) & (mid < syncs.end[np.maximum(in_sync, 0)])] = 1.0
-        self.points = points
-        self.cum = np.concatenate(([float(lo)], float(lo) + np.cumsum(np.diff(points) * rate)))
+        # times relative to lo: float64 holds a few hundred ns too few digits for epoch nanoseconds
+        self.lo = lo
+        self.points = (points - lo).astype(np.float64)
+        self.cum = np.concatenate(([0.0], np.cumsum(np.diff(points) * rate)))
 
     def __call__(self, t: np.ndarray) -> np.ndarray:
-        return np.round(np.interp(t, self.points, self.cum)).astype(np.int64)
+        rel = np.asarray(t, dtype=np.int64) - self.lo
+        return np.round(np.interp(rel, self.points, self.cum)).astype(np.int64) + self.lo
 
 
 def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
@@ -113,6 +117,7 @@ def replay_steps(
     latency, gap, prev, dur = gpu.latency.tolist(), gpu.gap.tolist(), gpu.prev.tolist(), gpu.dur.tolist()
     match = coupled.match.tolist() if coupled is not None else None
     transfer = coupled.transfer.tolist() if coupled is not None else None
+    after, after_gap = gpu.after.tolist(), gpu.after_gap.tolist()
     start = [0] * n
     end = [0] * n
     prefix_max = [_NEG] * (n + 1)  # the latest end among the first k activities launched
@@ -142,6 +147,9 @@ def replay_steps(
             p = prev[i]
             if p >= 0 and end[p] + gap[i] > t:
                 t = end[p] + gap[i]
+            a = after[i]
+            if a >= 0 and end[a] + after_gap[i] > t:
+                t = end[a] + after_gap[i]
             start[i] = t
             if match is not None and transfer is not None and match[i] >= 0:
                 # a collective: done once the last rank arrived and the transfer after it took its time
