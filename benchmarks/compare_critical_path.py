@@ -117,10 +117,8 @@ def our_kinds(step: dict) -> dict[str, float]:
 
 def _cells(kinds: dict[str, float]) -> list[str]:
     total = sum(kinds.values())
-    return [
-        "-" if not kinds[k] else f"{kinds[k]:.3g} ({100 * kinds[k] / total:.0f}%)" if total else "-"
-        for k in KINDS
-    ]
+    cells = [f"{kinds[k]:.3g} ({100 * kinds[k] / total:.0f}%)" if kinds[k] and total else "-" for k in KINDS]
+    return [f"{total:.4g}", *cells]
 
 
 def compare(hta_python: str, root: Path, timeout: float) -> tuple[list[list[str]], list[dict]]:
@@ -174,6 +172,7 @@ def compare(hta_python: str, root: Path, timeout: float) -> tuple[list[list[str]
                         str(rank),
                         step_cell,
                         "HTA",
+                        "-",
                         f"fails: {hta['error']}",
                         *[""] * 6,
                         f"{hta['wall_s']:.2f}",
@@ -203,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     rows, records = compare(args.hta_python, args.traces.resolve(), args.timeout)
-    header = ("trace", "rank", "step", "tool", *(f"{k} ms (%)" for k in KINDS), "time s")
+    header = ("trace", "rank", "step (ms)", "tool", "path ms", *(f"{k} ms (%)" for k in KINDS), "time s")
     write_result(
         "compare_critical_path",
         "Critical path against HTA",
