@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from stepscope.analysis.whatif.path import summarize_path
 from stepscope.report import model
 from stepscope.report.terminal import fit_table
 from stepscope.units import fmt_ms
@@ -65,6 +66,32 @@ def path_table(rank: Any) -> model.Table:
     )
 
 
+def job_path_table(path: Any) -> model.Table:
+    """The job's critical path (analysis.whatif.path.CriticalPath): per step, where its time went, by rank and
+    kind, longest first."""
+    columns = [
+        model.Column("rank", "int"),
+        model.Column("on the critical path"),
+        model.Column("per step", "ms"),
+        model.Column("share", "pct"),
+    ]
+    rows = [
+        (
+            s.rank,
+            _KIND_LABELS.get(s.what, s.what),
+            s.ms,
+            100.0 * s.ms / path.step_ms if path.step_ms else None,
+        )
+        for s in path.segments
+    ]
+    return model.table(
+        "critical_path",
+        columns,
+        rows,
+        title=f"What bounds the step: the critical path across ranks, mean of {path.steps} step(s)",
+    )
+
+
 def render(result: Any, *, wide: bool = False) -> Iterator[Any]:
     if result.predicted_step_ms is not None:
         line = f"step: measured {fmt_ms(result.baseline_step_ms)}, replayed {fmt_ms(result.replayed_step_ms)}"
@@ -75,5 +102,9 @@ def render(result: Any, *, wide: bool = False) -> Iterator[Any]:
             )
         yield line
     yield fit_table(whatif_table(result), wide=wide)
+    if len(result.ranks) > 1 and result.critical_path:
+        summary = summarize_path(result.critical_path, result.replay_error_pct)
+        if summary is not None:
+            yield fit_table(job_path_table(summary), wide=wide)
     for rank in result.ranks:
         yield fit_table(path_table(rank), wide=wide)

@@ -67,11 +67,12 @@ def job_critical_path(
     offsets = coupling.offsets if coupling is not None else {r: 0 for r in ranks}
     last_in = _last_arrivals(replays, coupling) if coupling is not None and len(coupling) else {}
     n_steps = min(len(replays[r].step_start) for r in ranks)
+    labels: dict[int, list[str]] = {}  # per rank, its activities' names on the path (made when first needed)
     out = []
     for k in range(n_steps):
         ends = {r: int(replays[r].step_end[k]) - offsets[r] for r in ranks}
         rank = max(ranks, key=lambda r: (ends[r], -r))
-        walk = _Walk(replays, k)
+        walk = _Walk(replays, k, labels)
         walk.run(rank, last_in, coupling)
         step_ns = sum(walk.kinds.values())  # from the end back to the step's start on the rank it reached
         names_top = [(name, round(v / 1e6, 3)) for name, v in walk.names.most_common(top)]
@@ -113,14 +114,14 @@ def _last_arrivals(
 class _Walk:
     """One step's walk back along the critical path, counting its time by kind, host phase, rank and name."""
 
-    def __init__(self, replays: Mapping[int, Replay], k: int) -> None:
+    def __init__(self, replays: Mapping[int, Replay], k: int, labels: dict[int, list[str]]) -> None:
         self.replays = replays
         self.k = k
         self.kinds: Counter[str] = Counter()
         self.host: Counter[str] = Counter()
         self.names: Counter[str] = Counter()
         self.parts: Counter[tuple[int, str]] = Counter()
-        self._labels: dict[int, list[str]] = {}
+        self._labels = labels
 
     def label(self, rank: int, a: int) -> str:
         if rank not in self._labels:

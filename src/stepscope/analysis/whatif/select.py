@@ -7,8 +7,8 @@ What each selects on a rank (docs/analysis.md, "Critical path and what-if"):
 - a phase: the host time in it (steps.assign_phases) and the GPU activities launched in it;
 - `op:REGEX`: the host time inside CPU ops whose name matches (searched) and the GPU activities launched there;
 - `kernel:REGEX`: GPU activities whose name matches (searched);
-- `communication`: communication GPU activities; on a rank without GPU activity, the time of its CPU backend's
-  collective ranges (gloo) on the host timeline;
+- `communication`: communication GPU activities and a CPU backend's collectives (cpu_comm.py): their transfer;
+  the waiting for other ranks follows from their arrivals;
 - `sync`: the synchronizations' time (waiting and own).
 """
 
