@@ -13,6 +13,7 @@ from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
 from stepscope.analysis.whatif.path import CriticalPath
 from stepscope.report import columns as col
+from stepscope.report._critical_path import job_path_table
 from stepscope.report._expert_tensor import expert_table, tensor_table
 from stepscope.report._fsdp import fsdp_table
 from stepscope.report._pipeline import pipeline_line, pipeline_table
@@ -24,7 +25,6 @@ from stepscope.report.tables import (
     rank_steps_table,
 )
 from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, plain
-from stepscope.report.whatif import job_path_table
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)

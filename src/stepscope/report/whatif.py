@@ -7,18 +7,10 @@ from typing import Any
 
 from stepscope.analysis.whatif.path import summarize_path
 from stepscope.report import model
+from stepscope.report._critical_path import KIND_LABELS as _KIND_LABELS
+from stepscope.report._critical_path import job_path_table
 from stepscope.report.terminal import fit_table
 from stepscope.units import fmt_ms
-
-_KIND_LABELS = {
-    "host": "host",
-    "computation": "GPU computation",
-    "communication": "communication",
-    "memory": "GPU copies/fills",
-    "launch": "launch latency",
-    "gap": "gaps between kernels",
-    "sync": "synchronization (own time)",
-}
 
 
 def whatif_table(result: Any) -> model.Table:
@@ -63,32 +55,6 @@ def path_table(rank: Any) -> model.Table:
         columns,
         rows,
         title=f"Rank {rank.rank}: the critical path, mean of {len(steps)} step(s)",
-    )
-
-
-def job_path_table(path: Any) -> model.Table:
-    """The job's critical path (analysis.whatif.path.CriticalPath): per step, where its time went, by rank and
-    kind, longest first."""
-    columns = [
-        model.Column("rank", "int"),
-        model.Column("on the critical path"),
-        model.Column("per step", "ms"),
-        model.Column("share", "pct"),
-    ]
-    rows = [
-        (
-            s.rank,
-            _KIND_LABELS.get(s.what, s.what),
-            s.ms,
-            100.0 * s.ms / path.step_ms if path.step_ms else None,
-        )
-        for s in path.segments
-    ]
-    return model.table(
-        "critical_path",
-        columns,
-        rows,
-        title=f"What bounds the step: the critical path across ranks, mean of {path.steps} step(s)",
     )
 
 
