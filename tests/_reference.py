@@ -27,6 +27,8 @@ from stepscope.analysis.read.table import (
     P2P_OPS,
     SHAPED_RANGE_RE,
     STRING_ARGS,
+    SYNC_CATEGORY,
+    SYNC_INT_ARGS,
     RankInfo,
     TraceTable,
     _clipped,
@@ -69,6 +71,8 @@ def reference_table(
     for key in INT_ARGS:
         rows["args_" + key] = []
     rows["args_peer"] = []
+    for key in SYNC_INT_ARGS:
+        rows["args_" + key] = []
     ranks: dict[int, RankInfo] = {}
 
     def intern(table: dict[str, int], value: str) -> int:
@@ -107,6 +111,8 @@ def reference_table(
                 rows["args_" + key].append(as_int(args.get(arg)))
             peer = p2p_peer(args.get("Concrete Inputs")) if name in P2P_OPS else None
             rows["args_peer"].append(MISSING if peer is None else peer)
+            for key, arg in SYNC_INT_ARGS.items():
+                rows["args_" + key].append(as_int(args.get(arg)) if cat == SYNC_CATEGORY else MISSING)
             rare = (*STRING_ARGS.values(), *INT_ARGS.values())
             if str(name) in ALL_TO_ALL_INPUTS and all(args.get(arg) is None for arg in rare):
                 found = all_to_all_message(

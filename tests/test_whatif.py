@@ -158,3 +158,34 @@ def test_a_prediction_is_within_25_percent_of_the_job_without_the_problem(
     measured_without = statistics.median(s for w in without for s in _window_steps(run, w))
     assert predicted < measured_with
     assert predicted == pytest.approx(measured_without, rel=0.25)
+
+
+def _json(*args: str) -> dict:
+    out = subprocess.run([*STEPSCOPE, *args, "--json"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+@pytest.mark.slow
+def test_one_ranks_slow_loader_removed_is_predicted_for_every_rank(tmp_path: Path) -> None:
+    """A real 4-rank gloo DDP job (tests/_whatif_ddp_job.py): rank 2's DataLoader sleeps 30 ms per batch in the
+    first window, and the other ranks wait for it in DDP's all-reduce; the second window is the job without it.
+    Removing rank 2's loader in the first window's replay predicts every rank's step of the second window: the
+    ranks are replayed together, so the others stop waiting. analyze's critical path names rank 2's loader."""
+    from . import _whatif_ddp_job as job
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
+    subprocess.run([*command, job.__file__, str(tmp_path)], check=True, timeout=240, capture_output=True)
+    run = next(p.parent for p in tmp_path.rglob("manifest.json"))
+    slow, fixed = (str(w) for w in job.WINDOWS)
+    predicted = _json("whatif", str(run), "--step", slow, "--scale", f"data_loader@{job.SLOW_RANK}=0")
+    measured = _json("whatif", str(run), "--step", fixed)
+    assert predicted["predicted_step_ms"] < 0.6 * predicted["baseline_step_ms"]
+    assert predicted["predicted_step_ms"] == pytest.approx(measured["baseline_step_ms"], rel=0.25)
+    for rank, without in zip(predicted["ranks"], measured["ranks"], strict=True):
+        assert rank["predicted_step_ms"] == pytest.approx(without["baseline_step_ms"], rel=0.25), rank["rank"]
+    path = _json("analyze", str(run), "--step", slow)["critical_path"]
+    assert (path["segments"][0]["rank"], path["segments"][0]["what"]) == (job.SLOW_RANK, "host: data_loader")
+    assert path["segments"][0]["ms"] > 0.5 * path["step_ms"]
+    assert path["bound"].startswith(f"rank {job.SLOW_RANK}, host: data_loader")
+    after = _json("analyze", str(run), "--step", fixed)["critical_path"]
+    assert after["host_by_phase_ms"].get("data_loader", 0.0) < 0.1 * after["step_ms"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
+import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm import comm_findings
@@ -51,6 +52,10 @@ from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis,
 from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
 from stepscope.analysis.ranks.straggler import Straggler
 from stepscope.analysis.read.table import TraceTable
+from stepscope.analysis.whatif.couple import couple, replay_job
+from stepscope.analysis.whatif.cpu_comm import rank_graph
+from stepscope.analysis.whatif.graph import RankGraph
+from stepscope.analysis.whatif.path import CriticalPath, job_critical_path, summarize_path
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
     from stepscope.analysis.run.folder import RunFacts
@@ -107,6 +112,8 @@ class AnalysisResult(msgspec.Struct):
     )
     fsdp: FsdpAnalysis | None = None  # FSDP's units, all-gathers and reduce-scatters per rank; null: no FSDP
     pipeline: Pipeline | None = None  # pipeline stages, micro-batches, bubbles; null: none recognised
+    # what bounds the job's step, across ranks (whatif/path.py); null: no step to replay
+    critical_path: CriticalPath | None = None
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -124,6 +131,7 @@ class RankPart:
     tensor: TensorRank | None = None
     fsdp: FsdpRank | None = None
     pipeline: RankPipeline | None = None
+    graph: RankGraph | None = None  # the what-if graph of its window, without its trace (whatif/graph.py)
 
 
 def analyze(
@@ -191,8 +199,10 @@ def analyze_rank_part(
     if fsdp is not None:
         findings.extend(fsdp_findings(data, fsdp))
     pipeline = rank_pipeline(data, instances, known_groups)
+    graph = rank_graph(data, instances)
+    graph.data = None  # (the part travels between processes: not the trace)
     return RankPart(
-        result, findings, instances, summary, expert_rank(data), tensor_rank(data), fsdp, pipeline
+        result, findings, instances, summary, expert_rank(data), tensor_rank(data), fsdp, pipeline, graph
     )
 
 
@@ -233,10 +243,24 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     return AnalysisResult(
         SCHEMA, ranks, dist.cross, dist.straggler, findings,
         [*notices, *dist.notices, *pipeline_notices(pipe_parts)],
+        critical_path=_critical_path(parts),
         dimensions=dimensions(instances, summaries),
         expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
         fsdp=combine_fsdp([p.fsdp for p in parts]), pipeline=pipeline,
     )  # fmt: skip
+
+
+def _critical_path(parts: Sequence[RankPart]) -> CriticalPath | None:
+    """The job's critical path over its steps: the ranks' graphs replayed together (whatif/)."""
+    graphs = {p.analysis.rank: p.graph for p in parts if p.graph is not None and len(p.graph.step_start)}
+    if not graphs:
+        return None
+    coupling = couple(graphs, {r: p.instances for p in parts if (r := p.analysis.rank) in graphs})
+    replays, _ = replay_job(graphs, coupling)
+    measured = max(float(np.mean(g.step_end - g.step_start)) for g in graphs.values())
+    replayed = max(float(np.mean(r.step_ns)) for r in replays.values())
+    error = round(100 * (replayed - measured) / measured, 3) if measured else None
+    return summarize_path(job_critical_path(replays, coupling), error)
 
 
 def attach_run(result: AnalysisResult, facts: RunFacts) -> AnalysisResult:

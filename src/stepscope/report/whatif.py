@@ -5,19 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from stepscope.analysis.whatif.path import summarize_path
 from stepscope.report import model
+from stepscope.report._critical_path import KIND_LABELS as _KIND_LABELS
+from stepscope.report._critical_path import job_path_table
 from stepscope.report.terminal import fit_table
 from stepscope.units import fmt_ms
-
-_KIND_LABELS = {
-    "host": "host",
-    "computation": "GPU computation",
-    "communication": "communication",
-    "memory": "GPU copies/fills",
-    "launch": "launch latency",
-    "gap": "gaps between kernels",
-    "sync": "synchronization (own time)",
-}
 
 
 def whatif_table(result: Any) -> model.Table:
@@ -75,5 +68,9 @@ def render(result: Any, *, wide: bool = False) -> Iterator[Any]:
             )
         yield line
     yield fit_table(whatif_table(result), wide=wide)
+    if len(result.ranks) > 1 and result.critical_path:
+        summary = summarize_path(result.critical_path, result.replay_error_pct)
+        if summary is not None:
+            yield fit_table(job_path_table(summary), wide=wide)
     for rank in result.ranks:
         yield fit_table(path_table(rank), wide=wide)

@@ -419,3 +419,15 @@ def summarize_rank(data: RankData, *, ops: bool = True) -> RankDigest:
     summary.op_names = [table.names[c] for c in kept]
     summary.op_inside, summary.op_gap = inside, between
     return summary
+
+
+def aligned_matches(
+    instances: dict[int, Instances], steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> tuple[Matching, dict[int, int]]:
+    """The matched instances and the ranks' clock offsets (ns), by the rules of cross_rank_analysis; no match
+    where the matched instances do not end together. `steps`: rank -> (number, start, end)."""
+    match = match_instances(instances, steps)
+    offsets, _ = clock_offsets(instances, match)
+    if not _ends_agree(instances, match, offsets)[0]:
+        return Matching([], [], [], match.unmatched + len(match.ranks)), {r: 0 for r in offsets}
+    return match, offsets

@@ -49,14 +49,16 @@ from stepscope.analysis.read.limits import MAX_EVENTS_ENV, MAX_NAME_CHARS, max_e
 from stepscope.analysis.read.table import (
     COLUMNS,
     GPU_CATEGORIES,
+    INT64_ARGS,
     INT_ARGS,
     MISSING,
     OLD_CATEGORIES,
     P2P_OPS,
-    SHAPE_INT_ARGS,
     SHAPED_RANGE_RE,
     SPARSE_COLUMNS,
     STRING_ARGS,
+    SYNC_CATEGORY,
+    SYNC_INT_ARGS,
     RankInfo,
     SparseColumn,
     all_to_all_message,
@@ -72,12 +74,10 @@ from stepscope.errors import InputError
 _DTYPES: dict[str, str] = {
     **{c: d for c, (d, _) in COLUMNS.items() if c != "rank"},
     **{f"args_{k}": "int32" for k in STRING_ARGS},
-    **{f"args_{k}": "int64" for k in (*INT_ARGS, *SHAPE_INT_ARGS)},
+    **{f"args_{k}": "int64" for k in INT64_ARGS},
 }
 # Columns that are -1 on most rows: kept per chunk as (rows, values) and filled in at the end.
-_SPARSE = frozenset(
-    {"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS, *SHAPE_INT_ARGS))}
-)
+_SPARSE = frozenset({"stream", "device", "bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT64_ARGS))})
 # Dense columns that often hold one value over a whole file (the phase and category of a CPU-only trace's
 # events; pid and tid of one process and thread; correlation without GPU work): kept as that value until a
 # chunk holds another, and as a constant_column in the end (no memory per row).
@@ -223,6 +223,9 @@ class ColumnBuilder:
         sparse["device"] = gpu, np.where((device >= -(2**31)) & (device < 2**31), device, MISSING)
         sparse["bytes"] = gpu, int_column([a.bytes for a in gpu_args], strict=False)
         cols["correlation"] = int_column([a.correlation for a in args], strict=strict)
+        sync_cat = self.cats.get(SYNC_CATEGORY)
+        if sync_cat is not None:
+            self._sync_columns(sparse, np.flatnonzero(cat == sync_cat), args)
         self._rare_columns(sparse, args)
         self._shape_messages(sparse, cols["name"], chunk)
         for key, column in cols.items():
@@ -234,6 +237,17 @@ class ColumnBuilder:
             if len(rows):
                 self._sparse[key].append((rows + self.n_rows, values))
         self.n_rows += n
+
+    @staticmethod
+    def _sync_columns(
+        sparse: dict[str, tuple[np.ndarray, np.ndarray]], rows: np.ndarray, args: list[Any]
+    ) -> None:
+        """The event a `cuda_sync` event waits on (SYNC_INT_ARGS), read on those rows only."""
+        if not len(rows):
+            return
+        picked = [args[i] for i in rows.tolist()]
+        for key in SYNC_INT_ARGS:
+            sparse["args_" + key] = rows, int_column([getattr(a, f"w_{key}") for a in picked], strict=False)
 
     def _append(self, key: str, column: np.ndarray) -> None:
         """Write a chunk's column after the rows so far, growing the column by an eighth when it is full:

@@ -31,7 +31,7 @@ import numpy as np
 from stepscope.analysis.read._columns import Chunk, ColumnBuilder, FileTable
 from stepscope.analysis.read._numparse import NotANumber, us_texts_to_ns
 from stepscope.analysis.read._values import NO_RARE, get_rare
-from stepscope.analysis.read.table import INT_ARGS, MISSING, RAW_ARGS, STRING_ARGS, RankInfo
+from stepscope.analysis.read.table import INT_ARGS, MISSING, RAW_ARGS, STRING_ARGS, SYNC_INT_ARGS, RankInfo
 from stepscope.errors import InputError
 
 _EMPTY = msgspec.Raw(b"")
@@ -47,6 +47,7 @@ _ARG_FIELDS: dict[str, str] = {
     # read for some events only
     "stream": "stream",
     "device": "device",
+    **{f"w_{key}": arg for key, arg in SYNC_INT_ARGS.items()},
 }
 # Integer fields default to -1 (what an absent value becomes), so that most columns hold only ints and go
 # to numpy in one call. Fields whose absence must be told apart from a value keep None.

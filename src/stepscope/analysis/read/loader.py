@@ -20,9 +20,8 @@ from stepscope.analysis.read._stream import FileTable, load_file
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis.read.table import (
     COLUMNS,
-    INT_ARGS,
+    INT64_ARGS,
     MISSING,
-    SHAPE_INT_ARGS,
     STRING_ARGS,
     RankInfo,
     SparseColumn,
@@ -453,7 +452,7 @@ def merge_tables(tables: list[FileTable]) -> TraceTable:
     dtypes = {
         **{c: d for c, (d, _) in COLUMNS.items()},
         **{f"args_{k}": "int32" for k in STRING_ARGS},  # codes into `names`
-        **{f"args_{k}": "int64" for k in (*INT_ARGS, *SHAPE_INT_ARGS)},
+        **{f"args_{k}": "int64" for k in INT64_ARGS},
     }
     merged = {key: _join(parts.pop(key, []), dtype) for key, dtype in dtypes.items()}
     ranks = {t.info.rank: t.info for t in tables}

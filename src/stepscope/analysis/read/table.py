@@ -82,9 +82,19 @@ SHAPE_INT_ARGS: dict[str, str] = {
     # third input, `Concrete Inputs` [tensors, group, peer, tag]
     "peer": "Concrete Inputs",
 }
+# Integer args read only on the `cuda_sync` events of newer Kineto traces (-1 when absent; sparse): a stream wait's
+# or an event synchronize's event, by the stream it was recorded on and the correlation id of its cudaEventRecord
+# call.
+SYNC_INT_ARGS: dict[str, str] = {
+    "wait_stream": "wait_on_stream",
+    "wait_record": "wait_on_cuda_event_record_corr_id",
+}
+SYNC_CATEGORY = "cuda_sync"
+# Int64 args columns of the table.
+INT64_ARGS = (*INT_ARGS, *SHAPE_INT_ARGS, *SYNC_INT_ARGS)
 # Columns -1 on almost every row, kept as a SparseColumn (the rows that have a value, and the values): the
 # args of collectives and the bytes of GPU memory activities.
-SPARSE_COLUMNS = frozenset({"bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT_ARGS, *SHAPE_INT_ARGS))})
+SPARSE_COLUMNS = frozenset({"bytes", *(f"args_{k}" for k in (*STRING_ARGS, *INT64_ARGS))})
 # Args read only on the ranges a CPU communication backend opens around each collective (`gloo:all_reduce`):
 # traces recorded with record_shapes give their tensors there, the only message size gloo leaves; and on the
 # point-to-point c10d ops (P2P_OPS), whose peer only their concrete inputs give.

@@ -1,7 +1,8 @@
 """Critical path and what-if: each rank's steps as a dependency graph built from its trace, replayed with the
 measured durations or with some work scaled (`stepscope whatif`).
 
-The names below are this package's public API, imported on first use (importing the package costs nothing).
+The names below are this package's public API, imported on first use (importing the package costs nothing); the
+replay itself is `whatif.replay.replay` (a name the package cannot export: its submodule has it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.whatif.graph import RankGraph, build_graph
     from stepscope.analysis.whatif.path import PathStep, critical_path
     from stepscope.analysis.whatif.predict import RankWhatIf, WhatIfResult, whatif
-    from stepscope.analysis.whatif.replay import Replay, Scaling, replay
+    from stepscope.analysis.whatif.replay import Replay, Scaling
     from stepscope.analysis.whatif.select import Selector, SelectorError, parse_selector, scaling_for
 
 _EXPORTS = {
@@ -24,7 +25,6 @@ _EXPORTS = {
     "critical_path": "path",
     "Replay": "replay",
     "Scaling": "replay",
-    "replay": "replay",
     "Selector": "select",
     "SelectorError": "select",
     "parse_selector": "select",
@@ -46,7 +46,6 @@ __all__ = [
     "build_graph",
     "critical_path",
     "parse_selector",
-    "replay",
     "scaling_for",
     "whatif",
 ]

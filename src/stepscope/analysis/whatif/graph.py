@@ -9,25 +9,30 @@ Three kinds of node, times in ns on the rank's clock (docs/analysis.md, "Critica
   allows it: its stream finishing the activity before it (plus the gap the trace shows between them), and its
   launch (plus the launch latency the trace shows for it). Which of the two held it in the trace is recorded:
   an activity *follows its stream* when the stream was still busy at its launch, else it *follows its launch*.
-  A delay the trace shows beyond both (a wait on another stream's event) stays with the activity: the replay
-  reproduces it and cannot move it.
+  An activity may also wait for one activity elsewhere (events.py): the producer of an event its stream waits
+  on, or the work before it in its CUDA graph; when that was the last to end it *follows it*, with the slack
+  the trace shows. A delay the trace shows beyond these (a wait no trace event names) stays with the activity:
+  the replay reproduces it and cannot move it.
 - **Synchronizations**: host calls that wait for the GPU (device, stream and event synchronize; a blocking
   copy). Each waits for the GPU work it awaits, then takes the rest of its measured time (its own cost). What
-  it awaits is the device's work launched before it for a device synchronize; for the others, the stream whose
-  work launched before the call ended last before the call returned (the trace names no stream on most of
-  them), with the copy of a blocking copy.
+  it awaits is the device's work launched before it for a device synchronize; the event's or the stream's work
+  where a `cuda_sync` event names it (events.py); for the others, the stream whose work launched before the
+  call ended last before the call returned, with the copy of a blocking copy.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from stepscope.analysis import intervals as iv
 from stepscope.analysis.rank.kernels import COMMUNICATION, MEMORY
 from stepscope.analysis.rank.prepare import RankData, effective_launch
+from stepscope.analysis.rank.steps import assign_phases, region_union
 from stepscope.analysis.read.table import MISSING
+from stepscope.analysis.whatif.events import Activities, Edges, read_edges
 
 # Calls that return only once the GPU work they await is done.
 SYNC_RE = re.compile(
@@ -37,8 +42,14 @@ SYNC_RE = re.compile(
 DEVICE_SYNC_RE = re.compile(r"DeviceSynchronize|CtxSynchronize")
 # Copies that may block the host (a copy to pageable memory returns once the copy is done).
 COPY_RE = re.compile(r"^(?:cuda|hip)Memcpy(?:Async)?(?:DtoH|HtoD|DtoD)?$|^cuMemcpy")
+# torch.compile's ranges: its compiled frames (dynamo) and their autograd functions (AOTAutograd), both directions
+COMPILED_RE = re.compile(r"^Torch-Compiled Region|^CompiledFunction")
+COMPILED_PHASE = (
+    "\0compiled"  # RankGraph.phases' key of their union (a key no phase has; it overlaps the phases)
+)
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime")
 _X = ord("X")
+_MIN = np.iinfo(np.int64).min
 
 
 # Records of arrays: compared and printed by identity.
@@ -56,6 +67,13 @@ class GpuNodes:
     gap: np.ndarray  # after its stream's previous activity ends (follows its stream), else 0
     latency: np.ndarray  # after its launch starts
     follows_stream: np.ndarray  # bool: its stream, not its launch, held it in the trace
+    row: np.ndarray  # the activity's row in the rank's table (a CPU collective: its backend range's)
+    after: (
+        np.ndarray
+    )  # the activity it also waits for (a stream wait's event; the same CUDA graph's), else -1
+    after_gap: np.ndarray  # after that activity ends (the trace's slack when it held it in the trace, else 0)
+    follows_after: np.ndarray  # bool: `after` held it in the trace
+    graph: np.ndarray  # its CUDA graph (index into RankGraph.graph_names), else -1
 
     def __len__(self) -> int:
         return len(self.start)
@@ -87,29 +105,50 @@ class RankGraph:
     step_end: np.ndarray
     gpu: GpuNodes
     syncs: SyncNodes
-    data: RankData
+    phases: dict[str, iv.Intervals]  # the host's phases (steps.assign_phases)
+    data: RankData | None  # None once the graph travels without its trace (analyze's worker processes)
+    graph_names: list[str] = field(
+        default_factory=list
+    )  # the CUDA graphs, by the CPU range around the launch
+    notes: list[str] = field(default_factory=list)  # what the graph could not read from the trace
 
 
-def build_graph(data: RankData) -> RankGraph:
-    """The graph of one prepared rank's window (see the module's doc)."""
-    gpu = _gpu_nodes(data)
-    syncs = _sync_nodes(data, gpu)
+def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None) -> RankGraph:
+    """The graph of one prepared rank's window (see the module's doc). `nodes`: its activities and
+    synchronizations where they are not the GPU's (cpu_comm.rank_graph: a CPU backend's collectives)."""
+    edges = None
+    if nodes is not None:
+        gpu, syncs = nodes
+    else:
+        gpu, edges = _gpu_nodes(data)
+        syncs = _sync_nodes(data, gpu, edges)
     steps = data.steps
     if len(steps):
         number, start, end = steps.number, steps.start, steps.end
     else:
         number = np.zeros(1, dtype=np.int64)
         start, end = np.array([data.lo], dtype=np.int64), np.array([data.hi], dtype=np.int64)
-    return RankGraph(data.rank, data.table.names, data.lo, data.hi, number, start, end, gpu, syncs, data)
+    phases = assign_phases(data.table)
+    compiled = region_union(data.table, COMPILED_RE)
+    if compiled is not None:
+        phases = {**phases, COMPILED_PHASE: compiled}
+    names = data.table.names
+    graph = RankGraph(data.rank, names, data.lo, data.hi, number, start, end, gpu, syncs, phases, data)
+    if edges is not None:
+        graph.graph_names, graph.notes = edges.graph_names, edges.notes
+    return graph
 
 
-def _gpu_nodes(data: RankData) -> GpuNodes:
+def _gpu_nodes(data: RankData) -> tuple[GpuNodes, Edges]:
     g = data.gpu
     launch = effective_launch(g)
     order = np.lexsort((g.start, launch))
     launch, start, end = launch[order], g.start[order], g.end[order]
     stream_key = g.device[order].astype(np.int64) * (1 << 32) + g.stream[order].astype(np.int64)
-    _, stream = np.unique(stream_key, return_inverse=True)
+    keys, stream = np.unique(stream_key, return_inverse=True)
+    stream = stream.reshape(-1).astype(np.int64)
+    corr = np.asarray(data.table.columns["correlation"][g.row[order]], dtype=np.int64)
+    edges = read_edges(data.table, data.lo, data.hi, Activities(launch, start, end, stream, keys, corr))
     n = len(order)
     prev = np.full(n, -1, dtype=np.int64)
     last: dict[int, int] = {}
@@ -117,14 +156,20 @@ def _gpu_nodes(data: RankData) -> GpuNodes:
         prev[i] = last.get(s, -1)
         last[s] = i
     has_prev = prev >= 0
-    prev_end = np.where(has_prev, end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+    prev_end = np.where(has_prev, end[np.maximum(prev, 0)], _MIN)
+    after = edges.after
+    after_end = np.where(after >= 0, end[np.maximum(after, 0)], _MIN)
+    # what it waited for held it when that was still running at its launch and once its stream was free
+    follows_after = (after >= 0) & (after_end >= launch) & (after_end >= prev_end)
     # the stream held it when its previous activity was still running at its launch
-    follows_stream = has_prev & (prev_end > launch)
+    follows_stream = has_prev & (prev_end > launch) & ~follows_after
     gap = np.where(follows_stream, np.maximum(start - prev_end, 0), 0)
+    after_gap = np.where(follows_after, np.maximum(start - after_end, 0), 0)
     own_latency = np.maximum(start - launch, 0)
-    typical = int(np.median(own_latency[~follows_stream])) if (~follows_stream).any() else 0
-    latency = np.where(follows_stream, np.minimum(own_latency, typical), own_latency)
-    return GpuNodes(
+    held = follows_stream | follows_after
+    typical = int(np.median(own_latency[~held])) if (~held).any() else 0
+    latency = np.where(held, np.minimum(own_latency, typical), own_latency)
+    nodes = GpuNodes(
         name=g.name[order],
         kind=g.kind[order],
         stream=stream.astype(np.int64),
@@ -135,10 +180,16 @@ def _gpu_nodes(data: RankData) -> GpuNodes:
         gap=gap,
         latency=latency,
         follows_stream=follows_stream,
+        row=g.row[order],
+        after=after,
+        after_gap=after_gap,
+        follows_after=follows_after,
+        graph=edges.graph,
     )
+    return nodes, edges
 
 
-def _sync_nodes(data: RankData, gpu: GpuNodes) -> SyncNodes:
+def _sync_nodes(data: RankData, gpu: GpuNodes, edges: Edges) -> SyncNodes:
     table = data.table
     cols = table.columns
     cats = [c for c in (table.cat_id(x) for x in _RUNTIME_CATS) if c != MISSING]
@@ -165,8 +216,11 @@ def _sync_nodes(data: RankData, gpu: GpuNodes) -> SyncNodes:
             for ix in by_stream
         ]
         found = [i for i in last if i >= 0]
+        exact = _named(edges, int(cols["correlation"][row]), last, end_gpu, e)
         if bool(is_device[names[row]]):
             awaits, stream = (max(found, key=lambda i: int(end_gpu[i])) if found else -1), -1
+        elif exact is not None:
+            awaits, stream = exact, int(gpu.stream[exact])
         else:
             # the stream that drained last before the call returned: what it waited for
             done = [i for i in found if end_gpu[i] <= e]
@@ -183,6 +237,17 @@ def _sync_nodes(data: RankData, gpu: GpuNodes) -> SyncNodes:
         out["launched"].append(int(np.searchsorted(gpu.launch, s, side="right")))
     a = {k: np.array(v, dtype=np.int64) for k, v in out.items()}
     return SyncNodes(**a)
+
+
+def _named(edges: Edges, corr: int, last: list[int], end_gpu: np.ndarray, returned: int) -> int | None:
+    """What the trace names a synchronization call as awaiting (an event synchronize's event; a stream
+    synchronize's stream), unless the call returned before it ended (then it is inferred as without a name)."""
+    if corr < 0:
+        return None
+    found = edges.host_awaits.get(corr)
+    if found is None and (stream := edges.sync_stream.get(corr)) is not None and last[stream] >= 0:
+        found = last[stream]
+    return found if found is not None and end_gpu[found] <= returned else None
 
 
 def _host_threads(data: RankData) -> set[int] | None:

@@ -2,7 +2,11 @@
 
 On the host, time runs back to the synchronization before it; a synchronization that waited for the GPU hands
 the path to the activity it waited for; an activity hands it to its stream's previous activity (it followed its
-stream) or to its launch on the host (it followed its launch). Each stretch is counted by kind: host (by phase:
+stream), to the activity it waited for on another stream or in its CUDA graph (it followed that), or to its
+launch on the host (it followed its launch). A CUDA graph's activities are named `<graph> > <kernel>`. Of the
+host time on the path, the part inside torch.compile's ranges (graph.COMPILED_RE) is also told apart. With ranks
+replayed together (couple.py), a collective that waited for a later rank hands the path to that rank, at its
+arrival. Each stretch is counted by kind: host (by phase:
 data_loader / forward / backward / optimizer / other), GPU computation, communication, memory, launch latency,
 gaps between activities of a stream, synchronization (its own time).
 """
@@ -10,90 +14,235 @@ gaps between activities of a stream, synchronization (its own time).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
 from stepscope.analysis.rank.kernels import KIND_NAMES
-from stepscope.analysis.rank.steps import assign_phases
+from stepscope.analysis.whatif.graph import COMPILED_PHASE, RankGraph
 from stepscope.analysis.whatif.replay import Replay
 
+if TYPE_CHECKING:
+    from stepscope.analysis.whatif.couple import Coupling
+
+MAX_HOPS = 10_000  # hand-overs between ranks in one step's walk (a bound: each moves the walk back in time)
 PATH_KINDS = ("host", "computation", "communication", "memory", "launch", "gap", "sync")
 
 
+class PathSegment(msgspec.Struct):
+    """Time on the critical path spent on one rank in one kind of work (a host phase: `host: forward`)."""
+
+    rank: int
+    what: str
+    ms: float
+
+
 class PathStep(msgspec.Struct):
-    """The critical path of one step: ms by kind, and the host time by phase."""
+    """The critical path of one step: ms by kind, and the host time by phase; with ranks coupled, the path may
+    pass from rank to rank (`segments` says where its time went)."""
 
     step: int
     step_ms: float
     by_kind_ms: dict[str, float]
     host_by_phase_ms: dict[str, float]
     top: list[tuple[str, float]]  # the GPU activities (by name) longest on the path, ms
+    segments: list[PathSegment] = msgspec.field(default_factory=list)  # by rank and kind, longest first
+    host_compiled_ms: float = 0.0  # of the host time on the path, inside torch.compile regions
 
 
 def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
-    """Per step of the replay, its critical path (see the module's doc)."""
-    g = rep.graph
-    gpu, syncs = g.gpu, g.syncs
-    phases = assign_phases(g.data.table)
-    launch_host = rep.gpu_start - gpu.latency  # the launch, in replayed time (its latency before the start)
-    prev_end = np.where(gpu.prev >= 0, rep.gpu_end[np.maximum(gpu.prev, 0)], np.iinfo(np.int64).min)
+    """Per step of one rank's replay, its critical path (see the module's doc)."""
+    return job_critical_path({rep.graph.rank: rep}, None, top=top)
+
+
+def job_critical_path(
+    replays: Mapping[int, Replay], coupling: Coupling | None, top: int = 5, segments: int = 8
+) -> list[PathStep]:
+    """Per step, the critical path of the ranks replayed together (couple.replay_job): from the end of the rank
+    whose step ends last, back to its step's start; a collective that waited for a later rank hands the path to
+    that rank at its arrival."""
+    ranks = sorted(replays)
+    offsets = coupling.offsets if coupling is not None else {r: 0 for r in ranks}
+    last_in = _last_arrivals(replays, coupling) if coupling is not None and len(coupling) else {}
+    n_steps = min(len(replays[r].step_start) for r in ranks)
+    labels: dict[int, list[str]] = {}  # per rank, its activities' names on the path (made when first needed)
     out = []
-    for k in range(len(rep.step_start)):
-        t_lo, t = int(rep.step_start[k]), int(rep.step_end[k])
-        tm = int(g.step_end[k])  # t's measured time (host stretches are attributed by their measured times)
-        tm_lo = int(g.step_start[k])
-        kinds: Counter[str] = Counter()
-        host: Counter[str] = Counter()
-        names: Counter[int] = Counter()
+    for k in range(n_steps):
+        ends = {r: int(replays[r].step_end[k]) - offsets[r] for r in ranks}
+        rank = max(ranks, key=lambda r: (ends[r], -r))
+        walk = _Walk(replays, k, labels)
+        walk.run(rank, last_in, coupling)
+        step_ns = sum(walk.kinds.values())  # from the end back to the step's start on the rank it reached
+        names_top = [(name, round(v / 1e6, 3)) for name, v in walk.names.most_common(top)]
+        parts = sorted(walk.parts.items(), key=lambda item: (-item[1], item[0]))
+        out.append(
+            PathStep(
+                step=int(replays[rank].graph.step_number[k]),
+                step_ms=round(step_ns / 1e6, 3),
+                by_kind_ms={
+                    kind: round(walk.kinds[kind] / 1e6, 3) for kind in PATH_KINDS if walk.kinds[kind]
+                },
+                host_by_phase_ms={
+                    p: round(v / 1e6, 3) for p, v in walk.host.items() if v and p != COMPILED_PHASE
+                },
+                top=names_top,
+                segments=[PathSegment(r, what, round(v / 1e6, 3)) for (r, what), v in parts[:segments] if v],
+                host_compiled_ms=round(walk.host[COMPILED_PHASE] / 1e6, 3),
+            )
+        )
+    return out
+
+
+def _last_arrivals(
+    replays: Mapping[int, Replay], coupling: Coupling
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """(rank, activity) of a coupled collective that waited for a later rank -> (that rank, its activity)."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for where in coupling.activity:
+        if not all(r in replays for r in where):
+            continue
+        arrival = {r: int(replays[r].gpu_start[a]) - coupling.offsets[r] for r, a in where.items()}
+        last = max(arrival, key=lambda r: (arrival[r], -r))
+        for r, a in where.items():
+            if arrival[r] < arrival[last]:
+                out[(r, a)] = (last, where[last])
+    return out
+
+
+class _Walk:
+    """One step's walk back along the critical path, counting its time by kind, host phase, rank and name."""
+
+    def __init__(self, replays: Mapping[int, Replay], k: int, labels: dict[int, list[str]]) -> None:
+        self.replays = replays
+        self.k = k
+        self.kinds: Counter[str] = Counter()
+        self.host: Counter[str] = Counter()
+        self.names: Counter[str] = Counter()
+        self.parts: Counter[tuple[int, str]] = Counter()
+        self._labels = labels
+
+    def label(self, rank: int, a: int) -> str:
+        if rank not in self._labels:
+            self._labels[rank] = _labels(self.replays[rank].graph)
+        return self._labels[rank][a]
+
+    def _count(self, rank: int, kind: str, ns: int) -> None:
+        if ns > 0:
+            self.kinds[kind] += ns
+            self.parts[(rank, kind)] += ns
+
+    def run(
+        self,
+        rank: int,
+        last_in: dict[tuple[int, int], tuple[int, int]],
+        coupling: Coupling | None,
+    ) -> None:
+        rep = self.replays[rank]
+        k = self.k
+        t, tm = int(rep.step_end[k]), int(rep.graph.step_end[k])
         limit = len(rep.sync_end) - 1
-        while t > t_lo:
+        hops = 0
+        while True:
+            g = rep.graph
+            gpu, syncs = g.gpu, g.syncs
+            t_lo, tm_lo = int(rep.step_start[k]), int(g.step_start[k])
+            if t <= t_lo:
+                return
             # the last synchronization over by t (never one already walked)
             j = min(int(np.searchsorted(rep.sync_end, t, side="right")) - 1, limit)
             if j < 0 or rep.sync_end[j] <= t_lo:
-                _host(host, kinds, phases, rep, (t_lo, t), (tm_lo, tm))
-                break
-            _host(host, kinds, phases, rep, (int(rep.sync_end[j]), t), (int(syncs.end[j]), tm))
+                self._host(rank, rep, (t_lo, t), (tm_lo, tm))
+                return
+            self._host(rank, rep, (int(rep.sync_end[j]), t), (int(syncs.end[j]), tm))
             s, e = int(rep.sync_start[j]), int(rep.sync_end[j])
             limit = j - 1
             ready = e - int(syncs.own[j])
-            kinds["sync"] += max(e - max(ready, s), 0)
+            self._count(rank, "sync", e - max(ready, s))
             a = _awaited(rep, j)
             if a < 0 or ready <= s:
                 t, tm = s, int(syncs.start[j])
                 continue
-            # on the GPU: back through the chain of activities that ended at `ready`
+            # on the GPU (or a CPU backend's thread): back through the chain of activities that ended at `ready`
             t_gpu = ready
+            jumped = False
+            launch_host = rep.gpu_start - gpu.latency
             while a >= 0 and t_gpu > t_lo:
                 start = int(rep.gpu_start[a])
-                spent = t_gpu - max(start, t_lo)
-                kinds[KIND_NAMES[int(gpu.kind[a])]] += spent
-                names[int(gpu.name[a])] += spent
-                t_gpu = start
-                if gpu.prev[a] >= 0 and prev_end[a] + gpu.gap[a] >= launch_host[a] + gpu.latency[a]:
-                    kinds["gap"] += max(start - int(prev_end[a]), 0)
-                    t_gpu = int(prev_end[a])
-                    a = int(gpu.prev[a])
+                jump = last_in.get((rank, a)) if hops < MAX_HOPS else None
+                if jump is not None and coupling is not None:
+                    # it waited for a later rank: the transfer is this rank's, the rest of the path the other's
+                    peer, pa = jump
+                    other = self.replays[peer]
+                    arrival = int(other.gpu_start[pa]) - coupling.offsets[peer] + coupling.offsets[rank]
+                    self._count(rank, KIND_NAMES[int(gpu.kind[a])], t_gpu - max(arrival, t_lo))
+                    self.names[self.label(rank, a)] += max(t_gpu - max(arrival, t_lo), 0)
+                    hops += 1
+                    jumped = True
+                    rank, rep, a = peer, other, pa
+                    g, gpu, syncs = rep.graph, rep.graph.gpu, rep.graph.syncs
+                    t_lo, tm_lo = int(rep.step_start[k]), int(g.step_start[k])
+                    launch_host = rep.gpu_start - gpu.latency
+                    limit = len(rep.sync_end) - 1
+                    t_gpu = int(rep.gpu_start[a])
+                    start = t_gpu
                 else:
-                    kinds["launch"] += int(gpu.latency[a])
+                    spent = t_gpu - max(start, t_lo)
+                    self._count(rank, KIND_NAMES[int(gpu.kind[a])], spent)
+                    self.names[self.label(rank, a)] += max(spent, 0)
+                    t_gpu = start
+                prev, after = int(gpu.prev[a]), int(gpu.after[a])
+                prev_end = int(rep.gpu_end[prev]) if prev >= 0 else None
+                after_end = int(rep.gpu_end[after]) if after >= 0 else None
+                if prev_end is not None and prev_end + gpu.gap[a] >= start:
+                    self._count(rank, "gap", start - prev_end)
+                    t_gpu = prev_end
+                    a = prev
+                elif after_end is not None and after_end + gpu.after_gap[a] >= start:
+                    # it waited for work on another stream (an event) or before it in its CUDA graph
+                    self._count(rank, "gap", start - after_end)
+                    t_gpu = after_end
+                    a = after
+                else:
+                    self._count(rank, "launch", int(gpu.latency[a]))
                     t_gpu = int(launch_host[a])
                     break
-            if a >= 0 and t_gpu < s:
-                t, tm = t_gpu, int(gpu.launch[a])
+            if rep is not self.replays[rank] or (a >= 0 and t_gpu < s) or jumped:
+                t, tm = t_gpu, int(gpu.launch[a]) if a >= 0 else tm_lo
             else:
                 t, tm = min(t_gpu, s), int(syncs.start[j])
-        step_ns = int(rep.step_end[k] - rep.step_start[k])
-        names_top = [(g.names[c], round(v / 1e6, 3)) for c, v in names.most_common(top)]
-        out.append(
-            PathStep(
-                step=int(g.step_number[k]),
-                step_ms=round(step_ns / 1e6, 3),
-                by_kind_ms={kind: round(kinds[kind] / 1e6, 3) for kind in PATH_KINDS if kinds[kind]},
-                host_by_phase_ms={p: round(v / 1e6, 3) for p, v in host.items() if v},
-                top=names_top,
-            )
-        )
-    return out
+
+    def _host(self, rank: int, rep: Replay, span: tuple[int, int], measured: tuple[int, int]) -> None:
+        """Host time `span` of the replay on the path, by phase: the phases' measured intervals inside
+        `measured` (the same stretch in the trace's time), each as long as the replay's clock makes it."""
+        lo, hi = span
+        if hi <= lo:
+            return
+        self.kinds["host"] += hi - lo
+        m_lo, m_hi = measured
+        covered = 0
+        for phase, (start, end) in rep.graph.phases.items():
+            a, b = np.maximum(start, m_lo), np.minimum(end, m_hi)
+            keep = b > a
+            if keep.any():
+                part = int((rep.clock(b[keep]) - rep.clock(a[keep])).sum())
+                self.host[phase] += part
+                if phase != COMPILED_PHASE:  # (it overlaps the phases)
+                    self.parts[(rank, f"host: {phase}")] += part
+                    covered += part
+        if hi - lo - covered > 0:
+            self.host["other"] += hi - lo - covered
+            self.parts[(rank, "host: other")] += hi - lo - covered
+
+
+def _labels(g: RankGraph) -> list[str]:
+    """Each GPU activity's name on the path: a CUDA graph's activities as `<graph> > <kernel>`."""
+    names, graphs = g.names, g.graph_names
+    return [
+        f"{graphs[k]} > {names[c]}" if k >= 0 else names[c]
+        for c, k in zip(g.gpu.name.tolist(), g.gpu.graph.tolist(), strict=True)
+    ]
 
 
 def _awaited(rep: Replay, j: int) -> int:
@@ -107,28 +256,49 @@ def _awaited(rep: Replay, j: int) -> int:
     return int(np.argmax(rep.gpu_end[:n])) if n else -1
 
 
-def _host(
-    host: Counter[str],
-    kinds: Counter[str],
-    phases: dict,
-    rep: Replay,
-    span: tuple[int, int],
-    measured: tuple[int, int],
-) -> None:
-    """Host time `span` of the replay on the path, by phase: the phases' measured intervals inside `measured` (the
-    same stretch in the trace's time), each as long as the replay's clock makes it."""
-    lo, hi = span
-    if hi <= lo:
-        return
-    kinds["host"] += hi - lo
-    m_lo, m_hi = measured
-    covered = 0
-    for phase, (start, end) in phases.items():
-        a, b = np.maximum(start, m_lo), np.minimum(end, m_hi)
-        keep = b > a
-        if keep.any():
-            part = int((rep.clock(b[keep]) - rep.clock(a[keep])).sum())
-            host[phase] += part
-            covered += part
-    if hi - lo - covered > 0:
-        host["other"] += hi - lo - covered
+class CriticalPath(msgspec.Struct):
+    """The job's critical path over the window's steps, as means per step (analyze's `critical_path`)."""
+
+    steps: int
+    step_ms: float  # the path's length: from the last rank's end back to the step's start where it leads
+    replay_error_pct: float | None  # the replay's mean step (slowest rank) against the measured one
+    by_kind_ms: dict[str, float]
+    host_by_phase_ms: dict[str, float]
+    segments: list[PathSegment]  # by rank and kind, longest first
+    top: list[tuple[str, float]]  # the GPU activities longest on the path
+    bound: str | None  # the longest segment, in words: "rank 2, host: data_loader: 30.3 ms of 46.8 ms (65%)"
+
+
+def summarize_path(
+    steps: list[PathStep], replay_error_pct: float | None, top: int = 5
+) -> CriticalPath | None:
+    """The means over `steps` (job_critical_path's); None without steps."""
+    if not steps:
+        return None
+    n = len(steps)
+    kinds: Counter[str] = Counter()
+    host: Counter[str] = Counter()
+    parts: Counter[tuple[int, str]] = Counter()
+    names: Counter[str] = Counter()
+    for p in steps:
+        kinds.update(p.by_kind_ms)
+        host.update(p.host_by_phase_ms)
+        parts.update({(s.rank, s.what): s.ms for s in p.segments})
+        names.update(dict(p.top))
+    step_ms = sum(p.step_ms for p in steps) / n
+    ordered = sorted(parts.items(), key=lambda item: (-item[1], item[0]))
+    segments = [PathSegment(r, what, round(v / n, 3)) for (r, what), v in ordered[:8]]
+    bound = None
+    if segments and step_ms > 0:
+        s = segments[0]
+        bound = f"rank {s.rank}, {s.what}: {s.ms:.1f} ms of {step_ms:.1f} ms ({100 * s.ms / step_ms:.0f}%)"
+    return CriticalPath(
+        steps=n,
+        step_ms=round(step_ms, 3),
+        replay_error_pct=replay_error_pct,
+        by_kind_ms={k: round(kinds[k] / n, 3) for k in PATH_KINDS if kinds[k]},
+        host_by_phase_ms={k: round(v / n, 3) for k, v in host.items() if v},
+        segments=segments,
+        top=[(name, round(v / n, 3)) for name, v in names.most_common(top)],
+        bound=bound,
+    )

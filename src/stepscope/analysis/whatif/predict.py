@@ -1,8 +1,8 @@
 """`stepscope whatif`: replay each rank's steps with measured durations, then with the selected work scaled, and
 say what the step would take and which chain would bound it (docs/analysis.md, "Critical path and what-if").
 
-Ranks are replayed one by one: what one rank's change does to the others through their collectives is not
-modelled yet (the job's step is the slowest rank's).
+Ranks are replayed together: a change on one rank reaches the others through the collectives they share
+(couple.py); the job's step is its slowest rank's.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from stepscope.analysis.rank.collectives import Instances, rank_instances
 from stepscope.analysis.rank.prepare import prepare_rank
 from stepscope.analysis.read.table import TraceTable
-from stepscope.analysis.whatif.graph import build_graph
-from stepscope.analysis.whatif.path import PathStep, critical_path
-from stepscope.analysis.whatif.replay import replay
+from stepscope.analysis.whatif.couple import couple, replay_job
+from stepscope.analysis.whatif.cpu_comm import rank_graph
+from stepscope.analysis.whatif.graph import RankGraph
+from stepscope.analysis.whatif.path import PathStep, critical_path, job_critical_path
 from stepscope.analysis.whatif.select import Selector, scaling_for
 
 SCHEMA = "stepscope.whatif/1"
@@ -44,21 +46,34 @@ class WhatIfResult(msgspec.Struct):
     replay_error_pct: float | None  # (replayed - baseline) / baseline
     ranks: list[RankWhatIf]
     notes: list[str]
+    # the job's, across ranks (the predicted steps; the replayed ones when nothing is selected)
+    critical_path: list[PathStep] = msgspec.field(default_factory=list)
 
 
 def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 5) -> WhatIfResult:
-    """Replay every rank of `table`, measured and with `selectors` applied."""
+    """Replay every rank of `table` together (couple.py), measured and with `selectors` applied."""
     ranks: list[RankWhatIf] = []
     notes: list[str] = []
+    graphs: dict[int, RankGraph] = {}
+    instances: dict[int, Instances] = {}
     for rank in table.rank_ids():
         data = prepare_rank(table, rank)
         notes += [f"rank {rank}: {n}" for n in data.notes]
-        graph = build_graph(data)
-        base = replay(graph)
-        scaled = replay(graph, scaling_for(graph, list(selectors))) if selectors else base
+        world = table.ranks[rank].world_size if rank in table.ranks else None
+        instances[rank] = rank_instances(data, world)
+        graphs[rank] = rank_graph(data, instances[rank])
+        notes += [f"rank {rank}: {n}" for n in graphs[rank].notes]
+    coupling = couple(graphs, instances)
+    base, forced = replay_job(graphs, coupling)
+    scaled = base
+    if selectors:
+        scalings = {r: scaling_for(g, list(selectors)) for r, g in graphs.items()}
+        scaled, forced_scaled = replay_job(graphs, coupling, scalings)
+        forced = max(forced, forced_scaled)
+    for rank, graph in graphs.items():
         measured = float(np.mean(graph.step_end - graph.step_start)) / 1e6
-        replayed = float(np.mean(base.step_ns)) / 1e6
-        predicted = float(np.mean(scaled.step_ns)) / 1e6
+        replayed = float(np.mean(base[rank].step_ns)) / 1e6
+        predicted = float(np.mean(scaled[rank].step_ns)) / 1e6
         ranks.append(
             RankWhatIf(
                 rank=rank,
@@ -69,12 +84,17 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
                 saving_ms=round(replayed - predicted, 3),
                 gpu_activities=len(graph.gpu),
                 synchronizations=len(graph.syncs),
-                critical_path=critical_path(scaled, top=top),
+                critical_path=critical_path(scaled[rank], top=top),
             )
         )
-    if len(ranks) > 1:
+    if len(coupling):
+        notes.append(f"{len(coupling)} collectives matched across ranks tie their replays")
+    elif len(ranks) > 1:
+        notes.append("no collective matched across ranks: each rank is replayed alone")
+    if forced:
         notes.append(
-            "ranks are replayed one by one: collectives do not carry one rank's change to the others"
+            f"{forced} collectives were released before all their ranks arrived (orders of collectives the "
+            "ranks' traces do not explain)"
         )
     job = max(ranks, key=lambda r: r.baseline_step_ms, default=None)
     slowest = max(ranks, key=lambda r: r.predicted_step_ms, default=None)
@@ -97,4 +117,5 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         ),
         ranks=ranks,
         notes=notes,
+        critical_path=job_critical_path(scaled, coupling, top=top) if scaled else [],
     )

@@ -1,13 +1,15 @@
 """Re-time one rank's graph (graph.py) with its measured durations, or with some of them scaled (a what-if).
 
 The host timeline keeps its measured time, scaled where a what-if scales host work; each synchronization takes
-the time its awaited GPU work now needs; GPU activities start when their stream and their launch allow. One pass
+the time its awaited GPU work now needs; GPU activities start when their stream, their launch and what they
+wait for on another stream (an event; the same CUDA graph's work) allow. One pass
 in the order of the trace: a synchronization only awaits work launched before it, and an activity only follows
 activities launched before it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,15 @@ class Scaling:
 
 
 # Records of arrays: compared and printed by identity.
+@dataclass(eq=False, repr=False)
+class Coupled:
+    """A rank's activities tied to other ranks' (couple.py): per activity, its match (-1: none) and the time it
+    takes once the last rank arrived (ns)."""
+
+    match: np.ndarray
+    transfer: np.ndarray
+
+
 @dataclass(eq=False, repr=False)
 class Replay:
     graph: RankGraph
@@ -70,16 +81,33 @@ class _HostClock:
         if len(syncs):
             in_sync = np.searchsorted(syncs.start, mid, side="right") - 1
             rate[(in_sync >= 0) & (mid < syncs.end[np.maximum(in_sync, 0)])] = 1.0
-        self.points = points
-        self.cum = np.concatenate(([float(lo)], float(lo) + np.cumsum(np.diff(points) * rate)))
+        # times relative to lo: float64 holds a few hundred ns too few digits for epoch nanoseconds
+        self.lo = lo
+        self.points = (points - lo).astype(np.float64)
+        self.cum = np.concatenate(([0.0], np.cumsum(np.diff(points) * rate)))
 
     def __call__(self, t: np.ndarray) -> np.ndarray:
-        return np.round(np.interp(t, self.points, self.cum)).astype(np.int64)
+        rel = np.asarray(t, dtype=np.int64) - self.lo
+        return np.round(np.interp(rel, self.points, self.cum)).astype(np.int64) + self.lo
 
 
 def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
     """The graph re-timed (see the module's doc); nothing scaled: the trace as measured, up to what the graph
     cannot explain."""
+    steps = replay_steps(graph, scaling)
+    try:
+        next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("a replay without coupled activities never waits for another rank")
+
+
+def replay_steps(
+    graph: RankGraph, scaling: Scaling | None = None, coupled: Coupled | None = None
+) -> Generator[tuple[int, int], int, Replay]:
+    """The replay of `graph` as a generator: at each activity `coupled` ties to other ranks' (a collective), it
+    yields (the match, the activity's start) and is sent back when the last of the match's ranks arrived (the
+    latest start, in this rank's clock); it returns the Replay. Without `coupled`, it never yields."""
     scaling = scaling or Scaling()
     clock = _HostClock(graph, scaling)
     gpu, syncs = graph.gpu, graph.syncs
@@ -87,6 +115,9 @@ def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
     launch = clock(gpu.launch).tolist()
     factor = scaling.gpu.tolist() if scaling.gpu is not None else None
     latency, gap, prev, dur = gpu.latency.tolist(), gpu.gap.tolist(), gpu.prev.tolist(), gpu.dur.tolist()
+    match = coupled.match.tolist() if coupled is not None else None
+    transfer = coupled.transfer.tolist() if coupled is not None else None
+    after, after_gap = gpu.after.tolist(), gpu.after_gap.tolist()
     start = [0] * n
     end = [0] * n
     prefix_max = [_NEG] * (n + 1)  # the latest end among the first k activities launched
@@ -116,8 +147,16 @@ def replay(graph: RankGraph, scaling: Scaling | None = None) -> Replay:
             p = prev[i]
             if p >= 0 and end[p] + gap[i] > t:
                 t = end[p] + gap[i]
+            a = after[i]
+            if a >= 0 and end[a] + after_gap[i] > t:
+                t = end[a] + after_gap[i]
             start[i] = t
-            d = dur[i] if factor is None else round(dur[i] * factor[i])
+            if match is not None and transfer is not None and match[i] >= 0:
+                # a collective: done once the last rank arrived and the transfer after it took its time
+                last = yield match[i], t
+                d = max(last - t, 0) + (transfer[i] if factor is None else round(transfer[i] * factor[i]))
+            else:
+                d = dur[i] if factor is None else round(dur[i] * factor[i])
             end[i] = t + d
             prefix_max[i + 1] = max(prefix_max[i], t + d)
             i += 1

@@ -7,8 +7,8 @@ What each selects on a rank (docs/analysis.md, "Critical path and what-if"):
 - a phase: the host time in it (steps.assign_phases) and the GPU activities launched in it;
 - `op:REGEX`: the host time inside CPU ops whose name matches (searched) and the GPU activities launched there;
 - `kernel:REGEX`: GPU activities whose name matches (searched);
-- `communication`: communication GPU activities; on a rank without GPU activity, the time of its CPU backend's
-  collective ranges (gloo) on the host timeline;
+- `communication`: communication GPU activities and a CPU backend's collectives (cpu_comm.py): their transfer;
+  the waiting for other ranks follows from their arrivals;
 - `sync`: the synchronizations' time (waiting and own).
 """
 
@@ -97,7 +97,9 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
     scaling = Scaling()
     gpu = graph.gpu
     factor = np.ones(len(gpu))
-    table = graph.data.table
+    assert graph.data is not None, "a graph without its trace cannot be scaled"
+    data = graph.data
+    table = data.table
     for sel in selectors:
         if not sel.applies_to(graph.rank):
             continue
@@ -118,7 +120,7 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
         elif sel.kind == "communication":
             factor[gpu.kind == COMMUNICATION] *= sel.factor
             if not len(gpu):
-                host = communication_intervals(graph.data)
+                host = communication_intervals(data)
         if host is not None and len(host[0]):
             scaling.host.append((host[0], host[1], sel.factor))
             at = np.searchsorted(host[0], gpu.launch, side="right") - 1

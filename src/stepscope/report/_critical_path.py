@@ -1,0 +1,43 @@
+"""The job's critical path as a table (analyze's terminal and report, `stepscope whatif`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepscope.report import model
+
+KIND_LABELS = {
+    "host": "host",
+    "computation": "GPU computation",
+    "communication": "communication",
+    "memory": "GPU copies/fills",
+    "launch": "launch latency",
+    "gap": "gaps between kernels",
+    "sync": "synchronization (own time)",
+}
+
+
+def job_path_table(path: Any) -> model.Table:
+    """The job's critical path (analysis.whatif.path.CriticalPath): per step, where its time went, by rank and
+    kind, longest first."""
+    columns = [
+        model.Column("rank", "int"),
+        model.Column("on the critical path"),
+        model.Column("per step", "ms"),
+        model.Column("share", "pct"),
+    ]
+    rows = [
+        (
+            s.rank,
+            KIND_LABELS.get(s.what, s.what),
+            s.ms,
+            100.0 * s.ms / path.step_ms if path.step_ms else None,
+        )
+        for s in path.segments
+    ]
+    return model.table(
+        "critical_path",
+        columns,
+        rows,
+        title=f"What bounds the step: the critical path across ranks, mean of {path.steps} step(s)",
+    )
