@@ -10,7 +10,8 @@ so a change on one rank reaches the others through the collectives they share.
 Where the ranks' orders of collectives cannot be followed together (a rank waits at one collective while a peer
 waits at another that the first has not reached: orders the trace does not explain, such as collectives on
 different streams in different orders), the earliest-arrived waiting collective is released with the arrivals
-it has; the count is a note.
+it has; the count is a note. A collective a what-if removes (factor 0) on a rank neither waits nor is waited for
+there.
 """
 
 from __future__ import annotations
@@ -84,6 +85,14 @@ def replay_job(
     many collectives had to be released before all their ranks arrived."""
     scalings = scalings or {}
     offsets = coupling.offsets
+    # a collective a what-if removes (factor 0) on a rank neither waits nor is waited for there
+    size = [len(m) for m in coupling.members]
+    for r, scaling in scalings.items():
+        if scaling.gpu is not None and r in coupling.coupled:
+            for m in (
+                coupling.coupled[r].match[(coupling.coupled[r].match >= 0) & (scaling.gpu == 0)].tolist()
+            ):
+                size[m] -= 1
     runs: dict[int, Generator[tuple[int, int], int, Replay]] = {
         r: replay_steps(g, scalings.get(r), coupling.coupled.get(r) if len(coupling) else None)
         for r, g in graphs.items()
@@ -109,7 +118,7 @@ def replay_job(
             at = arrived.setdefault(m, {})
             at[rank] = t
             waiting[rank] = m
-            if len(at) == len(coupling.members[m]):
+            if len(at) >= size[m]:
                 last = max(at.values())
                 for r in arrived.pop(m):
                     del waiting[r]

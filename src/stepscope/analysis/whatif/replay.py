@@ -151,8 +151,9 @@ def replay_steps(
             if a >= 0 and end[a] + after_gap[i] > t:
                 t = end[a] + after_gap[i]
             start[i] = t
-            if match is not None and transfer is not None and match[i] >= 0:
+            if match is not None and transfer is not None and match[i] >= 0 and (factor is None or factor[i]):
                 # a collective: done once the last rank arrived and the transfer after it took its time
+                # (removed, factor 0: it neither waits nor is waited for)
                 last = yield match[i], t
                 d = max(last - t, 0) + (transfer[i] if factor is None else round(transfer[i] * factor[i]))
             else:
