@@ -150,3 +150,18 @@ def test_merge_links_collectives_within_their_group(job: Path, tmp_path: Path) -
     # AND each group's collectives are linked: one arrow per collective its two ranks issued
     assert per_group == {name: count for name, count in issued.items() if count}
     assert doc["stepscopeMerge"]["alignment"]["method"] == "collectives"
+
+
+@pytest.mark.slow
+def test_dimension_rows_of_a_rank_name_its_group(result: dict[str, Any]) -> None:
+    # GIVEN the mesh run: rank 2 waits at the tp all-reduce for rank 3, ranks 0 and 1 at the dp ones
+    # WHEN analysed, THEN each rank's row of a dimension names the ranks of its group of that dimension
+    groups = {"tp": [[0, 1], [2, 3]], "dp": [[0, 2], [1, 3]]}
+    rows = {(r["rank"], d["dim"]): d for r in result["dimensions"]["ranks"] for d in r["dims"]}
+    for (rank, dim), row in rows.items():
+        (members,) = [g for g in groups[dim] if rank in g]
+        assert row["ranks"] == members
+        # AND the member where that dimension is most exposed
+        peer = max(members, key=lambda r: (rows[(r, dim)]["exposed_ms_per_step"], -r))
+        assert row["most_exposed_rank"] == peer
+    assert rows[(3, "tp")]["most_exposed_rank"] == 2
