@@ -165,3 +165,22 @@ def test_dimension_rows_of_a_rank_name_its_group(result: dict[str, Any]) -> None
         peer = max(members, key=lambda r: (rows[(r, dim)]["exposed_ms_per_step"], -r))
         assert row["most_exposed_rank"] == peer
     assert rows[(3, "tp")]["most_exposed_rank"] == 2
+
+
+@pytest.mark.slow
+def test_terminal_and_report_show_the_stragglers_by_group(
+    job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the mesh run
+    folder = run_dir(job)
+    # WHEN analysed on the terminal and reported
+    assert main(["analyze", str(folder)]) == 0
+    out = capsys.readouterr().out
+    page = tmp_path / "report.html"
+    assert main(["report", str(folder), "-o", str(page)]) == 0
+    html = page.read_text()
+    # THEN both show the table of stragglers by process group: rank 3 in tp {2, 3}
+    assert "Stragglers by process group" in out and "Stragglers by process group" in html
+    row = next(line for line in out.splitlines() if line.startswith("tp {2, 3}"))
+    assert row.split("│")[1].strip() == "3"
+    assert 'id="stragglers"' in html and '<td class="txt">tp {2, 3}</td>' in html

@@ -127,7 +127,9 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         else:
             yield "straggler: none (no rank keeps the others waiting)"
         if any(g.group is not None for g in result.stragglers):
-            yield fit_table(stragglers_table(result.stragglers, title="Stragglers by process group"))
+            stragglers = stragglers_table(result.stragglers, title="Stragglers by process group")
+            yield fit_table(stragglers)
+            yield f"[dim]{markup_safe(stragglers.caption)}[/dim]"
         yield Text("")
     yield "[bold]Findings[/bold]" if result.findings else "[bold]Findings[/bold]: none"
     for f in result.findings:

@@ -182,6 +182,9 @@ def stragglers_table(stragglers: Sequence[GroupStraggler], *, title: str = "") -
             ]
             for g in stragglers
         ),
+        caption="Stragglers by process group: in each group, the rank its other members wait for (wait / step: "
+        "theirs, averaged over them); its own cause, or the rank it waits for itself in another group (its "
+        "lateness passed on).",
         title=title,
     )
 
