@@ -10,7 +10,8 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   numbers of instances, or different kinds at one position, is left unmatched and counted.
 - **Clocks.** Every rank of a collective leaves it at nearly the same moment, so the offset of a rank's clock
   against the reference rank (the lowest) is the median of (its end - the reference's end) over the instances
-  they share; ranks that share none with the reference are reached through a rank that does. Without any
+  they share; ranks that share none with the reference are reached through ranks that do, in any group (the
+  end of an aligned rank's instance plus that rank's offset). Without any
   match the raw clocks are used, with a notice. Matches whose ends still lie far apart after alignment
   (median beyond MATCH_MAX_SPREAD_MS and MATCH_MAX_SPREAD_SHARE of the median duration) are not the same
   collectives: they are all dropped, with a notice.
@@ -23,8 +24,9 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   from its arrival until the last rank arrives (at most its whole duration); the rest is transfer. A rank's
   collective time and waiting are unions in time (DDP's buckets run concurrently on gloo's threads: two
   60 ms waits at once are 60 ms of waiting), inside its steps, so neither exceeds the step.
-- **Straggler.** The rank the others wait for, from the waits at the instances it arrives last at
-  (straggler.py).
+- **Straggler.** Per process group, the rank the group's other members wait for, from their waits at the
+  group's instances it arrives last at, and whether its lateness is its own or passed on from another group;
+  the job's straggler is the largest of those whose lateness is their own (straggler.py).
 """
 
 from __future__ import annotations
