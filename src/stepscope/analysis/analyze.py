@@ -19,7 +19,7 @@ from stepscope.analysis.findings.expert import ep_findings
 from stepscope.analysis.findings.fsdp import fsdp_findings
 from stepscope.analysis.findings.groups import group_across_ranks
 from stepscope.analysis.findings.pipeline import pipeline_findings
-from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_finding
+from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_findings
 from stepscope.analysis.rank.breakdown import (
     KernelTypes,
     Temporal,
@@ -50,7 +50,7 @@ from stepscope.analysis.rank.tensor import Tensor, TensorRank, tensor_rank
 from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
-from stepscope.analysis.ranks.straggler import Straggler
+from stepscope.analysis.ranks.straggler import GroupStraggler, Straggler
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
@@ -114,6 +114,7 @@ class AnalysisResult(msgspec.Struct):
     pipeline: Pipeline | None = None  # pipeline stages, micro-batches, bubbles; null: none recognised
     # what bounds the job's step, across ranks (whatif/path.py); null: no step to replay
     critical_path: CriticalPath | None = None
+    stragglers: list[GroupStraggler] = []  # per process group, the rank its other members wait for
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -233,9 +234,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         )
         findings.extend(ep_findings(expert_parts, summaries, expert.imbalance))
     tensor_ranks = [p.tensor for p in parts if p.tensor is not None]
-    slow = straggler_finding(dist.straggler)
-    if slow is not None:
-        findings.append(slow)
+    findings.extend(straggler_findings(dist.stragglers))
     pipe_parts = {p.analysis.rank: p.pipeline for p in parts}
     pipeline = pipeline_analysis(pipe_parts)
     # (one finding for the whole pipeline, naming its stages' ranks: not grouped)
@@ -246,7 +245,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         critical_path=_critical_path(parts),
         dimensions=dimensions(instances, summaries),
         expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
-        fsdp=combine_fsdp([p.fsdp for p in parts]), pipeline=pipeline,
+        fsdp=combine_fsdp([p.fsdp for p in parts]), pipeline=pipeline, stragglers=dist.stragglers,
     )  # fmt: skip
 
 

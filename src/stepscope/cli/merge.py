@@ -31,6 +31,7 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
     from stepscope.analysis.rank.kernels import compile_patterns
     from stepscope.analysis.ranks.merge import merge_traces
     from stepscope.analysis.ranks.merge_select import alignment_table
+    from stepscope.analysis.run.folder import recorded_groups
     from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._output import output_target
 
@@ -44,7 +45,8 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
     patterns = resolve_patterns(path, comm_patterns)
     # the events alignment needs, found by streaming each file: memory does not grow with the events
     table = alignment_table(path, step=step, patterns=compile_patterns(patterns))
-    info = merge_traces(table, output, comm_patterns=patterns)
+    known = recorded_groups(path) if path.is_dir() else None  # (a run folder's record of its process groups)
+    info = merge_traces(table, output, comm_patterns=patterns, known_groups=known)
     for notice in table.notices:
         click.echo(f"note: {plain(notice)}", err=True)
     a = info.alignment

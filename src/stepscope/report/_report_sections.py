@@ -23,6 +23,7 @@ from stepscope.report.tables import (
     kernel_table,
     op_table,
     rank_steps_table,
+    stragglers_table,
 )
 from stepscope.units import fmt_bytes, fmt_ms, fmt_pct, fmt_us
 
@@ -324,6 +325,8 @@ def _ranks(data: ReportData, pc: Charts) -> Section:
         )
     else:
         s.paragraphs.append("No straggler stands out.")
+    if any(g.group is not None for g in result.stragglers):
+        s.tables.append(stragglers_table(result.stragglers, title="Stragglers by process group"))
     return s
 
 

@@ -23,6 +23,7 @@ from stepscope.report.tables import (
     dimensions_table,
     gpu_time_split_table,
     rank_steps_table,
+    stragglers_table,
 )
 from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, plain
 from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
@@ -143,6 +144,10 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
             )
         else:
             yield "straggler: none (no rank keeps the others waiting)"
+        if any(g.group is not None for g in result.stragglers):
+            stragglers = stragglers_table(result.stragglers, title="Stragglers by process group")
+            yield fit_table(stragglers)
+            yield f"[dim]{markup_safe(stragglers.caption)}[/dim]"
         yield Text("")
     yield "[bold]Findings[/bold]" if result.findings else "[bold]Findings[/bold]: none"
     for f in result.findings:

@@ -97,6 +97,13 @@ COLLECTIVES_PER_STEP = Column("collectives / step", "us")
 WAITING_PER_STEP = Column("waiting / step", "us")
 ARRIVED_LAST = Column("arrived last", "int")
 
+# stragglers by process group
+PROCESS_GROUP = Column("group")
+STRAGGLER_RANK = Column("straggler", "int")
+OTHERS_WAIT_MS = Column("wait / step", "ms")
+LAST_IN = Column("last in")
+WHY = Column("cause, or waits for")
+
 # pipeline stages
 STAGE = Column("stage")
 PREV_RANK = Column("from")  # the rank a stage receives activations from

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.rank.summary import RankSummary
     from stepscope.analysis.ranks.dimensions import Dimensions
     from stepscope.analysis.ranks.distributed import CrossRank
+    from stepscope.analysis.ranks.straggler import GroupStraggler
 
 
 def kernel_table(ranks: Sequence[RankSummary], *, top: int, title: str = "") -> Table:
@@ -148,6 +149,42 @@ def rank_steps_table(cross: CrossRank, *, title: str = "") -> Table:
             [rc.rank, rc.steps, rc.step_us, rc.comm_us, rc.comm_wait_us, rc.last_arrivals]
             for rc in cross.ranks
         ),
+        title=title,
+    )
+
+
+def stragglers_table(stragglers: Sequence[GroupStraggler], *, title: str = "") -> Table:
+    """Per process group ("tp {2, 3}"), the rank its other members wait for, how long per step, and its own
+    cause or the rank it waits for itself in another group."""
+
+    def label(group: str | None, dim: str | None, ranks: list[int]) -> str:
+        return f"{dim or group or 'unknown'} {{{', '.join(map(str, ranks))}}}"
+
+    def why(g: GroupStraggler) -> str:
+        if g.waits_for is not None:
+            w = g.waits_for
+            return f"rank {w.rank} in {label(w.group, w.dim, w.ranks)}"
+        if g.cause is None:
+            return ""
+        return f"{g.cause.name or g.cause.phase.replace('_', ' ')} +{g.cause.excess_ms_per_step:.1f} ms"
+
+    return table(
+        "stragglers",
+        [col.PROCESS_GROUP, col.STRAGGLER_RANK, col.OTHERS_WAIT_MS, col.PCT_OF_STEP, col.LAST_IN, col.WHY],
+        (
+            [
+                label(g.group, g.dim, g.ranks),
+                g.rank,
+                g.delay_ms_per_step,
+                g.delay_pct,
+                f"{g.last_in_steps}/{g.steps}",
+                why(g),
+            ]
+            for g in stragglers
+        ),
+        caption="Stragglers by process group: in each group, the rank its other members wait for (wait / step: "
+        "theirs, averaged over them); its own cause, or the rank it waits for itself in another group (its "
+        "lateness passed on).",
         title=title,
     )
 

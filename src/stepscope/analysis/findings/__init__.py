@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.findings.pricing import Evidence, Finding
     from stepscope.analysis.findings.registry import all_rules, section_of
     from stepscope.analysis.findings.rule import Rule
-    from stepscope.analysis.findings.rules import rank_by_cost, rank_findings, straggler_finding
+    from stepscope.analysis.findings.rules import group_label, rank_by_cost, rank_findings, straggler_findings
 
 _EXPORTS = {
     "Finding": "pricing",
@@ -27,7 +27,8 @@ _EXPORTS = {
     "section_of": "registry",
     "rank_findings": "rules",
     "rank_by_cost": "rules",
-    "straggler_finding": "rules",
+    "straggler_findings": "rules",
+    "group_label": "rules",
     "comm_findings": "comm",
     "group_across_ranks": "groups",
     "pipeline_findings": "pipeline",
@@ -40,11 +41,12 @@ __all__ = [
     "all_rules",
     "comm_findings",
     "group_across_ranks",
+    "group_label",
     "pipeline_findings",
     "rank_by_cost",
     "rank_findings",
     "section_of",
-    "straggler_finding",
+    "straggler_findings",
 ]
 
 

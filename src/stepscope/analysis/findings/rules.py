@@ -42,7 +42,7 @@ from stepscope.analysis.rank import host
 from stepscope.analysis.rank.breakdown import Temporal
 from stepscope.analysis.rank.overlap import CommOverlap
 from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.ranks.distributed import Straggler
+from stepscope.analysis.ranks.straggler import GroupStraggler
 from stepscope.units import fmt_ms
 
 __all__ = [
@@ -51,10 +51,11 @@ __all__ = [
     "SEVERITY_PCT",
     "Evidence",
     "Finding",
+    "group_label",
     "rank_by_cost",
     "rank_findings",
     "severity_of",
-    "straggler_finding",
+    "straggler_findings",
 ]
 
 STRAGGLER = Rule("straggler", "ranks", "the time the other ranks wait for the slowest")
@@ -108,11 +109,33 @@ def rank_by_cost(findings: list[Finding]) -> list[Finding]:
     )
 
 
-def straggler_finding(straggler: Straggler | None) -> Finding | None:
-    """The rank the others wait for (distributed.py decides whether there is one), with its own cause."""
-    if straggler is None:
-        return None
-    cause = straggler.cause
+def straggler_findings(stragglers: list[GroupStraggler]) -> list[Finding]:
+    """One finding per rank whose own lateness holds a process group back (straggler.py decides which stand
+    out), naming its groups and the ranks that pass its lateness on to their other groups (directly or
+    through others: `root_rank`)."""
+    own: dict[int, list[GroupStraggler]] = {}
+    for g in stragglers:  # (largest delay first)
+        if g.waits_for is None:
+            own.setdefault(g.rank, []).append(g)
+    return [
+        _straggler_finding(held, [g for g in stragglers if g.waits_for and g.root_rank == rank])
+        for rank, held in own.items()
+    ]
+
+
+def group_label(group: str | None, dim: str | None, ranks: list[int]) -> str:
+    """A process group as the findings and the report name it: "tp group {2, 3}"."""
+    members = "{" + ", ".join(map(str, ranks)) + "}"
+    if group is None:
+        return f"process group (unknown: the traces name none; ranks {members})"
+    return f"{dim} group {members}" if dim else f"process group {group} {members}"
+
+
+def _straggler_finding(held: list[GroupStraggler], passed: list[GroupStraggler]) -> Finding:
+    """The finding of one rank: `held`, the groups it holds back, largest delay first; `passed`, the groups
+    in which a rank that waits for it arrives last in turn."""
+    top = held[0]
+    cause = top.cause
     why = ""
     if cause is not None:
         what = {"data_loader": "data loading", "op": f"`{cause.name}`"}.get(cause.phase, cause.phase)
@@ -132,25 +155,51 @@ def straggler_finding(straggler: Straggler | None) -> Finding | None:
         "backward": "balance the work of the backward pass",
         "optimizer": "balance the optimizer's work (sharded state, uneven parameter groups)",
     }.get(cause.phase if cause else "", "find what that rank does differently (host, data, work)")
-    share = straggler.delay_pct
+    share = top.delay_pct
+    also = "".join(
+        f"; it holds its {group_label(g.group, g.dim, g.ranks)} back {fmt_ms(g.delay_ms_per_step)} per step"
+        for g in held[1:]
+    )
+    on = "".join(
+        f"; rank {g.rank}, which waits for it{_through(g, top.rank)}, then arrives last in its {group_label(g.group, g.dim, g.ranks)} "
+        f"and holds it back {fmt_ms(g.delay_ms_per_step)} per step"
+        for g in passed
+    )
     return Finding(
         STRAGGLER.id,
         severity_of(share) or "low",
-        straggler.rank,
-        f"Rank {straggler.rank} arrives last at the collectives and holds the other ranks back "
-        f"{fmt_ms(straggler.delay_ms_per_step)} per step ({fmt_p(share)} of the step){why}; {action}.",
+        top.rank,
+        f"Rank {top.rank} holds its {group_label(top.group, top.dim, top.ranks)} back: it arrives last at the "
+        f"group's collectives and the other ranks of it wait {fmt_ms(top.delay_ms_per_step)} per step "
+        f"({fmt_p(share)} of the step){why}{also}{on}; {action}.",
         {
-            "last_in_steps": straggler.last_in_steps,
-            "steps": straggler.steps,
+            "group": top.group,
+            "dim": top.dim,
+            "group_ranks": ", ".join(map(str, top.ranks)),
+            "last_in_steps": top.last_in_steps,
+            "steps": top.steps,
             "cause": cause.phase if cause else None,
             "cause_name": cause.name if cause else None,
             "cause_rank_ms_per_step": cause.rank_ms_per_step if cause else None,
             "cause_others_ms_per_step": cause.others_ms_per_step if cause else None,
-            "arithmetic": f"the other ranks wait for it {straggler.delay_ms_per_step:.3f} ms per step (each "
-            "one's waits at the collectives it arrives last at, a union in time, averaged over those ranks and "
-            f"{straggler.steps} matched steps); {share:.1f}% of their mean step",
+            "groups": "; ".join(_held_evidence(g) for g in held),
+            "passed_on": "; ".join(_held_evidence(g) for g in passed) or None,
+            "arithmetic": f"the other ranks of its {group_label(top.group, top.dim, top.ranks)} wait for it "
+            f"{top.delay_ms_per_step:.3f} ms per step (each one's waits at the group's collectives it arrives "
+            f"last at, a union in time, averaged over those ranks and {top.steps} matched steps); {share:.1f}% "
+            "of their mean step",
         },
-        cost_ms_per_step=round(straggler.delay_ms_per_step, 3),
+        cost_ms_per_step=round(top.delay_ms_per_step, 3),
         pct_of_step=round(share, 2),
         action=action,
     )
+
+
+def _through(g: GroupStraggler, root: int) -> str:
+    w = g.waits_for
+    return f" (through rank {w.rank})" if w is not None and w.rank != root else ""
+
+
+def _held_evidence(g: GroupStraggler) -> str:
+    """ "rank 3 holds tp group {2, 3} 38.062 ms per step"."""
+    return f"rank {g.rank} holds {group_label(g.group, g.dim, g.ranks)} {g.delay_ms_per_step:.3f} ms per step"

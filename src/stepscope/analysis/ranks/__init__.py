@@ -15,10 +15,12 @@ if TYPE_CHECKING:
     from stepscope.analysis.ranks.merge import merge_traces
     from stepscope.analysis.ranks.merge_select import alignment_table
     from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis
+    from stepscope.analysis.ranks.straggler import GroupStraggler
 
 _EXPORTS = {
     "cross_rank_analysis": "distributed",
     "Straggler": "distributed",
+    "GroupStraggler": "straggler",
     "merge_traces": "merge",
     "alignment_table": "merge_select",
     "Pipeline": "pipeline",
@@ -26,6 +28,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "GroupStraggler",
     "Pipeline",
     "Straggler",
     "alignment_table",

@@ -6,7 +6,8 @@ else the group's description (default_pg, the job's own), else "unknown". Per ra
 union in time of its instances inside the analysed steps (concurrent collectives count once), divided by the
 steps; its exposed time is the part of that union the rank's exposed communication covers
 (collectives.exposed_communication: communication that no other activity of the rank overlaps). The job's row
-of a dimension is the mean over the ranks that have it, with the rank that exposes it most.
+of a dimension is the mean over the ranks that have it, with the rank that exposes it most; a rank's row names
+the ranks of its groups of that dimension and, of those analysed, the one that exposes it most.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ class DimensionStats(msgspec.Struct):
     exposed_ms_per_step: float | None  # of it, exposed; null: untimed or the rank's exposure unknown
     exposed_pct: float | None  # exposed share of its time
     step_pct: float | None  # its time, share of the mean step
-    ranks: list[int] = []  # job rows: the ranks that have the dimension
-    most_exposed_rank: int | None = None  # job rows: the rank where it is most exposed
+    # job rows: the ranks that have the dimension; a rank's rows: the ranks of its groups of the dimension (its
+    # peers and itself; empty where no group's ranks are known)
+    ranks: list[int] = []
+    # of those ranks, the analysed one where the dimension is most exposed (its exposed time per step)
+    most_exposed_rank: int | None = None
 
 
 class RankDimensions(msgspec.Struct):
@@ -88,6 +92,7 @@ def rank_dimensions(inst: Instances, digest: RankDigest) -> RankDimensions:
                 exposed_ms_per_step=exposed_ms,
                 exposed_pct=exposed_pct,
                 step_pct=step_pct,
+                ranks=sorted({r for i in idx if (g := inst.group_ranks[i]) is not None for r in g}),
             )
         )
     return RankDimensions(inst.rank, n, _ordered(rows))
@@ -105,9 +110,6 @@ def job_dimensions(per_rank: list[RankDimensions]) -> list[DimensionStats]:
         sizes = [s.bytes for s in stats]
         time = _mean([s.time_ms_per_step for s in stats])
         exposed = _mean([s.exposed_ms_per_step for s in stats])
-        exposed_by_rank = [
-            (s.exposed_ms_per_step, r) for r, s in of_ranks if s.exposed_ms_per_step is not None
-        ]
         rows.append(
             DimensionStats(
                 dim=dim,
@@ -120,9 +122,7 @@ def job_dimensions(per_rank: list[RankDimensions]) -> list[DimensionStats]:
                 exposed_pct=round(100.0 * exposed / time, 2) if time and exposed is not None else None,
                 step_pct=_mean([s.step_pct for s in stats], 2),
                 ranks=[r for r, _ in of_ranks],
-                most_exposed_rank=max(exposed_by_rank, key=lambda e: (e[0], -e[1]))[1]
-                if exposed_by_rank
-                else None,
+                most_exposed_rank=_most_exposed([(s.exposed_ms_per_step, r) for r, s in of_ranks]),
             )
         )
     return _ordered(rows)
@@ -133,7 +133,17 @@ def dimensions(instances: dict[int, Instances], digests: dict[int, RankDigest]) 
     per_rank = [rank_dimensions(instances[r], digests[r]) for r in sorted(instances) if len(instances[r])]
     if not per_rank:
         return None
+    exposed = {(r.rank, d.dim): d.exposed_ms_per_step for r in per_rank for d in r.dims}
+    for r in per_rank:
+        for d in r.dims:
+            d.most_exposed_rank = _most_exposed([(exposed.get((peer, d.dim)), peer) for peer in d.ranks])
     return Dimensions(per_rank, job_dimensions(per_rank))
+
+
+def _most_exposed(by_rank: list[tuple[float | None, int]]) -> int | None:
+    """The rank of the largest exposed time (the lowest rank of a tie); None when none is known."""
+    known = [(e, r) for e, r in by_rank if e is not None]
+    return max(known, key=lambda e: (e[0], -e[1]))[1] if known else None
 
 
 def _mean(values: list[float | None], digits: int = 6) -> float | None:

@@ -10,7 +10,8 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   numbers of instances, or different kinds at one position, is left unmatched and counted.
 - **Clocks.** Every rank of a collective leaves it at nearly the same moment, so the offset of a rank's clock
   against the reference rank (the lowest) is the median of (its end - the reference's end) over the instances
-  they share; ranks that share none with the reference are reached through a rank that does. Without any
+  they share; ranks that share none with the reference are reached through ranks that do, in any group (the
+  end of an aligned rank's instance plus that rank's offset). Without any
   match the raw clocks are used, with a notice. Matches whose ends still lie far apart after alignment
   (median beyond MATCH_MAX_SPREAD_MS and MATCH_MAX_SPREAD_SHARE of the median duration) are not the same
   collectives: they are all dropped, with a notice.
@@ -23,13 +24,14 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   from its arrival until the last rank arrives (at most its whole duration); the rest is transfer. A rank's
   collective time and waiting are unions in time (DDP's buckets run concurrently on gloo's threads: two
   60 ms waits at once are 60 ms of waiting), inside its steps, so neither exceeds the step.
-- **Straggler.** The rank the others wait for, from the waits at the instances it arrives last at
-  (straggler.py).
+- **Straggler.** Per process group, the rank the group's other members wait for, from their waits at the
+  group's instances it arrives last at, and whether its lateness is its own or passed on from another group;
+  the job's straggler is the largest of those whose lateness is their own (straggler.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -46,7 +48,14 @@ from stepscope.analysis.rank.exposed import communication_category, exposed_comm
 from stepscope.analysis.rank.prepare import RankData, RankDigest
 from stepscope.analysis.rank.steps import STEP_RE, StepRow, pct
 from stepscope.analysis.rank.summary import CPU_OP_CATEGORIES, self_times
-from stepscope.analysis.ranks.straggler import Straggler, find_straggler, straggler_delays
+from stepscope.analysis.ranks.straggler import (
+    GroupKey,
+    GroupStraggler,
+    Held,
+    Straggler,
+    group_stragglers,
+    job_straggler,
+)
 from stepscope.analysis.stats import median, quantile
 
 # Matched instances must end together after alignment: median spread within this many ms, or this share of
@@ -111,6 +120,7 @@ class Matching:
     index: list[np.ndarray]
     step: list[int]
     unmatched: int
+    group: list[str] = field(default_factory=list)  # per match, its process group's name ("" unknown)
 
 
 @dataclass(eq=False, repr=False)
@@ -124,6 +134,7 @@ class Distributed:
     straggler: Straggler | None
     notices: list[str]
     match: Matching
+    stragglers: list[GroupStraggler] = field(default_factory=list)  # per process group
 
 
 def match_instances(
@@ -141,7 +152,7 @@ def match_instances(
             if ok[i] and inst.kind[i] not in P2P_KINDS:
                 cells.setdefault((inst.group[i], int(number[at[i]])), {}).setdefault(rank, []).append(i)
     match = Matching([], [], [], 0)
-    for (_, step), by_rank in sorted(cells.items(), key=lambda c: (c[0][1], c[0][0])):
+    for (group, step), by_rank in sorted(cells.items(), key=lambda c: (c[0][1], c[0][0])):
         if len(by_rank) < 2:
             continue
         lists = list(by_rank.values())
@@ -157,6 +168,7 @@ def match_instances(
             match.ranks.append(ranks)
             match.index.append(np.array([v[k] for v in lists], dtype=np.int64))
             match.step.append(step)
+            match.group.append(group)
     return match
 
 
@@ -183,10 +195,11 @@ def clock_offsets(instances: dict[int, Instances], match: Matching) -> tuple[dic
                 known = next((r for r in where if r in offsets), None)
                 if known is None:
                     continue
+                # aligned ends agree: end_rank - offset_rank = end_known - offset_known
                 diffs.append(
                     int(instances[rank].end[where[rank]])
                     - int(instances[known].end[where[known]])
-                    - offsets[known]
+                    + offsets[known]
                 )
             if diffs:
                 offsets[rank] = int(median(diffs))
@@ -220,7 +233,7 @@ def cross_rank_analysis(
             "alignment): they are not the same collectives (process groups the traces do not name?); raw "
             "clocks, no waiting or straggler"
         )
-        match = Matching([], [], [], match.unmatched + len(match.ranks))
+        match = Matching([], [], [], match.unmatched + len(match.ranks), [])
         offsets = {r: 0 for r in offsets}
         support = {r: 0 for r in support}
     if not match.ranks and not trusted:
@@ -251,10 +264,10 @@ def cross_rank_analysis(
             "whose ranks issued different collectives in a step)"
         )
     last_count = {r: 0 for r in ranks}
-    # (the rank last in, step) -> each other rank's waits, aligned, at the instances it was last in
-    held: dict[tuple[int, int], dict[int, list[tuple[int, int]]]] = {}
+    # per group: (the rank last in, step) -> each other rank's waits, aligned, at the instances it was last in
+    held: dict[str, Held] = {}
     spreads = []
-    for rs, ix, step in zip(match.ranks, match.index, match.step, strict=True):
+    for rs, ix, step, group in zip(match.ranks, match.index, match.step, match.group, strict=True):
         rlist = rs.tolist()
         off = np.array([offsets[r] for r in rlist], dtype=np.int64)
         start = np.array([instances[r].start[i] for r, i in zip(rlist, ix.tolist(), strict=True)]) - off
@@ -267,7 +280,7 @@ def cross_rank_analysis(
         latest_at = int(np.argmax(start))
         latest = rlist[latest_at]
         last_count[latest] += 1
-        others = held.setdefault((latest, step), {})
+        others = held.setdefault(group, {}).setdefault((latest, step), {})
         for k, (r, w) in enumerate(zip(rlist, waits.tolist(), strict=True)):
             if k != latest_at:
                 others.setdefault(r, []).append((int(start[k]), int(start[k]) + w))
@@ -285,9 +298,32 @@ def cross_rank_analysis(
     busy_ms = {  # each rank's step less its waiting: the straggler's cause when no region or op is
         s.rank: (s.step_us - (s.comm_wait_us or 0.0)) / 1e3 for s in cross.ranks if s.step_us is not None
     }
-    delays = straggler_delays(held, ranks)
-    straggler = find_straggler(data, step_rows, delays, sorted(set(match.step)), busy_ms)
-    return Distributed(alignment, offsets, wait_ns, cross, straggler, notices, match)
+    groups, group_steps = _matched_groups(instances, match)
+    stragglers = group_stragglers(data, step_rows, held, groups, group_steps, busy_ms)
+    return Distributed(
+        alignment, offsets, wait_ns, cross, job_straggler(stragglers), notices, match, stragglers
+    )
+
+
+def _matched_groups(
+    instances: dict[int, Instances], match: Matching
+) -> tuple[dict[str, GroupKey], dict[str, list[int]]]:
+    """Per group name with matched instances: what is known of it (from its first matched instance; its ranks,
+    else the ranks matched) and its matched steps, sorted."""
+    groups: dict[str, GroupKey] = {}
+    matched: dict[str, set[int]] = {}
+    steps: dict[str, set[int]] = {}
+    for rs, ix, step, group in zip(match.ranks, match.index, match.step, match.group, strict=True):
+        matched.setdefault(group, set()).update(rs.tolist())
+        steps.setdefault(group, set()).add(step)
+        if group not in groups:
+            inst, i = instances[int(rs[0])], int(ix[0])
+            known = inst.group_ranks[i]
+            groups[group] = GroupKey(group, inst.dim[i], tuple(known) if known else (), inst.group_source[i])
+    for group, key in groups.items():
+        if not key.ranks:
+            groups[group] = GroupKey(key.group, key.dim, tuple(sorted(matched[group])), key.group_source)
+    return groups, {g: sorted(s) for g, s in steps.items()}
 
 
 def _ends_agree(

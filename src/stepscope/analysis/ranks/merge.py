@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from stepscope.analysis.rank.collectives import Instances, rank_instances
+from stepscope.analysis.rank.groups import KnownGroups
 from stepscope.analysis.rank.kernels import compile_patterns
 from stepscope.analysis.rank.prepare import prepare_rank
 from stepscope.analysis.ranks.distributed import ClockAlignment, Matching, cross_rank_analysis, summarize_rank
@@ -62,10 +63,13 @@ def merge_traces(
     *,
     comm_patterns: Sequence[str] = (),
     progress: Callable[[int, int], None] | None = None,
+    known_groups: KnownGroups | None = None,
 ) -> MergeInfo:
     """Write the merged trace of every rank of `table` (loaded from files) to `out` (.json or .json.gz).
 
-    `out` must be a regular file or not exist yet, in an existing folder; InputError otherwise."""
+    `out` must be a regular file or not exist yet, in an existing folder; InputError otherwise. `known_groups`:
+    a run folder's record of the process groups (run.folder.recorded_groups), by which collectives are matched
+    (and linked) within their group only, as `analyze` does."""
     ranks = table.rank_ids()
     for rank in ranks:
         if table.ranks[rank].merge_header is not None:
@@ -74,7 +78,7 @@ def merge_traces(
     out = _output_path(out)
     patterns = compile_patterns(comm_patterns)
     prepared = {r: prepare_rank(table, r, comm_patterns=patterns) for r in ranks}
-    instances = {r: rank_instances(d, table.ranks[r].world_size) for r, d in prepared.items()}
+    instances = {r: rank_instances(d, table.ranks[r].world_size, known_groups) for r, d in prepared.items()}
     summaries = {r: summarize_rank(d, ops=False) for r, d in prepared.items()}
     dist = cross_rank_analysis(summaries, instances, {r: [] for r in ranks})
     match = dist.match

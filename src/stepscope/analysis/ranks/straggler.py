@@ -9,6 +9,13 @@ STRAGGLER_MIN_LAST_SHARE of the steps. Its cause is the phase of its own step (d
 optimizer) longer than on the other ranks by at least CAUSE_MIN_SHARE of the delay, else the op whose self time
 is, else the time outside annotated regions and ops (its step less its waiting, against the others').
 The matching and the waits themselves are distributed.py's.
+
+Per process group: the same rules over the instances of one group, the delay averaged over that group's other
+members (ranks that never share one of its collectives do not dilute it). A group's straggler whose own waiting
+in the other groups (at the instances where another rank arrives last) is at least CAUSE_MIN_SHARE of the delay
+it causes passes that lateness on: `waits_for` names the rank it waits for most, and its group, and only the
+stragglers whose lateness is their own are findings. The job's straggler is the one of those with the largest
+delay.
 """
 
 from __future__ import annotations
@@ -52,9 +59,123 @@ class Straggler(msgspec.Struct):
     cause: StragglerCause | None
 
 
-def straggler_delays(
-    held: dict[tuple[int, int], dict[int, list[tuple[int, int]]]], ranks: list[int]
-) -> dict[int, dict[int, float]]:
+class PassedOn(msgspec.Struct):
+    """The rank a group's straggler itself waits for in another group, where most of its lateness comes from."""
+
+    rank: int
+    group: str | None  # that group's name (null: unknown)
+    dim: str | None
+    ranks: list[int]  # that group's ranks
+    wait_ms_per_step: float  # the straggler's waiting for that rank there, a union, per step
+
+
+class GroupStraggler(msgspec.Struct):
+    """The rank the other members of one process group wait for (`analyze --json`'s `stragglers`)."""
+
+    group: str | None  # process-group name; null: unknown (the traces name none)
+    dim: str | None  # its mesh dimension, else its description, else null
+    ranks: list[int]  # its ranks where known, else the ranks whose instances of it were matched
+    group_source: str  # how the group is known (rank/groups.py's GROUP_SOURCES)
+    rank: int
+    delay_ms_per_step: float  # mean over the group's matched steps of the time its other members wait for it
+    delay_pct: float  # of the mean step time
+    last_in_steps: int
+    steps: int  # the group's matched steps
+    cause: StragglerCause | None  # null when its lateness is passed on (waits_for)
+    waits_for: PassedOn | None = None  # its lateness is another rank's, waited for in another group
+    root_rank: int | None = None  # the rank whose own lateness it is, following waits_for (itself when own)
+
+
+class GroupKey(msgspec.Struct, frozen=True):
+    """What the cross-rank pass knows of a group whose instances it matched."""
+
+    group: str  # "" unknown
+    dim: str | None
+    ranks: tuple[int, ...]
+    group_source: str
+
+
+# (the rank last in, step) -> each other rank's waits, aligned, at the instances it was last in
+Held = dict[tuple[int, int], dict[int, list[tuple[int, int]]]]
+
+
+def group_stragglers(
+    data: dict[int, RankDigest],
+    step_rows: dict[int, list[StepRow]],
+    held: dict[str, Held],
+    groups: dict[str, GroupKey],
+    steps: dict[str, list[int]],
+    busy_ms: dict[int, float],
+) -> list[GroupStraggler]:
+    """The straggler of each process group where one stands out (see the module doc), largest delay first.
+    `held`, `groups`, `steps`: per group name, the waits, what is known of it and its matched steps (sorted)."""
+    found: list[GroupStraggler] = []
+    for name, key in groups.items():
+        members = sorted((set(key.ranks) & set(data)) | {latest for latest, _ in held[name]})
+        one = find_straggler(data, step_rows, straggler_delays(held[name], members), steps[name], busy_ms)
+        if one is None:
+            continue
+        passed = _passed_on(one.rank, name, held, groups, len(steps[name]))
+        if passed is not None and passed.wait_ms_per_step < CAUSE_MIN_SHARE * one.delay_ms_per_step:
+            passed = None
+        found.append(
+            GroupStraggler(
+                group=name or None, dim=key.dim, ranks=list(key.ranks), group_source=key.group_source,
+                rank=one.rank, delay_ms_per_step=one.delay_ms_per_step, delay_pct=one.delay_pct,
+                last_in_steps=one.last_in_steps, steps=one.steps,
+                cause=one.cause if passed is None else None, waits_for=passed,
+            )
+        )  # fmt: skip
+    by_group = {(g.rank, g.group): g for g in found}
+    for g in found:
+        at, hops = g, 0
+        while at.waits_for is not None and hops <= len(found):
+            w = at.waits_for
+            nxt = by_group.get((w.rank, w.group))
+            if nxt is None:  # (the rank it waits for does not stand out in that group: the lateness is its)
+                g.root_rank = w.rank
+                break
+            at, hops = nxt, hops + 1
+        else:
+            g.root_rank = at.rank if at.waits_for is None else None
+    return sorted(found, key=lambda g: (-g.delay_ms_per_step, g.rank, g.group or ""))
+
+
+def _passed_on(
+    rank: int, group: str, held: dict[str, Held], groups: dict[str, GroupKey], steps: int
+) -> PassedOn | None:
+    """The rank `rank` waits for most in the groups other than `group` (a union of its waits there), per step."""
+    best: tuple[float, int, str] | None = None
+    for name, by_latest in held.items():
+        if name == group:
+            continue
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for (latest, _), others in by_latest.items():
+            spans.setdefault(latest, []).extend(others.get(rank, []))
+        for latest, waits in spans.items():
+            if not waits:
+                continue
+            bounds = np.array(waits, dtype=np.int64)
+            ns = float(iv.length(iv.merge(bounds[:, 0], bounds[:, 1])))
+            if best is None or ns > best[0]:
+                best = (ns, latest, name)
+    if best is None or best[0] <= 0:
+        return None
+    ns, latest, name = best
+    key = groups[name]
+    return PassedOn(latest, name or None, key.dim, list(key.ranks), round(ns / 1e6 / max(steps, 1), 3))
+
+
+def job_straggler(stragglers: list[GroupStraggler]) -> Straggler | None:
+    """The job's straggler: of the groups' stragglers whose lateness is their own, the largest delay."""
+    own = [g for g in stragglers if g.waits_for is None]
+    if not own:
+        return None
+    g = own[0]  # (largest delay first)
+    return Straggler(g.rank, g.delay_ms_per_step, g.delay_pct, g.last_in_steps, g.steps, g.cause)
+
+
+def straggler_delays(held: Held, ranks: list[int]) -> dict[int, dict[int, float]]:
     """rank -> step -> ns of delay it caused: the mean over the other ranks of the union of their waits at the
     instances it was last in (concurrent collectives wait for it once, not once each)."""
     delay: dict[int, dict[int, float]] = {r: {} for r in ranks}
