@@ -146,7 +146,11 @@ def price_by_replay(data: RankData, findings: list[Finding]) -> tuple[list[Findi
         out[i] = _by_rule(
             findings[i], f"only the {REPLAY_MAX_FINDINGS} costliest findings of a rank are replayed"
         )
-    combined = _saving(base, _step_ns(graph, replay(graph, _scaling(graph, list(fixes.values())))))
+    combined = (
+        _saving(base, _step_ns(graph, replay(graph, _scaling(graph, list(fixes.values())))))
+        if len(fixes) > 1
+        else next(iter(savings.values()))
+    )
     ranked = sorted(fixes, key=lambda i: (-savings[i], findings[i].id))
     return out, ReplaySavings(
         replayed_step_ms=_ms(np.median(base)),
