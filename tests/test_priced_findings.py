@@ -105,14 +105,22 @@ def test_a_copy_hidden_behind_host_work_saves_nothing_and_ranks_last(tmp_path: P
     # AND the loader ranks before the copies, which their rule's price ranked first
     ids = [f.id for f in result.findings]
     assert ids.index("data_loader_stall") < ids.index("pageable_copies")
-    assert result.ranks[0].replay_savings is not None
+    # AND removing the host's op as well makes the copies the bound: removed together, the three findings save
+    # more than their savings added up
+    savings = result.ranks[0].replay_savings
+    assert savings is not None and set(savings.findings) == {
+        "host_bound",
+        "data_loader_stall",
+        "pageable_copies",
+    }
+    assert savings.combined_ms_per_step > savings.sum_ms_per_step
     # AND the report shows each finding's saving beside its rule's price, and what they save together
     page = tmp_path / "t.html"
     _cli("report", str(tmp_path / "t.json"), "-o", str(page))
     html = page.read_text()
     assert '<span class="saving">saves 0 us per step (replay)</span>' in html
     assert '<span class="saving">saves 100 us per step (replay)</span>' in html
-    assert "removed together" in html
+    assert "removed together" in html and "removing one exposes the work of others" in html
 
 
 @pytest.mark.shared
@@ -128,3 +136,24 @@ def test_on_a_real_gpu_trace_pageable_copies_hidden_by_the_host_save_little() ->
     assert (copies.saving_ms_per_step or 0.0) < copies.cost_ms_per_step / 10
     assert launch.saving_from == "rule" and launch.saving_ms_per_step == launch.cost_ms_per_step
     assert "changes the kernels" in launch.saving_note
+
+
+def test_beyond_the_costliest_findings_of_a_rank_the_rule_prices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stepscope.analysis.findings import replayed
+
+    # GIVEN replays bounded to the costliest finding of a rank by its rule's price (host_bound: the GPU waits
+    # 570 us a step for the host's op)
+    monkeypatch.setattr(replayed, "REPLAY_MAX_FINDINGS", 1)
+    result = analyze(load(write_trace(tmp_path / "t.json", _hidden_copy_steps())))
+    found = {f.id: f for f in result.findings}
+    assert found["host_bound"].saving_from == "replay"
+    assert found["host_bound"].whatif == ["op:^aten::host_work$@0=0"]
+    # THEN the loader stall and the copies keep their rule's price and say why
+    for id_ in ("data_loader_stall", "pageable_copies"):
+        f = found[id_]
+        assert (f.saving_from, f.saving_ms_per_step) == ("rule", f.cost_ms_per_step)
+        assert "only the 1 costliest findings of a rank are replayed" in f.saving_note
+    savings = result.ranks[0].replay_savings
+    assert savings is not None and savings.findings == ["host_bound"]

@@ -9,6 +9,9 @@ from stepscope.analysis.analyze import RankAnalysis
 from stepscope.analysis.findings import Finding
 from stepscope.units import fmt_ms
 
+# a combined saving within this share of the savings added up is their sum
+SAME_PCT = 1.0
+
 
 def saving_text(f: Finding) -> str:
     """`saves 1.2 ms per step (replay)`; "" for a finding without a price."""
@@ -30,11 +33,13 @@ def combined_lines(ranks: Sequence[RankAnalysis]) -> list[str]:
                 f"rank {r.rank}: 1 finding priced by replay ({s.findings[0]}), saving {fmt_ms(s.sum_ms_per_step)} per step"
             )
             continue
-        overlap = (
-            "they name the same time"
-            if s.combined_ms_per_step < s.sum_ms_per_step - 0.001
-            else "no time counted twice"
-        )
+        near = max(0.001, SAME_PCT / 100 * s.sum_ms_per_step)  # the replay's rounding, not an overlap
+        if s.combined_ms_per_step < s.sum_ms_per_step - near:
+            overlap = "they name the same time"
+        elif s.combined_ms_per_step > s.sum_ms_per_step + near:
+            overlap = "removing one exposes the work of others"
+        else:
+            overlap = "no time counted twice"
         out.append(
             f"rank {r.rank}: the {n} findings priced by replay ({', '.join(s.findings)}) save "
             f"{fmt_ms(s.combined_ms_per_step)} per step removed together, {fmt_ms(s.sum_ms_per_step)} added up "

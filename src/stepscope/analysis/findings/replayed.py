@@ -31,8 +31,9 @@ from stepscope.analysis.whatif.select import parse_selector, scaling_for
 
 __all__ = ["REPLAY_MAX_FINDINGS", "ReplaySavings", "price_by_replay", "priced_by_rule"]
 
-# the costliest findings of a rank (by their rule's price) that are replayed; the others keep their rule's price
-REPLAY_MAX_FINDINGS = 8
+# the costliest findings of a rank (by their rule's price) that are replayed, each replay costing about as much
+# as the graph (a few ms per 10,000 GPU activities); the others keep their rule's price
+REPLAY_MAX_FINDINGS = 4
 
 
 class ReplaySavings(msgspec.Struct):
