@@ -32,7 +32,12 @@ def main() -> int:
             fired += ok
             extra = sorted({f.id for f in findings if f.severity == "high" and f.id not in case.high})
             unexpected_high += len(extra)
-            got = f"{first.id} ({first.severity}, {first.cost_ms_per_step} ms/step)" if first else "none"
+            got = (
+                f"{first.id} ({first.severity}, {first.cost_ms_per_step} ms/step; saves "
+                f"{first.saving_ms_per_step} ms by {first.saving_from})"
+                if first
+                else "none"
+            )
             if first is not None and first.cost_ms_per_step is None:
                 got = f"{first.id} (info)"
             rows.append(f"| `{case.name}` | {case.what} | `{case.top}` | {got} | {', '.join(extra) or '-'} |")

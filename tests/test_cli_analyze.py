@@ -52,6 +52,10 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         "steps",
         "ranks",
         "cost_range_ms_per_step",
+        "saving_ms_per_step",
+        "saving_from",
+        "whatif",
+        "saving_note",
     }
 
 

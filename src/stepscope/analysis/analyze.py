@@ -19,6 +19,7 @@ from stepscope.analysis.findings.expert import ep_findings
 from stepscope.analysis.findings.fsdp import fsdp_findings
 from stepscope.analysis.findings.groups import group_across_ranks
 from stepscope.analysis.findings.pipeline import pipeline_findings
+from stepscope.analysis.findings.replayed import ReplaySavings, price_by_replay
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_findings
 from stepscope.analysis.rank.breakdown import (
     KernelTypes,
@@ -91,6 +92,8 @@ class RankAnalysis(msgspec.Struct):
     clock_offset_us: float | None = None  # against the reference rank (null: a single rank)
     # each step's wall time in TensorBoard's overview categories (kernel, memcpy, ..., other)
     step_categories: list[StepCategories] = []
+    # what the findings priced by replay save, each alone and together; null: none is (findings/replayed.py)
+    replay_savings: ReplaySavings | None = None
 
 
 class AnalysisResult(msgspec.Struct):
@@ -100,7 +103,7 @@ class AnalysisResult(msgspec.Struct):
     ranks: list[RankAnalysis]
     cross_rank: CrossRank | None  # two ranks or more: step and collective time per rank, clock alignment
     straggler: Straggler | None  # the rank the others wait for, with its cause; null when none stands out
-    # by time at stake (cost_ms_per_step), largest first; info last; one per problem, naming the ranks it holds on
+    # by what fixing them saves (saving_ms_per_step), largest first; info last; one per problem, naming its ranks
     findings: list[Finding]
     notices: list[str]
     run: RunFacts | None = None  # run folders: what the run measured outside its traces
@@ -199,9 +202,10 @@ def analyze_rank_part(
     fsdp = fsdp_rank(data, instances)
     if fsdp is not None:
         findings.extend(fsdp_findings(data, fsdp))
-    pipeline = rank_pipeline(data, instances, known_groups)
     graph = rank_graph(data, instances)
+    findings, result.replay_savings = price_by_replay(data, findings, graph)
     graph.data = None  # (the part travels between processes: not the trace)
+    pipeline = rank_pipeline(data, instances, known_groups)
     return RankPart(
         result, findings, instances, summary, expert_rank(data), tensor_rank(data), fsdp, pipeline, graph
     )

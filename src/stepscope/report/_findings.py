@@ -6,6 +6,7 @@ from typing import Any
 
 from stepscope.analysis.findings import Finding, section_of
 from stepscope.analysis.report_data import ReportData
+from stepscope.report._savings import saving_text
 from stepscope.report.model import SECTION_TITLES
 from stepscope.units import fmt_ms, fmt_pct, fmt_ranks
 
@@ -29,6 +30,8 @@ def findings(data: ReportData) -> list[dict[str, Any]]:
                 "across": _across(f) if len(f.ranks) > 1 else "",
                 "cost": fmt_ms(f.cost_ms_per_step) + " per step" if f.cost_ms_per_step is not None else "",
                 "pct": fmt_pct(f.pct_of_step) + " of the step" if f.pct_of_step is not None else "",
+                "saving": saving_text(f),
+                "saving_note": f.saving_note,
                 "message": f.message,
                 "action": f.action,
                 "arithmetic": f.evidence.get("arithmetic") or "",

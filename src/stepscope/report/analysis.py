@@ -17,6 +17,7 @@ from stepscope.report._critical_path import job_path_table
 from stepscope.report._expert_tensor import expert_table, tensor_table
 from stepscope.report._fsdp import fsdp_table
 from stepscope.report._pipeline import pipeline_line, pipeline_table
+from stepscope.report._savings import combined_lines, saving_text
 from stepscope.report.model import Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -156,7 +157,11 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
         if len(f.ranks) > 1:
             evidence = f"{_across(f)}; {evidence}"
+        if f.saving_ms_per_step is not None:
+            evidence = f"{saving_text(f)}: {f.saving_note}; {evidence}"
         yield Padding(Text(plain(evidence), style="dim"), (0, 0, 0, 8))  # wrapped lines keep the indent
+    for line in combined_lines(result.ranks):
+        yield Padding(Text(plain(line)), (0, 0, 0, 8))
 
 
 def _where(f: Finding) -> str:

@@ -22,6 +22,7 @@ from stepscope.analysis.report_data import ReportData
 from stepscope.report import _compare as compare
 from stepscope.report import _findings
 from stepscope.report import _report_sections as build
+from stepscope.report._savings import combined_lines
 from stepscope.report.model import SECTION_TITLES, Charts, Section
 
 
@@ -38,6 +39,7 @@ def render_report(data: ReportData) -> str:
         subtitle=data.source,
         header=build.header_facts(data),
         findings=findings,
+        combined_savings=combined_lines(data.analysis.ranks),
         sections=sections,
         notes=[*data.analysis.notices, *data.notes],
         charts=pc.specs,

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.findings.pipeline import pipeline_findings
     from stepscope.analysis.findings.pricing import Evidence, Finding
     from stepscope.analysis.findings.registry import all_rules, section_of
+    from stepscope.analysis.findings.replayed import ReplaySavings, price_by_replay
     from stepscope.analysis.findings.rule import Rule
     from stepscope.analysis.findings.rules import group_label, rank_by_cost, rank_findings, straggler_findings
 
@@ -32,17 +33,21 @@ _EXPORTS = {
     "comm_findings": "comm",
     "group_across_ranks": "groups",
     "pipeline_findings": "pipeline",
+    "ReplaySavings": "replayed",
+    "price_by_replay": "replayed",
 }
 
 __all__ = [
     "Evidence",
     "Finding",
+    "ReplaySavings",
     "Rule",
     "all_rules",
     "comm_findings",
     "group_across_ranks",
     "group_label",
     "pipeline_findings",
+    "price_by_replay",
     "rank_by_cost",
     "rank_findings",
     "section_of",

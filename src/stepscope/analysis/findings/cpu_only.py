@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -51,12 +53,8 @@ def cpu_only(data: RankData, loader: iv.Intervals, comm: iv.Intervals | None) ->
         return []
     phases_iv = host.phase_unions(data.table, data.lo, data.hi)
     out = [_step_breakdown(data, steps, phases_iv, comm)]
-    count, small, small_ops = host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
-    many_small = small / n >= SMALL_OPS_MIN_PER_STEP
-    # the Python issuing a run of small ops one after another is that run's own cost (many_small_ops)
-    untraced = host.untraced_time(data.table, data.lo, data.hi)
-    if many_small:
-        untraced = iv.subtract(untraced, small_ops)
+    stretches = host_stretches(data)
+    count, small, untraced = stretches.top_level, stretches.small, stretches.untraced
     price = price_of(data, untraced, min_pct=PYTHON_OVERHEAD_MIN_PCT)
     regions = host.regions_during(data.table, untraced)
     untraced_ns = iv.length(untraced)
@@ -103,8 +101,8 @@ def cpu_only(data: RankData, loader: iv.Intervals, comm: iv.Intervals | None) ->
     )
     if found is not None:
         out.append(found)
-    if many_small:
-        price = price_of(data, small_ops, min_pct=SMALL_OPS_MIN_PCT)
+    if stretches.small_ops is not None:
+        price = price_of(data, stretches.small_ops, min_pct=SMALL_OPS_MIN_PCT)
         found = priced(
             MANY_SMALL_OPS.id,
             data.rank,
@@ -121,6 +119,28 @@ def cpu_only(data: RankData, loader: iv.Intervals, comm: iv.Intervals | None) ->
         if found is not None:
             out.append(found)
     return out
+
+
+@dataclass(eq=False, repr=False, frozen=True)
+class HostStretches:
+    """The host time python_overhead and many_small_ops price on a rank without GPU activity."""
+
+    untraced: iv.Intervals  # no torch op runs (python_overhead), less the runs of small ops below
+    small_ops: iv.Intervals | None  # runs of small top-level ops (many_small_ops); None: too few per step
+    top_level: int  # top-level ops in the window
+    small: int  # of them, shorter than SMALL_OP_NS
+
+
+def host_stretches(data: RankData) -> HostStretches:
+    """What python_overhead and many_small_ops price (also what a replay removes to price them)."""
+    n = len(WindowSteps.of(data))
+    count, small, small_ops = host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
+    many_small = small / n >= SMALL_OPS_MIN_PER_STEP
+    # the Python issuing a run of small ops one after another is that run's own cost (many_small_ops)
+    untraced = host.untraced_time(data.table, data.lo, data.hi)
+    if many_small:
+        untraced = iv.subtract(untraced, small_ops)
+    return HostStretches(untraced, small_ops if many_small else None, count, small)
 
 
 def _step_breakdown(

@@ -50,6 +50,15 @@ class Finding(msgspec.Struct):
     steps: int | None = None  # the window's steps
     ranks: list[int] = []  # every rank where it holds, `rank` among them; empty when it is about no rank
     cost_range_ms_per_step: list[float] | None = None  # [cheapest, costliest] over `ranks`; null for one rank
+    # what fixing it saves per step, by which findings are ranked: from a replay of the rank's steps with its work
+    # removed (saving_from "replay", the what-if in `whatif`), else the rule's price (saving_from "rule");
+    # null for info. `saving_note`: how the figure was reached, or why no replay prices it (findings/replayed.py)
+    saving_ms_per_step: float | None = None
+    saving_from: str | None = None  # "replay" | "rule"; null for info
+    whatif: list[
+        str
+    ] = []  # the --scale selectors of `stepscope whatif` that remove it, where selectors name it
+    saving_note: str = ""
 
 
 def _median(values: np.ndarray) -> float:

@@ -37,6 +37,7 @@ from stepscope.analysis.findings.pricing import (
     Finding,
     severity_of,
 )
+from stepscope.analysis.findings.replayed import priced_by_rule
 from stepscope.analysis.findings.rule import Rule
 from stepscope.analysis.rank import host
 from stepscope.analysis.rank.breakdown import Temporal
@@ -97,11 +98,13 @@ def _union(a: iv.Intervals, b: iv.Intervals) -> iv.Intervals:
 
 
 def rank_by_cost(findings: list[Finding]) -> list[Finding]:
-    """Priced findings by time at stake (largest first), then info ones; ties by rank and id."""
+    """Priced findings by what fixing them saves per step (largest first; a finding no replay priced saves its
+    rule's price: replayed.priced_by_rule), then by their rule's price, then info ones; ties by rank and id."""
     return sorted(
-        findings,
+        priced_by_rule(findings),
         key=lambda f: (
             f.cost_ms_per_step is None,
+            -(f.saving_ms_per_step or 0.0),
             -(f.cost_ms_per_step or 0.0),
             f.rank if f.rank is not None else -1,
             f.id,

@@ -1,0 +1,215 @@
+"""Findings priced by replay (#29): each finding's saving is the step time that removing its work saves in a
+replay of the rank's steps (analysis/whatif), so that savings that overlap are not counted twice and work hidden
+behind other work saves nothing; findings are ranked by that saving.
+
+Per rank, the dependency graph is built once and replayed with nothing changed, once per finding with the work
+it names removed (`FIXES`: the `stepscope whatif` selectors of each kind of finding, or the host stretches its
+rule prices), and once with the work of all of them removed (`ReplaySavings`: the sum of the savings against the
+saving of all of them together). A step of a replay ends when both its host work and the GPU work launched in it
+are done; a finding's saving is the median over the window's steps of the step's replayed time less its time
+with the work removed, as rule prices are medians. Findings no replay can express (the fix changes the kernels
+themselves, or the finding is about several ranks, which are replayed one by one) keep their rule's price and
+say why (docs/analysis.md, "Findings priced by replay").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+
+from stepscope.analysis import intervals as iv
+from stepscope.analysis.findings.cpu_only import host_stretches
+from stepscope.analysis.findings.pricing import Finding
+from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.whatif.graph import RankGraph, build_graph
+from stepscope.analysis.whatif.replay import Replay, Scaling, replay
+from stepscope.analysis.whatif.select import parse_selector, scaling_for
+
+__all__ = ["REPLAY_MAX_FINDINGS", "ReplaySavings", "price_by_replay", "priced_by_rule"]
+
+# the costliest findings of a rank (by their rule's price) that are replayed, each replay costing about as much
+# as the graph (a few ms per 10,000 GPU activities); the others keep their rule's price
+REPLAY_MAX_FINDINGS = 4
+
+
+class ReplaySavings(msgspec.Struct):
+    """What the replay-priced findings of one rank save: each alone, added up, and all of them removed in one
+    replay (less than the sum where they name the same time)."""
+
+    replayed_step_ms: float  # the median step of the replay with nothing changed
+    findings: list[str]  # the ids of the findings priced by replay, by saving
+    whatif: list[
+        str
+    ]  # the selectors of all of them (the host stretches of python_overhead and many_small_ops
+    # are removed too, though no selector names them)
+    sum_ms_per_step: float  # their savings added up
+    combined_ms_per_step: float  # the saving of one replay with the work of all of them removed
+
+
+@dataclass
+class _Fix:
+    """The work a finding names: `stepscope whatif` selectors, and host stretches no selector names."""
+
+    selectors: list[str] = field(default_factory=list)
+    host: list[iv.Intervals] = field(default_factory=list)
+    what: str = ""
+
+
+def _selector(text: str) -> Callable[[RankData, Finding], _Fix | None]:
+    return lambda data, f: _Fix([text.format(rank=data.rank)])
+
+
+def _host_bound(data: RankData, f: Finding) -> _Fix | None:
+    """host_bound names the op that holds the host in the phase where the GPU waits most, when one does."""
+    op = f.evidence.get(f"{f.evidence.get('phase')}_top_op")
+    if not isinstance(op, str):
+        return None
+    return _Fix([f"op:^{re.escape(op)}$@{data.rank}=0"])
+
+
+def _gpu_only(text: str) -> Callable[[RankData, Finding], _Fix | None]:
+    return lambda data, f: _Fix([text.format(rank=data.rank)]) if len(data.gpu) else None
+
+
+def _python_overhead(data: RankData, f: Finding) -> _Fix | None:
+    return _Fix(host=[host_stretches(data).untraced], what="the host time in which no torch op runs")
+
+
+def _many_small_ops(data: RankData, f: Finding) -> _Fix | None:
+    small = host_stretches(data).small_ops
+    return None if small is None else _Fix(host=[small], what="the runs of small top-level ops")
+
+
+# What removing each kind of finding's work is, in a replay of its rank. Each removes the work the rule prices
+# (factor 0), as the rule's price does: a saving is, like a price, an upper bound on what the fix buys.
+FIXES: dict[str, Callable[[RankData, Finding], _Fix | None]] = {
+    "data_loader_stall": _selector("data_loader@{rank}=0"),
+    "sync_points": _selector("sync@{rank}=0"),
+    "optimizer_bound": _selector("optimizer@{rank}=0"),
+    "comm_bound": _gpu_only("communication@{rank}=0"),
+    "poor_overlap": _gpu_only("communication@{rank}=0"),
+    "pageable_copies": _selector("kernel:HtoD.*Pageable|Pageable.*HtoD@{rank}=0"),
+    "fsdp_exposed_all_gather": _gpu_only("kernel:(?i)all_?gather@{rank}=0"),
+    "host_bound": _host_bound,
+    "python_overhead": _python_overhead,
+    "many_small_ops": _many_small_ops,
+}
+
+# Why a finding keeps its rule's price.
+RULE_ONLY = {
+    "launch_bound": "its fix (fusing kernels, CUDA graphs) changes the kernels and their launches, which no "
+    "scaling of the trace's work expresses",
+    "tiny_kernels": "its fix (fusing kernels) changes the kernels, which no scaling of the trace's work expresses",
+    "host_bound": "no single op holds the host while the GPU waits, and removing a whole phase would remove its "
+    "kernels too",
+    "comm_bound": "a CPU backend's collectives are judged across ranks, and each rank is replayed alone",
+    "poor_overlap": "a CPU backend's collectives are judged across ranks, and each rank is replayed alone",
+    "fsdp_exposed_all_gather": "a CPU backend's all-gathers are host ranges shared with the other collectives",
+    "collective_slow": "it is about several ranks' collectives, and each rank is replayed alone",
+    "straggler": "it is about the other ranks' waiting, and each rank is replayed alone",
+    "ep_comm_exposed": "it is judged across ranks, and each rank is replayed alone",
+    "pipeline_bubble": "it is about the pipeline's stages together, and each rank is replayed alone",
+    "python_hotspot": "py-spy's samples price it; the trace does not hold the function's time",
+}
+
+
+def price_by_replay(
+    data: RankData, findings: list[Finding], graph: RankGraph | None = None
+) -> tuple[list[Finding], ReplaySavings | None]:
+    """`findings` of one rank, those a replay can express priced by it (the others as they are: `priced_by_rule`
+    fills their fields), and what they save together. `graph`: the rank's graph, where already built (else
+    built here from `data`)."""
+    order = sorted(
+        (i for i, f in enumerate(findings) if f.cost_ms_per_step is not None and f.id in FIXES),
+        key=lambda i: -(findings[i].cost_ms_per_step or 0.0),
+    )
+    fixes = {i: fix for i in order[:REPLAY_MAX_FINDINGS] if (fix := FIXES[findings[i].id](data, findings[i]))}
+    if not fixes or data.hi <= data.lo:
+        return findings, None
+    graph = graph if graph is not None else build_graph(data)
+    base = _step_ns(graph, replay(graph))
+    out = list(findings)
+    savings: dict[int, float] = {}
+    for i, fix in fixes.items():
+        saved = _saving(base, _step_ns(graph, replay(graph, _scaling(graph, [fix]))))
+        savings[i] = saved
+        what = " and ".join([*fix.selectors, *([fix.what] if fix.what else [])])
+        out[i] = msgspec.structs.replace(
+            findings[i],
+            saving_ms_per_step=round(saved / 1e6, 3),
+            saving_from="replay",
+            whatif=fix.selectors,
+            saving_note=f"replayed median step {_ms(np.median(base))} ms; with {what} removed, it saves "
+            f"{_ms(saved)} ms (the median of the {len(base)} steps' savings)",
+        )
+    for i in order[REPLAY_MAX_FINDINGS:]:
+        out[i] = _by_rule(
+            findings[i], f"only the {REPLAY_MAX_FINDINGS} costliest findings of a rank are replayed"
+        )
+    combined = (
+        _saving(base, _step_ns(graph, replay(graph, _scaling(graph, list(fixes.values())))))
+        if len(fixes) > 1
+        else next(iter(savings.values()))
+    )
+    ranked = sorted(fixes, key=lambda i: (-savings[i], findings[i].id))
+    return out, ReplaySavings(
+        replayed_step_ms=_ms(np.median(base)),
+        findings=[findings[i].id for i in ranked],
+        whatif=[s for i in ranked for s in fixes[i].selectors],
+        sum_ms_per_step=_ms(sum(savings.values())),
+        combined_ms_per_step=_ms(combined),
+    )
+
+
+def priced_by_rule(findings: list[Finding]) -> list[Finding]:
+    """`findings` with the saving of those no replay priced taken from their rule's price."""
+    return [
+        _by_rule(f, RULE_ONLY.get(f.id, "no what-if expresses its work"))
+        if f.saving_from is None and f.cost_ms_per_step is not None
+        else f
+        for f in findings
+    ]
+
+
+def _by_rule(f: Finding, why: str) -> Finding:
+    return msgspec.structs.replace(
+        f,
+        saving_ms_per_step=f.cost_ms_per_step,
+        saving_from="rule",
+        whatif=[],
+        saving_note=f"not replayed: {why}",
+    )
+
+
+def _scaling(graph: RankGraph, fixes: list[_Fix]) -> Scaling:
+    scaling = scaling_for(graph, [parse_selector(s) for fix in fixes for s in fix.selectors])
+    for fix in fixes:
+        scaling.host.extend((start, end, 0.0) for start, end in fix.host if len(start))
+    return scaling
+
+
+def _step_ns(graph: RankGraph, rep: Replay) -> np.ndarray:
+    """Each step of a replay, ending when both its host work and the GPU work launched in it are done (without
+    the GPU's part, a replay whose host no longer waits for the GPU would end its steps before their work)."""
+    gpu = graph.gpu
+    end = rep.step_end.astype(np.int64)
+    if len(gpu):
+        done = np.maximum.accumulate(rep.gpu_end)  # the latest end among the first k activities launched
+        launched = np.searchsorted(gpu.launch, graph.step_end, side="right")
+        end = np.maximum(end, np.where(launched > 0, done[np.maximum(launched, 1) - 1], end))
+    end = np.maximum.accumulate(end)
+    start = np.maximum(rep.step_start, np.r_[rep.step_start[:1], end[:-1]])
+    return np.asarray(end - start, dtype=np.int64)
+
+
+def _saving(base: np.ndarray, scaled: np.ndarray) -> float:
+    """The median over the steps of each step's saving (never below 0: removing work never costs time)."""
+    return max(float(np.median(base - scaled)), 0.0)
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / 1e6, 3)
