@@ -17,7 +17,7 @@ KIND_LABELS = {
 }
 
 
-def job_path_table(path: Any) -> model.Table:
+def job_path_table(path: Any, *, predicted: bool = False) -> model.Table:
     """The job's critical path (analysis.whatif.path.CriticalPath): per step, where its time went, by rank and
     kind, longest first."""
     columns = [
@@ -39,5 +39,9 @@ def job_path_table(path: Any) -> model.Table:
         "critical_path",
         columns,
         rows,
-        title=f"What bounds the step: the critical path across ranks, mean of {path.steps} step(s)",
+        title=(
+            f"What would bound the predicted step: the critical path across ranks, mean of {path.steps} step(s)"
+            if predicted
+            else f"What bounds the step: the critical path across ranks, mean of {path.steps} step(s)"
+        ),
     )

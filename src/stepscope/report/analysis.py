@@ -59,7 +59,9 @@ def _path_line(path: CriticalPath) -> str:
         else ""
     )
     return (
-        f"the step's {fmt_ms(path.step_ms)} on the path: {kinds}{error} (`stepscope whatif` predicts changes)"
+        f"the path's {fmt_ms(path.step_ms)} per step: {kinds}{error} (the path runs from the rank whose step ends "
+        "last back to the step's start on the rank it leads to: it can be longer than any one rank's step; "
+        "`stepscope whatif` predicts changes)"
     )
 
 

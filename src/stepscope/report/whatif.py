@@ -60,7 +60,10 @@ def path_table(rank: Any) -> model.Table:
 
 def render(result: Any, *, wide: bool = False) -> Iterator[Any]:
     if result.predicted_step_ms is not None:
-        line = f"step: measured {fmt_ms(result.baseline_step_ms)}, replayed {fmt_ms(result.replayed_step_ms)}"
+        line = (
+            f"step (the slowest rank's mean): measured {fmt_ms(result.baseline_step_ms)}, "
+            f"replayed {fmt_ms(result.replayed_step_ms)}"
+        )
         if result.scale:
             line += (
                 f"; with {', '.join(result.scale)}: {fmt_ms(result.predicted_step_ms)}"
@@ -71,6 +74,6 @@ def render(result: Any, *, wide: bool = False) -> Iterator[Any]:
     if len(result.ranks) > 1 and result.critical_path:
         summary = summarize_path(result.critical_path, result.replay_error_pct)
         if summary is not None:
-            yield fit_table(job_path_table(summary), wide=wide)
+            yield fit_table(job_path_table(summary, predicted=bool(result.scale)), wide=wide)
     for rank in result.ranks:
         yield fit_table(path_table(rank), wide=wide)
