@@ -136,6 +136,8 @@ def rank_instances(
         thread_group = by_thread.get(int(tids[out.row[i]])) if by_thread and not name else None
         group = resolver.by_capture(thread_group) if thread_group else resolver.resolve(name, desc, ranks)
         out.group[i], out.group_desc[i], out.group_ranks[i] = group.name, group.description, group.ranks
+        if group.ranks:  # (a gloo range names no group: its size defaulted to the world's)
+            out.group_size[i] = len(group.ranks)
         out.dim.append(group.dim)
         out.group_source.append(group.source)
     return out
