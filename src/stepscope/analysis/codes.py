@@ -35,3 +35,12 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return distinct, np.searchsorted(distinct, values).astype(np.intp, copy=False)
     uniq, inverse = np.unique(values, return_inverse=True)
     return uniq, inverse.reshape(-1)
+
+
+def distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-d array, ascending (np.unique without its return arrays, which in numpy 2.4
+    imports numpy.ma on first use: a tenth of a second of analyze's start)."""
+    ordered = np.sort(np.asarray(values).reshape(-1))
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]

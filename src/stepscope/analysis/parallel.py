@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
+from stepscope.analysis.findings.replayed import on_rank
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis.read.loader import (
     assign_ranks,
@@ -208,10 +209,16 @@ def _renumber(part: RankPart, rank: int) -> None:
     for finding in part.findings:
         if finding.rank is not None:
             finding.rank = rank
+        if finding.whatif:
+            finding.whatif = on_rank(finding.whatif, rank)
+    if part.analysis.replay_savings is not None:
+        part.analysis.replay_savings.whatif = on_rank(part.analysis.replay_savings.whatif, rank)
     part.instances.rank = rank
     part.summary.rank = rank
     if part.pipeline is not None:
         part.pipeline.rank = rank
+    if part.graph is not None:
+        part.graph.rank = rank
 
 
 # --- executors -----------------------------------------------------------------------------------------

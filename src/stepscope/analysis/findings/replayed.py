@@ -117,6 +117,12 @@ RULE_ONLY = {
 }
 
 
+def on_rank(selectors: list[str], rank: int) -> list[str]:
+    """`selectors` of one rank's findings (`...@R=F`) given to rank `rank` (a file analysed on its own, then given
+    its rank in the job)."""
+    return [re.sub(r"@\d+=([^=]*)$", lambda m: f"@{rank}={m.group(1)}", s) for s in selectors]
+
+
 def price_by_replay(
     data: RankData, findings: list[Finding], graph: RankGraph | None = None
 ) -> tuple[list[Finding], ReplaySavings | None]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.codes import distinct_sorted
 from stepscope.analysis.rank.collectives import Instances
 from stepscope.analysis.rank.exposed import training_compute
 from stepscope.analysis.rank.kernels import COMMUNICATION
@@ -88,7 +89,7 @@ def _waits(data: RankData, gpu: GpuNodes) -> SyncNodes:
             k[i] = f + int(np.argmax(inside))
     waited = (k >= 0) & (idle_end[np.maximum(k, 0)] >= end - lag)
     out: dict[str, list[int]] = {k: [] for k in ("start", "end", "stream", "awaits", "own", "launched")}
-    for stretch in np.unique(k[waited]).tolist():
+    for stretch in distinct_sorted(k[waited]).tolist():
         awaited = np.flatnonzero(waited & (k == stretch))
         a, b = int(idle_start[stretch]), int(idle_end[stretch])
         s = max(a, int(gpu.start[awaited].max()))

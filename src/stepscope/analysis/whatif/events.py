@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stepscope.analysis.codes import distinct_sorted
 from stepscope.analysis.read.table import MISSING, SYNC_CATEGORY, TraceTable
 
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime")
@@ -194,7 +195,7 @@ def _graphs(
     names: list[str] = []
     labels: dict[str, int] = {}
     ranges = _Ranges(table)
-    for c in np.unique(acts.corr[in_graph]).tolist():
+    for c in distinct_sorted(acts.corr[in_graph]).tolist():
         members = np.flatnonzero(acts.corr == c)
         label = ranges.around(calls.row_of(c))
         if label not in labels:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from stepscope.analysis.codes import distinct_sorted
 from stepscope.analysis.whatif.graph import RankGraph
 
 _NEG = np.iinfo(np.int64).min // 4
@@ -68,7 +69,7 @@ class _HostClock:
         edges = [np.array([lo, hi], dtype=np.int64), syncs.start, syncs.end]
         for start, end, _ in scaling.host:
             edges += [start, end]
-        points = np.unique(np.clip(np.concatenate(edges), lo, hi))
+        points = distinct_sorted(np.clip(np.concatenate(edges), lo, hi))
         mid = (points[:-1] + points[1:]) // 2
         rate = np.ones(len(mid))
         for start, end, factor in scaling.host:
