@@ -113,21 +113,31 @@ def test_json_and_terminal(tmp_path: Path) -> None:
 
 @pytest.mark.shared
 def test_the_replay_reproduces_every_shared_trace_with_steps() -> None:
+    """On every trace of ../shared/traces: each step's critical path adds up to the step (it walks back from the
+    step's end: what docs/analysis.md's comparison with HTA relies on); with ProfilerSteps, the replay within 5%
+    of the measured step."""
     if not SHARED_TRACES.is_dir():
         pytest.skip("../shared/traces is absent")
-    checked = 0
+    checked = paths = 0
     for path in sorted(SHARED_TRACES.rglob("*.json*")):
         try:
             table = load_trace(path)
         except Exception:
             continue  # the bad-input traces of the set
+        result = whatif(table)
+        for rank in result.ranks:
+            for one in rank.critical_path:
+                # rounded to the us kind by kind: at most one us per kind apart
+                assert sum(one.by_kind_ms.values()) == pytest.approx(one.step_ms, abs=0.008), (path, one)
+                assert all(ms >= 0 for ms in one.by_kind_ms.values()), (path, one)
+                paths += 1
         if not any(n.startswith("ProfilerStep#") for n in table.names):
             continue
-        result = whatif(table)
         assert result.replay_error_pct is not None
         assert abs(result.replay_error_pct) <= 5.0, path
         checked += 1
     assert checked >= 10
+    assert paths >= 40
 
 
 def _window_steps(run: Path, last_step: int, *scale: str) -> list[float]:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.codes import distinct_sorted
+from stepscope.analysis.codes import distinct_sorted, unique_inverse
 from stepscope.analysis.rank.collectives import Instances
 from stepscope.analysis.rank.exposed import training_compute
 from stepscope.analysis.rank.kernels import COMMUNICATION
 from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.whatif.graph import GpuNodes, RankGraph, SyncNodes, build_graph
+from stepscope.analysis.whatif.graph import GpuNodes, RankGraph, SyncNodes, build_graph, previous_on_stream
 
 # A backend's range of a collective closes after the host thread it releases has resumed, by up to the larger
 # of these (more on a busy machine, where the backend's thread waits for a core): an end that late still belongs
@@ -45,13 +45,9 @@ def cpu_collective_nodes(data: RankData, inst: Instances) -> tuple[GpuNodes, Syn
     rows = inst.row.astype(np.int64)
     order = np.lexsort((inst.end, inst.start))
     rows, start, end = rows[order], inst.start[order].astype(np.int64), inst.end[order].astype(np.int64)
-    _, stream = np.unique(table.columns["tid"][rows], return_inverse=True)
+    _, stream = unique_inverse(table.columns["tid"][rows])
     n = len(rows)
-    prev = np.full(n, -1, dtype=np.int64)
-    last: dict[int, int] = {}
-    for i, s in enumerate(stream.tolist()):
-        prev[i] = last.get(s, -1)
-        last[s] = i
+    prev = previous_on_stream(stream)
     zeros = np.zeros(n, dtype=np.int64)
     gpu = GpuNodes(
         name=table.columns["name"][rows].astype(np.int64),

@@ -149,12 +149,7 @@ def _gpu_nodes(data: RankData) -> tuple[GpuNodes, Edges]:
     stream = stream.reshape(-1).astype(np.int64)
     corr = np.asarray(data.table.columns["correlation"][g.row[order]], dtype=np.int64)
     edges = read_edges(data.table, data.lo, data.hi, Activities(launch, start, end, stream, keys, corr))
-    n = len(order)
-    prev = np.full(n, -1, dtype=np.int64)
-    last: dict[int, int] = {}
-    for i, s in enumerate(stream.tolist()):
-        prev[i] = last.get(s, -1)
-        last[s] = i
+    prev = previous_on_stream(stream)
     has_prev = prev >= 0
     prev_end = np.where(has_prev, end[np.maximum(prev, 0)], _MIN)
     after = edges.after
@@ -187,6 +182,17 @@ def _gpu_nodes(data: RankData) -> tuple[GpuNodes, Edges]:
         graph=edges.graph,
     )
     return nodes, edges
+
+
+def previous_on_stream(stream: np.ndarray) -> np.ndarray:
+    """For activities in launch order on dense `stream` ids: the index of the one before each on its stream, -1
+    for the first."""
+    prev = np.full(len(stream), -1, dtype=np.int64)
+    last: dict[int, int] = {}
+    for i, s in enumerate(stream.tolist()):
+        prev[i] = last.get(s, -1)
+        last[s] = i
+    return prev
 
 
 def _sync_nodes(data: RankData, gpu: GpuNodes, edges: Edges) -> SyncNodes:
