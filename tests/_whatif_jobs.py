@@ -1,15 +1,15 @@
-"""Real CPU jobs for the what-if tests: each records four windows, alternately with a problem and without it,
-so that a prediction made on a window with it is checked against the window next to it, measured a moment apart
-on the same machine.
+"""Real CPU jobs for the what-if tests: every odd step has a problem and every even step does not, so that a
+prediction made on the steps with it is checked against the steps next to them, measured a moment apart in the
+same window (on a shared machine, the load moves more between windows seconds apart than between steps).
 
     python tests/_whatif_jobs.py OUT_DIR JOB
 
-- `loader`: a DataLoader whose samples sleep (I/O-like waiting) in the first window only;
+- `loader`: a DataLoader whose samples sleep (I/O-like waiting) for the odd steps' batches;
 - `optimizer`: an optimizer step whose extra work (matrix products into preallocated tensors: a cost linear in
-  their number) is done twice in the windows with the problem, once in the others.
+  their number) is done twice on odd steps, once on even ones.
 
-Schedule: wait 1, warmup 1, active 5, repeat 4: windows of steps 2-6 (with the problem), 9-13 (without),
-16-20 (with), 23-27 (without); a run folder names each by its last step (from 0: 6, 13, 20, 27).
+Schedule: wait 1, warmup 1, active 12, repeat 2: windows of steps 2-13 and 16-27; a run folder names each by its
+last step (13, 27). A step's number is its iteration's (from 0).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import sys
 import time
 from typing import Any
 
-SCHEDULE = {"wait": 1, "warmup": 1, "active": 5, "repeat": 4}
-CYCLE = 7
-STEPS = 4 * CYCLE
-WINDOWS = (6, 13, 20, 27)
+SCHEDULE = {"wait": 1, "warmup": 1, "active": 12, "repeat": 2}
+CYCLE = 14
+STEPS = 2 * CYCLE
+WINDOWS = (13, 27)  # the last step of each
 PAUSE_S = 2.0
-EXTRA = 12  # matrix products of the optimizer job's step, once  # the last step of each window; the first and third have the problem
+EXTRA = 12  # matrix products of the optimizer job's step, once
 
 
 class Samples:
@@ -65,8 +65,8 @@ def run(job: str, out: str) -> None:
                 # a wait step: the window before has ended; its export and summary (a child process) get the
                 # machine to themselves instead of slowing the next window's steps
                 time.sleep(PAUSE_S)
-            first = (n // CYCLE) % 2 == 0
-            data.sleep_s = 0.0001 if job == "loader" and first else 0.0
+            problem = n % 2 == 1
+            data.sleep_s = 0.0001 if job == "loader" and problem else 0.0  # (this step's batch is read next)
             x, y = next(loader)
             with monitor.region("forward"):
                 loss = F.cross_entropy(model(x), y)
@@ -75,7 +75,7 @@ def run(job: str, out: str) -> None:
             with monitor.region("optimizer"):
                 optimizer.step()
                 if job == "optimizer":
-                    for _ in range(2 * EXTRA if first else EXTRA):
+                    for _ in range(2 * EXTRA if problem else EXTRA):
                         torch.mm(a, b, out=c)
                 optimizer.zero_grad()
             monitor.step()

@@ -23,6 +23,7 @@ from .test_report_charts import chart_specs
 SECTIONS = [
     "findings",
     "overview",
+    "critical-path",
     "ops",
     "gpu",
     "communication",

@@ -67,8 +67,9 @@ def test_speeding_up_the_producer_stream_moves_the_consumer(tmp_path: Path) -> N
     assert _predicted(path) == pytest.approx(1.0)
     # the consumer waited for the producer's event: it starts 250 us earlier, and so does everything after it
     assert _predicted(path, "kernel:producer=0.5") == pytest.approx(0.75)
-    # without the consumer the synchronize waits for the producer (+5 us of its own)
-    assert _predicted(path, "kernel:consumer=0") == pytest.approx(0.8)
+    # without the consumer the synchronize waits for the producer (+5 us of its own): it returns at 525 us, 205
+    # us earlier (removed work is not waited for: nor is the consumer's 5 us wait for the event)
+    assert _predicted(path, "kernel:consumer=0") == pytest.approx(0.795)
     graph = _graph(path)
     assert graph.notes == []
     (consumer,) = np.flatnonzero(graph.gpu.stream == graph.gpu.stream.max())

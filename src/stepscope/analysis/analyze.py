@@ -57,6 +57,7 @@ from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.path import CriticalPath, job_critical_path, summarize_path
+from stepscope.analysis.whatif.timeline import median_step, path_timeline
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
     from stepscope.analysis.run.folder import RunFacts
@@ -263,7 +264,12 @@ def _critical_path(parts: Sequence[RankPart]) -> CriticalPath | None:
     measured = max(float(np.mean(g.step_end - g.step_start)) for g in graphs.values())
     replayed = max(float(np.mean(r.step_ns)) for r in replays.values())
     error = round(100 * (replayed - measured) / measured, 3) if measured else None
-    return summarize_path(job_critical_path(replays, coupling), error)
+    steps = job_critical_path(replays, coupling)
+    path = summarize_path(steps, error)
+    if path is not None:
+        k = median_step(steps)
+        path.timeline = path_timeline(replays, coupling, k, steps[k].step_ms)
+    return path
 
 
 def attach_run(result: AnalysisResult, facts: RunFacts) -> AnalysisResult:

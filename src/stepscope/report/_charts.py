@@ -294,3 +294,75 @@ def flame(boxes: list[dict[str, Any]], samples: int) -> Spec | None:
         },
     ]
     return spec
+
+
+# The critical path's kinds (analysis.whatif.path.PATH_KINDS) and host phases, in the overview's colours where
+# they mean the same thing.
+PATH_COLORS = {
+    "computation": CATEGORY_COLORS["Kernel"],
+    "communication": CATEGORY_COLORS["Communication"],
+    "memory": CATEGORY_COLORS["Memcpy"],
+    "launch": CATEGORY_COLORS["Runtime"],
+    "gap": "#d4d4d4",
+    "sync": "#e15759",
+    "host: data_loader": CATEGORY_COLORS["DataLoader"],
+    "host: forward": "#edc948",
+    "host: backward": "#ff9da7",
+    "host: optimizer": "#9c755f",
+    "host: other": CATEGORY_COLORS["Other"],
+}
+
+
+def path_timeline(path: list[dict[str, Any]], busy: list[dict[str, Any]]) -> Spec | None:
+    """One step as a timeline, a row per lane (a rank's host or one of its streams): the step's work faint, the
+    critical path over it in full colour and outlined. Each span: rank, lane, start_ms, end_ms, what, name."""
+    if not path:
+        return None
+
+    def row(s: dict[str, Any]) -> str:
+        return f"rank {s['rank']} · {s['lane']}"
+
+    lanes = sorted(
+        {(s["rank"], s["lane"] != "host", s["lane"]) for s in [*path, *busy]},
+        key=lambda k: (k[0], k[1], k[2]),
+    )
+    order = [f"rank {r} · {lane}" for r, _, lane in lanes]
+    values = [{**s, "row": row(s), "on_path": True} for s in path] + [
+        {**s, "row": row(s), "on_path": False} for s in busy
+    ]
+    shown = [w for w in PATH_COLORS if any(v["what"] == w for v in values)]
+    shown += sorted({v["what"] for v in values} - set(shown))
+    palette = [PATH_COLORS.get(w, "#bab0ac") for w in shown]
+    encoding = {
+        "x": {"field": "start_ms", "type": "quantitative", "title": "ms from the step's start"},
+        "x2": {"field": "end_ms"},
+        "y": {"field": "row", "type": "nominal", "title": None, "sort": order},
+        "color": {
+            "field": "what",
+            "type": "nominal",
+            "title": None,
+            "scale": {"domain": shown, "range": palette},
+        },
+        "tooltip": [
+            {"field": "row", "type": "nominal", "title": "lane"},
+            {"field": "what", "type": "nominal"},
+            {"field": "name", "type": "nominal"},
+            {"field": "start_ms", "type": "quantitative", "title": "from (ms)", "format": ".3f"},
+            {"field": "end_ms", "type": "quantitative", "title": "to (ms)", "format": ".3f"},
+            {"field": "on_path", "type": "nominal", "title": "on the critical path"},
+        ],
+    }
+    spec = _base(values, height=max(60, 26 * len(order)))
+    spec["layer"] = [
+        {
+            "transform": [{"filter": "!datum.on_path"}],
+            "mark": {"type": "bar", "opacity": 0.3, "tooltip": True},
+            "encoding": encoding,
+        },
+        {
+            "transform": [{"filter": "datum.on_path"}],
+            "mark": {"type": "bar", "stroke": "#222222", "strokeWidth": 1, "tooltip": True},
+            "encoding": encoding,
+        },
+    ]
+    return spec

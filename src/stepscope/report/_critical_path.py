@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stepscope.report import model
+from stepscope.units import fmt_ms
 
 KIND_LABELS = {
     "host": "host",
@@ -44,4 +45,19 @@ def job_path_table(path: Any, *, predicted: bool = False) -> model.Table:
             if predicted
             else f"What bounds the step: the critical path across ranks, mean of {path.steps} step(s)"
         ),
+    )
+
+
+def path_line(path: Any) -> str:
+    """The path's length and kinds in one line (analysis.whatif.path.CriticalPath)."""
+    kinds = ", ".join(f"{kind} {fmt_ms(ms)}" for kind, ms in path.by_kind_ms.items())
+    error = (
+        f"; replayed within {abs(path.replay_error_pct):.1f}% of the measured step"
+        if path.replay_error_pct is not None
+        else ""
+    )
+    return (
+        f"the path's {fmt_ms(path.step_ms)} per step: {kinds}{error} (the path runs from the rank whose step ends "
+        "last back to the step's start on the rank it leads to: it can be longer than any one rank's step; "
+        "`stepscope whatif` predicts changes)"
     )

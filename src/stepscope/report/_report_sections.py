@@ -16,6 +16,7 @@ from stepscope.report import _run_sections as run_sections
 from stepscope.report import columns as col
 from stepscope.report._deepspeed import section as ds_section
 from stepscope.report._parallelism import parallelism
+from stepscope.report._path_section import critical_path
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section, Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -61,6 +62,7 @@ def sections(data: ReportData, pc: Charts) -> list[Section]:
     deepspeed = [ds_section(run.deepspeed)] if run is not None and run.deepspeed is not None else []
     return [
         _overview(data, pc),
+        critical_path(data, pc),
         _ops(data),
         _gpu(data, pc),
         _communication(data, pc),

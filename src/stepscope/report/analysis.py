@@ -11,9 +11,8 @@ from rich.text import Text
 
 from stepscope.analysis.analyze import AnalysisResult, RankAnalysis
 from stepscope.analysis.findings import Finding
-from stepscope.analysis.whatif.path import CriticalPath
 from stepscope.report import columns as col
-from stepscope.report._critical_path import job_path_table
+from stepscope.report._critical_path import job_path_table, path_line
 from stepscope.report._expert_tensor import expert_table, tensor_table
 from stepscope.report._fsdp import fsdp_table
 from stepscope.report._pipeline import pipeline_line, pipeline_table
@@ -51,20 +50,6 @@ class AnalysisReport:
         yield from _analysis_parts(self.result, self.wide)
 
 
-def _path_line(path: CriticalPath) -> str:
-    kinds = ", ".join(f"{kind} {fmt_ms(ms)}" for kind, ms in path.by_kind_ms.items())
-    error = (
-        f"; replayed within {abs(path.replay_error_pct):.1f}% of the measured step"
-        if path.replay_error_pct is not None
-        else ""
-    )
-    return (
-        f"the path's {fmt_ms(path.step_ms)} per step: {kinds}{error} (the path runs from the rank whose step ends "
-        "last back to the step's start on the rank it leads to: it can be longer than any one rank's step; "
-        "`stepscope whatif` predicts changes)"
-    )
-
-
 def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableType]:
     """Everything but the notes, which the CLI prints on stderr."""
     if result.run is not None:
@@ -82,7 +67,7 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         yield Text("")
     if result.critical_path is not None and result.critical_path.segments:
         yield fit_table(job_path_table(result.critical_path))
-        yield f"[dim]{markup_safe(_path_line(result.critical_path))}[/dim]"
+        yield f"[dim]{markup_safe(path_line(result.critical_path))}[/dim]"
         yield Text("")
     if result.dimensions is not None:
         yield fit_table(dimensions_table(result.dimensions, title="Communication by dimension"))

@@ -22,6 +22,7 @@ MAX_TABLE_RANKS = 8  # ranks whose ops and kernels are listed
 SECTION_TITLES = {
     "findings": "Findings",
     "overview": "Overview",
+    "critical-path": "Critical path",
     "ops": "Kernels and ops",
     "gpu": "GPU time",
     "communication": "Communication",

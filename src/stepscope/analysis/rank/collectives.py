@@ -77,7 +77,7 @@ class Instances:
     dim: list[str | None]  # mesh dimension, else description, else None
     group_source: list[str]  # how the group is known: groups.GROUP_SOURCES
     group_size: np.ndarray  # -1 unknown
-    issue: np.ndarray  # when the rank issued it (kernel launch, range start)
+    issue: np.ndarray  # when the rank issued it (kernel launch; the c10d op that issued a backend's range)
     start: np.ndarray
     end: np.ndarray
     in_bytes: np.ndarray  # -1 unknown
@@ -174,7 +174,12 @@ def _instances(data: RankData, world_size: int | None) -> Instances:
         backend = [
             (row, source, issued.kind.get(paired.get(row, MISSING), kind)) for row, source, kind in backend
         ]
-        return _range_instances(table, data.rank, backend, world_size)
+        out = _range_instances(table, data.rank, backend, world_size)
+        # issued when the op that issued it was called (the backend's thread may start it later)
+        ops = np.array([paired.get(int(row), MISSING) for row in out.row.tolist()], dtype=np.int64)
+        known = ops != MISSING
+        out.issue[known] = np.minimum(out.issue[known], table.columns["ts"][ops[known]])
+        return out
     # the issued op names what the events inside it ran; c10d ops under another issued op are that one
     counted = []
     for row, source, kind in ranges:

@@ -1,15 +1,19 @@
 """The graph of a rank without GPU activity whose collectives a CPU backend ran (gloo, mpi, ucc): each collective
 is an activity on its backend thread, and each wait of the training threads for collectives a synchronization.
 
-- **Activities**: one per collective instance (its backend range), launched when it starts, in order on its
-  backend thread (a thread runs one collective at a time). Across ranks, matched instances end together
-  (couple.py): a rank's instance can only finish once the last rank has arrived.
+- **Activities**: one per collective instance (its backend range), launched when the host called the op that
+  issued it (`c10d::allreduce_`; the range's start where no op is paired with it) and started when its range
+  starts (the backend's thread may pick it up later: its latency), in order on its backend thread (a thread runs
+  one collective at a time). Across ranks, matched instances end together (couple.py): a rank's instance can
+  only finish once the last rank has arrived.
 - **Waits**: the longest stretch in which the training threads do not compute (exposed.training_compute) while a
-  collective runs, if the host resumes from it when the collective ends, is the host waiting for it: a synchronization from the later of the stretch's start and the
-  awaited collectives' starts to the last of their ends, awaiting every collective launched before it. The rest
-  of the stretch (Python time before the wait, after it) stays host time. A backend range closes a little
-  after the thread it releases resumes: a collective ending up to END_LAG_NS (or END_LAG_SHARE of its
-  duration) after the stretch is awaited by it, and over when the stretch ends.
+  collective runs, if the host resumes from it when the collective ends, is the host waiting for it: a
+  synchronization from the later of the stretch's start and the awaited collectives' launches to the stretch's
+  end, awaiting every collective launched before it; the time from the last collective's end to the host's
+  resumption is the host's wake-up (its own time, paid only where the host still waits in a replay: a
+  collective a what-if removes takes its wake-up with it). The Python time before the wait stays host time. A
+  backend range closes a little after the thread it releases resumes: a collective ending up to END_LAG_NS (or
+  END_LAG_SHARE of its duration) after the stretch is awaited by it, and over when the stretch ends.
 """
 
 from __future__ import annotations
@@ -35,7 +39,11 @@ def rank_graph(data: RankData, instances: Instances | None) -> RankGraph:
     """The graph of one prepared rank (graph.build_graph); on a rank without GPU activity whose collectives a CPU
     backend ran (`instances`: collectives.rank_instances), with those collectives and the host's waits for them."""
     if not len(data.gpu) and instances is not None and instances.time_source == "cpu" and len(instances):
-        return build_graph(data, cpu_collective_nodes(data, instances))
+        graph = build_graph(data, cpu_collective_nodes(data, instances))
+        # the activities' "streams" are the backend's threads (cpu_collective_nodes)
+        tids = distinct_sorted(data.table.columns["tid"][instances.row.astype(np.int64)])
+        graph.lanes = [f"thread {t} (collectives)" for t in tids.tolist()]
+        return graph
     return build_graph(data)
 
 
@@ -45,6 +53,7 @@ def cpu_collective_nodes(data: RankData, inst: Instances) -> tuple[GpuNodes, Syn
     rows = inst.row.astype(np.int64)
     order = np.lexsort((inst.end, inst.start))
     rows, start, end = rows[order], inst.start[order].astype(np.int64), inst.end[order].astype(np.int64)
+    issue = np.minimum(inst.issue[order].astype(np.int64), start)
     _, stream = unique_inverse(table.columns["tid"][rows])
     n = len(rows)
     prev = previous_on_stream(stream)
@@ -53,12 +62,12 @@ def cpu_collective_nodes(data: RankData, inst: Instances) -> tuple[GpuNodes, Syn
         name=table.columns["name"][rows].astype(np.int64),
         kind=np.full(n, COMMUNICATION, dtype=np.int64),
         stream=stream.astype(np.int64),
-        launch=start,
+        launch=issue,
         start=start,
         dur=end - start,
         prev=prev,
         gap=zeros,
-        latency=zeros.copy(),
+        latency=start - issue,
         follows_stream=np.zeros(n, dtype=bool),
         row=rows,
         after=np.full(n, -1, dtype=np.int64),
@@ -88,7 +97,7 @@ def _waits(data: RankData, gpu: GpuNodes) -> SyncNodes:
     for stretch in distinct_sorted(k[waited]).tolist():
         awaited = np.flatnonzero(waited & (k == stretch))
         a, b = int(idle_start[stretch]), int(idle_end[stretch])
-        s = max(a, int(gpu.start[awaited].max()))
+        s = max(a, int(gpu.launch[awaited].max()))
         if s >= b:
             continue
         # a backend range may close after the host it released resumed: the collective is over by then
@@ -97,9 +106,11 @@ def _waits(data: RankData, gpu: GpuNodes) -> SyncNodes:
         end[late] = b
         last = int(awaited[np.argmax(end[awaited])])
         out["start"].append(s)
-        out["end"].append(int(end[last]))
+        # the host resumes at the stretch's end: the time after the collective's end is its wake-up
+        out["end"].append(b)
         out["stream"].append(-1)
         out["awaits"].append(last)
-        out["own"].append(0)
+        out["own"].append(b - int(end[last]))
         out["launched"].append(int(np.searchsorted(gpu.launch, s, side="right")))
-    return SyncNodes(**{k: np.array(v, dtype=np.int64) for k, v in out.items()})
+    arrays = {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+    return SyncNodes(**arrays, wakes=np.ones(len(arrays["start"]), dtype=bool))

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.codes import distinct_sorted
 from stepscope.analysis.rank.kernels import COMMUNICATION, MEMORY
 from stepscope.analysis.rank.prepare import RankData, effective_launch
 from stepscope.analysis.rank.steps import assign_phases, region_union
@@ -89,6 +90,9 @@ class SyncNodes:
     awaits: np.ndarray  # the last GPU activity (index into GpuNodes) launched before it on what it awaits; -1
     launched: np.ndarray  # how many GPU activities were launched before it (a prefix of GpuNodes)
     own: np.ndarray  # its time besides the waiting (ns)
+    # bool: its own time is the host's wake-up once what it awaited ended, paid only where it waits (a blocking
+    # wait for a CPU backend's collective: where the collective is removed or over, the host does not block)
+    wakes: np.ndarray
 
     def __len__(self) -> int:
         return len(self.start)
@@ -111,6 +115,7 @@ class RankGraph:
         default_factory=list
     )  # the CUDA graphs, by the CPU range around the launch
     notes: list[str] = field(default_factory=list)  # what the graph could not read from the trace
+    lanes: list[str] = field(default_factory=list)  # each stream's name (by GpuNodes.stream): "stream 7"
 
 
 def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None) -> RankGraph:
@@ -136,7 +141,20 @@ def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None)
     graph = RankGraph(data.rank, names, data.lo, data.hi, number, start, end, gpu, syncs, phases, data)
     if edges is not None:
         graph.graph_names, graph.notes = edges.graph_names, edges.notes
+        graph.lanes = stream_names(data)
     return graph
+
+
+def stream_names(data: RankData) -> list[str]:
+    """The names of a rank's streams in the order of their dense ids (_gpu_nodes): "stream 7", with the device
+    where the rank's activities ran on more than one."""
+    g = data.gpu
+    keys = distinct_sorted(g.device.astype(np.int64) * (1 << 32) + g.stream.astype(np.int64))
+    devices, streams = (keys >> 32).tolist(), (keys & 0xFFFFFFFF).tolist()
+    several = len(set(devices)) > 1
+    return [
+        f"device {d} stream {s}" if several else f"stream {s}" for d, s in zip(devices, streams, strict=True)
+    ]
 
 
 def _gpu_nodes(data: RankData) -> tuple[GpuNodes, Edges]:
@@ -242,7 +260,7 @@ def _sync_nodes(data: RankData, gpu: GpuNodes, edges: Edges) -> SyncNodes:
         out["own"].append(max(e - waited_until, 0))
         out["launched"].append(int(np.searchsorted(gpu.launch, s, side="right")))
     a = {k: np.array(v, dtype=np.int64) for k, v in out.items()}
-    return SyncNodes(**a)
+    return SyncNodes(**a, wakes=np.zeros(len(a["start"]), dtype=bool))
 
 
 def _named(edges: Edges, corr: int, last: list[int], end_gpu: np.ndarray, returned: int) -> int | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 import numpy as np
@@ -37,6 +37,17 @@ class PathSegment(msgspec.Struct):
     rank: int
     what: str
     ms: float
+
+
+class Span(NamedTuple):
+    """One stretch of a step's critical path, in its rank's replay time (ns)."""
+
+    rank: int
+    lane: int  # -1: the host; else the stream of the activity (GpuNodes.stream)
+    start: int
+    end: int
+    what: str  # a kind (PATH_KINDS) or the host's phase ("host: forward")
+    activity: int  # the GPU activity (index into GpuNodes), else -1
 
 
 class PathStep(msgspec.Struct):
@@ -64,16 +75,12 @@ def job_critical_path(
     whose step ends last, back to its step's start; a collective that waited for a later rank hands the path to
     that rank at its arrival."""
     ranks = sorted(replays)
-    offsets = coupling.offsets if coupling is not None else {r: 0 for r in ranks}
     last_in = _last_arrivals(replays, coupling) if coupling is not None and len(coupling) else {}
     n_steps = min(len(replays[r].step_start) for r in ranks)
     labels: dict[int, list[str]] = {}  # per rank, its activities' names on the path (made when first needed)
     out = []
     for k in range(n_steps):
-        ends = {r: int(replays[r].step_end[k]) - offsets[r] for r in ranks}
-        rank = max(ranks, key=lambda r: (ends[r], -r))
-        walk = _Walk(replays, k, labels)
-        walk.run(rank, last_in, coupling)
+        walk, rank = walk_step(replays, coupling, k, labels, last_in)
         step_ns = sum(walk.kinds.values())  # from the end back to the step's start on the rank it reached
         names_top = [(name, round(v / 1e6, 3)) for name, v in walk.names.most_common(top)]
         parts = sorted(walk.parts.items(), key=lambda item: (-item[1], item[0]))
@@ -95,6 +102,27 @@ def job_critical_path(
     return out
 
 
+def walk_step(
+    replays: Mapping[int, Replay],
+    coupling: Coupling | None,
+    k: int,
+    labels: dict[int, list[str]],
+    last_in: dict[tuple[int, int], tuple[int, int]] | None = None,
+    spans: list[Span] | None = None,
+) -> tuple[_Walk, int]:
+    """Step `k`'s walk back from the end of the rank whose step ends last (returned with it); `spans`, where
+    given, receives each stretch of the path. `last_in`: _last_arrivals's (made here where not given)."""
+    ranks = sorted(replays)
+    offsets = coupling.offsets if coupling is not None else {r: 0 for r in ranks}
+    if last_in is None:
+        last_in = _last_arrivals(replays, coupling) if coupling is not None and len(coupling) else {}
+    ends = {r: int(replays[r].step_end[k]) - offsets[r] for r in ranks}
+    rank = max(ranks, key=lambda r: (ends[r], -r))
+    walk = _Walk(replays, k, labels, spans)
+    walk.run(rank, last_in, coupling)
+    return walk, rank
+
+
 def _last_arrivals(
     replays: Mapping[int, Replay], coupling: Coupling
 ) -> dict[tuple[int, int], tuple[int, int]]:
@@ -114,7 +142,13 @@ def _last_arrivals(
 class _Walk:
     """One step's walk back along the critical path, counting its time by kind, host phase, rank and name."""
 
-    def __init__(self, replays: Mapping[int, Replay], k: int, labels: dict[int, list[str]]) -> None:
+    def __init__(
+        self,
+        replays: Mapping[int, Replay],
+        k: int,
+        labels: dict[int, list[str]],
+        spans: list[Span] | None = None,
+    ) -> None:
         self.replays = replays
         self.k = k
         self.kinds: Counter[str] = Counter()
@@ -122,6 +156,13 @@ class _Walk:
         self.names: Counter[str] = Counter()
         self.parts: Counter[tuple[int, str]] = Counter()
         self._labels = labels
+        self.spans = spans  # where given, each stretch of the path is appended to it (timeline.py)
+
+    def _span(self, rank: int, lane: int, lo: int, hi: int, what: str, activity: int = -1) -> None:
+        """Record one stretch of the path, in the rank's replay time; `lane`: -1 the host, else the activity's
+        stream (GpuNodes.stream)."""
+        if self.spans is not None and hi > lo:
+            self.spans.append(Span(rank, lane, lo, hi, what, activity))
 
     def label(self, rank: int, a: int) -> str:
         if rank not in self._labels:
@@ -160,6 +201,7 @@ class _Walk:
             limit = j - 1
             ready = e - int(syncs.own[j])
             self._count(rank, "sync", e - max(ready, s))
+            self._span(rank, -1, max(ready, s), e, "sync")
             a = _awaited(rep, j)
             if a < 0 or ready <= s:
                 t, tm = s, int(syncs.start[j])
@@ -177,6 +219,8 @@ class _Walk:
                     other = self.replays[peer]
                     arrival = int(other.gpu_start[pa]) - coupling.offsets[peer] + coupling.offsets[rank]
                     self._count(rank, KIND_NAMES[int(gpu.kind[a])], t_gpu - max(arrival, t_lo))
+                    lane = int(gpu.stream[a])
+                    self._span(rank, lane, max(arrival, t_lo), t_gpu, KIND_NAMES[int(gpu.kind[a])], a)
                     self.names[self.label(rank, a)] += max(t_gpu - max(arrival, t_lo), 0)
                     hops += 1
                     jumped = True
@@ -190,6 +234,9 @@ class _Walk:
                 else:
                     spent = t_gpu - max(start, t_lo)
                     self._count(rank, KIND_NAMES[int(gpu.kind[a])], spent)
+                    self._span(
+                        rank, int(gpu.stream[a]), max(start, t_lo), t_gpu, KIND_NAMES[int(gpu.kind[a])], a
+                    )
                     self.names[self.label(rank, a)] += max(spent, 0)
                     t_gpu = start
                 prev, after = int(gpu.prev[a]), int(gpu.after[a])
@@ -197,15 +244,18 @@ class _Walk:
                 after_end = int(rep.gpu_end[after]) if after >= 0 else None
                 if prev_end is not None and prev_end + gpu.gap[a] >= start:
                     self._count(rank, "gap", start - prev_end)
+                    self._span(rank, int(gpu.stream[a]), prev_end, start, "gap")
                     t_gpu = prev_end
                     a = prev
                 elif after_end is not None and after_end + gpu.after_gap[a] >= start:
                     # it waited for work on another stream (an event) or before it in its CUDA graph
                     self._count(rank, "gap", start - after_end)
+                    self._span(rank, int(gpu.stream[a]), after_end, start, "gap")
                     t_gpu = after_end
                     a = after
                 else:
                     self._count(rank, "launch", int(gpu.latency[a]))
+                    self._span(rank, int(gpu.stream[a]), int(launch_host[a]), start, "launch")
                     t_gpu = int(launch_host[a])
                     break
             if rep is not self.replays[rank] or (a >= 0 and t_gpu < s) or jumped:
@@ -222,18 +272,35 @@ class _Walk:
         self.kinds["host"] += hi - lo
         m_lo, m_hi = measured
         covered = 0
+        shown: list[tuple[int, int, str]] = []
         for phase, (start, end) in rep.graph.phases.items():
             a, b = np.maximum(start, m_lo), np.minimum(end, m_hi)
             keep = b > a
             if keep.any():
-                part = int((rep.clock(b[keep]) - rep.clock(a[keep])).sum())
+                ra, rb = rep.clock(a[keep]), rep.clock(b[keep])
+                part = int((rb - ra).sum())
                 self.host[phase] += part
                 if phase != COMPILED_PHASE:  # (it overlaps the phases)
                     self.parts[(rank, f"host: {phase}")] += part
                     covered += part
+                    if self.spans is not None:
+                        # the replay's stretch starts at `lo` where the measured one starts at m_lo
+                        shift = lo - int(rep.clock(np.array([m_lo]))[0])
+                        shown += [
+                            (x + shift, y + shift, f"host: {phase}")
+                            for x, y in zip(ra.tolist(), rb.tolist(), strict=True)
+                        ]
         if hi - lo - covered > 0:
             self.host["other"] += hi - lo - covered
             self.parts[(rank, "host: other")] += hi - lo - covered
+        if self.spans is not None:
+            at = lo
+            for x, y, what in sorted(shown):
+                x, y = max(x, at), min(y, hi)
+                self._span(rank, -1, at, x, "host: other")
+                self._span(rank, -1, x, y, what)
+                at = max(at, y)
+            self._span(rank, -1, at, hi, "host: other")
 
 
 def _labels(g: RankGraph) -> list[str]:
@@ -256,6 +323,29 @@ def _awaited(rep: Replay, j: int) -> int:
     return int(np.argmax(rep.gpu_end[:n])) if n else -1
 
 
+HOST_LANE = "host"
+
+
+class TimelineSpan(msgspec.Struct):
+    """A stretch of work on one lane (a rank's host, or one of its streams), in ms from the step's start."""
+
+    rank: int
+    lane: str
+    start_ms: float
+    end_ms: float
+    what: str  # a kind of the path (PATH_KINDS) or a host phase: "host: forward"
+    name: str | None = None  # the activity's name, where the stretch is one activity's
+
+
+class PathTimeline(msgspec.Struct):
+    """One step's critical path over the step's work (timeline.py)."""
+
+    step: int
+    step_ms: float  # the path's length
+    path: list[TimelineSpan]  # in time order
+    busy: list[TimelineSpan]  # the step's work on every lane of the ranks replayed
+
+
 class CriticalPath(msgspec.Struct):
     """The job's critical path over the window's steps, as means per step (analyze's `critical_path`)."""
 
@@ -267,6 +357,7 @@ class CriticalPath(msgspec.Struct):
     segments: list[PathSegment]  # by rank and kind, longest first
     top: list[tuple[str, float]]  # the GPU activities longest on the path
     bound: str | None  # the longest segment, in words: "rank 2, host: data_loader: 30.3 ms of 46.8 ms (65%)"
+    timeline: PathTimeline | None = None  # a typical step's path over its work (timeline.py)
 
 
 def summarize_path(

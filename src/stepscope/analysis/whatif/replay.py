@@ -125,6 +125,7 @@ def replay_steps(
     m = len(syncs)
     at_start, at_end = clock(syncs.start).tolist(), clock(syncs.end).tolist()
     launched, sync_end_measured = syncs.launched.tolist(), syncs.end.tolist()
+    wakes = syncs.wakes.tolist()
     gpu_launch = gpu.launch.tolist()
     sync_start = [0] * m
     sync_end = [0] * m
@@ -160,7 +161,10 @@ def replay_steps(
             else:
                 d = dur[i] if factor is None else round(dur[i] * factor[i])
             end[i] = t + d
-            prefix_max[i + 1] = max(prefix_max[i], t + d)
+            # work a what-if removes (factor 0) is not waited for
+            prefix_max[i + 1] = (
+                prefix_max[i] if factor is not None and not factor[i] else max(prefix_max[i], t + d)
+            )
             i += 1
         if j == m:
             break
@@ -173,7 +177,7 @@ def replay_steps(
             ready = max(s, prefix_max[until])
         else:
             ready = max(s, end[awaits])
-        took = ready - s + int(syncs.own[j])
+        took = ready - s + (int(syncs.own[j]) if ready > s or not wakes[j] else 0)
         if scaling.sync != 1.0:
             took = round(took * scaling.sync)
         sync_start[j], sync_end[j] = s, s + took

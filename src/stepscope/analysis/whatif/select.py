@@ -8,7 +8,8 @@ What each selects on a rank (docs/analysis.md, "Critical path and what-if"):
 - `op:REGEX`: the host time inside CPU ops whose name matches (searched) and the GPU activities launched there;
 - `kernel:REGEX`: GPU activities whose name matches (searched);
 - `communication`: communication GPU activities and a CPU backend's collectives (cpu_comm.py): their transfer;
-  the waiting for other ranks follows from their arrivals;
+  the waiting for other ranks follows from their arrivals; with a CPU backend, also the host time inside the
+  calls that issue them (`c10d::allreduce_`: on gloo, the call itself can take milliseconds);
 - `sync`: the synchronizations' time (waiting and own).
 """
 
@@ -27,6 +28,7 @@ from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.replay import Scaling
 
 KINDS = (*PHASES, "communication", "sync")
+ISSUE_RE = re.compile(r"^(c10d|_c10d_functional)::")  # the host's calls that issue collectives
 
 
 class SelectorError(ValueError):
@@ -121,6 +123,9 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
             factor[gpu.kind == COMMUNICATION] *= sel.factor
             if not len(gpu):
                 host = communication_intervals(data)
+            elif not len(data.gpu):
+                # a CPU backend's collectives (cpu_comm.py): the host's calls that issue them go with them
+                host = region_union(table, ISSUE_RE)
         if host is not None and len(host[0]):
             scaling.host.append((host[0], host[1], sel.factor))
             at = np.searchsorted(host[0], gpu.launch, side="right") - 1

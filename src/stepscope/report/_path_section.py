@@ -1,0 +1,41 @@
+"""The report's critical-path section: what bounds the step (analyze's `critical_path`), its table, and a typical
+step's path drawn over the step's work on every lane."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from stepscope.analysis.report_data import ReportData
+from stepscope.report import _charts as charts
+from stepscope.report._critical_path import job_path_table, path_line
+from stepscope.report.model import SECTION_TITLES, Charts, Section
+from stepscope.units import fmt_ms
+
+
+def critical_path(data: ReportData, pc: Charts) -> Section:
+    s = Section("critical-path", SECTION_TITLES["critical-path"])
+    path = data.analysis.critical_path
+    if path is None or not path.segments:
+        s.empty = "no step to replay in the traces: no critical path"
+        return s
+    if path.bound is not None:
+        s.facts.append(("bounds the step", path.bound))
+    s.paragraphs.append(path_line(path).capitalize() + ".")
+    t = path.timeline
+    if t is not None:
+        pc.add(
+            s,
+            charts.path_timeline(_plain(t.path), _plain(t.busy)),
+            f"Step {t.step}, a typical one (its path, {fmt_ms(t.step_ms)}, is the median's): each rank's host "
+            "and streams, the step's work faint and its critical path outlined over it. The path runs back from "
+            "the end of the rank whose step ends last; where a collective waited for a later rank, it passes to "
+            "that rank. Hover a bar for what it is.",
+        )
+    s.tables.append(job_path_table(path))
+    return s
+
+
+def _plain(spans: list[Any]) -> list[dict[str, Any]]:
+    return [msgspec.structs.asdict(x) for x in spans]
