@@ -123,9 +123,13 @@ def analyze_path(
 
 
 def _recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
-    """A run folder's record of the job's process groups (None for a file, whose analysis then imports none of
-    the run folder's modules)."""
+    """A run folder's record of the job's process groups (None for a file or a folder of traces, whose analysis
+    then imports none of the run folder's modules)."""
     if not Path(path).is_dir():
+        return None
+    from stepscope.runfolder import is_run_folder
+
+    if not is_run_folder(path):  # (a folder of traces: none either)
         return None
     from stepscope.analysis.run.folder import recorded_groups
 
