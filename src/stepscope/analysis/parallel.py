@@ -15,9 +15,10 @@ A single file is loaded and analysed in this process (its columns are the unit o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
 from stepscope.analysis.findings.replayed import on_rank
@@ -39,8 +40,7 @@ __all__ = ["EXECUTORS", "ExecutorError", "analyze_path", "default_jobs"]
 EXECUTORS = ("local", "dask")
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(msgspec.Struct, frozen=True):
     """What every task needs to know besides its file (picklable: it travels to the workers)."""
 
     drop_last_step: bool = False
@@ -50,15 +50,14 @@ class Options:
     known_groups: dict[str, dict[str, Any]] | None = None  # the run folder's record of the process groups
 
 
-@dataclass
-class FileResult:
+class FileResult(msgspec.Struct):
     """What one task sends back: the file's ranks (a merged trace holds several), its notices, or the problem
     that stopped it."""
 
     path: str
     hint: int | None
-    parts: list[tuple[int | None, RankPart]] = field(default_factory=list)  # (declared rank, part)
-    notices: list[str] = field(default_factory=list)
+    parts: list[tuple[int | None, RankPart]] = msgspec.field(default_factory=list)  # (declared rank, part)
+    notices: list[str] = msgspec.field(default_factory=list)
     problem: str | None = None
 
 
@@ -177,8 +176,7 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
 
 
 # --- numbering and combining ---------------------------------------------------------------------------
-@dataclass
-class _Entry:
+class _Entry(msgspec.Struct):
     """A rank of a file, as the loader's rank assignment sees a FileTable."""
 
     path: str

@@ -75,8 +75,7 @@ def severity_of(pct_of_step: float) -> str | None:
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False, frozen=True)
-class WindowSteps:
+class WindowSteps(msgspec.Struct, eq=False, frozen=True):
     """The window of a rank cut into its steps: each from its start to the next step's start (the last to the
     window's end); without ProfilerSteps, the window is one step."""
 
