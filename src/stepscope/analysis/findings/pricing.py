@@ -10,7 +10,6 @@ message giving the cost in the steps where it holds and saying in how many (docs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 import msgspec
@@ -109,8 +108,7 @@ class WindowSteps(msgspec.Struct, eq=False, frozen=True):
         return np.bincount(which, weights=values, minlength=len(self)).astype(np.int64)
 
 
-@dataclass(eq=False, repr=False, frozen=True)
-class Price:
+class Price(msgspec.Struct, eq=False, frozen=True, dict=True):  # (dict: for `held`, a cached_property)
     """A cost measured in each step of a window, and the rule's threshold (a share of the step) at which the
     finding holds in a step."""
 
