@@ -38,6 +38,10 @@ from stepscope.errors import InputError
 __all__ = ["EXECUTORS", "ExecutorError", "analyze_path", "default_jobs"]
 
 EXECUTORS = ("local", "dask")
+# JSON (estimated) below which the files are analysed here, one after the other, when `jobs` is not given: the
+# pool's start (its modules, the fork, each worker's first calls) costs more than a second CPU saves. 2 x 1.7 MB
+# (hta_trace_filter) on 2 cores: 60 ms here against 80-100 ms with 2 workers.
+POOL_MIN_BYTES = 8 << 20
 
 
 class Options(msgspec.Struct, frozen=True):
@@ -81,7 +85,7 @@ def analyze_path(
 ) -> AnalysisResult:
     """Analyse a trace file, a folder of per-rank traces or a run folder (`step`: its window ending there).
 
-    `jobs`: worker processes of the local executor (default: all CPUs). `executor="dask"` sends the per-file
+    `jobs`: worker processes of the local executor (default: all CPUs; none below POOL_MIN_BYTES of JSON). `executor="dask"` sends the per-file
     tasks to the Dask scheduler at `scheduler` (None: a cluster of this machine's cores). `progress` is called
     with (bytes done, bytes in all, file at work). `steps`: (first, last) ProfilerStep numbers to analyse (see
     analyze). Raises InputError (a bad file, or no step in `steps`) or ExecutorError."""
@@ -109,7 +113,8 @@ def analyze_path(
     if executor == "dask":
         results = _run_dask(tasks, sizes, options, scheduler, progress)
     else:
-        results = _run(tasks, sizes, options, jobs if jobs is not None else default_jobs(), progress)
+        workers = jobs if jobs is not None else default_jobs() if sum(sizes) >= POOL_MIN_BYTES else 1
+        results = _run(tasks, sizes, options, workers, progress)
     by_path = {r.path: r for r in results}
     ordered = [by_path[p] for p, _ in tasks]
     for result in ordered:
