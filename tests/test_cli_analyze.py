@@ -14,6 +14,25 @@ from .test_analysis_breakdown import two_step_trace
 from .test_analysis_findings import rank_trace
 
 
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_blas_threads_setting_is_left_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], preset: str | None
+) -> None:
+    # GIVEN no BLAS thread count in the environment, or the user's own
+    for var in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    if preset is not None:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", preset)
+    path = write_trace(tmp_path / "rank0.json.gz", two_step_trace(), rank=0)
+    # WHEN analysed (the command imports numpy with one BLAS thread where none was asked for)
+    assert main(["analyze", str(path), "--json"]) == 0
+    capsys.readouterr()
+    # THEN the environment is as it was: nothing left for what the process runs next
+    import os
+
+    assert os.environ.get("OPENBLAS_NUM_THREADS") == preset
+
+
 def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN one rank's trace on disk
     path = write_trace(tmp_path / "rank0.json.gz", two_step_trace(), rank=0)

@@ -53,3 +53,18 @@ def test_analyze_in_the_terminal_of_a_trace_file_imports_only_what_it_needs(
     assert "use pin_memory=True in the DataLoader" in str(result["out"])
     loaded = [m for m in NOT_NEEDED if m in result["modules"]]  # type: ignore[operator]
     assert loaded == [], loaded
+
+
+@pytest.mark.shared
+def test_analyze_json_of_a_folder_of_traces_imports_no_run_folder_modules(
+    shared_traces: Path, tmp_path: Path
+) -> None:
+    # GIVEN a plain folder holding one trace (no manifest: not a run folder)
+    folder = shared_traces / "hta_ns_resolution_trace"
+    # WHEN analysed with --json
+    result = _analyze(tmp_path, str(folder), "--json")
+    # THEN the run folder's manifest, its readers and the process pool's modules were never imported
+    assert result["status"] == 0
+    not_needed = ("stepscope.runfolder.manifest", "stepscope.analysis.run.folder", "concurrent.futures")
+    loaded = [m for m in not_needed if m in result["modules"]]  # type: ignore[operator]
+    assert loaded == [], loaded

@@ -7,7 +7,6 @@ docs/analysis.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -123,8 +122,7 @@ class AnalysisResult(msgspec.Struct):
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False)
-class RankPart:
+class RankPart(msgspec.Struct, eq=False):
     """One rank's share of `analyze`: its sections, its own findings, its collectives and what the cross-rank
     analysis needs. Small (no rows of the trace): this is what a worker process sends back."""
 

@@ -15,9 +15,10 @@ A single file is loaded and analysed in this process (its columns are the unit o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
 from stepscope.analysis.findings.replayed import on_rank
@@ -37,10 +38,13 @@ from stepscope.errors import InputError
 __all__ = ["EXECUTORS", "ExecutorError", "analyze_path", "default_jobs"]
 
 EXECUTORS = ("local", "dask")
+# JSON (estimated) below which the files are analysed here, one after the other, when `jobs` is not given: the
+# pool's start (its modules, the fork, each worker's first calls) costs more than a second CPU saves. 2 x 1.7 MB
+# (hta_trace_filter) on 2 cores: 60 ms here against 80-100 ms with 2 workers.
+POOL_MIN_BYTES = 8 << 20
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(msgspec.Struct, frozen=True):
     """What every task needs to know besides its file (picklable: it travels to the workers)."""
 
     drop_last_step: bool = False
@@ -50,15 +54,14 @@ class Options:
     known_groups: dict[str, dict[str, Any]] | None = None  # the run folder's record of the process groups
 
 
-@dataclass
-class FileResult:
+class FileResult(msgspec.Struct):
     """What one task sends back: the file's ranks (a merged trace holds several), its notices, or the problem
     that stopped it."""
 
     path: str
     hint: int | None
-    parts: list[tuple[int | None, RankPart]] = field(default_factory=list)  # (declared rank, part)
-    notices: list[str] = field(default_factory=list)
+    parts: list[tuple[int | None, RankPart]] = msgspec.field(default_factory=list)  # (declared rank, part)
+    notices: list[str] = msgspec.field(default_factory=list)
     problem: str | None = None
 
 
@@ -82,7 +85,7 @@ def analyze_path(
 ) -> AnalysisResult:
     """Analyse a trace file, a folder of per-rank traces or a run folder (`step`: its window ending there).
 
-    `jobs`: worker processes of the local executor (default: all CPUs). `executor="dask"` sends the per-file
+    `jobs`: worker processes of the local executor (default: all CPUs; none below POOL_MIN_BYTES of JSON). `executor="dask"` sends the per-file
     tasks to the Dask scheduler at `scheduler` (None: a cluster of this machine's cores). `progress` is called
     with (bytes done, bytes in all, file at work). `steps`: (first, last) ProfilerStep numbers to analyse (see
     analyze). Raises InputError (a bad file, or no step in `steps`) or ExecutorError."""
@@ -110,7 +113,8 @@ def analyze_path(
     if executor == "dask":
         results = _run_dask(tasks, sizes, options, scheduler, progress)
     else:
-        results = _run(tasks, sizes, options, jobs if jobs is not None else default_jobs(), progress)
+        workers = jobs if jobs is not None else default_jobs() if sum(sizes) >= POOL_MIN_BYTES else 1
+        results = _run(tasks, sizes, options, workers, progress)
     by_path = {r.path: r for r in results}
     ordered = [by_path[p] for p, _ in tasks]
     for result in ordered:
@@ -123,9 +127,13 @@ def analyze_path(
 
 
 def _recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
-    """A run folder's record of the job's process groups (None for a file, whose analysis then imports none of
-    the run folder's modules)."""
+    """A run folder's record of the job's process groups (None for a file or a folder of traces, whose analysis
+    then imports none of the run folder's modules)."""
     if not Path(path).is_dir():
+        return None
+    from stepscope.runfolder import is_run_folder
+
+    if not is_run_folder(path):  # (a folder of traces: none either)
         return None
     from stepscope.analysis.run.folder import recorded_groups
 
@@ -173,8 +181,7 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
 
 
 # --- numbering and combining ---------------------------------------------------------------------------
-@dataclass
-class _Entry:
+class _Entry(msgspec.Struct):
     """A rank of a file, as the loader's rank assignment sees a FileTable."""
 
     path: str

@@ -25,8 +25,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (concurrent.futures and the logging it imports: only where there is a pool)
+    from concurrent.futures import Executor, Future
 
 __all__ = [
     "ExecutorError",

@@ -120,7 +120,7 @@ def jobs_options(fn):  # type: ignore[no-untyped-def]
         type=click.IntRange(min=1),
         default=None,
         help="Local processes analysing ranks side by side, or reading one big plain-JSON file in stretches "
-        "(default: all CPUs; 1: none).",
+        "(default: all CPUs, none for less than 8 MB of JSON; 1: none).",
     )(fn)
 
 

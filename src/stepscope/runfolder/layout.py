@@ -10,6 +10,8 @@ writer and reader); tools find artifacts through the manifest by kind, never by 
 from __future__ import annotations
 
 import enum
+import os
+from pathlib import Path
 
 MANIFEST_NAME = "manifest.json"
 LOCK_NAME = ".manifest.lock"
@@ -82,3 +84,10 @@ METRICS_NAME = TEMPLATES[ArtifactKind.METRICS]
 def artifact_path(kind: ArtifactKind | str, rank: int | None = None, step: int | None = None) -> str:
     """The relative path of an artifact: `artifact_path("trace", rank=0, step=7)` -> traces/rank0_step7.json.gz."""
     return TEMPLATES[ArtifactKind(kind)].format(rank=rank, step=step)
+
+
+def is_run_folder(path: str | Path) -> bool:
+    """A folder with a manifest.json: a file, even a damaged one or a FIFO put in its place (readers then read
+    the folder by its layout), but not a folder of that name."""
+    manifest = Path(path) / MANIFEST_NAME
+    return os.path.lexists(manifest) and not manifest.is_dir()

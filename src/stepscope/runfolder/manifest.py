@@ -121,13 +121,6 @@ def is_inside_path(path: str) -> bool:
     )
 
 
-def is_run_folder(path: str | Path) -> bool:
-    """A folder with a manifest.json: a file, even a damaged one or a FIFO put in its place (readers then read
-    the folder by its layout), but not a folder of that name."""
-    manifest = Path(path) / MANIFEST_NAME
-    return os.path.lexists(manifest) and not manifest.is_dir()
-
-
 def manifest_lock(run_dir: Path, timeout: float = LOCK_TIMEOUT_S) -> Any:
     """The run folder's manifest lock (a context manager)."""
     return folder_lock(run_dir, timeout)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -121,8 +120,7 @@ def cpu_only(data: RankData, loader: iv.Intervals, comm: iv.Intervals | None) ->
     return out
 
 
-@dataclass(eq=False, repr=False, frozen=True)
-class HostStretches:
+class HostStretches(msgspec.Struct, eq=False, frozen=True):
     """The host time python_overhead and many_small_ops price on a rank without GPU activity."""
 
     untraced: iv.Intervals  # no torch op runs (python_overhead), less the runs of small ops below

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -85,8 +85,7 @@ _X = ord("X")
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False)
-class Gaps:
+class Gaps(msgspec.Struct, eq=False):
     """The GPU idle gaps of a rank's window: all of them, and those where the next activity was launched only
     after the GPU went idle (the GPU waited on the host)."""
 

@@ -10,7 +10,6 @@ message giving the cost in the steps where it holds and saying in how many (docs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 import msgspec
@@ -75,8 +74,7 @@ def severity_of(pct_of_step: float) -> str | None:
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False, frozen=True)
-class WindowSteps:
+class WindowSteps(msgspec.Struct, eq=False, frozen=True):
     """The window of a rank cut into its steps: each from its start to the next step's start (the last to the
     window's end); without ProfilerSteps, the window is one step."""
 
@@ -110,8 +108,7 @@ class WindowSteps:
         return np.bincount(which, weights=values, minlength=len(self)).astype(np.int64)
 
 
-@dataclass(eq=False, repr=False, frozen=True)
-class Price:
+class Price(msgspec.Struct, eq=False, frozen=True, dict=True):  # (dict: for `held`, a cached_property)
     """A cost measured in each step of a window, and the rule's threshold (a share of the step) at which the
     finding holds in a step."""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -50,12 +49,11 @@ class ReplaySavings(msgspec.Struct):
     combined_ms_per_step: float  # the saving of one replay with the work of all of them removed
 
 
-@dataclass
-class _Fix:
+class _Fix(msgspec.Struct):
     """The work a finding names: `stepscope whatif` selectors, and host stretches no selector names."""
 
-    selectors: list[str] = field(default_factory=list)
-    host: list[iv.Intervals] = field(default_factory=list)
+    selectors: list[str] = msgspec.field(default_factory=list)
+    host: list[iv.Intervals] = msgspec.field(default_factory=list)
     what: str = ""
 
 

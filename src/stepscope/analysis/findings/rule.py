@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 __all__ = ["Rule"]
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """One kind of finding. `section`: the report section with its evidence (overview, gpu, ops,
     communication, ranks); `priced_by`: what its `cost_ms_per_step` measures ("" for a finding without a
     price)."""

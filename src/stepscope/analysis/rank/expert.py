@@ -6,8 +6,6 @@ their bytes and tokens, and DeepEP's (or a fork's) dispatch / combine / notify k
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import numpy as np
 
@@ -72,8 +70,7 @@ class Expert(msgspec.Struct):
     imbalance: list[Imbalance]
 
 
-@dataclass
-class ExpertPart:
+class ExpertPart(msgspec.Struct):
     """A rank's expert view and its exposed intervals (for the finding's price)."""
 
     stats: ExpertRank

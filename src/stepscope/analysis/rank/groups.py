@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 KnownGroups = Mapping[str, Mapping[str, Any]]
 GROUP_SOURCES = ("trace", "capture", "only group", "matched ranks", "unknown")
@@ -33,8 +34,7 @@ _MESH_DESC = re.compile(r"^mesh_(.+)$")
 _INT = re.compile(r"-?\d+")
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(msgspec.Struct, frozen=True):
     name: str  # "" unknown
     description: str
     ranks: tuple[int, ...] | None

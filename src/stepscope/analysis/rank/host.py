@@ -7,8 +7,7 @@ count twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -60,8 +59,7 @@ def phase_times(phases: dict[str, iv.Intervals], within: iv.Intervals) -> dict[s
     return out
 
 
-@dataclass
-class OpTime:
+class OpTime(msgspec.Struct):
     """An op name and the time it accounts for inside some stretches of the window."""
 
     name: str

@@ -5,8 +5,7 @@ ran it: the communication kernels launched inside it (device time) or the CPU ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -20,8 +19,7 @@ from stepscope.analysis.read.table import MISSING, split_sizes
 _LOW, _HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 
-@dataclass
-class IssuedOp:
+class IssuedOp(msgspec.Struct):
     """One collective op the rank issued: its row, name and kind, its message and what ran it."""
 
     row: int

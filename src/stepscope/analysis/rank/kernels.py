@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis.rank.comm_names import async_tp_op, cpu_collective, ep_kernel
@@ -61,8 +61,7 @@ def kind_of_name(name: str, patterns: Sequence[re.Pattern[str]] = ()) -> int:
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False)
-class GpuEvents:
+class GpuEvents(msgspec.Struct, eq=False):
     """GPU activities (kernels, memcpy, memset) of one rank; times in integer ns."""
 
     names: list[str]

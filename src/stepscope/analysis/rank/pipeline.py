@@ -18,8 +18,8 @@ turned into a global rank across ranks (ranks/pipeline.py).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -38,8 +38,7 @@ ACTION_RANGE = re.compile(r"^PP:(\d+)([A-Z_]+?)(\d+)$")
 _X = ord("X")
 
 
-@dataclass(eq=False, repr=False)
-class RankPipeline:
+class RankPipeline(msgspec.Struct, eq=False):
     """The pipeline figures of one rank; per-step arrays follow `steps` (ProfilerStep numbers); times in ns."""
 
     rank: int
@@ -57,10 +56,10 @@ class RankPipeline:
     world_size: int | None
     # pipelining's ranges: per step, the distinct micro-batches of Forward ranges, and whether it has Forward and
     # Backward ranges, every Forward before the first Backward; the (stage, action, micro-batch) of PP: actions
-    forwards: list[int] = field(default_factory=list)
-    fill_drain: list[bool] = field(default_factory=list)
+    forwards: list[int] = msgspec.field(default_factory=list)
+    fill_drain: list[bool] = msgspec.field(default_factory=list)
     backwards: int = 0
-    actions: list[tuple[int, str, int]] = field(default_factory=list)
+    actions: list[tuple[int, str, int]] = msgspec.field(default_factory=list)
     unnamed: int = 0  # point-to-point ops whose peer the trace does not give (recorded without record_shapes)
 
     @property

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis.rank.kernels import MISSING_TS, GpuEvents, gpu_events
@@ -20,8 +20,7 @@ from stepscope.errors import InputError
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False)
-class RankData:
+class RankData(msgspec.Struct, eq=False):
     """One rank prepared for analysis; times in ns."""
 
     rank: int
@@ -32,7 +31,7 @@ class RankData:
     hi: int
     gpu_all: GpuEvents  # every GPU activity of the rank
     gpu: GpuEvents  # GPU activity launched inside the window
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     @property
     def has_gpu(self) -> bool:
@@ -107,8 +106,7 @@ def prepare_rank(
     return RankData(rank, sub, kept, n, lo, hi, gpu_all, gpu, notes)
 
 
-@dataclass(eq=False, repr=False)
-class RankDigest:
+class RankDigest(msgspec.Struct, eq=False):
     """What the cross-rank analysis needs of one rank, small enough to come back from a worker process.
 
     `op_inside[i, j]`: self time in ns of the CPU ops named `op_names[i]` that start inside step j of the
@@ -122,9 +120,9 @@ class RankDigest:
     hi: int
     steps: StepSpans
     world_size: int | None
-    op_names: list[str] = field(default_factory=list)
-    op_inside: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
-    op_gap: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    op_names: list[str] = msgspec.field(default_factory=list)
+    op_inside: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    op_gap: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     comm: tuple[np.ndarray, np.ndarray] | None = None
     comm_exposed: tuple[np.ndarray, np.ndarray] | None = None
     comm_shown: tuple[np.ndarray, np.ndarray] | None = None

@@ -6,7 +6,6 @@ forward and backward), build the per-step table. docs/analysis.md ("What a step 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -34,8 +33,7 @@ _EMPTY: iv.Intervals = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False)
-class StepSpans:
+class StepSpans(msgspec.Struct, eq=False):
     """ProfilerStep spans of one rank, sorted by start; times in ns."""
 
     number: np.ndarray

@@ -31,8 +31,6 @@ The rules (documented in docs/analysis.md, "Across ranks"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import msgspec
 import numpy as np
 
@@ -112,19 +110,17 @@ class CrossRank(msgspec.Struct):
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False)
-class Matching:
+class Matching(msgspec.Struct, eq=False):
     """Matched instances: per match, the ranks and each rank's instance index; the step and group."""
 
     ranks: list[np.ndarray]
     index: list[np.ndarray]
     step: list[int]
     unmatched: int
-    group: list[str] = field(default_factory=list)  # per match, its process group's name ("" unknown)
+    group: list[str] = msgspec.field(default_factory=list)  # per match, its process group's name ("" unknown)
 
 
-@dataclass(eq=False, repr=False)
-class Distributed:
+class Distributed(msgspec.Struct, eq=False):
     """Everything the cross-rank pass computes."""
 
     alignment: ClockAlignment | None
@@ -134,7 +130,7 @@ class Distributed:
     straggler: Straggler | None
     notices: list[str]
     match: Matching
-    stragglers: list[GroupStraggler] = field(default_factory=list)  # per process group
+    stragglers: list[GroupStraggler] = msgspec.field(default_factory=list)  # per process group
 
 
 def match_instances(

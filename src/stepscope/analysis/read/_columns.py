@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +84,7 @@ _OFTEN_CONSTANT = frozenset({"ph", "cat", "pid", "tid", "correlation"})
 _MIN_CAPACITY = 1 << 12  # rows of a dense column when it first grows
 
 
-@dataclass
-class FileTable:
+class FileTable(msgspec.Struct):
     """One file's columns with its own symbol tables (merged into the TraceTable afterwards)."""
 
     path: str
@@ -95,11 +93,10 @@ class FileTable:
     columns: dict[str, np.ndarray]
     info: RankInfo
     declared_rank: int | None
-    notices: list[str] = field(default_factory=list)
+    notices: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class Chunk:
+class Chunk(msgspec.Struct):
     """Decoded events of one piece of a file and how to read them.
 
     `strict`: decoded with the strict Structs (int fields hold ints). `text_ts`: `ts` holds JSON text.
@@ -445,8 +442,7 @@ class ColumnBuilder:
         return PartTable(list(self.names), list(self.cats), arg_strings, columns, self.n_events, self.n_rows)
 
 
-@dataclass
-class SpilledColumn:
+class SpilledColumn(msgspec.Struct):
     """A dense column written to a file (raw values of `dtype`, `rows` of them)."""
 
     path: str
@@ -454,15 +450,13 @@ class SpilledColumn:
     rows: int
 
 
-@dataclass
-class SparsePieces:
+class SparsePieces(msgspec.Struct):
     """A column that is -1 but on the rows of its (rows, values) pieces."""
 
     pieces: list[tuple[np.ndarray, np.ndarray]]
 
 
-@dataclass
-class PartTable:
+class PartTable(msgspec.Struct):
     """The columns of a stretch of a file's events with the symbols of that stretch: `names` (event names),
     `cats`, and by string arg the strings its `args_<key>` column indexes. Columns are arrays, or (from a
     spilling builder) SpilledColumn / SparsePieces."""

@@ -18,7 +18,6 @@ Only plain JSON is split: a gzip stream can only be inflated from its start.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -58,8 +57,7 @@ _POLL_S = 0.2  # how often the parent reports the stretches' progress
 _FRACTIONS: Any = None
 
 
-@dataclass
-class _Stretch:
+class _Stretch(msgspec.Struct):
     index: int
     start: int
     stop: int
@@ -67,8 +65,7 @@ class _Stretch:
     last: bool
 
 
-@dataclass
-class _StretchResult:
+class _StretchResult(msgspec.Struct):
     part: PartTable
     head: dict[str, Any]  # header keys before the array (first stretch), those present
     tail: dict[str, Any]  # header keys after it (last stretch)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -24,8 +24,7 @@ THREAD_KEYS = ("rank", "pid", "tid")  # the columns that tell one thread from an
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
 # would print the arrays); generating __eq__ and __repr__ cost ~0.15 ms of every start.
-@dataclass(eq=False, repr=False, frozen=True)
-class OpTree:
+class OpTree(msgspec.Struct, eq=False, frozen=True):
     """The complete events of some categories in thread order (by thread, then start, longest first), with each
     one's innermost enclosing event among them (what one pass with a stack of the open events gives, thread by
     thread); built by rank.summary.op_tree."""
@@ -60,16 +59,23 @@ def is_constant(column: np.ndarray) -> bool:
     return len(column) == 0 or bool(column.min() == column.max())
 
 
-@dataclass(eq=False, repr=False)
-class DerivedRows:
+class DerivedRows(msgspec.Struct, eq=False):
     """The values derived from one table's rows, by what they are; keys are the categories (or the region
     pattern) each was computed for."""
 
-    complete_rows: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict)  # TraceTable.complete_rows
-    self_times: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict)  # rank.summary.self_times
-    op_trees: dict[tuple[str, ...], OpTree] = field(default_factory=dict)  # rank.summary.op_tree
-    region_spans: dict[re.Pattern[str], iv.Intervals | None] = field(default_factory=dict)  # rank.steps
-    region_unions: dict[re.Pattern[str], iv.Intervals | None] = field(default_factory=dict)  # rank.steps
+    complete_rows: dict[tuple[str, ...], np.ndarray] = msgspec.field(
+        default_factory=dict
+    )  # TraceTable.complete_rows
+    self_times: dict[tuple[str, ...], np.ndarray] = msgspec.field(
+        default_factory=dict
+    )  # rank.summary.self_times
+    op_trees: dict[tuple[str, ...], OpTree] = msgspec.field(default_factory=dict)  # rank.summary.op_tree
+    region_spans: dict[re.Pattern[str], iv.Intervals | None] = msgspec.field(
+        default_factory=dict
+    )  # rank.steps
+    region_unions: dict[re.Pattern[str], iv.Intervals | None] = msgspec.field(
+        default_factory=dict
+    )  # rank.steps
     phases: dict[str, iv.Intervals] | None = None  # rank.steps.assign_phases
 
     def keep_only_op_trees(self, *category_sets: tuple[str, ...]) -> None:

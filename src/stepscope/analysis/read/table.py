@@ -11,10 +11,10 @@ schema (`Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`) are mapped onto the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis.read.derived import DerivedRows
@@ -360,8 +360,7 @@ def concatenate_columns(parts: list[Any]) -> Any:
     )
 
 
-@dataclass
-class RankInfo:
+class RankInfo(msgspec.Struct):
     """What the file of one rank says about itself."""
 
     rank: int
@@ -369,14 +368,13 @@ class RankInfo:
     rank_assigned: bool = False  # True when the file had no distributedInfo.rank and stepscope chose one
     world_size: int | None = None
     backend: str | None = None
-    device_properties: list[dict[str, Any]] = field(default_factory=list)
+    device_properties: list[dict[str, Any]] = msgspec.field(default_factory=list)
     # distributedInfo.pg_config: the rank's process groups, {pg_name, pg_desc, pg_size, ranks, ...} each
-    process_groups: list[dict[str, Any]] = field(default_factory=list)
+    process_groups: list[dict[str, Any]] = msgspec.field(default_factory=list)
     merge_header: Any = None  # a merged trace's `stepscopeMerge` (the loader splits it into its ranks)
 
 
-@dataclass
-class TraceTable:
+class TraceTable(msgspec.Struct, eq=False):
     """Columnar events of one or more ranks. All columns have the same length; see COLUMNS. Columns are
     read-only to the analyses: a column of one value may be a `constant_column`, a sparse one a
     SparseColumn."""
@@ -384,14 +382,12 @@ class TraceTable:
     names: list[str]
     cats: list[str]
     columns: dict[str, np.ndarray]
-    ranks: dict[int, RankInfo] = field(default_factory=dict)
-    notices: list[str] = field(default_factory=list)
+    ranks: dict[int, RankInfo] = msgspec.field(default_factory=dict)
+    notices: list[str] = msgspec.field(default_factory=list)
     # per-symbol results (see names_matching), shared by the tables `select` makes: they share `names`
-    symbol_cache: dict[Any, tuple[np.ndarray, np.ndarray]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    symbol_cache: dict[Any, tuple[np.ndarray, np.ndarray]] = msgspec.field(default_factory=dict)
     # what analyses derive from this table's rows, computed once (see derived.py); not shared by `select`
-    derived: DerivedRows = field(default_factory=DerivedRows, repr=False, compare=False)
+    derived: DerivedRows = msgspec.field(default_factory=DerivedRows)
 
     def __len__(self) -> int:
         return len(self.columns["ts"])

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis.rank.collectives import Instances
@@ -29,8 +29,7 @@ from stepscope.analysis.whatif.replay import Coupled, Replay, Scaling, replay_st
 
 
 # Records of arrays: compared and printed by identity.
-@dataclass(eq=False, repr=False)
-class Coupling:
+class Coupling(msgspec.Struct, eq=False):
     """The matched collectives of the ranks' graphs."""
 
     coupled: dict[int, Coupled]  # per rank

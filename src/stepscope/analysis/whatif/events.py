@@ -22,8 +22,8 @@ synchronizations, CUDA graphs.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis.codes import distinct_sorted
@@ -37,8 +37,7 @@ _X = ord("X")
 _SCAN = 64  # CPU ranges looked at, back from a graph launch, for the innermost one around it
 
 
-@dataclass(eq=False, repr=False)
-class Edges:
+class Edges(msgspec.Struct, eq=False):
     """What the trace says beyond launches and stream order, on the GPU activities in launch order (GpuNodes)."""
 
     after: np.ndarray  # the activity on another stream (or in the same CUDA graph) it also waits for, else -1
@@ -47,11 +46,10 @@ class Edges:
     graph_names: list[str]
     host_awaits: dict[int, int]  # correlation id of an event synchronize -> the activity it awaits
     sync_stream: dict[int, int]  # correlation id of a stream synchronize -> the stream (dense id) it awaits
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass(eq=False, repr=False)
-class Activities:
+class Activities(msgspec.Struct, eq=False):
     """The GPU activities as graph.py orders them (launch order): what the edges are read against."""
 
     launch: np.ndarray

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.codes import unique_inverse
 from stepscope.analysis.rank.collectives import communication_intervals
 from stepscope.analysis.rank.kernels import COMMUNICATION
 from stepscope.analysis.rank.steps import PHASES, assign_phases, region_union
@@ -116,9 +117,11 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
             host = region_union(table, sel.pattern)
         elif sel.kind == "kernel":
             assert sel.pattern is not None
-            names = graph.names
-            hit = np.array([sel.pattern.search(names[c]) is not None for c in gpu.name.tolist()], dtype=bool)
-            factor[hit] *= sel.factor
+            if len(gpu):  # each distinct name searched once (thousands of kernels have a few dozen names)
+                names, search = graph.names, sel.pattern.search
+                codes, which = unique_inverse(gpu.name)
+                hit = np.array([search(names[c]) is not None for c in codes.tolist()], dtype=bool)
+                factor[hit[which]] *= sel.factor
         elif sel.kind == "communication":
             factor[gpu.kind == COMMUNICATION] *= sel.factor
             if not len(gpu):
