@@ -136,6 +136,8 @@ def test_top_level_malicious_pickle(tmp_path, capsys):
         ("dict.pickle", pickle.dumps({"hello": 1})),
         ("types.pickle", pickle.dumps({"segments": [{"total_size": "big"}]})),
         ("timeline.json", b"[[1, 2, 3]]"),
+        # a global whose name holds a newline (STACK_GLOBAL of two strings): refused in one line
+        ("newline.pickle", b"\x80\x04\x8c\x02os\x94\x8c\x07sys\ntem\x94\x93."),
     ],
 )
 def test_broken_files_exit_2_with_one_line(tmp_path, capsys, name, raw):

@@ -467,11 +467,9 @@ class _Reader:
         """The global a GLOBAL or STACK_GLOBAL names ('to load os.system'), else the opcode's name."""
         if op == ord("c"):
             module, name = self.src.line(), self.src.line()
-            return (
-                f"to load {module.decode('utf-8', 'replace')[:200]}.{name.decode('utf-8', 'replace')[:200]}"
-            )
+            return f"to load {_shown(module.decode('utf-8', 'replace'))}.{_shown(name.decode('utf-8', 'replace'))}"
         if op == 0x93 and len(self.stack) >= 2 and all(type(x) is str for x in self.stack[-2:]):
-            return f"to load {self.stack[-2][:200]}.{self.stack[-1][:200]}"
+            return f"to load {_shown(self.stack[-2])}.{_shown(self.stack[-1])}"
         return _REFUSED_OPS[op]
 
     def _reserve(self, n: int) -> None:
@@ -483,3 +481,9 @@ class _Reader:
     def _take_sized(self, n: int) -> bytes:
         self._reserve(n)
         return self.src.take(n)
+
+
+def _shown(name: str) -> str:
+    """A name read from the pickle, as an error message may hold it: 200 characters at most, control and
+    non-ASCII characters escaped (the message stays one line)."""
+    return ascii(name[:200])[1:-1]
