@@ -136,8 +136,6 @@ def test_top_level_malicious_pickle(tmp_path, capsys):
         ("dict.pickle", pickle.dumps({"hello": 1})),
         ("types.pickle", pickle.dumps({"segments": [{"total_size": "big"}]})),
         ("timeline.json", b"[[1, 2, 3]]"),
-        # a global whose name holds a newline (STACK_GLOBAL of two strings): refused in one line
-        ("newline.pickle", b"\x80\x04\x8c\x02os\x94\x8c\x07sys\ntem\x94\x93."),
     ],
 )
 def test_broken_files_exit_2_with_one_line(tmp_path, capsys, name, raw):
@@ -151,3 +149,15 @@ def test_missing_file_and_folder(tmp_path, capsys):
     one_error_line(capsys, tmp_path / "nope.pickle")
     assert main(["memory", str(tmp_path)]) == 2
     one_error_line(capsys, tmp_path)
+
+
+def test_a_refused_global_is_named_in_one_line(tmp_path):
+    from stepscope.analysis.memory.snapshot import analyze_memory_file
+    from stepscope.errors import InputError
+
+    # GIVEN a pickle asking for a global whose name holds a newline (STACK_GLOBAL of two strings)
+    path = write(tmp_path / "newline.pickle", b"\x80\x04\x8c\x02os\x94\x8c\x07sys\ntem\x94\x93.")
+    # THEN the library's error names it escaped, in one line, as any caller prints it
+    with pytest.raises(InputError) as raised:
+        analyze_memory_file(path)
+    assert "refused to load os.sys\\ntem" in str(raised.value) and "\n" not in str(raised.value)
