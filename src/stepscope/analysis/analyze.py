@@ -266,7 +266,8 @@ def _critical_path(parts: Sequence[RankPart]) -> CriticalPath | None:
     path = summarize_path(steps, error)
     if path is not None:
         k = median_step(steps)
-        path.timeline = path_timeline(replays, coupling, k, steps[k].step_ms)
+        marked = any(p.analysis.steps for p in parts)
+        path.timeline = path_timeline(replays, coupling, k, steps[k].step_ms, marked=marked)
     return path
 
 

@@ -296,39 +296,43 @@ def flame(boxes: list[dict[str, Any]], samples: int) -> Spec | None:
     return spec
 
 
-# The critical path's kinds (analysis.whatif.path.PATH_KINDS) and host phases, in the overview's colours where
-# they mean the same thing.
+# The critical path's kinds (analysis.whatif.path.PATH_KINDS, by their labels in the path's table) and host
+# phases, in the overview's colours where they mean the same thing.
 PATH_COLORS = {
-    "computation": CATEGORY_COLORS["Kernel"],
+    "GPU computation": CATEGORY_COLORS["Kernel"],
     "communication": CATEGORY_COLORS["Communication"],
-    "memory": CATEGORY_COLORS["Memcpy"],
-    "launch": CATEGORY_COLORS["Runtime"],
-    "gap": "#d4d4d4",
-    "sync": "#e15759",
+    "GPU copies/fills": CATEGORY_COLORS["Memcpy"],
+    "launch latency": CATEGORY_COLORS["Runtime"],
+    "gaps between kernels": "#d4d4d4",
+    "synchronization (own time)": "#1f1f1f",
     "host: data_loader": CATEGORY_COLORS["DataLoader"],
     "host: forward": "#edc948",
     "host: backward": "#ff9da7",
     "host: optimizer": "#9c755f",
     "host: other": CATEGORY_COLORS["Other"],
 }
+ON_PATH = "on the critical path"
+UNDER_PATH = "the work of the step"
 
 
 def path_timeline(path: list[dict[str, Any]], busy: list[dict[str, Any]]) -> Spec | None:
-    """One step as a timeline, a row per lane (a rank's host or one of its streams): the step's work faint, the
-    critical path over it in full colour and outlined. Each span: rank, lane, start_ms, end_ms, what, name."""
+    """One step as a timeline, a row per lane (a rank's host, then its streams): the step's work faint, the
+    critical path over it in full colour and outlined. Each span: rank, lane, start_ms, end_ms, what (its label),
+    name (or None)."""
     if not path:
         return None
 
     def row(s: dict[str, Any]) -> str:
         return f"rank {s['rank']} · {s['lane']}"
 
-    lanes = sorted(
-        {(s["rank"], s["lane"] != "host", s["lane"]) for s in [*path, *busy]},
-        key=lambda k: (k[0], k[1], k[2]),
-    )
-    order = [f"rank {r} · {lane}" for r, _, lane in lanes]
-    values = [{**s, "row": row(s), "on_path": True} for s in path] + [
-        {**s, "row": row(s), "on_path": False} for s in busy
+    def lane_order(s: dict[str, Any]) -> tuple[int, int, int, str]:
+        # the host first, then streams by number ("stream 7" before "stream 23")
+        number = [int(w) for w in s["lane"].split() if w.isdigit()]
+        return (s["rank"], s["lane"] != "host", number[-1] if number else -1, s["lane"])
+
+    order = list(dict.fromkeys(row(s) for s in sorted([*path, *busy], key=lane_order)))
+    values = [{**s, "name": s.get("name") or "", "row": row(s), "layer": ON_PATH} for s in path] + [
+        {**s, "name": s.get("name") or "", "row": row(s), "layer": UNDER_PATH} for s in busy
     ]
     shown = [w for w in PATH_COLORS if any(v["what"] == w for v in values)]
     shown += sorted({v["what"] for v in values} - set(shown))
@@ -342,25 +346,26 @@ def path_timeline(path: list[dict[str, Any]], busy: list[dict[str, Any]]) -> Spe
             "type": "nominal",
             "title": None,
             "scale": {"domain": shown, "range": palette},
+            "legend": {"symbolOpacity": 1},
         },
         "tooltip": [
             {"field": "row", "type": "nominal", "title": "lane"},
+            {"field": "layer", "type": "nominal", "title": "shows"},
             {"field": "what", "type": "nominal"},
             {"field": "name", "type": "nominal"},
             {"field": "start_ms", "type": "quantitative", "title": "from (ms)", "format": ".3f"},
             {"field": "end_ms", "type": "quantitative", "title": "to (ms)", "format": ".3f"},
-            {"field": "on_path", "type": "nominal", "title": "on the critical path"},
         ],
     }
     spec = _base(values, height=max(60, 26 * len(order)))
     spec["layer"] = [
         {
-            "transform": [{"filter": "!datum.on_path"}],
+            "transform": [{"filter": f"datum.layer === '{UNDER_PATH}'"}],
             "mark": {"type": "bar", "opacity": 0.3, "tooltip": True},
             "encoding": encoding,
         },
         {
-            "transform": [{"filter": "datum.on_path"}],
+            "transform": [{"filter": f"datum.layer === '{ON_PATH}'"}],
             "mark": {"type": "bar", "stroke": "#222222", "strokeWidth": 1, "tooltip": True},
             "encoding": encoding,
         },

@@ -50,7 +50,7 @@ def job_path_table(path: Any, *, predicted: bool = False) -> model.Table:
 
 def path_line(path: Any) -> str:
     """The path's length and kinds in one line (analysis.whatif.path.CriticalPath)."""
-    kinds = ", ".join(f"{kind} {fmt_ms(ms)}" for kind, ms in path.by_kind_ms.items())
+    kinds = ", ".join(f"{kind} {fmt_ms(ms)}" for kind, ms in path.by_kind_ms.items()) or "nothing measurable"
     error = (
         f"; replayed within {abs(path.replay_error_pct):.1f}% of the measured step"
         if path.replay_error_pct is not None

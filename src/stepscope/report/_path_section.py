@@ -9,7 +9,7 @@ import msgspec
 
 from stepscope.analysis.report_data import ReportData
 from stepscope.report import _charts as charts
-from stepscope.report._critical_path import job_path_table, path_line
+from stepscope.report._critical_path import KIND_LABELS, job_path_table, path_line
 from stepscope.report.model import SECTION_TITLES, Charts, Section
 from stepscope.units import fmt_ms
 
@@ -22,20 +22,37 @@ def critical_path(data: ReportData, pc: Charts) -> Section:
         return s
     if path.bound is not None:
         s.facts.append(("bounds the step", path.bound))
-    s.paragraphs.append(path_line(path).capitalize() + ".")
+    s.paragraphs.append(path_line(path).replace("`", "").capitalize() + ".")
     t = path.timeline
-    if t is not None:
+    if t is not None and t.step_ms > 0:
+        which = (
+            f"Step {t.step}, a typical one (the step whose path, {fmt_ms(t.step_ms)}, is the median's)"
+            if t.step is not None
+            else f"The whole traced window ({fmt_ms(t.step_ms)}: no ProfilerStep marks its steps)"
+        )
+        clocks = (
+            ""
+            if t.aligned
+            else " No collective was matched across the ranks, so their clocks are not aligned: each rank is "
+            "drawn from its own step's start."
+        )
         pc.add(
             s,
             charts.path_timeline(_plain(t.path), _plain(t.busy)),
-            f"Step {t.step}, a typical one (its path, {fmt_ms(t.step_ms)}, is the median's): each rank's host "
-            "and streams, the step's work faint and its critical path outlined over it. The path runs back from "
-            "the end of the rank whose step ends last; where a collective waited for a later rank, it passes to "
-            "that rank. Hover a bar for what it is.",
+            f"{which}: a row for each rank's host and streams, the step's work faint and its critical path in "
+            "full colour, outlined, over it. The path runs back from the end of the rank whose step ends last; "
+            "where a collective waited for a later rank, it passes to that rank. Hover a bar for what it is."
+            + clocks,
         )
     s.tables.append(job_path_table(path))
     return s
 
 
 def _plain(spans: list[Any]) -> list[dict[str, Any]]:
-    return [msgspec.structs.asdict(x) for x in spans]
+    """The spans as the chart takes them, each kind by its label in the path's table."""
+    out = []
+    for x in spans:
+        d = msgspec.structs.asdict(x)
+        d["what"] = KIND_LABELS.get(d["what"], d["what"])
+        out.append(d)
+    return out

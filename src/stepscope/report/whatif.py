@@ -31,20 +31,22 @@ def whatif_table(result: Any) -> model.Table:
 
 
 def path_table(rank: Any) -> model.Table:
-    """One rank's critical path, summed over its steps, by kind; host time by phase."""
+    """One rank's critical path, the mean of its steps, by kind with the host's time by phase (the kinds add up to
+    the path), longest first."""
     steps = rank.critical_path
     total: dict[str, float] = {}
     for step in steps:
         for kind, ms in step.by_kind_ms.items():
-            total[kind] = total.get(kind, 0.0) + ms
+            if kind != "host":  # (by phase below)
+                total[kind] = total.get(kind, 0.0) + ms
         for phase, ms in step.host_by_phase_ms.items():
             total[f"host: {phase}"] = total.get(f"host: {phase}", 0.0) + ms
     n = max(len(steps), 1)
     step_ms = sum(s.step_ms for s in steps) / n
-    rows = []
-    for key, ms in total.items():
-        label = _KIND_LABELS.get(key, key)
-        rows.append((label, ms / n, 100.0 * ms / n / step_ms if step_ms else None))
+    rows = [
+        (_KIND_LABELS.get(key, key), ms / n, 100.0 * ms / n / step_ms if step_ms else None)
+        for key, ms in sorted(total.items(), key=lambda item: (-item[1], item[0]))
+    ]
     columns = [
         model.Column("on the critical path"),
         model.Column("per step", "ms"),

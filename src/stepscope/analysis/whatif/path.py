@@ -340,10 +340,11 @@ class TimelineSpan(msgspec.Struct):
 class PathTimeline(msgspec.Struct):
     """One step's critical path over the step's work (timeline.py)."""
 
-    step: int
+    step: int | None  # the step's number on the rank whose step ends last; None: the window, no step marked
     step_ms: float  # the path's length
     path: list[TimelineSpan]  # in time order
     busy: list[TimelineSpan]  # the step's work on every lane of the ranks replayed
+    aligned: bool = True  # False: the ranks' clocks could not be aligned; each is drawn from its step's start
 
 
 class CriticalPath(msgspec.Struct):

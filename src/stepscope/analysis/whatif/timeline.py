@@ -5,7 +5,7 @@ start on the job's clock (the ranks' clocks aligned by couple.py).
 The step drawn is the one whose path is the median's: a typical step, not the worst. The work under the path
 (`busy`) is the replay's (with nothing scaled, the trace's): the host's phases and synchronizations and each
 stream's activities, by kind. Neighbouring stretches closer than a thousandth of the step are joined (and
-more, past MAX_SPANS: _joined_path, _joined_busy), so that a step of thousands of kernels stays a chart a
+more, past MAX_PATH_SPANS and MAX_BUSY_SPANS: _joined_path, _joined_busy), so that a step of thousands of kernels stays a chart a
 browser draws at once.
 """
 
@@ -24,7 +24,9 @@ from stepscope.analysis.whatif.replay import Replay
 if TYPE_CHECKING:
     from stepscope.analysis.whatif.couple import Coupling
 
-MAX_SPANS = 600  # per list: past it, neighbours of one lane and kind are joined across wider gaps
+# past these, neighbouring stretches are joined across wider gaps (_joined_path, _joined_busy)
+MAX_PATH_SPANS = 1500
+MAX_BUSY_SPANS = 600
 
 
 def median_step(steps: list[PathStep]) -> int:
@@ -34,39 +36,41 @@ def median_step(steps: list[PathStep]) -> int:
 
 
 def path_timeline(
-    replays: Mapping[int, Replay], coupling: Coupling | None, k: int, step_ms: float
+    replays: Mapping[int, Replay], coupling: Coupling | None, k: int, step_ms: float, *, marked: bool = True
 ) -> PathTimeline:
-    """The timeline of step `k` (an index into the replays' steps) of the ranks replayed together."""
+    """The timeline of step `k` (an index into the replays' steps) of the ranks replayed together. `marked`:
+    the traces mark their steps (ProfilerStep); else the window is drawn whole, as one step."""
     offsets = coupling.offsets if coupling is not None else {r: 0 for r in replays}
     spans: list[Span] = []
-    walk_step(replays, coupling, k, {}, spans=spans)
-    base = min(int(rep.step_start[k]) - offsets[r] for r, rep in replays.items())
-    numbers = next(iter(replays.values())).graph.step_number
+    _, last = walk_step(replays, coupling, k, {}, spans=spans)
+    # with no collective matched, the ranks' clocks are not aligned: each is drawn from its own step's start
+    aligned = coupling is not None and len(coupling) > 0
+    base = {r: int(rep.step_start[k]) - offsets[r] for r, rep in replays.items()}
+    if aligned:
+        base = dict.fromkeys(base, min(base.values()))
 
     def ms(rank: int, t: int) -> float:
-        return round((t - offsets[rank] - base) / 1e6, 4)
+        return round((t - offsets[rank] - base[rank]) / 1e6, 4)
 
-    path = [
-        TimelineSpan(
-            s.rank,
-            _lane(replays[s.rank], s.lane),
-            ms(s.rank, s.start),
-            ms(s.rank, s.end),
-            s.what,
-            _name(replays[s.rank], s.activity),
-        )
-        for s in sorted(spans, key=lambda s: (s.start - offsets[s.rank], s.rank))
-    ]
+    path = []
+    for s in sorted(spans, key=lambda s: (s.start - offsets[s.rank], s.rank)):
+        rep = replays[s.rank]
+        # a stretch before the step's start (a queue the step inherited) is not the step's
+        start = max(s.start, int(rep.step_start[k]))
+        if s.end > start:
+            lane, name = _lane(rep, s.lane), _name(rep, s.activity)
+            path.append(TimelineSpan(s.rank, lane, ms(s.rank, start), ms(s.rank, s.end), s.what, name))
     busy = [
         TimelineSpan(rank, lane, ms(rank, lo), ms(rank, hi), what)
         for rank in sorted(replays)
         for lane, lo, hi, what in _busy(replays[rank], k)
     ]
     return PathTimeline(
-        step=int(numbers[k]),
+        step=int(replays[last].graph.step_number[k]) if marked else None,
         step_ms=step_ms,
         path=_joined_path(path, step_ms),
         busy=_joined_busy(busy, step_ms),
+        aligned=aligned or len(replays) == 1,
     )
 
 
@@ -104,6 +108,14 @@ def _busy(rep: Replay, k: int) -> list[tuple[str, int, int, str]]:
         (HOST_LANE, x, y, "sync")
         for x, y in zip(rep.sync_start[keep].tolist(), rep.sync_end[keep].tolist(), strict=True)
     ]
+    # the host's time in none of them
+    at = lo
+    for _, x, y, _ in sorted(out, key=lambda item: item[1]):
+        if x > at:
+            out.append((HOST_LANE, at, min(x, hi), "host: other"))
+        at = max(at, y)
+    if at < hi:
+        out.append((HOST_LANE, at, hi, "host: other"))
     gpu = g.gpu
     running = np.flatnonzero((rep.gpu_end > lo) & (rep.gpu_start < hi))
     out += [
@@ -132,12 +144,12 @@ def _host_time(rep: Replay, t: np.ndarray) -> np.ndarray:
 
 def _joined_path(spans: list[TimelineSpan], step_ms: float) -> list[TimelineSpan]:
     """The path's stretches in time order, each joined to the one before it where both lie on one lane, of one
-    kind and name, less than a thousandth of the step apart. While more than MAX_SPANS are left, the bound
+    kind and name, less than a thousandth of the step apart. While more than MAX_PATH_SPANS are left, the bound
     doubles and a stretch shorter than it (under a pixel of a chart of the step) joins its neighbour before it
     whatever its lane, kind or name, so that the stretches still add up to the path."""
     bound = max(step_ms, 1e-3) / 1000
     out = _join_path(spans, bound, short=0.0)
-    while len(out) > MAX_SPANS:
+    while len(out) > MAX_PATH_SPANS:
         bound *= 2
         out = _join_path(out, bound, short=bound)
     return out
@@ -164,11 +176,11 @@ def _join_path(spans: list[TimelineSpan], bound: float, short: float) -> list[Ti
 
 def _joined_busy(spans: list[TimelineSpan], step_ms: float) -> list[TimelineSpan]:
     """The step's work in time order, each stretch joined to the one before it on its rank's lane where both are
-    of one kind less than a thousandth of the step apart; while more than MAX_SPANS are left, the bound doubles
+    of one kind less than a thousandth of the step apart; while more than MAX_BUSY_SPANS are left, the bound doubles
     and stretches shorter than it are left out."""
     bound = max(step_ms, 1e-3) / 1000
     out = _join_lanes(spans, bound)
-    while len(out) > MAX_SPANS:
+    while len(out) > MAX_BUSY_SPANS:
         bound *= 2
         out = _join_lanes([s for s in out if s.end_ms - s.start_ms >= bound], bound)
     return sorted(out, key=lambda s: (s.start_ms, s.rank, s.lane))
