@@ -116,8 +116,8 @@ def replay_steps(
     launch = clock(gpu.launch).tolist()
     factor = scaling.gpu.tolist() if scaling.gpu is not None else None
     latency, gap, prev, dur = gpu.latency.tolist(), gpu.gap.tolist(), gpu.prev.tolist(), gpu.dur.tolist()
-    match = coupled.match.tolist() if coupled is not None else None
-    transfer = coupled.transfer.tolist() if coupled is not None else None
+    match: list[int] = coupled.match.tolist() if coupled is not None else []
+    transfer: list[int] = coupled.transfer.tolist() if coupled is not None else []
     after, after_gap = gpu.after.tolist(), gpu.after_gap.tolist()
     start = [0] * n
     end = [0] * n
@@ -131,20 +131,19 @@ def replay_steps(
     sync_end = [0] * m
     delta = [0] * m  # replayed less clocked time of each synchronization
     shift = 0  # the deltas of the synchronizations over so far
-    applied = 0
-
-    def apply_until(t: int) -> None:
-        nonlocal shift, applied
-        while applied < m and applied < computed and sync_end_measured[applied] <= t:
-            shift += delta[applied]
-            applied += 1
-
+    applied = 0  # synchronizations whose delta is in `shift`: computed ones, over by the current instant
     computed = 0
+    sync_starts = syncs.start.tolist()
+    awaited, sync_stream, own = syncs.awaits.tolist(), syncs.stream.tolist(), syncs.own.tolist()
+    coupled_run = coupled is not None
+    top = _NEG  # the latest end among the activities launched so far (prefix_max's last value)
     i = 0
     for j in range(m + 1):
         until = launched[j] if j < m else n
         while i < until:
-            apply_until(gpu_launch[i])
+            while applied < computed and sync_end_measured[applied] <= gpu_launch[i]:
+                shift += delta[applied]
+                applied += 1
             t = launch[i] + shift + latency[i]
             p = prev[i]
             if p >= 0 and end[p] + gap[i] > t:
@@ -153,31 +152,34 @@ def replay_steps(
             if a >= 0 and end[a] + after_gap[i] > t:
                 t = end[a] + after_gap[i]
             start[i] = t
-            if match is not None and transfer is not None and match[i] >= 0 and (factor is None or factor[i]):
+            if coupled_run and match[i] >= 0 and (factor is None or factor[i]):
                 # a collective: done once the last rank arrived and the transfer after it took its time
                 # (removed, factor 0: it neither waits nor is waited for)
                 last = yield match[i], t
                 d = max(last - t, 0) + (transfer[i] if factor is None else round(transfer[i] * factor[i]))
             else:
                 d = dur[i] if factor is None else round(dur[i] * factor[i])
-            end[i] = t + d
+            t += d
+            end[i] = t
             # work a what-if removes (factor 0) is not waited for
-            prefix_max[i + 1] = (
-                prefix_max[i] if factor is not None and not factor[i] else max(prefix_max[i], t + d)
-            )
+            if t > top and (factor is None or factor[i]):
+                top = t
+            prefix_max[i + 1] = top
             i += 1
         if j == m:
             break
-        apply_until(int(syncs.start[j]))
+        while applied < computed and sync_end_measured[applied] <= sync_starts[j]:
+            shift += delta[applied]
+            applied += 1
         s = at_start[j] + shift
-        awaits = int(syncs.awaits[j])
+        awaits = awaited[j]
         if awaits < 0:
             ready = s
-        elif syncs.stream[j] == -1:
+        elif sync_stream[j] == -1:
             ready = max(s, prefix_max[until])
         else:
             ready = max(s, end[awaits])
-        took = ready - s + (int(syncs.own[j]) if ready > s or not wakes[j] else 0)
+        took = ready - s + (own[j] if ready > s or not wakes[j] else 0)
         if scaling.sync != 1.0:
             took = round(took * scaling.sync)
         sync_start[j], sync_end[j] = s, s + took
