@@ -23,8 +23,8 @@ Three kinds of node, times in ns on the rank's clock (docs/analysis.md, "Critica
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -53,9 +53,8 @@ _X = ord("X")
 _MIN = np.iinfo(np.int64).min
 
 
-# Records of arrays: compared and printed by identity.
-@dataclass(eq=False, repr=False)
-class GpuNodes:
+# Records of arrays: compared by identity (msgspec Structs: no __init__ compiled at import).
+class GpuNodes(msgspec.Struct, eq=False):
     """The window's GPU activities in launch order."""
 
     name: np.ndarray  # index into names
@@ -80,8 +79,7 @@ class GpuNodes:
         return len(self.start)
 
 
-@dataclass(eq=False, repr=False)
-class SyncNodes:
+class SyncNodes(msgspec.Struct, eq=False):
     """Host calls that waited for the GPU, by start."""
 
     start: np.ndarray
@@ -98,8 +96,7 @@ class SyncNodes:
         return len(self.start)
 
 
-@dataclass(eq=False, repr=False)
-class RankGraph:
+class RankGraph(msgspec.Struct, eq=False):
     rank: int
     names: list[str]
     lo: int
@@ -111,11 +108,9 @@ class RankGraph:
     syncs: SyncNodes
     phases: dict[str, iv.Intervals]  # the host's phases (steps.assign_phases)
     data: RankData | None  # None once the graph travels without its trace (analyze's worker processes)
-    graph_names: list[str] = field(
-        default_factory=list
-    )  # the CUDA graphs, by the CPU range around the launch
-    notes: list[str] = field(default_factory=list)  # what the graph could not read from the trace
-    lanes: list[str] = field(default_factory=list)  # each stream's name (by GpuNodes.stream): "stream 7"
+    graph_names: list[str] = []  # the CUDA graphs, by the CPU range around the launch
+    notes: list[str] = []  # what the graph could not read from the trace
+    lanes: list[str] = []  # each stream's name (by GpuNodes.stream): "stream 7"
 
 
 def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None) -> RankGraph:

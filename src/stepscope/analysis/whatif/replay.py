@@ -10,9 +10,9 @@ activities launched before it.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis.codes import distinct_sorted
@@ -21,19 +21,17 @@ from stepscope.analysis.whatif.graph import RankGraph
 _NEG = np.iinfo(np.int64).min // 4
 
 
-@dataclass
-class Scaling:
+class Scaling(msgspec.Struct):
     """What a what-if changes on one rank: host intervals (start, end, factor), a factor per GPU activity
     (index into GpuNodes), a factor for synchronizations. Factors multiply where selections overlap."""
 
-    host: list[tuple[np.ndarray, np.ndarray, float]] = field(default_factory=list)
+    host: list[tuple[np.ndarray, np.ndarray, float]] = []
     gpu: np.ndarray | None = None  # float factor per GPU activity; None: all 1
     sync: float = 1.0
 
 
-# Records of arrays: compared and printed by identity.
-@dataclass(eq=False, repr=False)
-class Coupled:
+# Records of arrays: compared by identity (msgspec Structs: no __init__ compiled at import).
+class Coupled(msgspec.Struct, eq=False):
     """A rank's activities tied to other ranks' (couple.py): per activity, its match (-1: none) and the time it
     takes once the last rank arrived (ns)."""
 
@@ -41,8 +39,7 @@ class Coupled:
     transfer: np.ndarray
 
 
-@dataclass(eq=False, repr=False)
-class Replay:
+class Replay(msgspec.Struct, eq=False):
     graph: RankGraph
     gpu_start: np.ndarray
     gpu_end: np.ndarray
