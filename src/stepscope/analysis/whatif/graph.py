@@ -23,6 +23,7 @@ Three kinds of node, times in ns on the rank's clock (docs/analysis.md, "Critica
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -111,6 +112,9 @@ class RankGraph(msgspec.Struct, eq=False):
     graph_names: list[str] = []  # the CUDA graphs, by the CPU range around the launch
     notes: list[str] = []  # what the graph could not read from the trace
     lanes: list[str] = []  # each stream's name (by GpuNodes.stream): "stream 7"
+    # its replay with nothing scaled (replay.Replay), where one was made (findings/replayed.py) and the graph stays
+    # in this process (analyze of one rank: _critical_path reuses it instead of replaying again); else None
+    measured: Any = None
 
 
 def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None) -> RankGraph:
