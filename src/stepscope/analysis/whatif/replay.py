@@ -9,6 +9,7 @@ activities launched before it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Generator
 from typing import Any
 
@@ -109,6 +110,13 @@ def replay_steps(
     scaling = scaling or Scaling()
     clock = _HostClock(graph, scaling)
     gpu, syncs = graph.gpu, graph.syncs
+    if (
+        coupled is None
+        and not len(syncs)
+        and (by_stream := _streams_alone(graph, clock, scaling)) is not None
+    ):
+        none = np.zeros(0, dtype=np.int64)
+        return Replay(graph, *by_stream, none, none, clock(graph.step_start), clock(graph.step_end), clock)
     n = len(gpu)
     launch = clock(gpu.launch).tolist()
     factor = scaling.gpu.tolist() if scaling.gpu is not None else None
@@ -199,3 +207,32 @@ def replay_steps(
         host(graph.step_end),
         clock,
     )
+
+
+def _streams_alone(
+    graph: RankGraph, clock: _HostClock, scaling: Scaling
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """replay_steps' starts and ends where nothing ties the streams (no synchronization, no coupled collective,
+    no activity waiting on another stream) and each activity's `prev` is the one before it on its stream: per
+    stream, end_j = max(ready_j + dur_j, end_(j-1) + gap_j + dur_j) is a running maximum once the cumulative
+    gaps and durations are taken out (integers: exactly the loop's values). None where that does not hold."""
+    gpu = graph.gpu
+    n = len(gpu)
+    if n == 0 or (gpu.after >= 0).any():
+        return None
+    order = np.argsort(gpu.stream, kind="stable")
+    stream = gpu.stream[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = stream[1:] != stream[:-1]
+    expected = np.where(first, -1, np.concatenate(([-1], order[:-1])))
+    if not np.array_equal(gpu.prev[order], expected):
+        return None
+    dur = gpu.dur if scaling.gpu is None else np.rint(gpu.dur * scaling.gpu).astype(np.int64)
+    ready = clock(gpu.launch) + gpu.latency
+    d, step = dur[order], np.where(first, 0, gpu.gap[order] + dur[order])
+    cum = np.cumsum(step)  # (over every stream: a constant within a stream cancels out of end)
+    end = np.empty(n, dtype=np.int64)
+    bounds = [*np.flatnonzero(first).tolist(), n]
+    for lo, hi in itertools.pairwise(bounds):
+        end[order[lo:hi]] = np.maximum.accumulate(ready[order[lo:hi]] + d[lo:hi] - cum[lo:hi]) + cum[lo:hi]
+    return end - dur, end
