@@ -9,7 +9,6 @@ activities launched before it.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Generator
 from typing import Any
 
@@ -110,13 +109,13 @@ def replay_steps(
     scaling = scaling or Scaling()
     clock = _HostClock(graph, scaling)
     gpu, syncs = graph.gpu, graph.syncs
-    if (
-        coupled is None
-        and not len(syncs)
-        and (by_stream := _streams_alone(graph, clock, scaling)) is not None
-    ):
-        none = np.zeros(0, dtype=np.int64)
-        return Replay(graph, *by_stream, none, none, clock(graph.step_start), clock(graph.step_end), clock)
+    if coupled is None and (by_stream := _by_stream(graph, clock, scaling)) is not None:
+        start_a, end_a, sync_start_a, sync_end_a, cum = by_stream
+        step_start, step_end = (
+            _host(graph, clock, cum, graph.step_start),
+            _host(graph, clock, cum, graph.step_end),
+        )
+        return Replay(graph, start_a, end_a, sync_start_a, sync_end_a, step_start, step_end, clock)
     n = len(gpu)
     launch = clock(gpu.launch).tolist()
     factor = scaling.gpu.tolist() if scaling.gpu is not None else None
@@ -191,48 +190,103 @@ def replay_steps(
         delta[j] = took - (at_end[j] - at_start[j])
         computed = j + 1
     deltas = np.cumsum(np.array(delta, dtype=np.int64))
-
-    def host(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(syncs.end, t, side="right")  # synchronizations over by t
-        before = np.where(k > 0, deltas[np.maximum(k, 1) - 1], 0) if m else 0
-        return clock(t) + before
-
     return Replay(
         graph,
         np.array(start, dtype=np.int64),
         np.array(end, dtype=np.int64),
         np.array(sync_start, dtype=np.int64),
         np.array(sync_end, dtype=np.int64),
-        host(graph.step_start),
-        host(graph.step_end),
+        _host(graph, clock, deltas, graph.step_start),
+        _host(graph, clock, deltas, graph.step_end),
         clock,
     )
 
 
-def _streams_alone(
+def _host(graph: RankGraph, clock: _HostClock, deltas: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Host instants `t` in the replay: clocked, plus the deltas of the synchronizations over by then."""
+    k = np.searchsorted(graph.syncs.end, t, side="right")  # synchronizations over by t
+    before = np.where(k > 0, deltas[np.maximum(k, 1) - 1], 0) if len(graph.syncs) else 0
+    return clock(t) + before
+
+
+def _by_stream(
     graph: RankGraph, clock: _HostClock, scaling: Scaling
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """replay_steps' starts and ends where nothing ties the streams (no synchronization, no coupled collective,
-    no activity waiting on another stream) and each activity's `prev` is the one before it on its stream: per
-    stream, end_j = max(ready_j + dur_j, end_(j-1) + gap_j + dur_j) is a running maximum once the cumulative
-    gaps and durations are taken out (integers: exactly the loop's values). None where that does not hold."""
-    gpu = graph.gpu
-    n = len(gpu)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """replay_steps' loop (without coupled collectives) in numpy, where no activity waits on another stream and
+    each activity's `prev` is the one before it on its stream: between two synchronizations, each stream's
+    end_j = max(ready_j + d_j, end_(j-1) + gap_j + d_j) is a running maximum once the cumulative gaps and
+    durations are taken out (integers: exactly the loop's values). The host instants the loop visits (launches,
+    synchronizations' starts) must come in order, so that the synchronizations applied by an instant are the
+    leading ones over by then. Gives the activities' starts and ends, the synchronizations' starts and ends
+    and the cumulative deltas; None where any of that does not hold, or where the pieces would be too many."""
+    gpu, syncs = graph.gpu, graph.syncs
+    n, m = len(gpu), len(syncs)
     if n == 0 or (gpu.after >= 0).any():
         return None
-    order = np.argsort(gpu.stream, kind="stable")
-    stream = gpu.stream[order]
+    stream = gpu.stream
+    n_streams = int(stream.max()) + 1
+    order = np.argsort(stream, kind="stable")
     first = np.ones(n, dtype=bool)
-    first[1:] = stream[1:] != stream[:-1]
-    expected = np.where(first, -1, np.concatenate(([-1], order[:-1])))
-    if not np.array_equal(gpu.prev[order], expected):
+    first[1:] = stream[order][1:] != stream[order][:-1]
+    if not np.array_equal(gpu.prev[order], np.where(first, -1, np.concatenate(([-1], order[:-1])))):
         return None
-    dur = gpu.dur if scaling.gpu is None else np.rint(gpu.dur * scaling.gpu).astype(np.int64)
+    launched = syncs.launched
+    if m:
+        instants = np.insert(gpu.launch, launched, syncs.start)  # in the loop's order
+        awaits = syncs.awaits
+        if (
+            (m + 1) * n_streams > max(n // 16, 8)
+            or (np.diff(launched) < 0).any()
+            or launched[-1] > n
+            or (np.diff(instants) < 0).any()
+            or ((awaits >= 0) & (awaits >= launched)).any()
+        ):
+            return None
+    factor = scaling.gpu
+    dur = gpu.dur if factor is None else np.rint(gpu.dur * factor).astype(np.int64)
+    step = gpu.gap + dur
     ready = clock(gpu.launch) + gpu.latency
-    d, step = dur[order], np.where(first, 0, gpu.gap[order] + dur[order])
-    cum = np.cumsum(step)  # (over every stream: a constant within a stream cancels out of end)
-    end = np.empty(n, dtype=np.int64)
-    bounds = [*np.flatnonzero(first).tolist(), n]
-    for lo, hi in itertools.pairwise(bounds):
-        end[order[lo:hi]] = np.maximum.accumulate(ready[order[lo:hi]] + d[lo:hi] - cum[lo:hi]) + cum[lo:hi]
-    return end - dur, end
+    lead = np.maximum.accumulate(syncs.end) if m else syncs.end  # measured ends, as the loop applies them
+    at_start, at_end = clock(syncs.start), clock(syncs.end)
+    start, end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    sync_start, sync_end = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    shift = np.zeros(m + 1, dtype=np.int64)  # the deltas of the first k synchronizations
+    top = _NEG  # the latest end among the activities launched so far (removed ones left out)
+    lo = 0
+    for j in range(m + 1):
+        hi = int(launched[j]) if j < m else n
+        if hi > lo:
+            applied = np.minimum(np.searchsorted(lead, gpu.launch[lo:hi], side="right"), j)
+            seg_ready = ready[lo:hi] + shift[applied]
+            seg_order = np.argsort(stream[lo:hi], kind="stable")
+            seg_streams = stream[lo:hi][seg_order]
+            bounds = [*np.flatnonzero(np.diff(seg_streams)).tolist(), len(seg_order) - 1]
+            b0 = 0
+            for b1 in bounds:
+                rows = seg_order[b0 : b1 + 1] + lo
+                cum = np.cumsum(step[rows])
+                run = np.maximum.accumulate(seg_ready[rows - lo] + dur[rows] - cum)
+                p = int(gpu.prev[rows[0]])
+                end[rows] = (np.maximum(run, end[p]) if p >= 0 else run) + cum
+                b0 = b1 + 1
+            start[lo:hi] = end[lo:hi] - dur[lo:hi]
+            kept = end[lo:hi] if factor is None else end[lo:hi][factor[lo:hi] != 0]
+            if len(kept):
+                top = max(top, int(kept.max()))
+            lo = hi
+        if j == m:
+            break
+        s = int(at_start[j]) + int(shift[min(int(np.searchsorted(lead, syncs.start[j], side="right")), j)])
+        a = int(syncs.awaits[j])
+        if a < 0:
+            ready_at = s
+        elif syncs.stream[j] == -1:
+            ready_at = max(s, top)
+        else:
+            ready_at = max(s, int(end[a]))
+        took = ready_at - s + (int(syncs.own[j]) if ready_at > s or not syncs.wakes[j] else 0)
+        if scaling.sync != 1.0:
+            took = round(took * scaling.sync)
+        sync_start[j], sync_end[j] = s, s + took
+        shift[j + 1] = shift[j] + took - (int(at_end[j]) - int(at_start[j]))
+    return start, end, sync_start, sync_end, shift[1:]
