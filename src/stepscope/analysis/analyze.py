@@ -204,6 +204,8 @@ def analyze_rank_part(
     graph = rank_graph(data, instances)
     findings, result.replay_savings = price_by_replay(data, findings, graph)
     graph.data = None  # (the part travels between processes: not the trace)
+    if cross_rank:  # (nor the replay: only a single rank's critical path, in this process, reuses it)
+        graph.measured = None
     pipeline = rank_pipeline(data, instances, known_groups)
     return RankPart(
         result, findings, instances, summary, expert_rank(data), tensor_rank(data), fsdp, pipeline, graph
@@ -258,7 +260,11 @@ def _critical_path(parts: Sequence[RankPart]) -> CriticalPath | None:
     if not graphs:
         return None
     coupling = couple(graphs, {r: p.instances for p in parts if (r := p.analysis.rank) in graphs})
-    replays, _ = replay_job(graphs, coupling)
+    kept = [g.measured for g in graphs.values()]
+    if len(graphs) == 1 and not len(coupling) and kept[0] is not None:
+        replays = dict(zip(graphs, kept, strict=True))  # (what replay_job gives one rank: its replay)
+    else:
+        replays, _ = replay_job(graphs, coupling)
     measured = max(float(np.mean(g.step_end - g.step_start)) for g in graphs.values())
     replayed = max(float(np.mean(r.step_ns)) for r in replays.values())
     error = round(100 * (replayed - measured) / measured, 3) if measured else None

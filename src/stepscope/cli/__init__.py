@@ -5,17 +5,16 @@ become messages and exit codes."""
 from __future__ import annotations
 
 import gc
-import importlib
-import importlib.util
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-import click
-
-from stepscope._version import __version__
 from stepscope.errors import StepscopeError
 from stepscope.units import plain
+
+if TYPE_CHECKING:
+    import click
 
 # subcommand name -> (module under stepscope.cli, one-line help shown by `stepscope --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -54,55 +53,34 @@ _invoked: list[str] = []
 _blas_env_set: list[str] = []
 
 
-class _LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name, (module, _) in COMMANDS.items() if _module_exists(module)]
+def __getattr__(name: str) -> Any:
+    """`cli`, the click group, imported on first use (`stepscope analyze PATH --json` runs without click)."""
+    if name == "cli":
+        from stepscope.cli._group import cli
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in COMMANDS or not _module_exists(COMMANDS[cmd_name][0]):
-            return None
-        _invoked.append(cmd_name)
-        if cmd_name in FREEZE_AT_EXIT and not any(var in os.environ for var in BLAS_THREAD_VARS):
-            os.environ[BLAS_THREAD_VARS[0]] = "1"  # (for this command only: main takes it back)
-            _blas_env_set.append(BLAS_THREAD_VARS[0])
-        module = importlib.import_module(f"stepscope.cli.{COMMANDS[cmd_name][0]}")
-        command: click.Command = module.command
-        return command
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        return cli
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _module_exists(module: str) -> bool:
-    return importlib.util.find_spec(f"stepscope.cli.{module}") is not None
-
-
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="stepscope")
-def cli() -> None:
-    """stepscope: profile PyTorch training and explain where the step time goes."""
+def _limit_blas_threads() -> None:
+    if not any(var in os.environ for var in BLAS_THREAD_VARS):
+        os.environ[BLAS_THREAD_VARS[0]] = "1"  # (for this command only: main takes it back)
+        _blas_env_set.append(BLAS_THREAD_VARS[0])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or usage). Every failure is one line on stderr,
     its text from files and arguments escaped (`plain`): a name never drives the terminal."""
     try:
-        result = cli.main(
-            args=list(argv) if argv is not None else None, prog_name="stepscope", standalone_mode=False
-        )
+        result = _analyze_json(list(argv) if argv is not None else sys.argv[1:])
+        if result is None:
+            from stepscope.cli._group import cli
+
+            result = cli.main(
+                args=list(argv) if argv is not None else None, prog_name="stepscope", standalone_mode=False
+            )
     except StepscopeError as exc:
         return _error(str(exc), exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("stepscope: aborted", err=True)
-        return 130
-    except click.exceptions.NoArgsIsHelpError as exc:  # `stepscope` alone: the help
-        exc.show()
-        return exc.exit_code
-    except click.ClickException as exc:
-        return _usage_error(exc)
     except BrokenPipeError:
         return 0
     except OSError as exc:  # a file or folder the command met on its way (a folder without search permission)
@@ -112,19 +90,73 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error("the input is nested too deeply to be read", 2)
     except OverflowError as exc:
         return _error(f"a number in the input is out of range ({exc})", 2)
+    except Exception:  # (click's exceptions: none is one of the above)
+        return _click_failure()
     finally:
         while _blas_env_set:
             os.environ.pop(_blas_env_set.pop(), None)
     return result if isinstance(result, int) else 0
 
 
+def _analyze_json(args: list[str]) -> int | None:
+    """`stepscope analyze PATH --json` (the whole command line; either order), the common form, run without
+    click (whose import and dispatch are ~3% of a small trace's analyze): exactly what click would run. None
+    for any other command line, which click parses. A click exception raised in the analysis (a usage error)
+    makes click run the command again, so that its message names the command as click's would."""
+    if len(args) != 3 or args[0] != "analyze" or "--json" not in args[1:]:
+        return None
+    if "_STEPSCOPE_COMPLETE" in os.environ or os.name == "nt":  # (click: completion; Windows: globs expanded)
+        return None
+    path = args[2] if args[1] == "--json" else args[1]
+    if not path or path.startswith("-"):
+        return None
+    from pathlib import Path
+
+    from stepscope.cli._analysis import run_analyze
+
+    _invoked.append("analyze")
+    _limit_blas_threads()
+    try:
+        run_analyze(Path(path), None, True, False, None, 10, (), None, "local", None, False)
+    except (EOFError, KeyboardInterrupt) as exc:  # (as click.BaseCommand.main does)
+        import click
+
+        click.echo(file=sys.stderr)
+        raise click.exceptions.Abort() from exc
+    except Exception as exc:
+        if type(exc).__module__.partition(".")[0] == "click":
+            return None
+        raise
+    return 0
+
+
+def _click_failure() -> int:
+    """The exception being handled, when it is one of click's: its message and exit status; else raised on."""
+    import click
+
+    exc = sys.exc_info()[1]
+    if isinstance(exc, click.exceptions.Abort):
+        click.echo("stepscope: aborted", err=True)
+        return 130
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # `stepscope` alone: the help
+        exc.show()
+        return exc.exit_code
+    if isinstance(exc, click.ClickException):
+        return _usage_error(exc)
+    raise  # (the exception main is handling)
+
+
 def _error(message: str, status: int) -> int:
+    import click
+
     click.echo(f"stepscope: error: {plain(message)}", err=True)
     return status
 
 
 def _usage_error(exc: click.ClickException) -> int:
     """A usage error in one line (click's own is three or four): the command, the problem, where help is."""
+    import click
+
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "stepscope"
     hint = f" (see '{command} --help')" if ctx is not None else ""

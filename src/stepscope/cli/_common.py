@@ -84,8 +84,6 @@ def load_traces(path: Any, *, step: int | None = None) -> Any:
 
 def analyze_traces(path: Any, **options: Any) -> Any:
     """`analyze_path` with a progress bar on the terminal; an executor that cannot run is a usage error."""
-    import click
-
     from stepscope.analysis.parallel import ExecutorError, analyze_path
     from stepscope.cli._progress import ProgressBar
 
@@ -93,6 +91,8 @@ def analyze_traces(path: Any, **options: Any) -> Any:
         with ProgressBar() as bar:
             return analyze_path(path, progress=bar, **options)
     except ExecutorError as exc:
+        import click  # (only here: `analyze PATH --json` runs without click, see cli/__init__.py)
+
         raise click.UsageError(str(exc)) from None
 
 
@@ -143,9 +143,9 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
     name), after those of the run folder's config when PATH is a run folder."""
     import re
 
-    import click
-
     for pattern in given:
+        import click  # (only with patterns: `analyze PATH --json` runs without click, see cli/__init__.py)
+
         try:
             matches_all = re.compile(pattern).search("") is not None
         except re.error as exc:

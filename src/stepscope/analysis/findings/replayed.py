@@ -135,7 +135,8 @@ def price_by_replay(
     if not fixes or data.hi <= data.lo:
         return findings, None
     graph = graph if graph is not None else build_graph(data)
-    base = _step_ns(graph, replay(graph))
+    graph.measured = replay(graph)
+    base = _step_ns(graph, graph.measured)
     out = list(findings)
     savings: dict[int, float] = {}
     for i, fix in fixes.items():

@@ -23,8 +23,9 @@ Three kinds of node, times in ns on the rank's clock (docs/analysis.md, "Critica
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -53,9 +54,8 @@ _X = ord("X")
 _MIN = np.iinfo(np.int64).min
 
 
-# Records of arrays: compared and printed by identity.
-@dataclass(eq=False, repr=False)
-class GpuNodes:
+# Records of arrays: compared by identity (msgspec Structs: no __init__ compiled at import).
+class GpuNodes(msgspec.Struct, eq=False):
     """The window's GPU activities in launch order."""
 
     name: np.ndarray  # index into names
@@ -80,8 +80,7 @@ class GpuNodes:
         return len(self.start)
 
 
-@dataclass(eq=False, repr=False)
-class SyncNodes:
+class SyncNodes(msgspec.Struct, eq=False):
     """Host calls that waited for the GPU, by start."""
 
     start: np.ndarray
@@ -98,8 +97,7 @@ class SyncNodes:
         return len(self.start)
 
 
-@dataclass(eq=False, repr=False)
-class RankGraph:
+class RankGraph(msgspec.Struct, eq=False):
     rank: int
     names: list[str]
     lo: int
@@ -111,11 +109,12 @@ class RankGraph:
     syncs: SyncNodes
     phases: dict[str, iv.Intervals]  # the host's phases (steps.assign_phases)
     data: RankData | None  # None once the graph travels without its trace (analyze's worker processes)
-    graph_names: list[str] = field(
-        default_factory=list
-    )  # the CUDA graphs, by the CPU range around the launch
-    notes: list[str] = field(default_factory=list)  # what the graph could not read from the trace
-    lanes: list[str] = field(default_factory=list)  # each stream's name (by GpuNodes.stream): "stream 7"
+    graph_names: list[str] = []  # the CUDA graphs, by the CPU range around the launch
+    notes: list[str] = []  # what the graph could not read from the trace
+    lanes: list[str] = []  # each stream's name (by GpuNodes.stream): "stream 7"
+    # its replay with nothing scaled (replay.Replay), where one was made (findings/replayed.py) and the graph stays
+    # in this process (analyze of one rank: _critical_path reuses it instead of replaying again); else None
+    measured: Any = None
 
 
 def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None) -> RankGraph:
@@ -225,45 +224,51 @@ def _sync_nodes(data: RankData, gpu: GpuNodes, edges: Edges) -> SyncNodes:
     base = (cols["ph"] == _X) & np.isin(cols["cat"], cats) & (ts >= data.lo) & (ts < data.hi)
     rows = np.flatnonzero(base & (is_sync[names] | is_copy[names]))
     rows = rows[np.argsort(ts[rows], kind="stable")]
-    end_gpu = gpu.start + gpu.dur
-    # per stream, GPU activities by launch: the last one launched before an instant is a searchsorted away
-    by_stream = [np.flatnonzero(gpu.stream == s) for s in range(int(gpu.stream.max()) + 1 if len(gpu) else 0)]
-    out: dict[str, list[int]] = {k: [] for k in ("start", "end", "stream", "awaits", "own", "launched")}
     host_threads = _host_threads(data)
-    for row in rows.tolist():
-        if host_threads is not None and int(cols["tid"][row]) not in host_threads:
-            continue
-        s, e = int(ts[row]), int(ts[row] + dur[row])
-        copy = bool(is_copy[names[row]])
-        last = [
-            int(ix[at - 1]) if (at := int(np.searchsorted(gpu.launch[ix], s, side="right"))) else -1
-            for ix in by_stream
-        ]
+    if host_threads is not None:
+        rows = rows[np.isin(cols["tid"][rows], list(host_threads))]
+    starts = ts[rows].astype(np.int64)
+    end_gpu = (gpu.start + gpu.dur).tolist()
+    # per call and stream, the last GPU activity launched on the stream by the call's start (-1: none)
+    n_streams = int(gpu.stream.max()) + 1 if len(gpu) else 0
+    last_on = np.full((len(rows), n_streams), -1, dtype=np.int64)
+    for s in range(n_streams):
+        ix = np.flatnonzero(gpu.stream == s)
+        at = np.searchsorted(gpu.launch[ix], starts, side="right")
+        last_on[:, s] = np.where(at > 0, ix[np.maximum(at, 1) - 1], -1)
+    launched = np.searchsorted(gpu.launch, starts, side="right").tolist()
+    gpu_stream = gpu.stream.tolist()
+    ends = (starts + dur[rows]).tolist()
+    name_of = names[rows]
+    copies, devices = is_copy[name_of].tolist(), is_device[name_of].tolist()
+    corrs = cols["correlation"][rows].tolist()
+    out: dict[str, list[int]] = {k: [] for k in ("start", "end", "stream", "awaits", "own", "launched")}
+    for k, (s, e, last) in enumerate(zip(starts.tolist(), ends, last_on.tolist(), strict=True)):
         found = [i for i in last if i >= 0]
-        exact = _named(edges, int(cols["correlation"][row]), last, end_gpu, e)
-        if bool(is_device[names[row]]):
-            awaits, stream = (max(found, key=lambda i: int(end_gpu[i])) if found else -1), -1
+        exact = _named(edges, corrs[k], last, end_gpu, e)
+        if devices[k]:
+            awaits, stream = (max(found, key=end_gpu.__getitem__) if found else -1), -1
         elif exact is not None:
-            awaits, stream = exact, int(gpu.stream[exact])
+            awaits, stream = exact, gpu_stream[exact]
         else:
             # the stream that drained last before the call returned: what it waited for
             done = [i for i in found if end_gpu[i] <= e]
-            awaits = max(done, key=lambda i: int(end_gpu[i])) if done else -1
-            stream = int(gpu.stream[awaits]) if awaits >= 0 else -2
-            if copy and (awaits < 0 or end_gpu[awaits] <= s):
+            awaits = max(done, key=end_gpu.__getitem__) if done else -1
+            stream = gpu_stream[awaits] if awaits >= 0 else -2
+            if copies[k] and (awaits < 0 or end_gpu[awaits] <= s):
                 continue  # a copy that did not wait: not a synchronization
-        waited_until = max(s, int(end_gpu[awaits])) if awaits >= 0 else s
+        waited_until = max(s, end_gpu[awaits]) if awaits >= 0 else s
         out["start"].append(s)
         out["end"].append(e)
         out["stream"].append(stream)
         out["awaits"].append(awaits)
         out["own"].append(max(e - waited_until, 0))
-        out["launched"].append(int(np.searchsorted(gpu.launch, s, side="right")))
+        out["launched"].append(launched[k])
     a = {k: np.array(v, dtype=np.int64) for k, v in out.items()}
     return SyncNodes(**a, wakes=np.zeros(len(a["start"]), dtype=bool))
 
 
-def _named(edges: Edges, corr: int, last: list[int], end_gpu: np.ndarray, returned: int) -> int | None:
+def _named(edges: Edges, corr: int, last: list[int], end_gpu: list[int], returned: int) -> int | None:
     """What the trace names a synchronization call as awaiting (an event synchronize's event; a stream
     synchronize's stream), unless the call returned before it ended (then it is inferred as without a name)."""
     if corr < 0:

@@ -10,9 +10,9 @@ activities launched before it.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis.codes import distinct_sorted
@@ -21,19 +21,17 @@ from stepscope.analysis.whatif.graph import RankGraph
 _NEG = np.iinfo(np.int64).min // 4
 
 
-@dataclass
-class Scaling:
+class Scaling(msgspec.Struct):
     """What a what-if changes on one rank: host intervals (start, end, factor), a factor per GPU activity
     (index into GpuNodes), a factor for synchronizations. Factors multiply where selections overlap."""
 
-    host: list[tuple[np.ndarray, np.ndarray, float]] = field(default_factory=list)
+    host: list[tuple[np.ndarray, np.ndarray, float]] = []
     gpu: np.ndarray | None = None  # float factor per GPU activity; None: all 1
     sync: float = 1.0
 
 
-# Records of arrays: compared and printed by identity.
-@dataclass(eq=False, repr=False)
-class Coupled:
+# Records of arrays: compared by identity (msgspec Structs: no __init__ compiled at import).
+class Coupled(msgspec.Struct, eq=False):
     """A rank's activities tied to other ranks' (couple.py): per activity, its match (-1: none) and the time it
     takes once the last rank arrived (ns)."""
 
@@ -41,8 +39,7 @@ class Coupled:
     transfer: np.ndarray
 
 
-@dataclass(eq=False, repr=False)
-class Replay:
+class Replay(msgspec.Struct, eq=False):
     graph: RankGraph
     gpu_start: np.ndarray
     gpu_end: np.ndarray
@@ -112,12 +109,19 @@ def replay_steps(
     scaling = scaling or Scaling()
     clock = _HostClock(graph, scaling)
     gpu, syncs = graph.gpu, graph.syncs
+    if coupled is None and (by_stream := _by_stream(graph, clock, scaling)) is not None:
+        start_a, end_a, sync_start_a, sync_end_a, cum = by_stream
+        step_start, step_end = (
+            _host(graph, clock, cum, graph.step_start),
+            _host(graph, clock, cum, graph.step_end),
+        )
+        return Replay(graph, start_a, end_a, sync_start_a, sync_end_a, step_start, step_end, clock)
     n = len(gpu)
     launch = clock(gpu.launch).tolist()
     factor = scaling.gpu.tolist() if scaling.gpu is not None else None
     latency, gap, prev, dur = gpu.latency.tolist(), gpu.gap.tolist(), gpu.prev.tolist(), gpu.dur.tolist()
-    match = coupled.match.tolist() if coupled is not None else None
-    transfer = coupled.transfer.tolist() if coupled is not None else None
+    match: list[int] = coupled.match.tolist() if coupled is not None else []
+    transfer: list[int] = coupled.transfer.tolist() if coupled is not None else []
     after, after_gap = gpu.after.tolist(), gpu.after_gap.tolist()
     start = [0] * n
     end = [0] * n
@@ -131,20 +135,19 @@ def replay_steps(
     sync_end = [0] * m
     delta = [0] * m  # replayed less clocked time of each synchronization
     shift = 0  # the deltas of the synchronizations over so far
-    applied = 0
-
-    def apply_until(t: int) -> None:
-        nonlocal shift, applied
-        while applied < m and applied < computed and sync_end_measured[applied] <= t:
-            shift += delta[applied]
-            applied += 1
-
+    applied = 0  # synchronizations whose delta is in `shift`: computed ones, over by the current instant
     computed = 0
+    sync_starts = syncs.start.tolist()
+    awaited, sync_stream, own = syncs.awaits.tolist(), syncs.stream.tolist(), syncs.own.tolist()
+    coupled_run = coupled is not None
+    top = _NEG  # the latest end among the activities launched so far (prefix_max's last value)
     i = 0
     for j in range(m + 1):
         until = launched[j] if j < m else n
         while i < until:
-            apply_until(gpu_launch[i])
+            while applied < computed and sync_end_measured[applied] <= gpu_launch[i]:
+                shift += delta[applied]
+                applied += 1
             t = launch[i] + shift + latency[i]
             p = prev[i]
             if p >= 0 and end[p] + gap[i] > t:
@@ -153,50 +156,137 @@ def replay_steps(
             if a >= 0 and end[a] + after_gap[i] > t:
                 t = end[a] + after_gap[i]
             start[i] = t
-            if match is not None and transfer is not None and match[i] >= 0 and (factor is None or factor[i]):
+            if coupled_run and match[i] >= 0 and (factor is None or factor[i]):
                 # a collective: done once the last rank arrived and the transfer after it took its time
                 # (removed, factor 0: it neither waits nor is waited for)
                 last = yield match[i], t
                 d = max(last - t, 0) + (transfer[i] if factor is None else round(transfer[i] * factor[i]))
             else:
                 d = dur[i] if factor is None else round(dur[i] * factor[i])
-            end[i] = t + d
+            t += d
+            end[i] = t
             # work a what-if removes (factor 0) is not waited for
-            prefix_max[i + 1] = (
-                prefix_max[i] if factor is not None and not factor[i] else max(prefix_max[i], t + d)
-            )
+            if t > top and (factor is None or factor[i]):
+                top = t
+            prefix_max[i + 1] = top
             i += 1
         if j == m:
             break
-        apply_until(int(syncs.start[j]))
+        while applied < computed and sync_end_measured[applied] <= sync_starts[j]:
+            shift += delta[applied]
+            applied += 1
         s = at_start[j] + shift
-        awaits = int(syncs.awaits[j])
+        awaits = awaited[j]
         if awaits < 0:
             ready = s
-        elif syncs.stream[j] == -1:
+        elif sync_stream[j] == -1:
             ready = max(s, prefix_max[until])
         else:
             ready = max(s, end[awaits])
-        took = ready - s + (int(syncs.own[j]) if ready > s or not wakes[j] else 0)
+        took = ready - s + (own[j] if ready > s or not wakes[j] else 0)
         if scaling.sync != 1.0:
             took = round(took * scaling.sync)
         sync_start[j], sync_end[j] = s, s + took
         delta[j] = took - (at_end[j] - at_start[j])
         computed = j + 1
     deltas = np.cumsum(np.array(delta, dtype=np.int64))
-
-    def host(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(syncs.end, t, side="right")  # synchronizations over by t
-        before = np.where(k > 0, deltas[np.maximum(k, 1) - 1], 0) if m else 0
-        return clock(t) + before
-
     return Replay(
         graph,
         np.array(start, dtype=np.int64),
         np.array(end, dtype=np.int64),
         np.array(sync_start, dtype=np.int64),
         np.array(sync_end, dtype=np.int64),
-        host(graph.step_start),
-        host(graph.step_end),
+        _host(graph, clock, deltas, graph.step_start),
+        _host(graph, clock, deltas, graph.step_end),
         clock,
     )
+
+
+def _host(graph: RankGraph, clock: _HostClock, deltas: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Host instants `t` in the replay: clocked, plus the deltas of the synchronizations over by then."""
+    k = np.searchsorted(graph.syncs.end, t, side="right")  # synchronizations over by t
+    before = np.where(k > 0, deltas[np.maximum(k, 1) - 1], 0) if len(graph.syncs) else 0
+    return clock(t) + before
+
+
+def _by_stream(
+    graph: RankGraph, clock: _HostClock, scaling: Scaling
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """replay_steps' loop (without coupled collectives) in numpy, where no activity waits on another stream and
+    each activity's `prev` is the one before it on its stream: between two synchronizations, each stream's
+    end_j = max(ready_j + d_j, end_(j-1) + gap_j + d_j) is a running maximum once the cumulative gaps and
+    durations are taken out (integers: exactly the loop's values). The host instants the loop visits (launches,
+    synchronizations' starts) must come in order, so that the synchronizations applied by an instant are the
+    leading ones over by then. Gives the activities' starts and ends, the synchronizations' starts and ends
+    and the cumulative deltas; None where any of that does not hold, or where the pieces would be too many."""
+    gpu, syncs = graph.gpu, graph.syncs
+    n, m = len(gpu), len(syncs)
+    if n == 0 or (gpu.after >= 0).any():
+        return None
+    stream = gpu.stream
+    n_streams = int(stream.max()) + 1
+    order = np.argsort(stream, kind="stable")
+    first = np.ones(n, dtype=bool)
+    first[1:] = stream[order][1:] != stream[order][:-1]
+    if not np.array_equal(gpu.prev[order], np.where(first, -1, np.concatenate(([-1], order[:-1])))):
+        return None
+    launched = syncs.launched
+    if m:
+        instants = np.insert(gpu.launch, launched, syncs.start)  # in the loop's order
+        awaits = syncs.awaits
+        if (
+            (m + 1) * n_streams > max(n // 16, 8)
+            or (np.diff(launched) < 0).any()
+            or launched[-1] > n
+            or (np.diff(instants) < 0).any()
+            or ((awaits >= 0) & (awaits >= launched)).any()
+        ):
+            return None
+    factor = scaling.gpu
+    dur = gpu.dur if factor is None else np.rint(gpu.dur * factor).astype(np.int64)
+    step = gpu.gap + dur
+    ready = clock(gpu.launch) + gpu.latency
+    lead = np.maximum.accumulate(syncs.end) if m else syncs.end  # measured ends, as the loop applies them
+    at_start, at_end = clock(syncs.start), clock(syncs.end)
+    start, end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    sync_start, sync_end = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    shift = np.zeros(m + 1, dtype=np.int64)  # the deltas of the first k synchronizations
+    top = _NEG  # the latest end among the activities launched so far (removed ones left out)
+    lo = 0
+    for j in range(m + 1):
+        hi = int(launched[j]) if j < m else n
+        if hi > lo:
+            applied = np.minimum(np.searchsorted(lead, gpu.launch[lo:hi], side="right"), j)
+            seg_ready = ready[lo:hi] + shift[applied]
+            seg_order = np.argsort(stream[lo:hi], kind="stable")
+            seg_streams = stream[lo:hi][seg_order]
+            bounds = [*np.flatnonzero(np.diff(seg_streams)).tolist(), len(seg_order) - 1]
+            b0 = 0
+            for b1 in bounds:
+                rows = seg_order[b0 : b1 + 1] + lo
+                cum = np.cumsum(step[rows])
+                run = np.maximum.accumulate(seg_ready[rows - lo] + dur[rows] - cum)
+                p = int(gpu.prev[rows[0]])
+                end[rows] = (np.maximum(run, end[p]) if p >= 0 else run) + cum
+                b0 = b1 + 1
+            start[lo:hi] = end[lo:hi] - dur[lo:hi]
+            kept = end[lo:hi] if factor is None else end[lo:hi][factor[lo:hi] != 0]
+            if len(kept):
+                top = max(top, int(kept.max()))
+            lo = hi
+        if j == m:
+            break
+        s = int(at_start[j]) + int(shift[min(int(np.searchsorted(lead, syncs.start[j], side="right")), j)])
+        a = int(syncs.awaits[j])
+        if a < 0:
+            ready_at = s
+        elif syncs.stream[j] == -1:
+            ready_at = max(s, top)
+        else:
+            ready_at = max(s, int(end[a]))
+        took = ready_at - s + (int(syncs.own[j]) if ready_at > s or not syncs.wakes[j] else 0)
+        if scaling.sync != 1.0:
+            took = round(took * scaling.sync)
+        sync_start[j], sync_end[j] = s, s + took
+        shift[j + 1] = shift[j] + took - (int(at_end[j]) - int(at_start[j]))
+    return start, end, sync_start, sync_end, shift[1:]

@@ -16,8 +16,8 @@ What each selects on a rank (docs/analysis.md, "Critical path and what-if"):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
@@ -36,8 +36,7 @@ class SelectorError(ValueError):
     """A selector or factor that cannot be used; the message says which and why."""
 
 
-@dataclass(frozen=True)
-class Selector:
+class Selector(msgspec.Struct, frozen=True):
     text: str  # as given
     kind: str  # a phase, "communication", "sync", "kernel" or "op"
     pattern: re.Pattern[str] | None
