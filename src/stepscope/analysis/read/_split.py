@@ -91,8 +91,7 @@ def load_file_split(
     stretches = _stretches(p, pieces, least) if parts > 1 else None
     if stretches is None:
         return load_file(p, rank_hint, progress, chunk_bytes=chunk_bytes, flows=flows)
-    import shutil  # (here, not at the top: the many files that are read whole need none of these modules)
-    import tempfile
+    import tempfile  # (here, not at the top: the many files that are read whole need none of these modules)
 
     try:
         spill = Path(tempfile.mkdtemp(prefix="stepscope-split-"))
@@ -115,13 +114,27 @@ def load_file_split(
                 results = None
     finally:
         if spill is not None:
-            shutil.rmtree(spill, ignore_errors=True)
+            _remove(spill)
     if results is None:  # a stretch could not vouch for its text: one process gives the table or the error
         return load_file(p, rank_hint, progress, chunk_bytes=chunk_bytes, flows=flows)
     _check_times(table, p)
     if progress is not None:
         progress(1.0)
     return table
+
+
+def _remove(folder: Path) -> None:
+    """Remove the spill folder. After an error the other stretches' workers may still be writing into it (the
+    pool is not waited for): a file made while it is being removed leaves it behind, so it is removed again
+    until it is gone (once it is, a worker can make nothing in it), for a second at most."""
+    import shutil
+    import time
+
+    for _ in range(50):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            return
+        time.sleep(0.02)
 
 
 def _stretches(path: Path, parts: int, min_bytes: int) -> list[_Stretch] | None:
