@@ -117,7 +117,20 @@ def _analyze_json(args: list[str]) -> int | None:
     _invoked.append("analyze")
     _limit_blas_threads()
     try:
-        run_analyze(Path(path), None, True, False, None, 10, (), None, "local", None, False)
+        # (cli/analyze.py's defaults; tests/test_cli_analyze.py compares the two paths' documents)
+        run_analyze(
+            Path(path),
+            step=None,
+            as_json=True,
+            drop_last_step=False,
+            step_range=None,
+            top=10,
+            comm_patterns=(),
+            jobs=None,
+            executor="local",
+            scheduler=None,
+            wide=False,
+        )
     except (EOFError, KeyboardInterrupt) as exc:  # (as click.BaseCommand.main does)
         import click
 
