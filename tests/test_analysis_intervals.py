@@ -67,3 +67,30 @@ def test_covered_within_many_windows(
     hi = lo + np.array([width for _, width in w], dtype=np.int64)
     expected = [int(bits[max(x, 0) : max(y, 0)].sum()) if y > x else 0 for x, y in zip(lo, hi, strict=True)]
     assert iv.covered_within(union, lo, hi).tolist() == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans, spans, st.integers(0, SIZE), st.integers(0, SIZE))
+def test_subtract_each_and_overlapping_against_bitmap(
+    a: list[tuple[int, int]], b: list[tuple[int, int]], lo: int, width: int
+) -> None:
+    # GIVEN intervals that may overlap one another, and a disjoint sorted set
+    ub = iv.merge(*arrays(b))
+    bb = bitmap(b)
+    # WHEN each interval has the set taken from it at once
+    part_s, part_e, owner = iv.subtract_each(*arrays(a), ub)
+    # THEN each interval's parts are exactly its ns outside the set, in order, and none is empty
+    assert np.all(part_e > part_s) and np.all(np.diff(owner) >= 0)
+    for i, (start, dur) in enumerate(a):
+        mine = owner == i
+        expected = np.zeros_like(bb)
+        expected[start : start + dur] = True
+        expected &= ~bb
+        got = bitmap(list(zip(part_s[mine].tolist(), (part_e[mine] - part_s[mine]).tolist(), strict=True)))
+        assert np.array_equal(got, expected)
+        assert np.all(part_s[mine][1:] >= part_e[mine][:-1])
+    # AND the set's intervals reaching into a window are those a scan finds
+    hi = lo + width
+    near = iv.overlapping(ub, lo, hi)
+    scan = [(s, e) for s, e in zip(*(x.tolist() for x in ub), strict=True) if e > lo and s < hi]
+    assert list(zip(near[0].tolist(), near[1].tolist(), strict=True)) == scan

@@ -143,7 +143,7 @@ def rank_instances(
 def _thread_groups(data: RankData, resolver: GroupResolver) -> dict[int, str]:
     """tid -> group name of the rank's gloo threads, where capture's record and the trace agree (groups.py)."""
     table = data.table
-    everywhere = _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    everywhere = _cpu_rows(table)
     rows = [
         r for r, source, _ in everywhere if source == "backend_range" and _backend(table, r) in CPU_BACKENDS
     ]
@@ -157,7 +157,7 @@ def _instances(data: RankData, world_size: int | None) -> Instances:
     table = data.table
     comm = data.gpu.of_kind(COMMUNICATION)
     comm = comm.select(comm.cat == table.cat_id("kernel")) if len(comm) else comm
-    everywhere = _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    everywhere = _cpu_rows(table)
     issued = IssuedOps(table, everywhere)
     if len(comm):
         return _kernel_instances(data, comm, issued)
@@ -194,7 +194,7 @@ def communication_intervals(data: RankData) -> iv.Intervals | None:
     comm = data.gpu_all.of_kind(COMMUNICATION)
     table = data.table
     rows = np.array(
-        [r for r, source, _ in _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+        [r for r, source, _ in _cpu_rows(table)
          if source == "backend_range" and _backend(table, r) in CPU_BACKENDS],
         dtype=np.int64,
     )  # fmt: skip
@@ -228,7 +228,32 @@ def _int(table: TraceTable, column: str, row: int) -> int:
     return int(table.columns[column][row]) if row != MISSING else MISSING
 
 
-def _message(table: TraceTable, rows: list[int]) -> tuple[int, int, str, int, tuple[str, str, str]]:
+_MESSAGE_COLUMNS = (
+    "args_collective", "args_dtype", "args_in_nelems", "args_out_nelems", "args_group_size", "args_pg_name",
+    "args_pg_desc", "args_pg_ranks",
+)  # fmt: skip
+
+
+class _Args:
+    """The collective args of a set of rows, read from the table's columns in one pass (a column read row by
+    row costs a Python call each: thousands of collectives read ten columns each)."""
+
+    def __init__(self, table: TraceTable, rows: np.ndarray) -> None:
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        rows = rows[rows != MISSING]
+        self.names = table.names
+        self.at = dict(zip(rows.tolist(), range(len(rows)), strict=True))
+        self.cols = {c: table.columns[c][rows].tolist() for c in _MESSAGE_COLUMNS}
+
+    def number(self, column: str, row: int) -> int:
+        return self.cols[column][self.at[row]] if row != MISSING else MISSING  # type: ignore[no-any-return]
+
+    def text(self, column: str, row: int) -> str:
+        code = self.number(column, row)
+        return self.names[code] if code != MISSING else ""
+
+
+def _message(args: _Args, rows: list[int]) -> tuple[int, int, str, int, tuple[str, str, str]]:
     """(in bytes, out bytes, dtype, group size, group (name, description, ranks)) from the first row among `rows`
     that has each."""
     in_b = out_b = size = MISSING
@@ -236,17 +261,17 @@ def _message(table: TraceTable, rows: list[int]) -> tuple[int, int, str, int, tu
     for row in rows:
         if row == MISSING:
             continue
-        width = element_bytes(_text(table, "args_dtype", row))
-        if in_b == MISSING and width and _int(table, "args_in_nelems", row) >= 0:
-            in_b = _int(table, "args_in_nelems", row) * width
-            out_n = _int(table, "args_out_nelems", row)
+        width = element_bytes(args.text("args_dtype", row))
+        if in_b == MISSING and width and args.number("args_in_nelems", row) >= 0:
+            in_b = args.number("args_in_nelems", row) * width
+            out_n = args.number("args_out_nelems", row)
             out_b = out_n * width if out_n >= 0 else MISSING
-            dtype = _text(table, "args_dtype", row)
-        if size == MISSING and _int(table, "args_group_size", row) > 0:
-            size = _int(table, "args_group_size", row)
+            dtype = args.text("args_dtype", row)
+        if size == MISSING and args.number("args_group_size", row) > 0:
+            size = args.number("args_group_size", row)
         if not group:
-            group = _text(table, "args_pg_name", row)
-            desc, ranks = _text(table, "args_pg_desc", row), _text(table, "args_pg_ranks", row)
+            group = args.text("args_pg_name", row)
+            desc, ranks = args.text("args_pg_desc", row), args.text("args_pg_ranks", row)
     return in_b, out_b, dtype, size, (group, desc, ranks)
 
 
@@ -257,33 +282,51 @@ def _kernel_instances(data: RankData, comm: GpuEvents, issued: IssuedOps) -> Ins
     key = np.where(comm.context != MISSING, comm.context, -2 - np.arange(len(comm)))
     order = np.lexsort((comm.start, key))
     groups = np.split(order, np.flatnonzero(np.diff(key[order])) + 1)
-    groups.sort(key=lambda g: int(comm.start[g].min()))
+    first_start = np.minimum.reduceat(comm.start[order], np.r_[0, np.flatnonzero(np.diff(key[order])) + 1])
+    groups = [groups[i] for i in np.argsort(first_start, kind="stable").tolist()]
+    args = _Args(table, np.concatenate((comm.row, comm.context)))
+    op_of = dict(zip(comm.context.tolist(), issued.enclosing_rows(comm.context).tolist(), strict=True))
+    kinds: dict[str, str | None] = {}  # (names repeat: each is classified once)
+    algorithms: dict[str, str | None] = {}
+    rows_all, names_all = comm.row.tolist(), comm.name.tolist()
+    starts, ends, launches = comm.start.tolist(), comm.end.tolist(), launch.tolist()
     out = _empty(data.rank)
     out.source, out.time_source = "kernel", "device"
     cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size", "row")}
     for g in groups:
-        names = [table.names[int(comm.name[i])] for i in g.tolist()]
-        rows = [int(comm.row[i]) for i in g.tolist()]
-        context = int(comm.context[g[0]])
-        named = [collective_kind(_text(table, "args_collective", r)) for r in rows]
+        members = g.tolist()
+        names = [table.names[names_all[i]] for i in members]
+        rows = [rows_all[i] for i in members]
+        context = int(comm.context[members[0]])
         # the issued op, else the launching range says what the collective is (NCCL runs an all-to-all as
         # SendRecv kernels)
+        kind = issued.kind.get(op_of[context])
+        if not kind:
+            for r in rows:
+                raw = args.text("args_collective", r)
+                if raw not in kinds:
+                    kinds[raw] = collective_kind(raw)
+                kind = kinds[raw]
+                if kind:
+                    break
         kind = (
-            issued.kind.get(issued.enclosing(context))
-            or next((k for k in named if k), None)
+            kind
             or _context_kind(table, context)
             or next((k for k in map(kernel_collective, names) if k), None)
             or "other"
         )
-        in_b, out_b, dtype, size, group = _message(table, [*rows, context])
+        in_b, out_b, dtype, size, group = _message(args, [*rows, context])
         out.kind.append(kind)
         _add_group(out, group)
         out.dtype.append(dtype)
-        out.algorithm.append(next((a for a in map(nccl_algorithm, names) if a), ""))
-        cols["row"].append(int(comm.row[g[0]]))
-        cols["issue"].append(int(launch[g].min()))
-        cols["start"].append(int(comm.start[g].min()))
-        cols["end"].append(int(comm.end[g].max()))
+        for n in names:
+            if n not in algorithms:
+                algorithms[n] = nccl_algorithm(n)
+        out.algorithm.append(next((a for a in map(algorithms.__getitem__, names) if a), ""))
+        cols["row"].append(rows[0])
+        cols["issue"].append(min(launches[i] for i in members))
+        cols["start"].append(min(starts[i] for i in members))
+        cols["end"].append(max(ends[i] for i in members))
         cols["in"].append(in_b)
         cols["out"].append(out_b)
         cols["size"].append(size)
@@ -314,28 +357,31 @@ def _set_arrays(out: Instances, cols: dict[str, list[int]]) -> None:
     out.row = arrays["row"]
 
 
-def _cpu_rows(table: TraceTable, lo: int, hi: int) -> list[tuple[int, str, str]]:
-    """(row, source, kind) of the CPU-side collective events issued in [lo, hi), by start."""
+def _cpu_rows(table: TraceTable) -> list[tuple[int, str, str]]:
+    """(row, source, kind) of the table's CPU-side collective events, by start: found once per table and kept
+    with it (`DerivedRows.collective_rows`: five analyses read them)."""
+    found = table.derived.collective_rows
+    if found is not None:
+        return found
     cols = table.columns
     names = cols["name"]
     classes = table.name_values(cpu_collective, object, key="cpu_collective_class", among=names)
     named = table.name_values(lambda n: cpu_collective(n) is not None, bool, key="cpu_collective")
     cats = [c for c in (table.cat_id(x) for x in CONTEXT_CATEGORIES) if c != MISSING]
-    rows = np.flatnonzero(
-        named[names]
-        & (cols["ph"] == _X)
-        & (cols["ts"] >= lo)
-        & (cols["ts"] < hi)
-        & np.isin(cols["cat"], cats)
-    )
+    rows = np.flatnonzero(named[names] & (cols["ph"] == _X) & np.isin(cols["cat"], cats))
     rows = rows[np.argsort(cols["ts"][rows], kind="stable")]
+    collective = cols["args_collective"][rows].tolist()
+    kinds: dict[int, str] = {}  # (record_param_comms' collective names repeat: each is classified once)
     out = []
-    for row in rows.tolist():
+    for row, code in zip(rows.tolist(), collective, strict=True):
         source, kind = classes[names[row]]
         if source == "record_param_comms":
-            kind = collective_kind(_text(table, "args_collective", row)) or ""
+            if code not in kinds:
+                kinds[code] = collective_kind(table.names[code] if code != MISSING else "") or ""
+            kind = kinds[code]
         if kind:
             out.append((row, source, kind))
+    table.derived.collective_rows = out
     return out
 
 
@@ -379,9 +425,10 @@ def _row_instances(
     out = _empty(rank)
     cols: dict[str, list[int]] = {k: [] for k in ("issue", "start", "end", "in", "out", "size", "row")}
     ts, dur = table.columns["ts"], table.columns["dur"]
+    args = _Args(table, np.array([r[0] for r in rows], dtype=np.int64))
     for row, _, kind in rows:
         cols["row"].append(row)
-        in_b, out_b, dtype, size, group = _message(table, [row])
+        in_b, out_b, dtype, size, group = _message(args, [row])
         out.kind.append(kind)
         _add_group(out, group)
         out.dtype.append(dtype)

@@ -157,7 +157,7 @@ class _Ranges:
 def _issuing_ops(data: RankData, inst: Instances) -> list[int]:
     """Per instance, the row of the c10d op that issued it (MISSING when none is found)."""
     table = data.table
-    everywhere = _cpu_rows(table, np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    everywhere = _cpu_rows(table)
     issued = IssuedOps(table, everywhere)
     ts, dur = table.columns["ts"], table.columns["dur"]
     if inst.source == "backend_range":

@@ -65,6 +65,24 @@ class IssuedOps:
         at = int(np.searchsorted(starts, cols["ts"][row], side="right")) - 1
         return rows[at] if at >= 0 and ends[at] > cols["ts"][row] else MISSING
 
+    def enclosing_rows(self, rows: np.ndarray) -> np.ndarray:
+        """`enclosing` of each row of `rows` (MISSING rows give MISSING), one binary search per thread."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.full(len(rows), MISSING, dtype=np.int64)
+        known = np.flatnonzero(rows != MISSING)
+        if not len(known) or not self._threads:
+            return out
+        cols = self._cols
+        pid, tid, ts = cols["pid"][rows[known]], cols["tid"][rows[known]], cols["ts"][rows[known]]
+        for (p, t), (starts, ends, kept) in self._threads.items():
+            mine = np.flatnonzero((pid == p) & (tid == t))
+            if not len(mine):
+                continue
+            at = np.searchsorted(starts, ts[mine], side="right") - 1
+            inside = (at >= 0) & (ends[np.maximum(at, 0)] > ts[mine])
+            out[known[mine[inside]]] = np.asarray(kept, dtype=np.int64)[at[inside]]
+        return out
+
     def pair_ranges(self, ranges: list[tuple[int, str, str]]) -> dict[int, int]:
         """Range row -> op row for CPU backend ranges (row, source, kind), by the rule in the module doc."""
         ts = self._cols["ts"]

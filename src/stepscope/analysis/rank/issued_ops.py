@@ -16,8 +16,6 @@ from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.read.table import MISSING, split_sizes
 
-_LOW, _HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-
 
 class IssuedOp(msgspec.Struct):
     """One collective op the rank issued: its row, name and kind, its message and what ran it."""
@@ -35,12 +33,16 @@ class IssuedOp(msgspec.Struct):
     exposed: iv.Intervals | None  # device time with no computation kernel running; None for CPU time
 
 
-def issued_ops(data: RankData, kinds: frozenset[str] | None = None) -> list[IssuedOp]:
+def issued_ops(
+    data: RankData, kinds: frozenset[str] | None = None, prefixes: tuple[str, ...] | None = None
+) -> list[IssuedOp]:
     """The outermost collective ops (c10d ops, functional collectives) issued inside the rank's window, of
-    `kinds` (all kinds when None), by issue time; a record_param_comms issued outside any op stands for one."""
+    `kinds` (all kinds when None) and whose names start with one of `prefixes` (any name when None), by issue
+    time; a record_param_comms issued outside any op stands for one. Linear in the trace's collectives: the ops
+    left out cost no more than finding them."""
     table = data.table
     cols = table.columns
-    everywhere = _cpu_rows(table, _LOW, _HIGH)
+    everywhere = _cpu_rows(table)
     issued = IssuedOps(table, everywhere)
     params: dict[int, list[int]] = {}
     lone: list[tuple[int, str]] = []
@@ -51,42 +53,76 @@ def issued_ops(data: RankData, kinds: frozenset[str] | None = None) -> list[Issu
                 params.setdefault(op, []).append(row)
             else:
                 lone.append((row, kind))
+    candidates = []
+    for row, kind in [(row, issued.kind[row]) for row in issued.rows] + lone:
+        start = int(cols["ts"][row])
+        if not data.lo <= start < data.hi or (kinds is not None and kind not in kinds):
+            continue
+        if prefixes is not None and not table.names[int(cols["name"][row])].startswith(prefixes):
+            continue
+        candidates.append((start, row, kind))
+    if not candidates:
+        return []
     ranges = [r for r in everywhere if r[1] == "backend_range" and _backend(table, r[0]) in CPU_BACKENDS]
     paired = {op: rng for rng, op in issued.pair_ranges(ranges).items()}
     comm = data.gpu_all.of_kind(COMMUNICATION)
     comm = comm.select(comm.context != MISSING) if len(comm) else comm
-    kernel_op = np.array([issued.enclosing(int(c)) for c in comm.context.tolist()], dtype=np.int64)
+    by_op: dict[int, list[int]] = {}  # issued op row -> its communication kernels
+    for i, op in enumerate(issued.enclosing_rows(comm.context).tolist()):
+        by_op.setdefault(op, []).append(i)
     compute = data.gpu_all.of_kind(COMPUTATION)
     busy = iv.merge(compute.start, compute.end)
-    candidates = [(row, issued.kind[row]) for row in issued.rows] + lone
-    out = []
-    for row, kind in sorted(candidates, key=lambda c: int(cols["ts"][c[0]])):
-        start = int(cols["ts"][row])
-        if not data.lo <= start < data.hi or (kinds is not None and kind not in kinds):
-            continue
-        mine = np.flatnonzero(kernel_op == row)
-        exposed: iv.Intervals | None = None
-        source: str | None
-        if len(mine):
-            time = iv.merge(comm.start[mine], comm.end[mine])
-            source = "device"
-            exposed = iv.subtract(time, busy)
+    times: list[iv.Intervals] = []
+    sources: list[str | None] = []
+    for _, row, _ in sorted(candidates):
+        mine = by_op.get(row)
+        if mine:
+            if len(mine) == 1:
+                i = mine[0]
+                times.append((comm.start[i : i + 1], comm.end[i : i + 1]))
+            else:
+                times.append(iv.merge(comm.start[mine], comm.end[mine]))
+            sources.append("device")
         elif row in paired:
-            rng = paired[row]
-            s = int(cols["ts"][rng])
-            time = (np.array([s], np.int64), np.array([s + int(cols["dur"][rng])], np.int64))
-            source = "cpu"
+            s = int(cols["ts"][paired[row]])
+            times.append((np.array([s], np.int64), np.array([s + int(cols["dur"][paired[row]])], np.int64)))
+            sources.append("cpu")
         else:
-            time, source = (np.zeros(0, np.int64), np.zeros(0, np.int64)), None  # only counted
+            times.append((np.zeros(0, np.int64), np.zeros(0, np.int64)))  # only counted
+            sources.append(None)
+    exposed = _exposed(times, sources, busy)
+    out = []
+    for (start, row, kind), time, source, bare in zip(
+        sorted(candidates), times, sources, exposed, strict=True
+    ):
         in_b, out_b, in_split, out_split = _message(
             data, [*params.get(row, []), row, paired.get(row, MISSING)]
         )
         out.append(
             IssuedOp(
                 row, table.names[int(cols["name"][row])], kind, start, in_b, out_b, in_split, out_split,
-                time, source, exposed,
+                time, source, bare,
             )
         )  # fmt: skip
+    return out
+
+
+def _exposed(
+    times: list[iv.Intervals], sources: list[str | None], busy: iv.Intervals
+) -> list[iv.Intervals | None]:
+    """Each op's device time with no computation kernel running (`busy`); None for the others."""
+    device = [i for i, source in enumerate(sources) if source == "device"]
+    out: list[iv.Intervals | None] = [None] * len(times)
+    if not device:
+        return out
+    lengths = np.array([len(times[i][0]) for i in device], dtype=np.int64)
+    starts = np.concatenate([times[i][0] for i in device])
+    ends = np.concatenate([times[i][1] for i in device])
+    part_s, part_e, owner = iv.subtract_each(starts, ends, busy)
+    op = np.repeat(np.arange(len(device), dtype=np.int64), lengths)[owner]  # the op of each part, ascending
+    cuts = np.searchsorted(op, np.arange(len(device) + 1, dtype=np.int64))
+    for k, i in enumerate(device):
+        out[i] = (part_s[cuts[k] : cuts[k + 1]], part_e[cuts[k] : cuts[k + 1]])
     return out
 
 

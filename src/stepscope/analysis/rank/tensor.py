@@ -77,7 +77,7 @@ def _ms(ns: int) -> float:
 
 def tensor_rank(data: RankData) -> TensorRank | None:
     """The rank's functional collectives by layer and its fused async-TP ops; None when it has neither."""
-    ops = [o for o in issued_ops(data) if o.name.startswith(FUNCTIONAL_PREFIXES)]
+    ops = issued_ops(data, prefixes=FUNCTIONAL_PREFIXES)
     fused = fused_ops(data)
     if not ops and not fused:
         return None
