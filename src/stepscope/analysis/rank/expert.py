@@ -86,11 +86,15 @@ def expert_rank(data: RankData) -> ExpertPart | None:
     ops = issued_ops(data, ALL_TO_ALL)
     gpu = data.gpu
     phases = data.table.name_values(ep_kernel, object, key="ep_kernel", among=gpu.name) if len(gpu) else None
-    compute = data.gpu_all.of_kind(COMPUTATION)
-    busy = iv.merge(compute.start, compute.end)
+    if phases is not None and not np.array([p is not None for p in phases], dtype=bool)[gpu.name].any():
+        phases = None  # (no DeepEP kernel: nothing to go over kernel by kernel)
+    if not ops and phases is None:
+        return None
     kernels: list[EpKernels] = []
     exposed_parts: list[iv.Intervals] = []
     if phases is not None:
+        compute = data.gpu_all.of_kind(COMPUTATION)
+        busy = iv.merge(compute.start, compute.end)
         found = [phases[n] for n in gpu.name.tolist()]
         keys = sorted({f for f in found if f is not None}, key=lambda k: (k[0], _PHASE_ORDER.get(k[1], 9)))
         for transport, phase in keys:

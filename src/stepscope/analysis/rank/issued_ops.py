@@ -44,15 +44,15 @@ def issued_ops(
     cols = table.columns
     everywhere = _cpu_rows(table)
     issued = IssuedOps(table, everywhere)
+    recorded = [(row, kind) for row, found, kind in everywhere if found == "record_param_comms"]
     params: dict[int, list[int]] = {}
     lone: list[tuple[int, str]] = []
-    for row, found, kind in everywhere:
-        if found == "record_param_comms":
-            op = issued.enclosing(row)
-            if op != MISSING:
-                params.setdefault(op, []).append(row)
-            else:
-                lone.append((row, kind))
+    ops = issued.enclosing_rows(np.array([row for row, _ in recorded], dtype=np.int64)).tolist()
+    for (row, kind), op in zip(recorded, ops, strict=True):
+        if op != MISSING:
+            params.setdefault(op, []).append(row)
+        else:
+            lone.append((row, kind))
     candidates = []
     for row, kind in [(row, issued.kind[row]) for row in issued.rows] + lone:
         start = int(cols["ts"][row])
