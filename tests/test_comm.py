@@ -138,3 +138,33 @@ def analyze_json(run_dir: Path) -> dict:  # type: ignore[type-arg]
     result = CliRunner().invoke(cli, ["analyze", str(run_dir), "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp2"])
+def test_the_logger_changes_nothing_a_model_computes_in_place(tmp_path: Path, wrapper: str) -> None:
+    # GIVEN a 2-rank gloo job whose model adds to its layers' outputs in place (and the loop to the model's),
+    # run once with the collective logger at step 1 and once with the monitor off
+    import torch.multiprocessing as mp
+
+    from ._inplace_job import worker
+
+    runs = {}
+    for logged in (True, False):
+        out = tmp_path / ("logged" if logged else "off")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mp.spawn(worker, args=(str(out), free_port(), wrapper, logged), nprocs=2, join=True)
+        runs[logged] = out
+        assert not [w for w in caught if "BackwardHookFunction" in str(w.message)]
+    # THEN the job ran to its end both ways, every loss bit-identical on each rank
+    for rank in (0, 1):
+        logged_losses = (runs[True] / f"losses{rank}.txt").read_text()
+        assert len(logged_losses.split()) == 6
+        assert logged_losses == (runs[False] / f"losses{rank}.txt").read_text()
+    # AND the logger still counted the step's collectives, those of the backward by module
+    (run_dir,) = [p for p in runs[True].iterdir() if p.is_dir()]
+    counts = json.loads((run_dir / "comm/rank0_step1.json").read_text())
+    assert counts["distributed"] is True and sum(counts["totals"].values()) > 0
+    backward = {m: sum(p["backward"].values()) for m, p in counts["modules"].items() if m != "(all)"}
+    assert any(n > 0 for m, n in backward.items() if "layers" in m), counts["modules"]

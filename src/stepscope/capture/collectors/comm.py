@@ -22,7 +22,7 @@ from stepscope.capture.collectors._instrument import (
     quiet_module_tracker,
     strip_ansi,
 )
-from stepscope.capture.console import capture_console
+from stepscope.capture.console import StepscopeWarning, capture_console, warn_user
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import temp_path_beside
@@ -63,6 +63,16 @@ class CommCollector(Collector):
         quiet_module_tracker()
         mode = self._mode_class()
         mode.__enter__()
+        if not _track_backward_without_wrapping(mode):
+            mode.__exit__(None, None, None)
+            warn_user(
+                "stepscope: comm_logger_step is off: this torch's CommDebugMode tracks modules in the backward "
+                "with a full backward hook, which wraps every module's output (an in-place op on one would "
+                "then fail in your code); the collectives are still in the traces",
+                StepscopeWarning,
+            )
+            self.step = None
+            return
         self.mode = mode
 
     def next_busy(self, step: int) -> int:
@@ -122,6 +132,38 @@ class CommCollector(Collector):
         writer.add(ArtifactKind.COMM_JSON, json_path, step)
         if ctx.is_first_profiled_rank and cfg.console:
             capture_console().print(table)
+
+
+def _track_backward_without_wrapping(mode: Any) -> bool:
+    """Make CommDebugMode attribute backward collectives to modules without wrapping any tensor. Its module
+    tracker registers a global full backward pre-hook, and a module with a full backward hook passes its outputs
+    through `BackwardHookFunction`: they become views, so `out = layer(x); out += 1` in the user's forward
+    raises ("Output 0 of BackwardHookFunction is a view and is being modified inplace"), and under FSDP2 torch
+    warns of wrong gradients. The hook is removed before any module runs and the tracker's own pre-backward
+    hook (a multi-grad hook on each module's outputs, which changes nothing) names the module instead. False
+    where this torch's tracker has neither (the logger then stays off)."""
+    tracker = getattr(mode, "advanced_module_tracker", None)
+    handle = getattr(tracker, "_bw_handle", None)
+    name_module = getattr(tracker, "_bw_hook", None)
+    if handle is None or name_module is None or not hasattr(tracker, "register_user_hooks"):
+        return False
+    handle.remove()
+
+    def pre_backward(module: Any, grad_output: Any) -> None:
+        if module is None:  # (the module is gone: the collective keeps the last module's name)
+            return
+        # Modules that return their last child's output share that tensor, and its hooks fire innermost first;
+        # a module enclosing the named one fires only there (its own backward began before its children's)
+        name = tracker._get_mod_name(module)
+        if name != tracker.name and name in tracker.module_parents_dict.get(tracker.name, ()):
+            return
+        name_module(module, grad_output)
+
+    try:
+        tracker.register_user_hooks(pre_bw_hook=pre_backward)
+    except AssertionError:  # (another user hook is set)
+        return False
+    return True
 
 
 def _dist_ready() -> bool:
