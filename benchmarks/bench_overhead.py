@@ -324,9 +324,39 @@ def call_cost_ns(out_dir: str, repeat: int = 7) -> dict[str, float]:
         out[key] = both[key] - both["bare"] + out["bare no-op call"]
 
     step_cost("wait-phase monitor, call + step()", wait=10**9, warmup=1, active=1)
+    # inside a recording window: the per-step cost must not grow with the window's length (issue #47)
+    for active in (10, 10**4, 10**6):
+        out[f"recording monitor, call + step() inside a window of active={active:,}"] = _window_step_ns(
+            out_dir, active
+        ) - both["bare"] + out["bare no-op call"]  # fmt: skip
     # on_demand=True, waiting for a trigger: one stat() of the request file every trigger_poll_steps (10) steps
     step_cost("on-demand monitor waiting for a trigger, call + step()", on_demand=True)
     return out
+
+
+def _window_step_ns(out_dir: str, active: int, repeat: int = 7) -> float:
+    """ns of a no-op plus `monitor.step()` at steps 2-8 of a window of `active` steps (wait and warmup 0), the
+    median of each of `repeat` monitors, best of them (a window of 10 ends at step 9: all measure the same
+    steps)."""
+
+    def noop() -> None:
+        return None
+
+    best = float("inf")
+    for _ in range(repeat):
+        monitor = stepscope.performance_monitor(
+            out_dir=out_dir, wait=0, warmup=0, active=active, repeat=1, console=False, report=False
+        )
+        monitor.start()
+        times = []
+        for _ in range(9):
+            t0 = time.perf_counter_ns()
+            noop()
+            monitor.step()
+            times.append(time.perf_counter_ns() - t0)
+        monitor.close()
+        best = min(best, statistics.median(times[2:9]))
+    return best
 
 
 def main() -> None:

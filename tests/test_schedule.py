@@ -61,3 +61,35 @@ def test_window_end_is_the_last_active_step_of_each_traced_step(kw: dict[str, in
 def test_invalid_schedule_names_the_option(kw: dict[str, object], option: str) -> None:
     with pytest.raises(ConfigError, match=f"'{option}'"):
         Schedule(**kw)  # type: ignore[arg-type]
+
+
+def test_next_window_start_is_the_first_window_start_a_walk_finds() -> None:
+    # GIVEN every small schedule, and the walk step by step that next_window_start replaces
+    import itertools
+
+    from stepscope.capture.schedule import NEVER_STEP
+
+    def walk(s: Schedule, step: int) -> int:
+        while (step := s.next_traced_step(step)) != NEVER_STEP:
+            if s.is_active(step) and not (step > 0 and s.phase(step - 1) is Phase.RECORD):
+                return step
+            step += 1
+        return NEVER_STEP
+
+    for wait, warmup, active, repeat, skip in itertools.product(
+        range(3), range(3), range(1, 4), range(3), range(3)
+    ):
+        s = Schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip)
+        # THEN both give the same step from every step of the first 40
+        assert [s.next_window_start(k) for k in range(40)] == [walk(s, k) for k in range(40)]
+    # AND a window of 100,000 steps costs no walk: the answer from its middle is the next cycle's
+    big = Schedule(wait=1, warmup=0, active=100_000, repeat=0)
+    assert big.next_window_start(50_000) == 100_002
+
+
+def test_active_is_bounded_with_its_reason() -> None:
+    from stepscope.capture.schedule import MAX_ACTIVE
+
+    Schedule(active=MAX_ACTIVE)
+    with pytest.raises(ConfigError, match=r"'active': must be an integer from 1 to 100,000 \(got 1000000\)"):
+        Schedule(active=1_000_000)

@@ -276,3 +276,41 @@ def test_a_job_that_ends_while_the_trigger_waits_takes_the_request_back(tmp_path
     assert "the job has finished (no profiled rank listens" in trigger.stderr
     assert "before the window was recorded; the request is withdrawn" in trigger.stderr
     assert not (run_dir / "trigger.json").exists()
+
+
+def test_a_request_for_a_billion_steps_is_bounded_and_the_job_ends(tmp_path: Path) -> None:
+    # GIVEN an on-demand job of 40 no-op steps and a request file written by hand for 10^9 active steps
+    import warnings
+
+    import msgspec
+
+    import stepscope
+    from stepscope.capture.window.trigger import TRIGGER_NAME, TriggerRequest
+
+    monitor = stepscope.performance_monitor(
+        out_dir=str(tmp_path), on_demand=True, trigger_poll_steps=1, warmup=0, console=False, report=False
+    )
+    started = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught, monitor:
+        warnings.simplefilter("always")
+        monitor.step()
+        request = TriggerRequest(id="bignumber123", requested=time.time(), active=10**9)
+        (monitor.run_dir / TRIGGER_NAME).write_bytes(msgspec.json.encode(request))
+        for _ in range(40):
+            monitor.step()
+    # THEN the job ran its steps at once, the request said bounded in one warning, and its window was recorded
+    assert time.monotonic() - started < 60
+    said = [str(w.message) for w in caught if "bignumber123" in str(w.message)]
+    assert said == [
+        "stepscope: on_demand: the request bignumber123 asks for 1,000,000,000 active steps; a window records 1 "
+        "to 100,000: recording 100,000"
+    ]
+    assert read_manifest(monitor.run_dir).of_kind("trace")
+
+
+def test_trigger_refuses_an_active_beyond_the_bound(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "stepscope", "trigger", str(tmp_path), "--active", "1000000"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "1000000 is not in the range 1<=x<=100000" in done.stderr

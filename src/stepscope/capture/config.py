@@ -31,7 +31,8 @@ class ProfileConfig(BaseModel):
     warmup: int = Field(
         2, ge=0, description="Steps traced but discarded, so that the active steps are steady."
     )
-    active: int = Field(3, ge=1, description="Steps recorded and exported in each cycle.")
+    # (at most schedule.MAX_ACTIVE: the Schedule made from these options refuses more)
+    active: int = Field(3, ge=1, description="Steps recorded and exported in each cycle (at most 100,000).")
     repeat: int = Field(
         1, ge=0, description="Number of wait/warmup/active cycles; 0 repeats until the job ends."
     )

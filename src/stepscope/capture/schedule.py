@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 from stepscope.errors import ConfigError
 
 NEVER_STEP = 1 << 62  # a step index no job reaches
+# The most steps one window records: torch.profiler keeps every event of a window in memory until it is exported
+MAX_ACTIVE = 100_000
 
 
 class Phase(enum.Enum):
@@ -39,8 +41,15 @@ class Schedule:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"invalid option '{name}': must be an integer >= 0 (got {value!r})")
-        if not isinstance(self.active, int) or isinstance(self.active, bool) or self.active < 1:
-            raise ConfigError(f"invalid option 'active': must be an integer >= 1 (got {self.active!r})")
+        if (
+            not isinstance(self.active, int)
+            or isinstance(self.active, bool)
+            or not 1 <= self.active <= MAX_ACTIVE
+        ):
+            raise ConfigError(
+                f"invalid option 'active': must be an integer from 1 to {MAX_ACTIVE:,} (got {self.active!r}): a "
+                "window keeps every event of its steps in memory until it is exported"
+            )
 
     @property
     def cycle(self) -> int:
@@ -117,6 +126,19 @@ class Schedule:
             return NEVER_STEP
         mod = k % self.cycle
         return step if mod >= self.wait else step + (self.wait - mod)
+
+    def next_window_start(self, step: int) -> int:
+        """The first active step of the first window starting at or after `step`; NEVER_STEP when none is
+        left. Computed, not walked: a window of 10^6 steps costs what one of 3 does."""
+        if step < self.skip_first:
+            step = self.skip_first
+        k = step - self.skip_first
+        first = step - k % self.cycle + self.wait + self.warmup  # this cycle's first active step
+        if step > first:
+            first += self.cycle
+        if self.repeat > 0 and first - self.skip_first >= self.repeat * self.cycle:
+            return NEVER_STEP
+        return first
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

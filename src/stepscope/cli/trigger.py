@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from stepscope.capture.schedule import MAX_ACTIVE
 from stepscope.errors import InputError
 from stepscope.units import plain
 
@@ -99,9 +100,9 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option(
     "--active",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_ACTIVE),
     default=None,
-    help="Active steps of the window (default: the run's `active` option).",
+    help=f"Active steps of the window, at most {MAX_ACTIVE:,} (default: the run's `active` option).",
 )
 @click.option(
     "--wait",

@@ -145,7 +145,12 @@ def _track_backward_without_wrapping(mode: Any) -> bool:
     tracker = getattr(mode, "advanced_module_tracker", None)
     handle = getattr(tracker, "_bw_handle", None)
     name_module = getattr(tracker, "_bw_hook", None)
-    if handle is None or name_module is None or not hasattr(tracker, "register_user_hooks"):
+    if (
+        tracker is None
+        or handle is None
+        or name_module is None
+        or not hasattr(tracker, "register_user_hooks")
+    ):
         return False
     handle.remove()
 

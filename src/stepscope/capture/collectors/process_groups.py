@@ -25,7 +25,6 @@ import msgspec
 from stepscope.capture.collector import Collector, RunContext, Window
 from stepscope.capture.collectors.gloo_threads import gloo_threads, is_gloo, sequence_number, split_threads
 from stepscope.capture.console import StepscopeWarning, warn_user
-from stepscope.capture.schedule import NEVER_STEP as NEVER
 from stepscope.capture.schedule import Phase
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import GroupWindow, Mesh, ProcessGroup, ProcessGroups
@@ -55,12 +54,7 @@ class ProcessGroupCollector(Collector):
 
     def next_busy(self, step: int) -> int:
         """The first active step of the next window: its sequence numbers are read before it runs."""
-        schedule = self.ctx.schedule
-        while (step := schedule.next_traced_step(step)) != NEVER:
-            if _window_start(schedule, step):
-                return step
-            step += 1
-        return NEVER
+        return self.ctx.schedule.next_window_start(step)
 
     def before_step(self, step: int) -> None:
         if _window_start(self.ctx.schedule, step):

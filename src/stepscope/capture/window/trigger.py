@@ -33,7 +33,7 @@ import msgspec
 
 from stepscope.capture.collector import NEVER, Collector, RunContext, Window
 from stepscope.capture.console import StepscopeWarning, warn_user
-from stepscope.capture.schedule import Schedule
+from stepscope.capture.schedule import MAX_ACTIVE, Schedule
 from stepscope.errors import InputError
 from stepscope.runfolder.atomic import atomic_write_bytes, create_exclusive
 from stepscope.runfolder.files import read_regular
@@ -222,14 +222,20 @@ class TriggerCollector(Collector):
             id=request.id,
             start=step + margin,
             warmup=config.warmup,
-            active=request.active if request.active is not None else config.active,
+            active=_bounded(request.active, config.active, f"the request {request.id}"),
             claimed_by=self.ctx.rank,
         )
         path = self.ctx.run_dir / CLAIM_TEMPLATE.format(id=request.id)
         if create_exclusive(path, msgspec.json.encode(mine)):
             return mine
         theirs = read_claim(self.ctx.run_dir, request.id)
-        return theirs if theirs is not None else mine
+        if theirs is None:
+            return mine
+        theirs.active = _bounded(
+            theirs.active, config.active, f"the claim of request {request.id}", quiet=True
+        )
+        theirs.warmup = _bounded(theirs.warmup, config.warmup, "", quiet=True, low=0)
+        return theirs
 
     def on_window(self, window: Window) -> None:
         if self._current is None or window.last_step < self._busy_until:
@@ -251,6 +257,22 @@ class TriggerCollector(Collector):
                 (self.ctx.run_dir / CLAIM_TEMPLATE.format(id=request_id)).unlink()
         with contextlib.suppress(ValueError):
             _listening.remove(self.ctx.run_dir)
+
+
+def _bounded(value: int | None, default: int, what: str, *, quiet: bool = False, low: int = 1) -> int:
+    """`value` (None: `default`) within [low, MAX_ACTIVE]: a request or claim file is written by hand or by
+    another process, and a window of 10^9 steps would never end. Out of range: the nearest bound, said once
+    (the rank that claims says it; the others, `quiet`, read the same claim)."""
+    if value is None:
+        return default
+    kept = min(max(value, low), MAX_ACTIVE)
+    if kept != value and not quiet:
+        warn_user(
+            f"stepscope: on_demand: {what} asks for {value:,} active steps; a window records {low} to "
+            f"{MAX_ACTIVE:,}: recording {kept:,}",
+            StepscopeWarning,
+        )
+    return kept
 
 
 # --- SIGUSR2 --------------------------------------------------------------------------------------
