@@ -314,3 +314,43 @@ def test_trigger_refuses_an_active_beyond_the_bound(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "1000000 is not in the range 1<=x<=100000" in done.stderr
+
+
+TEARDOWN_JOB = """
+import sys, time
+from pathlib import Path
+import stepscope
+
+class SlowTeardown:  # a module global: finalised after Python has disabled its signal handlers
+    def __init__(self):
+        self.marker, self.sleep = Path(sys.argv[2]), time.sleep
+
+    def __del__(self):
+        self.marker.write_text("tearing down")
+        self.sleep(4)
+
+keep = SlowTeardown()
+monitor = stepscope.performance_monitor(out_dir=sys.argv[1], on_demand=True, console=False, report=False)
+with monitor:
+    for _ in range(5):
+        monitor.step()
+"""
+
+
+def test_sigusr2_in_a_finished_jobs_teardown_does_not_kill_it(tmp_path: Path) -> None:
+    # GIVEN an on-demand job that did its work and is tearing its interpreter down
+    script = tmp_path / "job.py"
+    script.write_text(TEARDOWN_JOB)
+    marker = tmp_path / "teardown"
+    job = start([sys.executable, str(script), str(tmp_path / "out"), str(marker)], tmp_path)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+        time.sleep(0.05)
+    # WHEN a SIGUSR2 (what `stepscope trigger` may send) lands there
+    job.send_signal(signal.SIGUSR2)
+    _, err = job.communicate(timeout=60)
+    # THEN the job exits 0, and no request is left behind in its run folder
+    assert job.returncode == 0, err[-3000:]
+    (run_dir,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
+    assert not (run_dir / "trigger.json").exists()

@@ -18,6 +18,7 @@ No torch here.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -300,8 +301,19 @@ def install_sigusr2_handler() -> bool:
         return False
     if signal.getsignal(sigusr2) is signal.SIG_DFL:
         signal.signal(sigusr2, _on_sigusr2)
+        atexit.register(_ignore_sigusr2_at_exit)
     _handler_installed = True  # ours, or the job's own: either way a SIGUSR2 does not kill the job
     return True
+
+
+def _ignore_sigusr2_at_exit() -> None:
+    """At interpreter exit, SIGUSR2 is ignored instead of ours. Python's finalization puts SIG_DFL back for
+    every signal with a Python handler, and SIG_DFL kills the process: a `stepscope trigger` (or kill -USR2)
+    landing in a finished job's teardown made it exit 140. An ignored signal is left ignored there."""
+    sigusr2 = getattr(signal, "SIGUSR2", None)
+    with contextlib.suppress(ValueError, OSError):  # (not the main thread: nothing to do)
+        if sigusr2 is not None and signal.getsignal(sigusr2) is _on_sigusr2:
+            signal.signal(sigusr2, signal.SIG_IGN)
 
 
 def _listen_for_sigusr2(run_dir: Path) -> bool:
