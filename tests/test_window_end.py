@@ -152,3 +152,32 @@ def test_windows_that_end_faster_than_their_summaries_keep_every_trace_and_close
     assert 1 in summarised and len(summarised) < len(traced)
     assert "window ending at step 1" in capsys.readouterr().err
     assert cli_main(["analyze", str(monitor.run_dir), "--json"]) == 0
+
+
+def test_a_summary_without_a_folder_costs_that_summary_alone(tmp_path: Path) -> None:
+    # GIVEN a job of two windows whose run folder gets a file where the summaries folder goes, before either ends
+    import os
+
+    import torch
+
+    model = torch.nn.Linear(16, 16)
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path), wait=1, warmup=1, active=2, repeat=2, console=False, report=False
+    )
+    with warnings.catch_warnings(record=True) as caught, monitor:
+        warnings.simplefilter("always")
+        for step in range(12):
+            if step == 1:
+                folder = monitor.run_dir / "summaries"
+                if folder.is_dir():
+                    os.rmdir(folder)
+                folder.write_text("a file, not a folder")
+            model(torch.randn(4, 16)).sum().backward()
+            monitor.step()
+    # THEN both windows' traces are written and indexed, the summaries said lost once, nothing left half-written
+    manifest = read_manifest(monitor.run_dir)
+    assert [a.step for a in manifest.of_kind("trace")] == [3, 7]
+    assert not manifest.of_kind("summary")
+    said = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
+    assert len(said) == 1 and "summary of the window ending at step 3" in said[0] and "trace only" in said[0]
+    assert not [p for p in monitor.run_dir.rglob("*") if p.name.startswith(".")]

@@ -58,6 +58,7 @@ class TraceCollector(Collector):
         self._step_range: Any = None  # the ProfilerStep#N record_function of the running step
         self._first_active: int | None = None
         self._skipped: list[int] = []  # last steps of the windows not written
+        self._summary_said = False  # a window's summary had no folder (said once)
         self.worker = WindowEndWorker(ctx.writer)  # its thread starts with the first window
         self._distributed = False
         self._activities: list[Any] = []
@@ -342,11 +343,11 @@ class TraceCollector(Collector):
             self._skip_window(step, problem)
             return
         top_ops: Future[TopOps | None] = Future()
-        summary = ctx.writer.path(ArtifactKind.SUMMARY, step)
+        summary = self._summary_path(step)
         job = Job(
             plain=str(plain),
             trace=str(trace_path),
-            summary=str(summary),
+            summary=None if summary is None else str(summary),
             header=f"stepscope summary: rank {ctx.rank}, window ending at step {step} (steps {first}-{step})",
             memory=memory_overview(),
             top=max(ctx.config.top_n, TOP_OPS),
@@ -365,6 +366,22 @@ class TraceCollector(Collector):
             top_ops=top_ops,
             partial=partial,
         )
+
+    def _summary_path(self, step: int) -> Path | None:
+        """Where the window's summary goes; None when its folder cannot be made (a file in its place, no
+        permission): that window's summary is lost, said once per run, and its trace is written as ever."""
+        try:
+            return self.ctx.writer.path(ArtifactKind.SUMMARY, step)
+        except OSError as exc:
+            if not self._summary_said:
+                self._summary_said = True
+                warn_user(
+                    f"stepscope: the summary of the window ending at step {step} (rank {self.ctx.rank}) has no "
+                    f"folder to go to ({type(exc).__name__}: {exc}); windows whose summary cannot be written get "
+                    "their trace only, training goes on",
+                    StepscopeWarning,
+                )
+            return None
 
     def take_window(self) -> Window | None:
         """The window exported by the last after_step / close, once."""
