@@ -496,3 +496,70 @@ def test_report_indexes_its_page_or_says_why_within_a_bounded_wait(
     assert code == 0 and (run_dir / "report.html").is_file(), err
     assert seconds < 40 and "the report is not indexed" in err and err.count("\n") == 1, err
     assert ("report", None, None) not in artifacts(run_dir)
+
+
+# --- issue 47 item 5: links out of the run folder -----------------------------------------------------
+def test_a_traces_folder_swapped_for_a_link_takes_no_trace_out_of_the_run(tmp_path: Path) -> None:
+    # GIVEN a two-window job whose traces/ is replaced, after the first window, by a link to a folder elsewhere
+    import torch
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    model = torch.nn.Linear(8, 8)
+    monitor = stepscope.performance_monitor(
+        model,
+        out_dir=str(tmp_path / "runs"),
+        wait=1,
+        warmup=1,
+        active=2,
+        repeat=2,
+        console=False,
+        report=False,
+    )
+    with warnings.catch_warnings(record=True) as caught, monitor:
+        warnings.simplefilter("always")
+        for step in range(12):
+            if step == 5:
+                shutil.move(str(monitor.run_dir / "traces"), str(tmp_path / "first"))
+                os.symlink(outside, monitor.run_dir / "traces")
+            model(torch.randn(2, 8)).sum().backward()
+            monitor.step()
+    # THEN nothing is written elsewhere, the second window is skipped with the reason, the job ran to its end
+    assert list(outside.iterdir()) == []
+    said = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
+    assert any("window ending at step 7" in s and "leads out of the run folder" in s for s in said), said
+
+
+def test_a_trace_linked_to_a_file_outside_the_run_is_not_read(tmp_path: Path) -> None:
+    # GIVEN a run folder whose indexed trace was replaced by a link to another job's trace elsewhere
+    import torch
+
+    model = torch.nn.Linear(8, 8)
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=0, active=1, console=False, report=False
+    )
+    with monitor:
+        for _ in range(2):
+            model(torch.randn(2, 8)).sum().backward()
+            monitor.step()
+    (trace,) = read_manifest(monitor.run_dir).of_kind("trace")
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"distributedInfo": {"rank": 34}, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::secret_op", "pid": 1, "tid": 1, "ts": 1, "dur": 5}]}))  # fmt: skip
+    linked = monitor.run_dir / trace.path
+    linked.unlink()
+    linked.symlink_to(secret)
+    # WHEN it is analysed, summarised and merged
+    for args in (["analyze", "--json"], ["summary"], ["merge", "-o", str(tmp_path / "merged.json")]):
+        done = subprocess.run(
+            [sys.executable, "-m", "stepscope", args[0], str(monitor.run_dir), *args[1:]],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        # THEN the outside file's content shows nowhere, and a note says which file was left out and why
+        shown = (
+            done.stdout
+            + done.stderr
+            + ((tmp_path / "merged.json").read_text() if (tmp_path / "merged.json").exists() else "")
+        )
+        assert "secret_op" not in shown and "rank 34" not in shown, args
+        assert "link out of the run folder left out" in shown and trace.path in shown, (args, shown[-2000:])

@@ -21,7 +21,7 @@ from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
 from stepscope.analysis.rank.summary import Summary, summarize
 from stepscope.analysis.read.table import TraceTable
-from stepscope.analysis.run.folder import Run, load_run, recorded_groups, run_facts
+from stepscope.analysis.run.folder import Run, load_run, no_traces_note, recorded_groups, run_facts
 from stepscope.analysis.run.python_samples import Flame, flame
 from stepscope.errors import StepscopeError
 from stepscope.runfolder import ArtifactKind, is_run_folder
@@ -134,7 +134,7 @@ def collect_report(
         result = analyze(table, comm_patterns=comm_patterns, known_groups=known)
         summary = summarize(table, top=TOP_ROWS)
     else:
-        note = "the run has no traces (the job ended before its first window was exported)"
+        note = no_traces_note(run) if run is not None else "no traces"
         result = AnalysisResult(SCHEMA, [], None, None, [], [note])
         summary = None
     versions = {"stepscope": __version__}

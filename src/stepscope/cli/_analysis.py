@@ -77,13 +77,13 @@ def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> 
     if not is_run_folder(path):
         return analyze_traces(path, comm_patterns=patterns, **options)
     from stepscope.analysis.analyze import SCHEMA, AnalysisResult, attach_run
-    from stepscope.analysis.run.folder import load_run, run_facts
+    from stepscope.analysis.run.folder import load_run, no_traces_note, run_facts
 
     run = load_run(path)
     if run.has_traces:
         result = analyze_traces(path, comm_patterns=patterns, **options)
     else:
-        note = f"{path}: the run has no traces (the job ended before its first window was exported)"
+        note = f"{path}: {no_traces_note(run)}"
         result = AnalysisResult(SCHEMA, [], None, None, [], [note])
     attach_run(result, run_facts(run))
     return result

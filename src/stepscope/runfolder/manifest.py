@@ -82,19 +82,36 @@ def load_manifest(run_dir: str | Path) -> tuple[Manifest, list[str]]:
             f"{exc.path}: {exc.problem}; the run is read from the {len(rebuilt.artifacts)} files in its folder "
             "instead (versions, hosts and schedule unknown)"
         )
-        return rebuilt, [note]
+        return rebuilt, [note, *_links_left_out(run_dir, rebuilt)]
     notes = _outside_left_out(run_dir, manifest)
     indexed = {a.path for a in manifest.artifacts}
     missing = [a for a in manifest_from_files(run_dir).artifacts if a.path not in indexed]
     if not missing:
-        return manifest, notes
+        return manifest, notes + _links_left_out(run_dir, manifest)
     manifest.artifacts.extend(missing)
     listed = ", ".join(a.path for a in missing[:3]) + (", ..." if len(missing) > 3 else "")
     notes.append(
         f"{Path(run_dir) / MANIFEST_NAME}: {len(missing)} file(s) of the folder are not in it ({listed}; a writer "
         "stopped, or was kept from the folder's lock, before it indexed them); read all the same"
     )
-    return manifest, notes
+    return manifest, notes + _links_left_out(run_dir, manifest)
+
+
+def _links_left_out(run_dir: str | Path, manifest: Manifest) -> list[str]:
+    """An artifact whose path leads out of the run folder through a link (a trace linked to a file elsewhere, a
+    folder swapped for a link) is not read: what a run folder shows is what it holds. A note names them."""
+    top = os.path.realpath(run_dir)
+    away = [
+        a
+        for a in manifest.artifacts
+        if os.path.commonpath([os.path.realpath(Path(run_dir) / a.path), top]) != top
+    ]
+    if not away:
+        return []
+    gone = {id(a) for a in away}
+    manifest.artifacts = [a for a in manifest.artifacts if id(a) not in gone]
+    listed = ", ".join(a.path for a in away[:3]) + (", ..." if len(away) > 3 else "")
+    return [f"{Path(run_dir)}: {len(away)} file(s) that link out of the run folder left out ({listed})"]
 
 
 def _outside_left_out(run_dir: str | Path, manifest: Manifest) -> list[str]:

@@ -75,6 +75,14 @@ class Run:
         return load_trace(self.path, step=step, progress=progress)
 
 
+def no_traces_note(run: Run) -> str:
+    """Why a run folder has no trace to analyse: the job ended before its first window, or every trace it
+    indexed was left out (its notes say which and why)."""
+    if any("left out" in note for note in run.notes):
+        return "the run has no trace to read: those it holds were left out (see the notes)"
+    return "the run has no traces (the job ended before its first window was exported)"
+
+
 def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
     """The job's process groups by name ({description, ranks, backend, mesh_dim, threads, windows}) as its profiled
     ranks recorded them in a run folder (kind `process_groups`; threads and windows: capture_evidence); None for a

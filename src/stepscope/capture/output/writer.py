@@ -10,6 +10,7 @@ block the job forever).
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import socket
@@ -95,6 +96,12 @@ class RunWriter:
         )
         target = self.run_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
+        # a folder of the run swapped for a link (to anywhere outside it) must not take the run's files there
+        inside = os.path.realpath(target.parent)
+        if os.path.commonpath([inside, os.path.realpath(self.run_dir)]) != os.path.realpath(self.run_dir):
+            raise OSError(
+                errno.EXDEV, f"{target.parent} leads out of the run folder (to {inside}): not written"
+            )
         return target
 
     def add(

@@ -329,7 +329,11 @@ class TraceCollector(Collector):
         """The training thread's part of a window's end: torch's export and a look at what it wrote; the rest
         (gzip, summary file, console table, manifest entries) is the worker's (window_end.py)."""
         ctx = self.ctx
-        trace_path = ctx.writer.path(ArtifactKind.TRACE, step)
+        try:
+            trace_path = ctx.writer.path(ArtifactKind.TRACE, step)
+        except OSError as exc:  # (its folder cannot be made, or leads out of the run folder)
+            self._skip_window(step, f"{type(exc).__name__}: {exc}")
+            return
         plain = temp_path_beside(trace_path.with_name(trace_path.name.removesuffix(".gz")))
         try:
             problem = export_plain_trace(prof, plain)
