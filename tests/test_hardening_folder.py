@@ -563,3 +563,50 @@ def test_a_trace_linked_to_a_file_outside_the_run_is_not_read(tmp_path: Path) ->
         )
         assert "secret_op" not in shown and "rank 34" not in shown, args
         assert "link out of the run folder left out" in shown and trace.path in shown, (args, shown[-2000:])
+
+
+# --- issue 47 item 8: a pattern from a run folder's config.yaml that backtracks without end ------------------
+def test_a_backtracking_pattern_in_a_run_folders_config_is_refused_in_one_line(tmp_path: Path) -> None:
+    # GIVEN a run folder whose config.yaml names `(x+x+)+y` as a communication pattern, and whose trace has a
+    # kernel with a long name of x's (the search backtracks for longer than the universe)
+    import gzip
+
+    import torch
+    import yaml
+
+    model = torch.nn.Linear(8, 8)
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=0, active=1, console=False, report=False
+    )
+    with monitor:
+        for _ in range(2):
+            model(torch.randn(2, 8)).sum().backward()
+            monitor.step()
+    run = monitor.run_dir
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["comm_patterns"] = ["(x+x+)+y"]
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    (trace,) = read_manifest(run).of_kind("trace")
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "kernel", "name": "x" * 5000, "pid": 0, "tid": 7, "ts": 10, "dur": 5,
+         "args": {"device": 0, "stream": 7}},
+    ]  # fmt: skip
+    (run / trace.path).write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    # WHEN each command that classifies kernels reads it
+    for command in (
+        ["analyze"],
+        ["analyze", "--json"],
+        ["report"],
+        ["merge", "-o", str(tmp_path / "m.json")],
+    ):
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "stepscope", command[0], str(run), *command[1:]],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        # THEN it stops within seconds, exit 2, one line naming the pattern and why
+        assert time.monotonic() - started < 30, command
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, (command, done.stderr[-2000:])
+        assert "'(x+x+)+y'" in lines[0] and "too slow to search" in lines[0], lines

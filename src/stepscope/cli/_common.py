@@ -141,14 +141,13 @@ def comm_pattern_option(fn):  # type: ignore[no-untyped-def]
 def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
     """The patterns of `--comm-pattern` (checked: a usage error when one is not a regex or matches every
     name), after those of the run folder's config when PATH is a run folder."""
-    import re
-
     for pattern in given:
         import click  # (only with patterns: `analyze PATH --json` runs without click, see cli/__init__.py)
+        import regex  # (the engine the analysis searches them with: analysis/rank/kernels.CommPattern)
 
         try:
-            matches_all = re.compile(pattern).search("") is not None
-        except re.error as exc:
+            matches_all = regex.compile(pattern).search("") is not None
+        except regex.error as exc:
             message = f"{pattern!r} is not a regular expression ({exc})"
             raise click.BadParameter(message, param_hint="--comm-pattern") from None
         if matches_all:
@@ -170,10 +169,10 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
 
 
 def _compiles(pattern: str) -> bool:
-    import re
+    import regex
 
     try:
-        re.compile(pattern)
-    except re.error:
+        regex.compile(pattern)
+    except regex.error:
         return False
     return True

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
 
 from stepscope.analysis.rank.comm_names import async_tp_op, cpu_collective, ep_kernel
 from stepscope.analysis.read.table import GPU_CATEGORIES, MISSING, TraceTable
+from stepscope.errors import InputError
 
 COMPUTATION, COMMUNICATION, MEMORY = 0, 1, 2
 KIND_NAMES: tuple[str, ...] = ("computation", "communication", "memory")
@@ -42,7 +44,7 @@ MEMORY_CATEGORIES = ("gpu_memcpy", "gpu_memset")
 _X = ord("X")
 
 
-def kind_of_name(name: str, patterns: Sequence[re.Pattern[str]] = ()) -> int:
+def kind_of_name(name: str, patterns: Sequence[CommPattern] = ()) -> int:
     """Kernel type of a GPU event name: COMMUNICATION, MEMORY or COMPUTATION (the rest). `patterns`: the
     user's communication patterns (`--comm-pattern`), searched in the name as written."""
     low = name.lower()
@@ -110,12 +112,64 @@ class GpuEvents(msgspec.Struct, eq=False):
 MISSING_TS = np.iinfo(np.int64).min
 
 
-def compile_patterns(patterns: Sequence[str]) -> tuple[re.Pattern[str], ...]:
-    """The user's communication patterns as regexes (a bad one is a usage error the caller reports)."""
-    return tuple(re.compile(p) for p in patterns)
+# A communication pattern may come from a file (a run folder's config.yaml): one that backtracks without end on
+# long kernel names (`(x+x+)+y`) would hang every command. Each search has a time limit, and each pattern a budget
+# over all the names it is searched in; past either, the pattern is refused (InputError: one line, exit 2).
+SEARCH_LIMIT_S = 0.1
+PATTERN_BUDGET_S = 2.0
 
 
-def gpu_events(table: TraceTable, comm_patterns: Sequence[re.Pattern[str]] = ()) -> GpuEvents:
+class CommPattern:
+    """A user's communication pattern, searched with a time limit (the `regex` module's `timeout`). Compared,
+    hashed and pickled by its text: it keys the per-name cache and travels to worker processes."""
+
+    __slots__ = ("_compiled", "_spent", "text")
+
+    def __init__(self, text: str) -> None:
+        import regex
+
+        self.text = text
+        self._compiled = regex.compile(text)
+        self._spent = 0.0
+
+    def search(self, name: str) -> Any:
+        import time
+
+        left = min(SEARCH_LIMIT_S, PATTERN_BUDGET_S - self._spent)
+        started = time.perf_counter()
+        try:
+            found = self._compiled.search(name, timeout=max(left, 1e-3))
+        except TimeoutError:
+            found = TimeoutError
+        self._spent += time.perf_counter() - started
+        if found is TimeoutError or self._spent > PATTERN_BUDGET_S:
+            raise InputError(
+                f"communication pattern {self.text!r}",
+                f"too slow to search (over {SEARCH_LIMIT_S:g} s on one kernel name of {len(name):,} "
+                f"characters, or {PATTERN_BUDGET_S:g} s in all: repetition nested in repetition backtracks); "
+                "refused: write it without nested repeats, in --comm-pattern or the run folder's config.yaml",
+            )
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CommPattern) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(("CommPattern", self.text))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CommPattern, (self.text,))
+
+    def __repr__(self) -> str:
+        return f"CommPattern({self.text!r})"
+
+
+def compile_patterns(patterns: Sequence[str]) -> tuple[CommPattern, ...]:
+    """The user's communication patterns, bounded in time (a bad one is a usage error the caller reports)."""
+    return tuple(CommPattern(p) for p in patterns)
+
+
+def gpu_events(table: TraceTable, comm_patterns: Sequence[CommPattern] = ()) -> GpuEvents:
     """All GPU activities of a one-rank table, classified, with the start of their launching runtime call.
 
     A kernel is communication by its name (COMMUNICATION_RE, `comm_patterns`) or by where it was launched:

@@ -6,13 +6,12 @@ window when the runtime call that launched it starts inside it).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.kernels import MISSING_TS, GpuEvents, gpu_events
+from stepscope.analysis.rank.kernels import MISSING_TS, CommPattern, GpuEvents, gpu_events
 from stepscope.analysis.rank.steps import StepSpans, find_steps
 from stepscope.analysis.read.table import TraceTable
 from stepscope.errors import InputError
@@ -67,7 +66,7 @@ def prepare_rank(
     rank: int,
     *,
     drop_last_step: bool = False,
-    comm_patterns: Sequence[re.Pattern[str]] = (),
+    comm_patterns: Sequence[CommPattern] = (),
     steps: tuple[int | None, int | None] | None = None,
 ) -> RankData:
     """Select one rank, find its steps and window, and gather its GPU activity (`comm_patterns`: see

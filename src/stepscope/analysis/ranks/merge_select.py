@@ -26,7 +26,6 @@ trace (the file's other keys as they are) and read by the loader, so the rank an
 from __future__ import annotations
 
 import bisect
-import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 import msgspec
 
 from stepscope.analysis.rank.comm_names import cpu_collective
-from stepscope.analysis.rank.kernels import COMMUNICATION, kind_of_name
+from stepscope.analysis.rank.kernels import COMMUNICATION, CommPattern, kind_of_name
 from stepscope.analysis.rank.steps import STEP_RE
 from stepscope.analysis.read.event_stream import EventPieces, Piece
 from stepscope.analysis.read.table import (
@@ -148,7 +147,7 @@ class _Ranges:
 class _Selection:
     """What the passes over one file learn: the ranges, the correlation ids in C, and the kept events."""
 
-    def __init__(self, patterns: Sequence[re.Pattern[str]]) -> None:
+    def __init__(self, patterns: Sequence[CommPattern]) -> None:
         self.patterns = patterns
         self.kinds: dict[str, int] = {}
         self.ranges = _Ranges()
@@ -228,7 +227,7 @@ class _Selection:
         return late
 
 
-def _passes(path: Path, patterns: Sequence[re.Pattern[str]]) -> tuple[_Selection, EventPieces]:
+def _passes(path: Path, patterns: Sequence[CommPattern]) -> tuple[_Selection, EventPieces]:
     sel = _Selection(patterns)
     for piece in EventPieces(path, decoder=_PROBES):
         sel.first_pass(_events(piece))
@@ -260,7 +259,7 @@ def _small_trace(sel: _Selection, reader: EventPieces) -> bytes:
 
 
 def alignment_table(
-    path: str | Path, *, step: int | None = None, patterns: Sequence[re.Pattern[str]] = ()
+    path: str | Path, *, step: int | None = None, patterns: Sequence[CommPattern] = ()
 ) -> TraceTable:
     """The trace(s) at `path` as `load_trace` reads them (files, ranks, notices), but holding only the events
     that aligning the ranks and linking their collectives needs (see the module doc); each rank's `source` is
