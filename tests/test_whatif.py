@@ -75,7 +75,7 @@ def test_the_critical_path_names_the_kernels_that_bound_the_step(tmp_path: Path)
     "scale, message",
     [
         ("forward", "expected SELECTOR=FACTOR"),
-        ("forward=-1", "factor must be a finite number >= 0"),
+        ("forward=-1", "factor must be a number from 0 to 1,000"),
         ("forward=abc", "is not a number"),
         ("kernel:(=0", "bad regular expression"),
         ("loader=0", "unknown selector 'loader'"),
@@ -247,3 +247,35 @@ def test_a_per_step_sync_removed_is_predicted(tmp_path: Path) -> None:
     predicted_without = statistics.median(ms for n, pair in predicted if job.synced(n) for ms in pair)
     assert predicted_without < 0.8 * measured_with
     assert predicted_without == pytest.approx(measured_without, rel=0.25)
+
+
+@pytest.mark.parametrize(
+    ("scale", "said"),
+    [
+        ("data_loader@" + "1" * 5000 + "=0", "ranks of up to 9 digits"),
+        ("data_loader@\u00b2=0", "bad ranks '\u00b2'"),
+        ("kernel:.=1e12", "the factor must be a number from 0 to 1,000"),
+        ("kernel:.=1e308", "the factor must be a number from 0 to 1,000"),
+        ("kernel:.=nan", "the factor must be a number from 0 to 1,000"),
+    ],
+)
+def test_hostile_selectors_are_refused_in_one_line(tmp_path: Path, scale: str, said: str) -> None:
+    path = write_trace(tmp_path / "t.json", [step(0, 0, 100), step(1, 100, 100)])
+    done = subprocess.run(
+        [sys.executable, "-m", "stepscope", "whatif", str(path), "--scale", scale],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and said in lines[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "RuntimeWarning" not in done.stderr
+
+
+def test_a_rank_range_of_a_billion_is_two_numbers() -> None:
+    # GIVEN ranges that a set of ranks would hold in gigabytes
+    sel = parse_selector("data_loader@0-999999999,5=0")
+    # THEN they are kept as ranges, and say which ranks they take
+    assert sel.ranks == ((0, 999_999_999), (5, 5))
+    assert sel.applies_to(0) and sel.applies_to(999_999_999) and not sel.applies_to(1_000_000_000)
+    assert parse_selector("kernel:gemm@3=0.5").applies_to(3) and not parse_selector(
+        "kernel:gemm@3=0.5"
+    ).applies_to(2)

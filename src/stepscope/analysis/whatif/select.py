@@ -30,6 +30,10 @@ from stepscope.analysis.whatif.replay import Scaling
 
 KINDS = (*PHASES, "communication", "sync")
 ISSUE_RE = re.compile(r"^(c10d|_c10d_functional)::")  # the host's calls that issue collectives
+_RANK = re.compile(r"[0-9]{1,9}")  # (ASCII digits: str.isdigit takes '²', which int() refuses)
+# A factor beyond this scales a step past anything a replay can stand behind (and ns durations times 10^12
+# overflow int64); a slowdown of 1,000x is already a different job
+MAX_FACTOR = 1000.0
 
 
 class SelectorError(ValueError):
@@ -40,11 +44,11 @@ class Selector(msgspec.Struct, frozen=True):
     text: str  # as given
     kind: str  # a phase, "communication", "sync", "kernel" or "op"
     pattern: re.Pattern[str] | None
-    ranks: frozenset[int] | None  # None: every rank
+    ranks: tuple[tuple[int, int], ...] | None  # (first, last) rank ranges; None: every rank
     factor: float
 
     def applies_to(self, rank: int) -> bool:
-        return self.ranks is None or rank in self.ranks
+        return self.ranks is None or any(first <= rank <= last for first, last in self.ranks)
 
 
 def parse_selector(text: str) -> Selector:
@@ -56,9 +60,11 @@ def parse_selector(text: str) -> Selector:
         factor = float(number)
     except ValueError:
         raise SelectorError(f"{text!r}: the factor {number!r} is not a number") from None
-    if not factor >= 0 or factor == float("inf"):
-        raise SelectorError(f"{text!r}: the factor must be a finite number >= 0 (0 removes, 0.5 halves)")
-    ranks: frozenset[int] | None = None
+    if not 0 <= factor <= MAX_FACTOR:
+        raise SelectorError(
+            f"{text!r}: the factor must be a number from 0 to {MAX_FACTOR:,.0f} (0 removes, 0.5 halves, 2 doubles)"
+        )
+    ranks: tuple[tuple[int, int], ...] | None = None
     at = re.search(r"@([^@]*)$", what)
     if at is not None and (
         not what.startswith(("kernel:", "op:")) or re.fullmatch(r"[\d,\-\s]+", at.group(1))
@@ -81,17 +87,18 @@ def parse_selector(text: str) -> Selector:
     return Selector(text, what, None, ranks, factor)
 
 
-def _ranks(text: str, spec: str) -> frozenset[int]:
-    out: set[int] = set()
+def _ranks(text: str, spec: str) -> tuple[tuple[int, int], ...]:
+    """The (first, last) ranges of `@RANKS`, as given (never expanded: @0-999999999 is two numbers)."""
+    out: list[tuple[int, int]] = []
     for part in spec.split(","):
         lo, dash, hi = part.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
-            raise SelectorError(f"{text!r}: bad ranks {spec!r}; e.g. @2, @0-3, @0,2")
+        if not _RANK.fullmatch(lo) or (dash and not _RANK.fullmatch(hi)):
+            raise SelectorError(f"{text!r}: bad ranks {spec!r}; e.g. @2, @0-3, @0,2 (ranks of up to 9 digits)")
         first, last = int(lo), int(hi) if dash else int(lo)
         if last < first:
             raise SelectorError(f"{text!r}: bad rank range {part.strip()!r}")
-        out.update(range(first, last + 1))
-    return frozenset(out)
+        out.append((first, last))
+    return tuple(out)
 
 
 def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
