@@ -98,3 +98,49 @@ def test_merge_memory_does_not_grow_with_the_events(tmp_path: Path) -> None:
         assert sum(1 for e in merged if e["ph"] == "X") == 2 * events
     # THEN ten times the events take about the same memory (with the whole table loaded: 87 and 271 MiB)
     assert peaks[500_000] < peaks[50_000] + 60, peaks
+
+
+# --- issue 47 item 10 -------------------------------------------------------------------------------------
+def _events_text(n: int) -> bytes:
+    step = (
+        '{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": '
+    )
+    ops = (
+        f'{{"ph": "X", "cat": "cpu_op", "name": "aten::op{i % 50}", "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}'
+        for i in range(n)
+    )
+    return ('{"traceEvents": [' + ",\n".join([f"{step}{n + 1}}}", *ops]) + "]}").encode()
+
+
+def test_merge_reads_a_gzip_of_several_members(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN 20 MB of JSON gzipped as pigz and bgzip write it: two members, one after the other (gzip -t passes)
+    text = _events_text(240_000)
+    assert len(text) > 20_000_000
+    half = len(text) // 2
+    path = tmp_path / "two.json.gz"
+    path.write_bytes(gzip.compress(text[:half], 1) + gzip.compress(text[half:], 1))
+    # WHEN it is merged
+    code = main(["merge", str(path), "-o", str(tmp_path / "merged.json")])
+    # THEN every event is in the merged trace (it was refused as corrupt gzip data past ~16 MB)
+    assert code == 0, capsys.readouterr().err
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert sum(e.get("cat") == "cpu_op" for e in merged["traceEvents"]) == 240_000
+
+
+def test_merge_refuses_a_gzip_bomb_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN 3 MB of gzip that inflates to 3 GB: one string of spaces
+    import time
+
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wb", compresslevel=9) as fh:
+        fh.write(b'{"traceEvents": [{"ph": "X", "name": "')
+        for _ in range(180):
+            fh.write(b" " * (1 << 24))
+        fh.write(b'", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}')
+    # WHEN it is merged
+    started = time.monotonic()
+    code = main(["merge", str(path), "-o", str(tmp_path / "merged.json")])
+    # THEN it is refused as a bomb in one line, in seconds (65 s before)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "a gzip bomb?" in err[0] and str(path) in err[0]
+    assert time.monotonic() - started < 15

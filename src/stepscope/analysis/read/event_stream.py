@@ -112,13 +112,19 @@ class EventPieces:
             start = _array_start(buf, p, self.head)
             at = start + batch_bytes
             while True:
-                m = _CUT.search(buf.data, max(at, start), len(buf.data))
+                end = len(buf.data)
+                m = _CUT.search(buf.data, max(at, start), end)
                 if m is None:
-                    if len(buf.data) - start > batch_bytes + longest:
+                    if end - start > batch_bytes + longest:
                         raise InputError(
                             p,
                             f"no end of an event in {longest} bytes ({MAX_EVENT_BYTES_ENV} raises the limit)",
                         )
+                    # Searched up to `end`: only a cut that begins at the last `}` can still complete with the
+                    # next block (a cut holds no other `}`), so the search goes on from there, not from `at`
+                    # again (a long string without a cut was searched anew at every block: quadratic)
+                    last = buf.data.rfind(b"}", max(at, start), end)
+                    at = end if last < 0 else last
                     if buf.more():
                         continue
                     break

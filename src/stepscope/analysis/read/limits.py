@@ -133,7 +133,9 @@ def inflated(
                 out = inflate.decompress(data, piece_bytes)
             except error as exc:
                 raise GzipDamaged(str(exc)) from None
-            data = inflate.unconsumed_tail
+            # At a member's end everything after it is in unused_data; zlib may leave the same bytes in
+            # unconsumed_tail too (a call cut short by max_length), and taking both fed the next member twice
+            data = b"" if inflate.eof else inflate.unconsumed_tail
             total += len(out)
             if total > limit:
                 raise TextOverLimit
@@ -150,10 +152,13 @@ def inflated(
 def inflate_pieces(
     path: str | Path, pieces: Iterator[bytes], limit: int, piece_bytes: int
 ) -> Iterator[bytes]:
-    """`inflated` with its errors said as InputError naming `path`: truncated, corrupt, or more than `limit`
-    bytes."""
+    """`inflated` with its errors said as InputError naming `path`: truncated, corrupt, more than `limit` bytes,
+    or more than max_gzip_ratio() times its compressed size (a gzip bomb)."""
+    ratio = max_gzip_ratio()
     try:
-        yield from inflated(pieces, limit, piece_bytes)
+        yield from inflated(pieces, limit, piece_bytes, ratio=ratio)
+    except GzipBomb:
+        raise InputError(path, gzip_bomb_problem(ratio)) from None
     except GzipTruncated:
         raise InputError(path, "truncated gzip file") from None
     except GzipDamaged as exc:
