@@ -4,6 +4,7 @@ line, nothing is written through a link, folders are walked once by real path.""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 from html import unescape
@@ -444,3 +445,32 @@ def test_the_progress_bar_shows_a_file_name_as_text(
         # THEN the name is shown, and no sequence from it reached the terminal (rich's own codes are CSI, not OSC)
         assert "\x1b]8;;" not in err and "\x1b]0;title" not in err, repr(err)
         assert "evil.example" in err or name == "[/]"
+
+
+@pytest.mark.parametrize("command", ["analyze", "summary", "whatif", "diff"])
+def test_a_reader_that_goes_away_ends_the_command_with_0(tmp_path: Path, command: str) -> None:
+    # GIVEN a trace whose report is many lines, and a reader that goes away (`| head -1` once it has its line)
+    import subprocess
+    import sys
+
+    from ._traces import cpu, launched, step, write_trace
+
+    events = [step(k, k * 1000, 1000) for k in range(4)]
+    for k in range(4):
+        for i in range(40):
+            events.append(cpu(f"aten::op{i}", k * 1000 + i * 20, 10))
+            events.extend(
+                launched(f"kernel_{i}", k * 1000 + i * 20 + 1, k * 1000 + i * 20 + 5, 8, k * 100 + i + 1)
+            )
+    path = write_trace(tmp_path / "t.json", events)
+    args = [path, path] if command == "diff" else [path]
+    job = subprocess.Popen(
+        [sys.executable, "-m", "stepscope", command, *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+    assert job.stdout is not None
+    job.stdout.close()  # (before the command writes: its first write meets a closed pipe, whatever its size)
+    _, err = job.communicate(timeout=120)
+    # THEN the command ends as `analyze` always did: exit 0, nothing more on stderr than its notes
+    assert job.returncode == 0, err.decode()[-2000:]
+    assert b"Traceback" not in err and b"Exception ignored" not in err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -32,7 +34,19 @@ def make_console(file: IO[str] | None = None, width: int | None = None) -> Conso
         out = TrimmedLines(file)
     # rich needs only write, flush, isatty and encoding of its file. No emoji codes: a name from a trace that
     # holds one (`:fire:`) is printed as it is, and rich's table of codes (~1.5 ms to import) is not loaded.
-    return Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False)  # type: ignore[arg-type]
+    return _Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False)  # type: ignore[arg-type]
+
+
+class _Console(Console):
+    """rich's Console, but a reader that goes away (`stepscope whatif | head -1`) ends the command as it ends
+    the others, exit 0 (cli.main takes BrokenPipeError): rich's own answer is SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError):  # (stdout closed, or not a file: nothing to silence)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        raise BrokenPipeError
 
 
 class TrimmedLines:
