@@ -610,3 +610,67 @@ def test_a_backtracking_pattern_in_a_run_folders_config_is_refused_in_one_line(t
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1, (command, done.stderr[-2000:])
         assert "'(x+x+)+y'" in lines[0] and "too slow to search" in lines[0], lines
+
+
+# --- issue 47 item 11: hostile run-folder files give notes or one line, never a traceback --------------------
+def _small_run(tmp_path: Path) -> Path:
+    import torch
+
+    model = torch.nn.Linear(8, 8)
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=0, active=1, console=False, report=False
+    )
+    with monitor:
+        for _ in range(3):
+            model(torch.randn(2, 8)).sum().backward()
+            monitor.step()
+    return monitor.run_dir
+
+
+def _spoil(run: Path, how: str) -> str:
+    """Spoil the run folder as `how` says; returns what a note must name."""
+    if how == "5000-digit integer in config.yaml":
+        text = (run / "config.yaml").read_text()
+        (run / "config.yaml").write_text(text.replace("wait: 0", "wait: " + "9" * 5000))
+        return "config.yaml: not usable YAML"
+    if how == "NUL byte in a manifest path":
+        doc = json.loads((run / "manifest.json").read_text())
+        doc["artifacts"].append(
+            {"kind": "trace", "path": "traces/rank0_\u0000.json.gz", "rank": 0, "step": 9}
+        )
+        (run / "manifest.json").write_text(json.dumps(doc))
+        return "outside the run folder left out"
+    samples = {
+        "schema": "stepscope.python_samples/1", "rank": 0, "first_step": 0, "last_step": 2, "rate_hz": 100,
+        "sampled_s": 1.0, "pid": 1, "threads": ["1 MainThread"], "training_thread": 0,
+        "frames": [["train", "train.py", 3]], "stacks": [[0, [0, 7], 5], [3, [0], 2]],
+    }  # fmt: skip
+    (run / "python_samples").mkdir(exist_ok=True)
+    (run / "python_samples" / "rank0_step2.json").write_text(json.dumps(samples))
+    doc = json.loads((run / "manifest.json").read_text())
+    doc["artifacts"].append(
+        {"kind": "python_samples", "path": "python_samples/rank0_step2.json", "rank": 0, "step": 2}
+    )
+    (run / "manifest.json").write_text(json.dumps(doc))
+    return "rank0_step2.json: not a valid PythonSamples"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "5000-digit integer in config.yaml",
+        "NUL byte in a manifest path",
+        "out-of-range python_samples indices",
+    ],
+)
+def test_a_hostile_run_folder_file_is_a_note_not_a_traceback(tmp_path: Path, how: str) -> None:
+    run = _small_run(tmp_path)
+    said = _spoil(run, how)
+    for command in (["analyze"], ["analyze", "--json"], ["report"], ["summary"], ["whatif"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "stepscope", command[0], str(run), *command[1:]],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
+        if command[0] in ("analyze", "report"):  # (those that read what was spoiled say so)
+            assert said in done.stderr + done.stdout, (command, done.stderr[-2000:])

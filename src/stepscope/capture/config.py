@@ -274,6 +274,10 @@ def read_yaml_mapping(path: Path, not_a_mapping: str) -> dict[str, Any]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise InputError(path, f"not valid YAML{where}: {problem}") from None
+    except (ValueError, RecursionError) as exc:  # (an integer of 5,000 digits: Python's int() refuses it)
+        raise InputError(
+            path, f"not usable YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

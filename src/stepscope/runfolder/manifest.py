@@ -128,10 +128,12 @@ def _outside_left_out(run_dir: str | Path, manifest: Manifest) -> list[str]:
 
 
 def is_inside_path(path: str) -> bool:
-    """A manifest path that names a file inside its run folder: relative, no `..`, no drive."""
+    """A manifest path that names a file inside its run folder: relative, no `..`, no drive, no NUL (which no
+    file name holds, and which the OS calls refuse with a ValueError)."""
     pure = PurePosixPath(path.replace("\\", "/"))
     return (
         bool(path)
+        and "\0" not in path
         and not pure.is_absolute()
         and ".." not in pure.parts
         and ":" not in (pure.parts[0] if pure.parts else "")

@@ -253,6 +253,17 @@ class PythonSamples(msgspec.Struct, kw_only=True):
     errors: int = 0  # samples py-spy could not take
     notes: list[str] = []
 
+    def __post_init__(self) -> None:
+        """Every index points into its list (a file is input: one that does not is refused as it is read)."""
+        threads, frames = len(self.threads), len(self.frames)
+        if self.training_thread is not None and not 0 <= self.training_thread < threads:
+            raise ValueError(f"training_thread {self.training_thread} is not one of the {threads} threads")
+        for stack in self.stacks:
+            if not 0 <= stack.thread < threads or stack.count < 0:
+                raise ValueError(f"a stack of thread {stack.thread} (of {threads}) or count {stack.count}")
+            if any(not 0 <= f < frames for f in stack.frames):
+                raise ValueError(f"a stack names a frame outside the {frames} frames")
+
 
 class MemorySite(msgspec.Struct, array_like=True):
     """One allocation site (tracemalloc, the innermost frame): bytes and blocks alive at a window's end, and

@@ -182,6 +182,10 @@ def read_config(path: Path, notes: list[str]) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         notes.append(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); left out")
         return {}
+    except (ValueError, RecursionError) as exc:  # (an integer of 5,000 digits: Python's int() refuses it)
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        notes.append(f"{path}: not usable YAML ({problem}); left out")
+        return {}
     return config if isinstance(config, dict) else {}
 
 

@@ -93,7 +93,9 @@ def _ranks(text: str, spec: str) -> tuple[tuple[int, int], ...]:
     for part in spec.split(","):
         lo, dash, hi = part.strip().partition("-")
         if not _RANK.fullmatch(lo) or (dash and not _RANK.fullmatch(hi)):
-            raise SelectorError(f"{text!r}: bad ranks {spec!r}; e.g. @2, @0-3, @0,2 (ranks of up to 9 digits)")
+            raise SelectorError(
+                f"{text!r}: bad ranks {spec!r}; e.g. @2, @0-3, @0,2 (ranks of up to 9 digits)"
+            )
         first, last = int(lo), int(hi) if dash else int(lo)
         if last < first:
             raise SelectorError(f"{text!r}: bad rank range {part.strip()!r}")
