@@ -354,3 +354,42 @@ def test_sigusr2_in_a_finished_jobs_teardown_does_not_kill_it(tmp_path: Path) ->
     assert job.returncode == 0, err[-3000:]
     (run_dir,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
     assert not (run_dir / "trigger.json").exists()
+
+
+@pytest.mark.parametrize("pid", [-1, 0])
+def test_a_listener_file_with_an_impossible_pid_is_a_job_that_is_gone(tmp_path: Path, pid: int) -> None:
+    # GIVEN a killed job's listener file, edited to name a pid no process can have
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SHORT_JOB, str(tmp_path), "killed"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    run_dir = Path(done.stdout.removeprefix("run folder: ").strip())
+    listener = run_dir / ".listening-rank0.json"
+    listener.write_text(json.dumps({**json.loads(listener.read_text()), "pid": pid}))
+    # WHEN it is triggered THEN that is refused in one line, as for any job that is gone
+    trigger = subprocess.run(
+        [sys.executable, "-m", "stepscope", "trigger", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert trigger.returncode == 2 and len(trigger.stderr.strip().splitlines()) == 1, trigger.stderr
+    assert f"rank 0 pid {pid}" in trigger.stderr
+
+
+def test_a_command_with_its_output_closed_ends_without_a_traceback(tmp_path: Path) -> None:
+    # GIVEN `stepscope analyze TRACE >&-` (Python then has no sys.stdout at all)
+    from ._traces import step, write_trace
+
+    path = write_trace(tmp_path / "t.json", [step(0, 0, 100)])
+    for command in (["analyze"], ["analyze", "--json"], ["summary"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "stepscope", command[0], str(path), *command[1:]],
+            stdout=None, stderr=subprocess.PIPE, text=True, check=False, close_fds=True,
+            preexec_fn=lambda: os.close(1),
+        )  # fmt: skip
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])

@@ -71,6 +71,7 @@ def _limit_blas_threads() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or usage). Every failure is one line on stderr,
     its text from files and arguments escaped (`plain`): a name never drives the terminal."""
+    _stand_in_for_closed_streams()
     try:
         result = _analyze_json(list(argv) if argv is not None else sys.argv[1:])
         if result is None:
@@ -96,6 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         while _blas_env_set:
             os.environ.pop(_blas_env_set.pop(), None)
     return result if isinstance(result, int) else 0
+
+
+def _stand_in_for_closed_streams() -> None:
+    """A command started with stdout or stderr closed (`stepscope analyze RUN >&-`: Python sets the stream to
+    None) writes what it would print there to the null device: the files it writes (a report, a merged trace)
+    are still written, and nothing ends in a traceback."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (the process's own)
 
 
 def _analyze_json(args: list[str]) -> int | None:

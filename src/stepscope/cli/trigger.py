@@ -42,6 +42,8 @@ def _runs(pid: int, since: float) -> bool:
     given the same pid)."""
     import psutil
 
+    if pid <= 0:  # (a listener file is input: no process has such a pid; psutil raises ValueError)
+        return False
     try:
         process = psutil.Process(pid)
         return process.create_time() <= since + 1.0 and process.status() != psutil.STATUS_ZOMBIE
