@@ -172,3 +172,34 @@ def test_folded_stacks_parse_into_frames_threads_and_counts() -> None:
         (0, 3, 40),
         (1, 1, 2),
     ]
+
+
+def test_a_py_spy_that_ignores_sigint_is_killed_after_a_bounded_wait(tmp_path: Path) -> None:
+    # GIVEN a py-spy that starts sampling, then ignores SIGINT and never ends (it writes its pid to a file)
+    import time
+
+    pids = tmp_path / "pids"
+    fake = tmp_path / "py-spy"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "trap '' INT\n"
+        f"echo $$ >> {pids}\n"
+        "echo 'py-spy> Sampling process 100 times a second. Press Control-C to exit.'\n"
+        "while true; do sleep 0.2; done\n"
+    )
+    fake.chmod(0o755)
+    # WHEN a job with python_sampling runs its window and ends
+    started = time.monotonic()
+    run_dir, stderr = run_job(tmp_path, "python", ranks=1, env={"STEPSCOPE_PY_SPY": str(fake)})
+    took = time.monotonic() - started
+    # THEN it ended within the bound (a 35 s wait per window before), said so once, and left no py-spy running
+    warned = [line for line in stderr.splitlines() if "py-spy did not stop" in line]
+    assert len(warned) == 1 and "killed" in warned[0], stderr[-2000:]
+    assert took < 30, took
+    for pid in map(int, pids.read_text().split()):
+        alive = (
+            Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+        )
+        assert not alive, f"py-spy {pid} outlived the job"
+    kinds = {a.kind for a in read_manifest(run_dir).artifacts}
+    assert "trace" in kinds and "python_samples" not in kinds

@@ -32,7 +32,7 @@ from stepscope.runfolder.payloads import PyFrame, PyStack, PythonSamples
 
 SAMPLE_RATE_HZ = 100
 PY_SPY_ENV = "STEPSCOPE_PY_SPY"  # the py-spy executable to run, where it is not beside Python or on PATH
-STOP_TIMEOUT_S = 30.0  # how long the thread waits for py-spy to write its samples after SIGINT
+STOP_TIMEOUT_S = 10.0  # how long py-spy may take to write its samples after SIGINT; then it is killed
 PTRACE_FIX = (
     "allow ptrace: run the container with --cap-add SYS_PTRACE (docker) or securityContext.capabilities.add "
     "[SYS_PTRACE] (Kubernetes), or set kernel.yama.ptrace_scope to 0 (sysctl -w kernel.yama.ptrace_scope=0); "
@@ -69,6 +69,7 @@ class _Sampling:
     output: list[str] = field(default_factory=list)
     thread: threading.Thread | None = None
     stop_requested: threading.Event = field(default_factory=threading.Event)
+    killed: bool = False  # it did not stop on SIGINT in time (its samples are lost)
 
 
 class PythonSamplingCollector(Collector):
@@ -83,6 +84,8 @@ class PythonSamplingCollector(Collector):
         self.windows_written = 0
         self._current: _Sampling | None = None
         self._threads: list[threading.Thread] = []
+        self._runs: list[_Sampling] = []
+        self._kill_said = False
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -116,9 +119,12 @@ class PythonSamplingCollector(Collector):
         if self._current is not None:
             self._current.last_step = max(self._current.first_step, self.ctx.step - 1)
             self._stop()
+        deadline = time.monotonic() + STOP_TIMEOUT_S + 2.0  # (all windows together, not each its own wait)
         for thread in self._threads:
-            thread.join(STOP_TIMEOUT_S + 5.0)
-        self._threads = []
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        for run in self._runs:  # py-spy never outlives the job
+            self._kill_if_running(run)
+        self._threads, self._runs = [], []
 
     # --- one window -------------------------------------------------------------------------------
     def _launch(self, first_step: int) -> None:
@@ -133,6 +139,7 @@ class PythonSamplingCollector(Collector):
         run.thread = threading.Thread(target=self._watch, args=(run,), name="stepscope-py-spy", daemon=True)
         self._current = run
         self._threads.append(run.thread)
+        self._runs.append(run)
         run.thread.start()
 
     def _stop(self) -> None:
@@ -146,6 +153,29 @@ class PythonSamplingCollector(Collector):
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
                 process.send_signal(signal.SIGINT)
+        # A py-spy that does not end on SIGINT (stuck on a ptrace, or ignoring it) is killed after a bounded wait:
+        # the watching thread, the end of the job and close() never wait on it longer
+        timer = threading.Timer(STOP_TIMEOUT_S, self._kill_if_running, args=(run,))
+        timer.daemon = True
+        timer.start()
+
+    def _kill_if_running(self, run: _Sampling) -> None:
+        with self._lock:
+            process = run.process
+            run.stop_requested.set()  # (a py-spy not yet launched never is)
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(OSError):
+            process.kill()
+        run.killed = True
+        if not self._kill_said:
+            self._kill_said = True
+            warn_user(
+                f"stepscope: python_sampling: py-spy did not stop within {STOP_TIMEOUT_S:g} s of SIGINT at the end "
+                f"of the window ending at step {run.last_step}; it was killed and that window's samples are lost "
+                "(said once; training goes on)",
+                StepscopeWarning,
+            )
 
     def _watch(self, run: _Sampling) -> None:
         """The window's thread: launch py-spy, read its output, then parse and write its samples."""
@@ -200,6 +230,8 @@ class PythonSamplingCollector(Collector):
             run.output.append(line)
             del run.output[:-20]
         code = process.wait()
+        if run.killed:  # (said once by _kill_if_running; what py-spy wrote is not a whole record)
+            return
         if run.started_at is None:
             if run.stop_requested.is_set() and code in (0, -signal.SIGINT, 130):
                 self._write(run, note="py-spy was stopped before it took its first sample (a short window)")
