@@ -474,3 +474,30 @@ def test_a_reader_that_goes_away_ends_the_command_with_0(tmp_path: Path, command
     # THEN the command ends as `analyze` always did: exit 0, nothing more on stderr than its notes
     assert job.returncode == 0, err.decode()[-2000:]
     assert b"Traceback" not in err and b"Exception ignored" not in err
+
+
+def test_a_hostile_out_dir_never_reaches_the_terminal_raw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an out_dir holding an OSC sequence (it would set the terminal's title) and a BEL
+    import warnings
+
+    import torch
+
+    import stepscope
+
+    hostile = tmp_path / "runs\x1b]0;PWNED\x07here"
+    model = torch.nn.Linear(4, 4)
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(hostile), wait=0, warmup=0, active=1, report=True
+    )
+    with warnings.catch_warnings(record=True) as caught, monitor:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            monitor.step()
+    # THEN what the job prints, and every warning it gives, shows the path's control characters as escapes
+    err = capsys.readouterr().err
+    said = err + "".join(str(w.message) for w in caught)
+    assert "\x1b" not in said and "\x07" not in said
+    assert "stepscope: report:" in err and "\\x1b]0;PWNED\\x07here" in err

@@ -28,6 +28,14 @@ def plain(value: object) -> str:
     return str(value).translate(_CONTROLS)
 
 
+_CONTROLS_BUT_NEWLINES = {c: e for c, e in _CONTROLS.items() if c != 0x0A}
+
+
+def plain_lines(value: object) -> str:
+    """`plain`, keeping its newlines: for a message of several lines that holds a name (a path, an op)."""
+    return str(value).translate(_CONTROLS_BUT_NEWLINES)
+
+
 def fmt_us(us: float | None) -> str:
     """Microseconds as a short human duration with three significant digits: 12.3 us, 812 us, 3.41 ms,
     60.7 ms, 2.05 s (0 is "0 us")."""

@@ -1,6 +1,6 @@
 """What capture says to the user while a job runs: warnings that point at the user's own line (and never raise
 into a job run with `-W error`), and the console it prints its tables on (stderr, which switches itself off
-when it is gone). No other stepscope module is imported here: every part of capture may use it.
+when it is gone). Only stepscope.units (the escaping of text) is imported here: every part of capture may use it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+
+from stepscope.units import plain_lines
 
 
 class StepscopeWarning(UserWarning):
@@ -36,6 +38,7 @@ def warn_user(message: str, category: type[Warning] = StepscopeWarning) -> None:
         level += 1
     if frame is None:
         level = 2
+    message = plain_lines(message)  # (it may hold a path or a name: it never drives the terminal)
     try:
         warnings.warn(message, category, stacklevel=level)
     except Warning:
@@ -88,9 +91,10 @@ class ConsoleStream:
 
 
 def console_write(text: str) -> None:
-    """Write `text` on capture's console (stderr), never raising."""
+    """Write `text` on capture's console (stderr), never raising; a control character in it (from a path or a
+    name) is written as a visible escape."""
     stream = ConsoleStream()
-    stream.write(text)
+    stream.write(plain_lines(text))
     stream.flush()
 
 

@@ -253,10 +253,9 @@ def _steps(work: WindowWork) -> int:
 
 
 def _skipped(work: WindowWork, cause: object) -> str:
-    return (
-        f"stepscope: the trace of the window ending at step {work.last_step} (rank {work.rank}) was not written "
-        f"({cause}); the window is skipped, training goes on"
-    )
+    """The warning of a window whose trace was not written: its cause alone (the trace collector says the
+    sentence around it, once: trace.py's _skip_window)."""
+    return str(cause)
 
 
 def _last_line(stderr: bytes) -> str:
