@@ -151,6 +151,9 @@ def test_a_manifest_lock_never_freed_costs_a_bounded_wait_at_close(
 def _damage(path: Path, how: str) -> None:
     if how == "garbage":
         path.write_bytes(b"\xff{not json")
+    elif how == "folder":  # (issue 47 item 7: it was never repaired)
+        path.unlink()
+        path.mkdir()
     else:
         path.unlink()
         os.mkfifo(path)
@@ -164,7 +167,7 @@ def _wait_for(run_dir: Path, artifact: tuple[str, int | None, int | None]) -> No
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("how", ["garbage", "fifo"])
+@pytest.mark.parametrize("how", ["garbage", "fifo", "folder"])
 def test_a_manifest_damaged_mid_run_is_whole_again_at_close(tmp_path: Path, how: str) -> None:
     # GIVEN a run whose manifest.json is overwritten (or replaced by a FIFO) between its two windows
     train_step, model = make_training()

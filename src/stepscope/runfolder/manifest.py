@@ -217,8 +217,29 @@ def merge_manifest(
         manifest.artifacts.sort(
             key=lambda a: (a.kind, a.rank if a.rank is not None else -1, a.step or 0, a.path)
         )
+        aside = _folder_aside(run_dir / MANIFEST_NAME) if damage is not None else None
+        if aside is not None:
+            note = (
+                f"{MANIFEST_NAME} was a folder; it was moved to {aside.name} and the manifest written again"
+            )
+            if note not in manifest.notes:
+                manifest.notes.append(note)
         atomic_write_bytes(run_dir / MANIFEST_NAME, encode_manifest(manifest))
     return manifest, damage
+
+
+def _folder_aside(path: Path) -> Path | None:
+    """A folder where the manifest goes (put there by hand, or by a tool) is moved beside it, under a new name,
+    so that the manifest can be written again (a rename cannot replace a folder with a file); None when `path`
+    is not a folder."""
+    if not path.is_dir() or path.is_symlink():
+        return None
+    for k in range(1, 1000):
+        aside = path.with_name(f"{path.name}.folder-{k}")
+        if not os.path.lexists(aside):
+            os.rename(path, aside)
+            return aside
+    return None
 
 
 def _current(run_dir: Path) -> tuple[Manifest, str | None]:
