@@ -181,3 +181,36 @@ def test_a_summary_without_a_folder_costs_that_summary_alone(tmp_path: Path) -> 
     said = [str(w.message) for w in caught if issubclass(w.category, StepscopeWarning)]
     assert len(said) == 1 and "summary of the window ending at step 3" in said[0] and "trace only" in said[0]
     assert not [p for p in monitor.run_dir.rglob("*") if p.name.startswith(".")]
+
+
+def test_a_ctrl_c_during_a_windows_export_keeps_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a job whose first window's export is cut short by a Ctrl-C (torch's export raises KeyboardInterrupt)
+    import torch
+
+    real = torch.profiler.profile.export_chrome_trace
+    calls: list[str] = []
+
+    def interrupted_once(self: Any, path: str) -> Any:
+        calls.append(path)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(self, path)
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", interrupted_once)
+    model = torch.nn.Linear(8, 8)
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path), wait=0, warmup=1, active=2, console=False, report=False
+    )
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(KeyboardInterrupt):
+        warnings.simplefilter("always")
+        with monitor:
+            for _ in range(6):
+                model(torch.randn(2, 8)).sum().backward()
+                monitor.step()
+    # THEN the window is exported again at close and indexed, and no note says the job ended before it
+    manifest = read_manifest(monitor.run_dir)
+    assert [a.step for a in manifest.of_kind("trace")] == [2] and len(calls) == 2
+    said = [str(w.message) for w in caught] + manifest.notes
+    assert not [s for s in said if "before the first active window completed" in s], said

@@ -271,7 +271,9 @@ class PerformanceMonitor:
                     "on_demand: no window was requested while the job ran (stepscope trigger RUN_DIR, or "
                     "SIGUSR2 to a profiled rank)"
                 )
-        elif (note := self.schedule.short_job_note(self.steps_done)) is not None:
+        elif (trace is None or not trace.windows_ended) and (
+            note := self.schedule.short_job_note(self.steps_done)
+        ) is not None:
             notes.append(note)
             warn_user(f"stepscope: {note}", StepscopeWarning)
         self._flush_metrics()

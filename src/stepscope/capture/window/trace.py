@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope.capture.collector import Collector, RunContext, Window
-from stepscope.capture.console import StepscopeWarning, warn_user
+from stepscope.capture.console import StepscopeWarning, console_write, warn_user
 from stepscope.capture.schedule import Phase
 from stepscope.capture.window.budget import TraceBudget
 from stepscope.capture.window.thread_exit import stop_at_thread_exit
@@ -59,6 +59,10 @@ class TraceCollector(Collector):
         self._first_active: int | None = None
         self._skipped: list[int] = []  # last steps of the windows not written
         self._summary_said = False  # a window's summary had no folder (said once)
+        self.windows_ended = 0  # whole windows (not partial) whose export began
+        self._interrupted: tuple[Any, int, int, bool] | None = (
+            None  # a window whose export a Ctrl-C cut short
+        )
         self.worker = WindowEndWorker(ctx.writer)  # its thread starts with the first window
         self._distributed = False
         self._activities: list[Any] = []
@@ -139,12 +143,22 @@ class TraceCollector(Collector):
         self._drop_probe()
 
     def close(self) -> None:
-        """Stopping inside an active window exports what was recorded so far (a partial window)."""
+        """Stopping inside an active window exports what was recorded so far (a partial window); a window whose
+        export a Ctrl-C cut short is exported again (its steps all ran, and torch still holds its events)."""
         try:
             self._end_step_range()
             self._drop_probe()
             if self.prof is not None:
                 self._finish_window(max(self.ctx.step - 1, 0), partial=True)
+            if self._interrupted is not None:
+                prof, first, step, partial = self._interrupted
+                self._interrupted = None
+                console_write(
+                    f"stepscope: exporting the window ending at step {step} again (a Ctrl-C cut its export "
+                    "short; another one drops it)\n"
+                )
+                self.windows_ended -= not partial
+                self._export(prof, first, step, partial)
         finally:
             self._wait_for_windows()
 
@@ -335,11 +349,14 @@ class TraceCollector(Collector):
             self._skip_window(step, f"{type(exc).__name__}: {exc}")
             return
         plain = temp_path_beside(trace_path.with_name(trace_path.name.removesuffix(".gz")))
+        self.windows_ended += not partial  # (its steps all ran: whatever becomes of its export)
         try:
             problem = export_plain_trace(prof, plain)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 plain.unlink()
+            if isinstance(exc, KeyboardInterrupt):  # the window is whole: close() exports it again
+                self._interrupted = (prof, first, step, partial)
             raise
         if problem is not None:
             with contextlib.suppress(OSError):
