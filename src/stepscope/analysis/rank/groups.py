@@ -22,6 +22,7 @@ job's groups gives them (threads: rank -> gloo worker tids; windows: rank -> [(f
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -46,12 +47,19 @@ UNKNOWN = Group("", "", None, None, "unknown")
 
 
 def parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """Ranks from a list of ints or a text such as "[0, 1]"; None when neither."""
+    """Ranks from a list of ints or a text such as "[0, 1]"; None when neither. A text is parsed once: every
+    collective of a group names the same ranks, and the group of a job of 3,000 ranks is 17 KB of text (one
+    tuple each, for 40 collectives on each of 3,000 ranks, held 4 GB)."""
     if isinstance(value, list | tuple) and all(type(r) is int for r in value):
         return tuple(value)
     if isinstance(value, str) and value.strip().startswith("["):
-        return tuple(int(r) for r in _INT.findall(value))
+        return _parsed_ranks(value)
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_ranks(text: str) -> tuple[int, ...]:
+    return tuple(int(r) for r in _INT.findall(text))
 
 
 def dimension(description: str, mesh_dim: str | None = None) -> str | None:
