@@ -15,8 +15,14 @@ from stepscope.units import BIDI_CODES, plain
 
 def print_json(document: Any) -> None:
     """Print one JSON document (msgspec Structs, dataclasses and plain containers all encode)."""
-    text = msgspec.json.format(msgspec.json.encode(document), indent=2)
-    sys.stdout.buffer.write(escape_json_controls(text) + b"\n")
+    # (escaped while compact, and each copy let go before the next is made: the indented text of a job of
+    # thousands of ranks is hundreds of MB, and a copy more of it was the command's peak)
+    text = escape_json_controls(msgspec.json.encode(document))
+    text = msgspec.json.format(text, indent=2)
+    out = sys.stdout.buffer
+    out.write(text)
+    del text
+    out.write(b"\n")
     sys.stdout.flush()
 
 
