@@ -458,10 +458,15 @@ class TraceTable(msgspec.Struct, eq=False):
     def select(self, mask: np.ndarray) -> TraceTable:
         """A table of the rows where `mask` is true (symbol tables, and what is cached about them, shared)."""
         n = int(np.count_nonzero(mask)) if mask.dtype == bool else None
+        key: Any = mask
+        if n and mask.dtype == bool and len(mask) > 4 * n:  # a few rows (one rank of many): are they one run?
+            first = int(np.argmax(mask))
+            if mask[first : first + n].all():  # (then a slice: views, and a sparse column's rows by searching)
+                key = slice(first, first + n)
         return TraceTable(
             self.names,
             self.cats,
-            {k: _rows_of_column(v, mask, n) for k, v in self.columns.items()},
+            {k: _rows_of_column(v, key, n) for k, v in self.columns.items()},
             self.ranks,
             self.notices,
             self.symbol_cache,
@@ -471,11 +476,14 @@ class TraceTable(msgspec.Struct, eq=False):
         return sorted(self.ranks) if self.ranks else sorted(set(self.columns["rank"].tolist()))
 
 
-def _rows_of_column(column: Any, mask: np.ndarray, kept: int | None) -> Any:
-    """column[mask]; a constant column stays one (`kept`: the rows of a boolean mask)."""
+def _rows_of_column(column: Any, mask: Any, kept: int | None) -> Any:
+    """column[mask] (a boolean mask, or a slice of the same rows); a constant column stays one (`kept`: the
+    rows of a boolean mask)."""
     value = constant_value(column)
     if value is not None and kept is not None:
         return constant_column(value, kept, column.dtype)
+    if isinstance(mask, slice) and isinstance(column, np.ndarray):
+        return column[mask].copy()  # (a copy, as a mask gives: a view would keep the whole column alive)
     return column[mask]
 
 
