@@ -10,6 +10,7 @@ parent's end counts only up to that end, and self time is never negative. `pytho
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -71,24 +72,43 @@ def summarize(table: TraceTable, top: int = 10) -> Summary:
     self_ns = self_times(table)
     groups = _group_codes(table)
     ranks = []
+    spans = _rank_spans(table)
+    categories = {c: table.cat_mask(c) for c in (KERNEL_CATEGORY, "gpu_memcpy", "gpu_memset")}
     for rank in table.rank_ids():
-        ops = op_stats(table, self_ns, rank, groups=groups)
-        kernels = kernel_stats(table, rank)
-        in_rank = table.columns["rank"] == rank
+        span = spans.get(rank) if spans is not None else None
+        if spans is not None and span is None:
+            span = slice(0, 0)  # (a rank named in the header without a row)
+        rows: Any = span if span is not None else table.columns["rank"] == rank
+        ops = op_stats(table, self_ns, rank, groups=groups, span=span)
+        kernels = kernel_stats(table, rank, span=span)
+        dur = table.columns["dur"][rows]
         info = table.ranks.get(rank)
         ranks.append(
             RankSummary(
                 rank=rank,
                 source=info.source if info else "",
-                cpu_self_us=_us(int(self_ns.sum(where=in_rank))),
-                kernel_us=_us(int(table.columns["dur"][in_rank & table.cat_mask(KERNEL_CATEGORY)].sum())),
-                memcpy_us=_us(int(table.columns["dur"][in_rank & table.cat_mask("gpu_memcpy")].sum())),
-                memset_us=_us(int(table.columns["dur"][in_rank & table.cat_mask("gpu_memset")].sum())),
+                cpu_self_us=_us(int(self_ns[rows].sum())),
+                kernel_us=_us(int(dur[categories[KERNEL_CATEGORY][rows]].sum())),
+                memcpy_us=_us(int(dur[categories["gpu_memcpy"][rows]].sum())),
+                memset_us=_us(int(dur[categories["gpu_memset"][rows]].sum())),
                 ops=ops[:top] if top > 0 else ops,
                 kernels=kernels[:top] if top > 0 else kernels,
             )
         )
     return Summary(schema=SUMMARY_SCHEMA, top=top, ranks=ranks, notices=list(table.notices))
+
+
+def _rank_spans(table: TraceTable) -> dict[int, slice] | None:
+    """Each rank's rows as one slice, where the table holds its ranks one after the other (a folder's ranks
+    are loaded so): each rank's figures then read its own rows, not the whole table once per rank (quadratic
+    in ranks). None when the ranks' rows interleave."""
+    rank = np.asarray(table.columns["rank"])
+    if len(rank) > 1 and (rank[1:] < rank[:-1]).any():
+        return None
+    ids = np.unique(rank) if len(rank) else np.zeros(0, dtype=np.int64)
+    starts = np.searchsorted(rank, ids, side="left")
+    ends = np.searchsorted(rank, ids, side="right")
+    return {int(r): slice(int(a), int(b)) for r, a, b in zip(ids, starts, ends, strict=True)}
 
 
 def self_times(table: TraceTable, categories: tuple[str, ...] = CPU_OP_CATEGORIES) -> np.ndarray:
@@ -245,10 +265,12 @@ def op_stats(
     rank: int | None = None,
     *,
     groups: tuple[np.ndarray, list[str]] | None = None,
+    span: slice | None = None,
 ) -> list[OpStat]:
     """Every op name with its calls and times (one rank, or all ranks pooled), by self time, descending.
 
-    `self_ns` comes from `self_times(table)`; `groups` from `_group_codes(table)` when calling per rank."""
+    `self_ns` comes from `self_times(table)`; `groups` from `_group_codes(table)` when calling per rank;
+    `span`: the rows of `rank`, where they are one run (summarize's _rank_spans)."""
     codes, group_names = groups or _group_codes(table)
     count = np.zeros(len(group_names), dtype=np.int64)
     self_sum = np.zeros(len(group_names), dtype=np.int64)
@@ -256,11 +278,12 @@ def op_stats(
     is_op = _category_lookup(table, CPU_OP_CATEGORIES)
     ph, cat, name, dur = (table.columns[k] for k in ("ph", "cat", "name", "dur"))
     # a batch of rows at a time: on a big trace the selected rows' codes and times would be n-long arrays
-    for at in range(0, len(table), _BATCH):
-        part = slice(at, at + _BATCH)
+    lo, hi = (span.start, span.stop) if span is not None else (0, len(table))
+    for at in range(lo, hi, _BATCH):
+        part = slice(at, min(at + _BATCH, hi))
         mask = is_op[cat[part]]
         mask &= ph[part] == ord("X")
-        if rank is not None:
+        if rank is not None and span is None:
             mask &= table.columns["rank"][part] == rank
         keys = codes[name[part][mask]]
         np.add.at(count, keys, 1)
@@ -284,14 +307,19 @@ def op_stats(
     return stats
 
 
-def kernel_stats(table: TraceTable, rank: int | None = None) -> list[KernelStat]:
-    """Every kernel name with its launches and total time, by total time, descending."""
-    mask = (table.columns["ph"] == ord("X")) & table.cat_mask(KERNEL_CATEGORY)
-    if rank is not None:
+def kernel_stats(
+    table: TraceTable, rank: int | None = None, *, span: slice | None = None
+) -> list[KernelStat]:
+    """Every kernel name with its launches and total time, by total time, descending (`span`: as op_stats)."""
+    rows = span if span is not None else slice(None)
+    mask = (table.columns["ph"][rows] == ord("X")) & _category_lookup(table, (KERNEL_CATEGORY,))[
+        table.columns["cat"][rows]
+    ]
+    if rank is not None and span is None:
         mask &= table.columns["rank"] == rank
-    uniq, inverse = unique_inverse(table.columns["name"][mask])
+    uniq, inverse = unique_inverse(table.columns["name"][rows][mask])
     count = np.bincount(inverse, minlength=len(uniq))
-    total = _int_sums(inverse, table.columns["dur"][mask], len(uniq))
+    total = _int_sums(inverse, table.columns["dur"][rows][mask], len(uniq))
     grand = int(total.sum())
     stats = [
         KernelStat(

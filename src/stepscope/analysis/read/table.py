@@ -461,7 +461,9 @@ class TraceTable(msgspec.Struct, eq=False):
         key: Any = mask
         if n and mask.dtype == bool and len(mask) > 4 * n:  # a few rows (one rank of many): are they one run?
             first = int(np.argmax(mask))
-            if mask[first : first + n].all():  # (then a slice: views, and a sparse column's rows by searching)
+            if mask[
+                first : first + n
+            ].all():  # (then a slice: views, and a sparse column's rows by searching)
                 key = slice(first, first + n)
         return TraceTable(
             self.names,
