@@ -6,26 +6,11 @@ from __future__ import annotations
 
 import io
 import itertools
-import zlib
-from types import ModuleType
 
-from stepscope.analysis.read.limits import inflated, max_gzip_ratio
+from stepscope.analysis.read.limits import INFLATE, inflated, max_gzip_ratio
 
 READ_BYTES = 1 << 13  # compressed bytes read from the file at a time (zlib copies what is left over)
 OUT_BYTES = 1 << 15  # text inflated at a time (small blocks come from the heap, not fresh pages)
-
-
-def _inflate_module() -> ModuleType:
-    """ISA-L's zlib-compatible module (python-isal) where it is installed: it inflates about 3x faster than
-    zlib, CRC check included. zlib otherwise (platforms without isal wheels)."""
-    try:
-        from isal import isal_zlib
-    except ImportError:
-        return zlib
-    return isal_zlib
-
-
-INFLATE = _inflate_module()
 
 
 class TooLong(Exception):

@@ -106,8 +106,21 @@ class GzipBomb(Exception):
     """Gzip data that inflates to more than the ratio limit allows."""
 
 
+def _inflate_module() -> ModuleType:
+    """ISA-L's zlib-compatible module (python-isal) where it is installed: it inflates about 3x faster than
+    zlib, CRC check included. zlib otherwise (platforms without isal wheels)."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib
+    return isal_zlib  # type: ignore[no-any-return]
+
+
+INFLATE = _inflate_module()
+
+
 def inflated(
-    pieces: Iterator[bytes], limit: int, piece_bytes: int, *, ratio: int = 0, module: ModuleType = zlib
+    pieces: Iterator[bytes], limit: int, piece_bytes: int, *, ratio: int = 0, module: ModuleType = INFLATE
 ) -> Iterator[bytes]:
     """The text of gzip data given in pieces, inflated at most `piece_bytes` at a time (never a buffer sized by
     a guess): every member, one after the other (pigz and bgzip write several); zero bytes between or after
@@ -115,7 +128,7 @@ def inflated(
 
     Raises GzipDamaged; TextOverLimit past `limit` bytes of text; with a `ratio`, GzipBomb once the text is
     more than `ratio` times the compressed bytes read (judged every GZIP_RATIO_FREE_BYTES of text).
-    `module`: zlib, or a module with zlib's interface (ISA-L's isal_zlib)."""
+    `module`: INFLATE (ISA-L's isal_zlib where installed), or zlib."""
     inflate = module.decompressobj(wbits=31)
     error = module.error
     total = 0
