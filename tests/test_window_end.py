@@ -214,3 +214,40 @@ def test_a_ctrl_c_during_a_windows_export_keeps_the_window(
     assert [a.step for a in manifest.of_kind("trace")] == [2] and len(calls) == 2
     said = [str(w.message) for w in caught] + manifest.notes
     assert not [s for s in said if "before the first active window completed" in s], said
+
+
+def test_the_stall_of_a_windows_end_is_in_the_metrics_and_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a job whose window's export takes 300 ms (torch's export slowed)
+    import time
+
+    import torch
+
+    from stepscope.analysis.report_data import collect_report
+
+    real = torch.profiler.profile.export_chrome_trace
+
+    def slow(self: Any, path: str) -> Any:
+        time.sleep(0.3)
+        return real(self, path)
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", slow)
+    model = torch.nn.Linear(8, 8)
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path), wait=1, warmup=1, active=2, console=False, report=False
+    )
+    with monitor:
+        for _ in range(6):
+            model(torch.randn(2, 8)).sum().backward()
+            monitor.step()
+    # THEN the step that ended the window says how long the job waited after it, beside its own time
+    lines = {
+        m["step"]: m for m in map(json.loads, (monitor.run_dir / "metrics.jsonl").read_text().splitlines())
+    }
+    assert lines[3]["phase"] == "record_and_save" and lines[3]["monitor_ms"] >= 300 > lines[3]["wall_ms"]
+    assert "monitor_ms" not in lines[5] and "monitor_ms" not in lines[2]
+    # AND the report's step chart marks it at its whole time
+    points = {p.step: p for p in collect_report(monitor.run_dir).run.steps}
+    assert points[3].whole_ms == pytest.approx(lines[3]["wall_ms"] + lines[3]["monitor_ms"], abs=1e-3)
+    assert points[5].whole_ms is None

@@ -38,6 +38,8 @@ class StepPoint(msgspec.Struct):
     step: int
     wall_ms: float
     phase: str  # none | warmup | record | record_and_save
+    # wall_ms + the training thread's time in stepscope after the step (a window's end); null: under 1 ms
+    whole_ms: float | None = None
 
 
 class MemoryPoint(msgspec.Struct):
@@ -209,10 +211,12 @@ def _series(run: Run) -> RunSeries:
         by_rank.setdefault(line.rank, []).append(line)
     for rank, lines in sorted(by_rank.items()):
         lines.sort(key=lambda m: m.step)
-        wall = np.array([m.wall_ms for m in lines], dtype=float)
-        for i in downsample(wall, MAX_POINTS):
+        # (the steps that ended a window are kept whatever the downsampling: their stall is what they show)
+        whole = np.array([m.wall_ms + (m.monitor_ms or 0.0) for m in lines], dtype=float)
+        for i in downsample(whole, MAX_POINTS):
             m = lines[int(i)]
-            steps.append(StepPoint(rank, m.step, round(m.wall_ms, 4), m.phase))
+            stall = round(m.wall_ms + m.monitor_ms, 4) if m.monitor_ms is not None else None
+            steps.append(StepPoint(rank, m.step, round(m.wall_ms, 4), m.phase, stall))
     memory = []
     for rank, rows in sorted(run.memory.items()):
         for i in _thin(len(rows)):

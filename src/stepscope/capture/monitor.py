@@ -30,6 +30,9 @@ from stepscope.runfolder.payloads import StepMetrics
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NULL_CONTEXT = contextlib.nullcontext()
+MONITOR_MS_SHOWN = (
+    1.0  # a step's metrics line says monitor_ms from this much on (a window's end: tens of ms and up)
+)
 _monitor_index = itertools.count()
 # The monitor of this process that is recording: torch runs one profiler at a time ("Profiler is already
 # enabled on this thread"), so a second monitor is refused with a warning and records nothing.
@@ -527,7 +530,8 @@ class PerformanceMonitor:
             failed(step, exc)
 
     def _end_busy_step(self) -> None:
-        wall_ns = _perf_ns() - self._step_start
+        ended = _perf_ns()
+        wall_ns = ended - self._step_start
         step = self.steps_done
         if step < self._quiet_until:  # (start() of a context-manager monitor whose step 0 is quiet)
             self._quiet.append((step, wall_ns))
@@ -551,18 +555,23 @@ class PerformanceMonitor:
         assert ctx is not None and writer is not None
         ctx.step = self.steps_done
         window = self._trace.take_window() if self._trace is not None else None
+        if window is not None:
+            for window_hook in self._on_window:
+                window_hook(window)
+        # what the job waited for in stepscope after its step (a window's stop and export, the hooks above)
+        monitor_ms = (_perf_ns() - ended) / 1e6
         line: StepMetrics | None = None
         try:
-            line = StepMetrics(step=step, rank=self.rank, wall_ms=wall_ms, phase=phase.value, **fields)
+            line = StepMetrics(
+                step=step, rank=self.rank, wall_ms=wall_ms, phase=phase.value,
+                monitor_ms=round(monitor_ms, 3) if monitor_ms >= MONITOR_MS_SHOWN else None, **fields,
+            )  # fmt: skip
         except Exception as exc:  # a field a collector returned that the metrics line does not have
             writer.metrics_failed(exc)
         if line is not None:
             for record_hook in self._on_record:
                 record_hook(line)
             writer.step_line(line)  # (kept only while metrics are on)
-        if window is not None:
-            for window_hook in self._on_window:
-                window_hook(window)
         if writer.pending >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
             self._flush_metrics()
         self._quiet_until = self._next_busy(step + 1)

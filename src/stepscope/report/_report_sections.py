@@ -115,7 +115,13 @@ def _overview(data: ReportData, pc: Charts) -> Section:
         pc.add(
             s,
             charts.step_times([_as_dict(p) for p in data.run.steps], data.run.windows),
-            "Wall time of every step of the run (metrics.jsonl); the profiled windows are shaded.",
+            "Wall time of every step of the run (metrics.jsonl); the profiled windows are shaded."
+            + (
+                " A red mark: a step that ended a window, at its whole time by the job's clock (the step and "
+                "stepscope's stop and export of the window after it, which the job waited for)."
+                if any(p.whole_ms is not None for p in data.run.steps)
+                else ""
+            ),
         )
     elif data.run is None:
         s.paragraphs.append(

@@ -30,6 +30,7 @@ TOP_OPS = 10
 _SKIP_FIELDS = {"step", "rank"}
 _TAG_GROUPS = (
     ("wall_ms", "step"),
+    ("monitor_ms", "step"),
     ("tflops", "throughput"),
     ("mfu", "throughput"),
     ("flops", "throughput"),
@@ -41,7 +42,8 @@ _TAG_GROUPS = (
 
 
 def scalar_tag(field: str) -> str:
-    """TensorBoard tag of a metrics field: step/wall_ms, throughput/tflops, memory/<field>, metrics/<field>."""
+    """TensorBoard tag of a metrics field: step/wall_ms, step/monitor_ms, throughput/tflops, memory/<field>,
+    metrics/<field>."""
     lowered = field.lower()
     for needle, group in _TAG_GROUPS:
         if needle in lowered:
