@@ -502,6 +502,22 @@ def test_report_indexes_its_page_or_says_why_within_a_bounded_wait(
 
 
 # --- issue 47 item 5: links out of the run folder -----------------------------------------------------
+def _small_run(tmp_path: Path) -> Path:
+    """A run folder of one window of a tiny CPU job (its trace at step 0)."""
+    import torch
+
+    model = torch.nn.Linear(8, 8)
+    monitor = stepscope.performance_monitor(
+        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=0, active=1, console=False, report=False
+    )
+    with monitor:
+        for _ in range(3):
+            model(torch.randn(2, 8)).sum().backward()
+            monitor.step()
+    assert monitor.run_dir is not None
+    return monitor.run_dir
+
+
 def test_a_traces_folder_swapped_for_a_link_takes_no_trace_out_of_the_run(tmp_path: Path) -> None:
     # GIVEN a two-window job whose traces/ is replaced, after the first window, by a link to a folder elsewhere
     import torch
@@ -535,27 +551,18 @@ def test_a_traces_folder_swapped_for_a_link_takes_no_trace_out_of_the_run(tmp_pa
 
 def test_a_trace_linked_to_a_file_outside_the_run_is_not_read(tmp_path: Path) -> None:
     # GIVEN a run folder whose indexed trace was replaced by a link to another job's trace elsewhere
-    import torch
-
-    model = torch.nn.Linear(8, 8)
-    monitor = stepscope.performance_monitor(
-        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=0, active=1, console=False, report=False
-    )
-    with monitor:
-        for _ in range(2):
-            model(torch.randn(2, 8)).sum().backward()
-            monitor.step()
-    (trace,) = read_manifest(monitor.run_dir).of_kind("trace")
+    run = _small_run(tmp_path)
+    (trace,) = read_manifest(run).of_kind("trace")
     secret = tmp_path / "secret.json"
     secret.write_text(json.dumps({"distributedInfo": {"rank": 34}, "traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::secret_op", "pid": 1, "tid": 1, "ts": 1, "dur": 5}]}))  # fmt: skip
-    linked = monitor.run_dir / trace.path
+    linked = run / trace.path
     linked.unlink()
     linked.symlink_to(secret)
     # WHEN it is analysed, summarised and merged
     for args in (["analyze", "--json"], ["summary"], ["merge", "-o", str(tmp_path / "merged.json")]):
         done = subprocess.run(
-            [sys.executable, "-m", "stepscope", args[0], str(monitor.run_dir), *args[1:]],
+            [sys.executable, "-m", "stepscope", args[0], str(run), *args[1:]],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         # THEN the outside file's content shows nowhere, and a note says which file was left out and why
@@ -574,18 +581,9 @@ def test_a_backtracking_pattern_in_a_run_folders_config_is_refused_in_one_line(t
     # kernel with a long name of x's (the search backtracks for longer than the universe)
     import gzip
 
-    import torch
     import yaml
 
-    model = torch.nn.Linear(8, 8)
-    monitor = stepscope.performance_monitor(
-        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=0, active=1, console=False, report=False
-    )
-    with monitor:
-        for _ in range(2):
-            model(torch.randn(2, 8)).sum().backward()
-            monitor.step()
-    run = monitor.run_dir
+    run = _small_run(tmp_path)
     config = yaml.safe_load((run / "config.yaml").read_text())
     config["comm_patterns"] = ["(x+x+)+y"]
     (run / "config.yaml").write_text(yaml.safe_dump(config))
@@ -616,18 +614,6 @@ def test_a_backtracking_pattern_in_a_run_folders_config_is_refused_in_one_line(t
 
 
 # --- issue 47 item 11: hostile run-folder files give notes or one line, never a traceback --------------------
-def _small_run(tmp_path: Path) -> Path:
-    import torch
-
-    model = torch.nn.Linear(8, 8)
-    monitor = stepscope.performance_monitor(
-        model, out_dir=str(tmp_path / "runs"), wait=0, warmup=0, active=1, console=False, report=False
-    )
-    with monitor:
-        for _ in range(3):
-            model(torch.randn(2, 8)).sum().backward()
-            monitor.step()
-    return monitor.run_dir
 
 
 def _spoil(run: Path, how: str) -> str:
