@@ -38,7 +38,8 @@ class StepPoint(msgspec.Struct):
     step: int
     wall_ms: float
     phase: str  # none | warmup | record | record_and_save
-    # wall_ms + the training thread's time in stepscope after the step (a window's end); null: under 1 ms
+    # wall_ms + the training thread's time in stepscope after the step (a window's end, a FLOP count's report);
+    # null: under 1 ms
     whole_ms: float | None = None
 
 

@@ -44,7 +44,8 @@ def _base(values: list[dict[str, Any]], height: int = HEIGHT) -> Spec:
 
 def step_times(points: list[dict[str, Any]], windows: list[list[int]]) -> Spec | None:
     """Wall time of every step of the run, one line per rank, the profiled windows shaded; a red mark on the
-    steps that ended a window at their whole time by the job's clock (the step and stepscope's work after it)."""
+    steps after which the job waited for stepscope (a window's end, a FLOP count's report), at their whole time
+    by the job's clock (the step and stepscope's work after it)."""
     if not points:
         return None
     line = {
@@ -72,8 +73,8 @@ def step_times(points: list[dict[str, Any]], windows: list[list[int]]) -> Spec |
         )
     layers.append(line)
     if any(p.get("whole_ms") is not None for p in points):
-        # the steps the job waited through stepscope's work after (a window's stop and export): how long by the
-        # job's own clock, a mark above the step's own time
+        # the steps the job waited through stepscope's work after (a window's stop and export, a FLOP count's
+        # report): how long by the job's own clock, a mark above the step's own time
         layers.append(
             {
                 "transform": [{"filter": "datum.whole_ms != null"}],
@@ -86,7 +87,7 @@ def step_times(points: list[dict[str, Any]], windows: list[list[int]]) -> Spec |
                         {"field": "rank", "type": "nominal"},
                         {"field": "step", "type": "quantitative"},
                         {"field": "wall_ms", "type": "quantitative", "title": "step ms", "format": ".3f"},
-                        {"field": "whole_ms", "type": "quantitative", "title": "with stepscope's window end ms",
+                        {"field": "whole_ms", "type": "quantitative", "title": "with stepscope's work after it, ms",
                          "format": ".3f"},
                     ],
                 },

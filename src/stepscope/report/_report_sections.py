@@ -117,8 +117,8 @@ def _overview(data: ReportData, pc: Charts) -> Section:
             charts.step_times([_as_dict(p) for p in data.run.steps], data.run.windows),
             "Wall time of every step of the run (metrics.jsonl); the profiled windows are shaded."
             + (
-                " A red mark: a step that ended a window, at its whole time by the job's clock (the step and "
-                "stepscope's stop and export of the window after it, which the job waited for)."
+                " A red mark: a step after which the job waited 1 ms or more for stepscope (the stop and export "
+                "of a window that ends there, a FLOP count's report), at its whole time by the job's clock."
                 if any(p.whole_ms is not None for p in data.run.steps)
                 else ""
             ),

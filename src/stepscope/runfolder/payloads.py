@@ -30,7 +30,8 @@ class StepMetrics(msgspec.Struct, omit_defaults=True):
     wall_ms: float
     phase: str  # none | warmup | record | record_and_save (the profiler's schedule at this step)
     # the training thread's time in stepscope once the step's own work returned (a window's stop and export at
-    # its last step: the stall the job waits through), beyond wall_ms; on the steps where it took 1 ms or more
+    # its last step: the stall the job waits through; a FLOP count's report), beyond wall_ms; on the steps where
+    # it took 1 ms or more
     monitor_ms: float | None = None
     flops: int | None = None  # FLOPs of the counted step (on that step only)
     tflops: float | None = None  # this step's FLOPs / its wall time (timed steps, once FLOPs are counted)
