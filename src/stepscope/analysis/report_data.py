@@ -212,7 +212,7 @@ def _series(run: Run) -> RunSeries:
         by_rank.setdefault(line.rank, []).append(line)
     for rank, lines in sorted(by_rank.items()):
         lines.sort(key=lambda m: m.step)
-        # (the steps that ended a window are kept whatever the downsampling: their stall is what they show)
+        # (downsampled by the whole time: a step's stall is its bucket's peak, which downsample keeps)
         whole = np.array([m.wall_ms + (m.monitor_ms or 0.0) for m in lines], dtype=float)
         for i in downsample(whole, MAX_POINTS):
             m = lines[int(i)]

@@ -30,9 +30,8 @@ from stepscope.runfolder.payloads import StepMetrics
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NULL_CONTEXT = contextlib.nullcontext()
-MONITOR_MS_SHOWN = (
-    1.0  # a step's metrics line says monitor_ms from this much on (a window's end: tens of ms and up)
-)
+# a step's metrics line says monitor_ms from this much on (a window's end: tens of ms and up)
+MONITOR_MS_SHOWN = 1.0
 _monitor_index = itertools.count()
 # The monitor of this process that is recording: torch runs one profiler at a time ("Profiler is already
 # enabled on this thread"), so a second monitor is refused with a warning and records nothing.

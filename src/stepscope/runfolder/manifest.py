@@ -82,36 +82,41 @@ def load_manifest(run_dir: str | Path) -> tuple[Manifest, list[str]]:
             f"{exc.path}: {exc.problem}; the run is read from the {len(rebuilt.artifacts)} files in its folder "
             "instead (versions, hosts and schedule unknown)"
         )
-        return rebuilt, [note, *_links_left_out(run_dir, rebuilt)]
-    notes = _outside_left_out(run_dir, manifest)
-    indexed = {a.path for a in manifest.artifacts}
-    missing = [a for a in manifest_from_files(run_dir).artifacts if a.path not in indexed]
-    if not missing:
-        return manifest, notes + _links_left_out(run_dir, manifest)
-    manifest.artifacts.extend(missing)
-    listed = ", ".join(a.path for a in missing[:3]) + (", ..." if len(missing) > 3 else "")
-    notes.append(
-        f"{Path(run_dir) / MANIFEST_NAME}: {len(missing)} file(s) of the folder are not in it ({listed}; a writer "
-        "stopped, or was kept from the folder's lock, before it indexed them); read all the same"
-    )
+        manifest, notes = rebuilt, [note]
+    else:
+        notes = _outside_left_out(run_dir, manifest)
+        indexed = {a.path for a in manifest.artifacts}
+        missing = [a for a in manifest_from_files(run_dir).artifacts if a.path not in indexed]
+        if missing:
+            manifest.artifacts.extend(missing)
+            listed = ", ".join(a.path for a in missing[:3]) + (", ..." if len(missing) > 3 else "")
+            notes.append(
+                f"{Path(run_dir) / MANIFEST_NAME}: {len(missing)} file(s) of the folder are not in it ({listed}; "
+                "a writer stopped, or was kept from the folder's lock, before it indexed them); read all the same"
+            )
     return manifest, notes + _links_left_out(run_dir, manifest)
+
+
+# the end of every note that says an artifact of the run folder is not read (it is not inside the folder)
+LEFT_OUT = "the run folder left out"
 
 
 def _links_left_out(run_dir: str | Path, manifest: Manifest) -> list[str]:
     """An artifact whose path leads out of the run folder through a link (a trace linked to a file elsewhere, a
     folder swapped for a link) is not read: what a run folder shows is what it holds. A note names them."""
-    top = os.path.realpath(run_dir)
-    away = [
-        a
-        for a in manifest.artifacts
-        if os.path.commonpath([os.path.realpath(Path(run_dir) / a.path), top]) != top
-    ]
-    if not away:
+    inside = [resolves_inside(run_dir, Path(run_dir) / a.path) for a in manifest.artifacts]
+    if all(inside):
         return []
-    gone = {id(a) for a in away}
-    manifest.artifacts = [a for a in manifest.artifacts if id(a) not in gone]
+    away = [a for a, ok in zip(manifest.artifacts, inside, strict=True) if not ok]
+    manifest.artifacts = [a for a, ok in zip(manifest.artifacts, inside, strict=True) if ok]
     listed = ", ".join(a.path for a in away[:3]) + (", ..." if len(away) > 3 else "")
-    return [f"{Path(run_dir)}: {len(away)} file(s) that link out of the run folder left out ({listed})"]
+    return [f"{Path(run_dir)}: {len(away)} file(s) that link out of {LEFT_OUT} ({listed})"]
+
+
+def resolves_inside(run_dir: str | Path, path: str | Path) -> bool:
+    """Whether `path`, its links followed, lies inside `run_dir` (its own links followed too)."""
+    top = os.path.realpath(run_dir)
+    return os.path.commonpath([os.path.realpath(path), top]) == top
 
 
 def _outside_left_out(run_dir: str | Path, manifest: Manifest) -> list[str]:
@@ -122,9 +127,7 @@ def _outside_left_out(run_dir: str | Path, manifest: Manifest) -> list[str]:
         return []
     manifest.artifacts = [a for a in manifest.artifacts if is_inside_path(a.path)]
     listed = ", ".join(a.path for a in outside[:3]) + (", ..." if len(outside) > 3 else "")
-    return [
-        f"{Path(run_dir) / MANIFEST_NAME}: {len(outside)} artifact path(s) outside the run folder left out ({listed})"
-    ]
+    return [f"{Path(run_dir) / MANIFEST_NAME}: {len(outside)} artifact path(s) outside {LEFT_OUT} ({listed})"]
 
 
 def is_inside_path(path: str) -> bool:

@@ -281,8 +281,9 @@ def _kernel_instances(data: RankData, comm: GpuEvents, issued: IssuedOps) -> Ins
     # kernels launched in the same collective range are one instance
     key = np.where(comm.context != MISSING, comm.context, -2 - np.arange(len(comm)))
     order = np.lexsort((comm.start, key))
-    groups = np.split(order, np.flatnonzero(np.diff(key[order])) + 1)
-    first_start = np.minimum.reduceat(comm.start[order], np.r_[0, np.flatnonzero(np.diff(key[order])) + 1])
+    cuts = np.flatnonzero(np.diff(key[order])) + 1
+    groups = np.split(order, cuts)
+    first_start = comm.start[order][np.r_[0, cuts]]  # (each group is sorted by start: its first is its least)
     groups = [groups[i] for i in np.argsort(first_start, kind="stable").tolist()]
     args = _Args(table, np.concatenate((comm.row, comm.context)))
     op_of = dict(zip(comm.context.tolist(), issued.enclosing_rows(comm.context).tolist(), strict=True))

@@ -63,6 +63,7 @@ def issued_ops(
         candidates.append((start, row, kind))
     if not candidates:
         return []
+    candidates.sort()
     ranges = [r for r in everywhere if r[1] == "backend_range" and _backend(table, r[0]) in CPU_BACKENDS]
     paired = {op: rng for rng, op in issued.pair_ranges(ranges).items()}
     comm = data.gpu_all.of_kind(COMMUNICATION)
@@ -74,7 +75,7 @@ def issued_ops(
     busy = iv.merge(compute.start, compute.end)
     times: list[iv.Intervals] = []
     sources: list[str | None] = []
-    for _, row, _ in sorted(candidates):
+    for _, row, _ in candidates:
         mine = by_op.get(row)
         if mine:
             if len(mine) == 1:
@@ -92,9 +93,7 @@ def issued_ops(
             sources.append(None)
     exposed = _exposed(times, sources, busy)
     out = []
-    for (start, row, kind), time, source, bare in zip(
-        sorted(candidates), times, sources, exposed, strict=True
-    ):
+    for (start, row, kind), time, source, bare in zip(candidates, times, sources, exposed, strict=True):
         in_b, out_b, in_split, out_split = _message(
             data, [*params.get(row, []), row, paired.get(row, MISSING)]
         )

@@ -137,12 +137,13 @@ class CommPattern:
 
         left = min(SEARCH_LIMIT_S, PATTERN_BUDGET_S - self._spent)
         started = time.perf_counter()
+        found, timed_out = None, False
         try:
             found = self._compiled.search(name, timeout=max(left, 1e-3))
         except TimeoutError:
-            found = TimeoutError
+            timed_out = True
         self._spent += time.perf_counter() - started
-        if found is TimeoutError or self._spent > PATTERN_BUDGET_S:
+        if timed_out or self._spent > PATTERN_BUDGET_S:
             raise InputError(
                 f"communication pattern {self.text!r}",
                 f"too slow to search (over {SEARCH_LIMIT_S:g} s on one kernel name of {len(name):,} "

@@ -161,14 +161,16 @@ def _holds_traces(folder: Path) -> bool:
 
 def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
     """One trace per rank from a run folder: the window ending at `step`, or each rank's latest."""
-    from stepscope.runfolder.manifest import load_manifest
+    from stepscope.runfolder.manifest import LEFT_OUT, load_manifest
 
     manifest, notices = load_manifest(p)  # a damaged manifest: the folder read by its layout, with a notice
     traces = [a for a in manifest.artifacts if a.kind == "trace"]
     if not traces:
-        left_out = [n.rsplit(": ", 1)[-1] for n in notices if "link out of the run folder" in n]
-        if left_out:  # (the one-line error says why: every trace it indexed links out of the folder)
-            raise InputError(p, f"run folder has no trace to read: {left_out[0]}")
+        left_out = next((n for n in notices if LEFT_OUT in n), None)
+        if (
+            left_out is not None
+        ):  # (the one-line error says why: every trace it indexed lies out of the folder)
+            raise InputError(p, f"run folder has no trace to read ({left_out})")
         raise InputError(p, "run folder has no trace artifacts in its manifest")
     windows = sorted({a.step for a in traces if a.step is not None})
     by_rank: dict[int | None, list[Any]] = {}

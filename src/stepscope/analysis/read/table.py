@@ -459,11 +459,11 @@ class TraceTable(msgspec.Struct, eq=False):
         """A table of the rows where `mask` is true (symbol tables, and what is cached about them, shared)."""
         n = int(np.count_nonzero(mask)) if mask.dtype == bool else None
         key: Any = mask
-        if n and mask.dtype == bool and len(mask) > 4 * n:  # a few rows (one rank of many): are they one run?
+        # a few rows (one rank of many) that are one run are taken as a slice: a sparse column's rows are then
+        # found by searching, not by a cumsum over the whole table per column
+        if n and mask.dtype == bool and len(mask) > 4 * n:
             first = int(np.argmax(mask))
-            if mask[
-                first : first + n
-            ].all():  # (then a slice: views, and a sparse column's rows by searching)
+            if mask[first : first + n].all():
                 key = slice(first, first + n)
         return TraceTable(
             self.names,

@@ -29,7 +29,7 @@ from stepscope.analysis.stats import fmean, median, quantile
 from stepscope.errors import InputError
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
 from stepscope.runfolder.files import read_regular
-from stepscope.runfolder.manifest import load_manifest
+from stepscope.runfolder.manifest import LEFT_OUT, load_manifest
 from stepscope.runfolder.payloads import (
     CommCounts,
     FlopsReport,
@@ -78,7 +78,7 @@ class Run:
 def no_traces_note(run: Run) -> str:
     """Why a run folder has no trace to analyse: the job ended before its first window, or every trace it
     indexed was left out (its notes say which and why)."""
-    if any("left out" in note for note in run.notes):
+    if any(LEFT_OUT in note for note in run.notes):
         return "the run has no trace to read: those it holds were left out (see the notes)"
     return "the run has no traces (the job ended before its first window was exported)"
 

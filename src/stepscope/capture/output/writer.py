@@ -27,6 +27,7 @@ from stepscope.capture.schedule import Schedule
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, Artifact, ArtifactKind, artifact_path, relpath
 from stepscope.runfolder.atomic import atomic_write_bytes, atomic_write_text
 from stepscope.runfolder.files import append_regular, open_regular_fd
+from stepscope.runfolder.manifest import resolves_inside
 from stepscope.runfolder.payloads import KIND_SCHEMAS, StepMetrics
 
 if TYPE_CHECKING:
@@ -97,10 +98,10 @@ class RunWriter:
         target = self.run_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         # a folder of the run swapped for a link (to anywhere outside it) must not take the run's files there
-        inside = os.path.realpath(target.parent)
-        if os.path.commonpath([inside, os.path.realpath(self.run_dir)]) != os.path.realpath(self.run_dir):
+        if not resolves_inside(self.run_dir, target.parent):
+            where = os.path.realpath(target.parent)
             raise OSError(
-                errno.EXDEV, f"{target.parent} leads out of the run folder (to {inside}): not written"
+                errno.EXDEV, f"{target.parent} leads out of the run folder (to {where}): not written"
             )
         return target
 

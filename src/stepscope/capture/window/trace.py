@@ -60,9 +60,8 @@ class TraceCollector(Collector):
         self._skipped: list[int] = []  # last steps of the windows not written
         self._summary_said = False  # a window's summary had no folder (said once)
         self.windows_ended = 0  # whole windows (not partial) whose export began
-        self._interrupted: tuple[Any, int, int, bool] | None = (
-            None  # a window whose export a Ctrl-C cut short
-        )
+        # a window whose export a Ctrl-C cut short: (profiler, first step, last step, partial)
+        self._interrupted: tuple[Any, int, int, bool] | None = None
         self.worker = WindowEndWorker(ctx.writer)  # its thread starts with the first window
         self._distributed = False
         self._activities: list[Any] = []
