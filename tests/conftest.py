@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +66,30 @@ def run_ddp_job(
     slow_rank: int = 2,
     delay_ms: float = 60.0,
     sleep_ms: float = 0.0,
+    nproc: int = 4,
+    steps: int | None = None,
+    run_options: Sequence[str] = (),
 ) -> Path:
     """`stepscope run --nproc-per-node 4 [--profiled-ranks R] tests/_ddp_job.py`, the default schedule: 4 gloo
     ranks train a 256-512-512-10 MLP under DDP (two gradient buckets unless `bucket_cap_mb` makes one), and
-    `slow_rank` sleeps `delay_ms` in its collate_fn (every rank `sleep_ms` after each step). `profiled_ranks` None: the default (rank 0 only). Returns
+    `slow_rank` sleeps `delay_ms` in its collate_fn (every rank `sleep_ms` after each step). `profiled_ranks` None: the default (rank 0 only); `nproc` ranks, `steps` steps (the job's 12 by default), `run_options` for `stepscope run`. Returns
     the run folder; each rank's report of what it did is `ddp_rank{R}.json` in `out_dir`."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(DDP_JOB.parents[1]))
-    cmd = [sys.executable, "-m", "stepscope", "run", "--nproc-per-node", "4", "--no-console", "--no-report"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stepscope",
+        "run",
+        "--nproc-per-node",
+        str(nproc),
+        "--no-console",
+        "--no-report",
+    ]
     cmd += ["--out-dir", str(out_dir / "runs")]
     if profiled_ranks is not None:
         cmd += ["--profiled-ranks", profiled_ranks]
     cmd += [
+        *run_options,
         str(DDP_JOB),
         "--slow-rank",
         str(slow_rank),
@@ -88,6 +102,8 @@ def run_ddp_job(
         cmd += ["--bucket-cap-mb", str(bucket_cap_mb)]
     if sleep_ms:
         cmd += ["--sleep-ms", str(sleep_ms)]
+    if steps is not None:
+        cmd += ["--steps", str(steps)]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out_dir, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (out_dir / "runs").iterdir()

@@ -10,6 +10,7 @@ from stepscope.cli._common import comm_pattern_option, print_json, step_option, 
 from stepscope.units import plain
 
 EXIT_GATE_BREACHED = 3
+EXIT_GATE_UNDECIDED = 4  # no gate breached, but the data could not decide one of them
 
 
 @click.command(name="diff")
@@ -32,7 +33,8 @@ EXIT_GATE_BREACHED = 3
     help="Exit 3 when TEST breaches GATE, e.g. 'step_time>+5%', 'data_loader>+2ms', 'gpu_idle>+10%', "
     "'new_high>0' (repeatable; metrics: step_time, data_loader, forward, backward, optimizer, communication, "
     "gpu_idle, other, new_high). A time gate breaches on a change that is significant (its 95% interval "
-    "excludes zero) and beyond the threshold.",
+    "excludes zero) and beyond the threshold, on any rank; exit 4 when no gate breaches but the data cannot "
+    "decide one (too few steps, a metric one run lacks).",
 )
 @comm_pattern_option
 @wide_option
@@ -74,10 +76,10 @@ def command(
 
         print_notes(result.notices)
         console(wide).print(DiffReport(result, top=top, wide=wide))
-    breached = [g for g in result.gates if g.breached]
-    for g in result.gates:
-        if g.reason.endswith("not checked"):
-            print_notes([f"--fail-on {g.expression}: {g.reason}"])
+    breached = [g for g in result.gates if g.outcome == "breach"]
+    undecided = [g for g in result.gates if g.outcome == "undecided"]
+    for g in undecided:
+        sys.stderr.write(plain(f"stepscope: --fail-on {g.expression} undecided: {g.reason}") + "\n")
     for g in breached:
         sys.stderr.write(plain(f"stepscope: --fail-on {g.expression} breached: {g.reason}") + "\n")
-    return EXIT_GATE_BREACHED if breached else 0
+    return EXIT_GATE_BREACHED if breached else EXIT_GATE_UNDECIDED if undecided else 0

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stepscope.analysis.diff.compare import PHASE_LABELS
 from stepscope.report import columns as col
@@ -11,7 +11,7 @@ from stepscope.report._diff_text import quartiles_text, sample_text, signed_ms
 from stepscope.report.model import Cell, Table, table
 
 if TYPE_CHECKING:
-    from stepscope.analysis.diff.compare import Diff
+    from stepscope.analysis.diff.compare import Diff, Phase, RankPhase
     from stepscope.analysis.diff.steps import StepComparison
 
 
@@ -30,10 +30,41 @@ def step_time_table(st: StepComparison, *, compared: bool = True, title: str = "
     )
 
 
+RANK_ROWS = 4  # under a phase whose ranks disagree: the ranks with the largest changes
+
+
 def phase_table(diff: Diff, *, compact: bool = False, title: str = "") -> Table:
     """The profiled window's phases per step in each run, the change with its 95% interval and whether it is
-    significant. `compact` (the terminal): the changes signed (+1.20 ms, +5.1%), and a '~' where the interval
-    holds 0 instead of the page's yes / no (a column of 11 characters would not leave the table room at 80)."""
+    significant; under a phase whose ranks' changes disagree (Phase.ranks_agree), a row for each of the ranks
+    that changed most, as the pooled row does not speak for them. `compact` (the terminal): the changes signed
+    (+1.20 ms, +5.1%), and a '~' where the interval holds 0 instead of the page's yes / no (a column of 11
+    characters would not leave the table room at 80)."""
+
+    def row(label: str, p: Phase | RankPhase, pct: float | None) -> list[Any]:
+        return [
+            label,
+            p.base_ms,
+            p.test_ms,
+            signed_ms_cell(p.delta_ms) if compact else p.delta_ms,
+            signed_pct_cell(pct) if compact else pct,
+            f"{signed_ms(p.low_ms)} to {signed_ms(p.high_ms)}"
+            if p.low_ms is not None and p.high_ms is not None
+            else "too few",
+            ("" if p.significant else "~") if compact else p.significant,
+        ]
+
+    rows = []
+    for p in diff.phases:
+        rows.append(row(PHASE_LABELS.get(p.name, p.name), p, p.change_pct))
+        if p.ranks_agree is False:
+            ranked = sorted(p.by_rank, key=lambda r: -abs(r.delta_ms or 0.0))
+            for r in ranked[:RANK_ROWS]:
+                pct = (
+                    round(100.0 * r.delta_ms / r.base_ms, 2) if r.delta_ms is not None and r.base_ms else None
+                )
+                rows.append(row(f"  rank {r.rank}", r, pct))
+            if len(ranked) > RANK_ROWS:
+                rows.append([f"  {len(ranked) - RANK_ROWS} more ranks", None, None, "", "", "", ""])
     return table(
         "phase-table",
         [
@@ -45,20 +76,7 @@ def phase_table(diff: Diff, *, compact: bool = False, title: str = "") -> Table:
             col.INTERVAL_95,
             col.HOLDS_ZERO if compact else col.SIGNIFICANT,
         ],
-        (
-            [
-                PHASE_LABELS.get(p.name, p.name),
-                p.base_ms,
-                p.test_ms,
-                signed_ms_cell(p.delta_ms) if compact else p.delta_ms,
-                signed_pct_cell(p.change_pct) if compact else p.change_pct,
-                f"{signed_ms(p.low_ms)} to {signed_ms(p.high_ms)}"
-                if p.low_ms is not None and p.high_ms is not None
-                else "too few",
-                ("" if p.significant else "~") if compact else p.significant,
-            ]
-            for p in diff.phases
-        ),
+        rows,
         filter=False,
         title=title,
     )

@@ -10,7 +10,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.text import Text
 
-from stepscope.analysis.diff.compare import Delta, Diff
+from stepscope.analysis.diff.compare import Delta, Diff, Gate
 from stepscope.analysis.diff.steps import StepComparison
 from stepscope.report import columns as col
 from stepscope.report._diff_tables import phase_table, signed_pct_cell, step_time_table
@@ -137,7 +137,7 @@ def _gate_table(d: Diff) -> Table:
                 _gate_value(g.metric, g.base),
                 _gate_value(g.metric, g.test),
                 signed_pct_cell(g.change_pct),
-                "BREACHED" if g.breached else ("not checked" if _unchecked(g.reason) else "ok"),
+                _gate_result(g),
             ]
             for g in d.gates
         ),
@@ -163,8 +163,12 @@ def _recounted_table(recounted: list[Delta]) -> Table:
     )
 
 
-def _unchecked(reason: str) -> bool:
-    return reason.endswith("not checked")
+def _gate_result(g: Gate) -> str:
+    """'BREACHED', 'BREACHED rank 1', 'UNDECIDED' or 'ok'."""
+    where = f" rank {g.rank}" if g.rank is not None else ""
+    if g.outcome == "breach":
+        return "BREACHED" + where
+    return "UNDECIDED" + where if g.outcome == "undecided" else "ok"
 
 
 def _gate_value(metric: str, value: float | None) -> Cell:

@@ -64,16 +64,30 @@ def match_findings(
 
 
 def finding_changes(
-    base: list[Finding], test: list[Finding], threshold_us: float, phase_moved: dict[str, bool | None]
+    base: list[Finding],
+    test: list[Finding],
+    threshold_us: float,
+    phase_moved: dict[str, bool | None],
+    rank_moved: dict[tuple[str, int], bool | None] | None = None,
 ) -> list[FindingChange]:
     """Findings that appeared, disappeared, changed severity, or changed price by at least `threshold_us`;
-    `phase_moved`: whether each phase changed significantly (None: too few values to tell)."""
+    `phase_moved`: whether each phase changed significantly over the ranks pooled (None: too few values to
+    tell); `rank_moved`: the same per (phase, rank), which a finding on ranks present there is judged by (moved
+    on any of its ranks) rather than by the pooled ranks."""
     out = []
     for bf, tf in match_findings(base, test):
         shown = tf if tf is not None else bf
         assert shown is not None
         phase_name = FINDING_PHASES.get(shown.id)
         moved = phase_moved.get(phase_name) if phase_name else None
+        if phase_name and rank_moved:
+            per_rank = [
+                rank_moved[phase_name, r]
+                for r in finding_ranks(shown)
+                if r is not None and (phase_name, r) in rank_moved
+            ]
+            if per_rank:
+                moved = True if any(per_rank) else (False if all(m is False for m in per_rank) else None)
         if bf is None:
             status = "appeared"
         elif tf is None:

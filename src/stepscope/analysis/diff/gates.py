@@ -26,6 +26,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import msgspec
+
+from stepscope.analysis.diff._shift import ONE_SIDED_ALPHA, beyond_p
 from stepscope.analysis.diff.compare import PHASE_LABELS, PHASES, Diff, FindingChange, Gate
 
 GATE_RE = re.compile(r"^\s*([a-z_]+)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)\s*(%|ms|us|s)?\s*$")
@@ -78,64 +81,228 @@ def evaluate_gates(diff: Diff, expressions: Sequence[str]) -> list[Gate]:
     return gates
 
 
+class _Measure(msgspec.Struct):
+    """What a time gate judges: one metric's medians in both runs and its change, pooled or of one rank."""
+
+    base: float | None
+    test: float | None
+    delta: float | None
+    low: float | None
+    high: float | None
+    counts: tuple[int, int]
+    base_sample: list[float] = []  # the values, where too few bound an interval
+    test_sample: list[float] = []
+    rank: int | None = None  # null: the pooled ranks
+
+
 def _time_gate(diff: Diff, expression: str, metric: str, op: str, number: float, unit: str | None) -> Gate:
+    """Per rank first: a phase of a job with several ranks is judged on each rank present in both runs, and on
+    the ranks pooled where their changes agree (more values, a narrower interval). Any rank beyond the threshold
+    breaches, the worst one named; the gate passes when the pooled ranks pass and agree, or every rank passes;
+    else it is undecided."""
     label = PHASE_LABELS.get(metric, metric)
+    pooled, by_rank, agree = _measures(diff, metric)
+    outcome, reason, low, high = _judge(diff, pooled, label, metric, op, number, unit)
+    gate = Gate(expression, metric, pooled.base, pooled.test, None, False, pooled.delta, low, high, reason)
+    if pooled.base is not None and pooled.delta is not None and pooled.base:
+        gate.change_pct = round(100.0 * pooled.delta / pooled.base, 2)
+    gate.outcome = outcome
+    if len(by_rank) > 1:
+        judged = [(m, _judge(diff, m, label, metric, op, number, unit)) for m in by_rank]
+        breached = [(m, j) for m, j in judged if j[0] == "breach"]
+        undecided = [(m, j) for m, j in judged if j[0] == "undecided"]
+        if outcome == "breach" and agree:
+            gate.reason = f"ranks {_rank_list(by_rank)} pooled (their changes agree): {reason}"
+        elif breached:
+            worst, (_, why, w_low, w_high) = max(breached, key=lambda x: abs(x[0].delta or 0.0))
+            gate.outcome, gate.rank, gate.ranks = (
+                "breach",
+                worst.rank,
+                [m.rank for m, _ in breached if m.rank is not None],
+            )
+            gate.delta_ms, gate.low_ms, gate.high_ms = worst.delta, w_low, w_high
+            others = (
+                f" (breached on ranks {_rank_list([m for m, _ in breached])})" if len(breached) > 1 else ""
+            )
+            gate.reason = f"rank {worst.rank}: {why}{others}"
+        elif outcome == "pass" and agree:
+            gate.reason = f"ranks {_rank_list(by_rank)} pooled (their changes agree): {reason}"
+        elif not undecided:
+            gate.outcome = "pass"
+            largest, (_, why, _, _) = max(judged, key=lambda x: abs(x[0].delta or 0.0))
+            gate.reason = (
+                f"every rank passes ({_rank_list(by_rank)}); the largest change, rank {largest.rank}: {why}"
+            )
+        else:
+            first, (_, why, _, _) = undecided[0]
+            gate.outcome, gate.rank, gate.ranks = (
+                "undecided",
+                first.rank,
+                [m.rank for m, _ in undecided if m.rank is not None],
+            )
+            more = (
+                f" (undecided on ranks {_rank_list([m for m, _ in undecided])})" if len(undecided) > 1 else ""
+            )
+            gate.reason = f"rank {first.rank}: {why}{more}"
+    gate.breached = gate.outcome == "breach"
+    return gate
+
+
+def _rank_list(measures: Sequence[_Measure]) -> str:
+    from stepscope.units import fmt_ranks
+
+    return fmt_ranks(sorted(m.rank for m in measures if m.rank is not None))
+
+
+def _measures(diff: Diff, metric: str) -> tuple[_Measure, list[_Measure], bool]:
+    """The metric pooled over the ranks, by rank (phases of several ranks), and whether the ranks agree."""
     if metric == "step_time":
         st = diff.step_time
-        base, test = st.base.median_ms, st.test.median_ms
-        delta, low, high, counts = st.delta_ms, st.low_ms, st.high_ms, (st.base.values, st.test.values)
-    else:
-        phase = next((p for p in diff.phases if p.name == metric), None)
-        base, test = (phase.base_ms, phase.test_ms) if phase else (None, None)
-        delta, low, high = (phase.delta_ms, phase.low_ms, phase.high_ms) if phase else (None, None, None)
-        counts = (phase.base_values, phase.test_values) if phase else (0, 0)
-    gate = Gate(expression, metric, base, test, None, False, delta, low, high)
-    if base is None or test is None or delta is None:
-        gate.reason = f"the runs do not both show {label}; not checked"
-        return gate
-    gate.change_pct = round(100.0 * delta / base, 2) if base else None
-    limit = base * number / 100 if unit == "%" else number * _UNIT_MS[unit or "ms"]
-    if low is None or high is None:
-        more = "more active steps" if metric != "step_time" else "run folders with more plain steps"
-        gate.reason = (
-            f"{counts[0]} and {counts[1]} values are too few to bound the change at 95% ({more}); not checked"
+        return (
+            _Measure(
+                st.base.median_ms,
+                st.test.median_ms,
+                st.delta_ms,
+                st.low_ms,
+                st.high_ms,
+                (st.base.values, st.test.values),
+                st.base_sample,
+                st.test_sample,
+            ),
+            [],
+            True,
         )
-        return gate
-    change = _change_text(delta, low, high, base if unit == "%" else None)
-    bound = f"{'+' if op == '>' else '-'}{number:g}{unit}"
+    phase = next((p for p in diff.phases if p.name == metric), None)
+    if phase is None:
+        return _Measure(None, None, None, None, None, (0, 0)), [], True
+    pooled = _Measure(
+        phase.base_ms,
+        phase.test_ms,
+        phase.delta_ms,
+        phase.low_ms,
+        phase.high_ms,
+        (phase.base_values, phase.test_values),
+        phase.base_sample,
+        phase.test_sample,
+    )
+    by_rank = [
+        _Measure(
+            r.base_ms,
+            r.test_ms,
+            r.delta_ms,
+            r.low_ms,
+            r.high_ms,
+            (r.base_values, r.test_values),
+            r.base_sample,
+            r.test_sample,
+            r.rank,
+        )
+        for r in phase.by_rank
+    ]
+    return pooled, by_rank, phase.ranks_agree is not False
+
+
+def _judge(
+    diff: Diff, m: _Measure, label: str, metric: str, op: str, number: float, unit: str | None
+) -> tuple[str, str, float | None, float | None]:
+    """(outcome, reason, low, high) of one measure against the gate; low and high: the interval judged (for
+    few values, the range of the test - base differences that the exact test found beyond the threshold)."""
+    base, test, delta, low, high = m.base, m.test, m.delta, m.low, m.high
+    if base is None and test is None:
+        return "pass", f"neither run shows {label}: nothing to compare", None, None
+    if base is None or test is None or delta is None:
+        which = "base" if base is None else "test"
+        return "undecided", f"the {which} run does not show {label}: cannot compare", None, None
+    limit = base * number / 100 if unit == "%" else number * _UNIT_MS[unit or "ms"]
     grew = op == ">"
+    bound = f"{'+' if grew else '-'}{number:g}{unit}"
+    if low is None or high is None:
+        decided = _exact(m, grew, limit, label, bound, metric, base if unit == "%" else None)
+        if decided[0] != "breach":
+            return decided
+        _, exact_reason, low, high = decided
+        assert low is not None and high is not None
+    else:
+        exact_reason = None
+    change = _change_text(delta, low, high, base if unit == "%" else None)
+    if exact_reason is not None:
+        change = exact_reason
     if not (low > 0 or high < 0):
-        gate.reason = f"{label} {change}: the interval holds 0, no significant change"
-    elif not (low > limit if grew else high < -limit):
+        return "pass", f"{label} {change}: the interval holds 0, no significant change", low, high
+    if not (low > limit if grew else high < -limit):
         may = (delta > limit) if grew else (delta < -limit)
-        gate.reason = f"{label} {change}: {'may be' if may else 'significant,'} within {bound}"
-    elif metric == "step_time" and not _fast_steps_beyond(diff, grew, number, unit):
+        return "pass", f"{label} {change}: {'may be' if may else 'significant,'} within {bound}", low, high
+    if metric == "step_time" and not _fast_steps_beyond(diff, grew, number, unit):
         st = diff.step_time
         assert st.fast_delta_ms is not None and st.fast_low_ms is not None and st.fast_high_ms is not None
         fast = _change_text(
             st.fast_delta_ms, st.fast_low_ms, st.fast_high_ms, st.base.fast_ms if unit == "%" else None
         )
-        gate.reason = (
+        return (
+            "pass",
             f"{label} {change}, but its fast steps (10th percentile) moved {fast}: more of the steps were slow, "
-            f"not every step (a busier machine, or a cost on some steps only); not beyond {bound}"
+            f"not every step (a busier machine, or a cost on some steps only); not beyond {bound}",
+            low,
+            high,
         )
-    elif metric != "step_time" and not _step_time_confirms(
-        diff, grew, (low if grew else high) / WINDOW_SLACK
-    ):
-        gate.reason = (
+    if metric != "step_time" and not _step_time_confirms(diff, grew, (low if grew else high) / WINDOW_SLACK):
+        return (
+            "pass",
             f"{label} {change} in the profiled window, but the step time over the plain steps does not move "
-            f"that much, significantly, the same way: not confirmed, not breached"
+            f"that much, significantly, the same way: not confirmed, not breached",
+            low,
+            high,
         )
-    elif metric != "step_time" and not _beyond_the_step(diff, grew, low, high, base, limit):
+    if metric != "step_time" and not _beyond_the_step(diff, grew, low, high, base, limit):
         scaled = 100.0 * _step_ratio(diff, grew)
-        gate.reason = (
+        return (
+            "pass",
             f"{label} {change}, but the whole step moved {scaled:+.1f}% (plain steps' median): beyond that, the "
-            f"phase's change may be within {bound}"
+            f"phase's change may be within {bound}",
+            low,
+            high,
         )
-    else:
-        gate.breached = True
-        gate.reason = f"{label} {change}: beyond {bound}"
-    return gate
+    return "breach", f"{label} {change}: beyond {bound}", low, high
+
+
+def _exact(
+    m: _Measure, grew: bool, limit: float, label: str, bound: str, metric: str, pct_of: float | None
+) -> tuple[str, str, float | None, float | None]:
+    """Too few values for an interval: the exact one-sided rank test (_shift.beyond_p) of the change beyond the
+    threshold, and of the change within it; neither at ONE_SIDED_ALPHA is undecided."""
+    n, k = m.counts
+    b, t = m.base_sample, m.test_sample
+    more = "more active steps" if metric != "step_time" else "run folders with more plain steps"
+    if not b or not t:
+        return "undecided", f"{n} and {k} values are too few to decide ({more})", None, None
+    # the gate's direction as "test above base": a decrease gate looks at the values negated
+    sign = 1.0 if grew else -1.0
+    bs, ts = [sign * v for v in b], [sign * v for v in t]
+    beyond = beyond_p(bs, ts, limit)
+    within = beyond_p(ts, bs, -limit)  # base above test - limit: the change within the threshold
+    diffs = (min(t) - max(b), max(t) - min(b))
+    shown = _change_text(m.delta or 0.0, *diffs, pct_of)
+    if beyond <= ONE_SIDED_ALPHA:
+        reason = (
+            f"{shown.replace('95%:', 'range:')}, every one of {k} test values beyond every one of {n} base values "
+            f"by more than {bound} (exact rank test, one-sided p = {beyond:.3g})"
+        )
+        return "breach", reason, diffs[0], diffs[1]
+    if within <= ONE_SIDED_ALPHA:
+        return (
+            "pass",
+            f"{label} {shown.replace('95%:', 'range:')}: within {bound} by an exact rank test "
+            f"(one-sided p = {within:.3g})",
+            None,
+            None,
+        )
+    return (
+        "undecided",
+        f"{label} {shown.replace('95%:', 'range:')}: {n} and {k} values overlap too much for an exact rank "
+        f"test to decide either way at {ONE_SIDED_ALPHA:g} ({more})",
+        None,
+        None,
+    )
 
 
 def _step_ratio(diff: Diff, grew: bool) -> float:
@@ -233,6 +400,10 @@ def _new_high(diff: Diff, expression: str, number: float) -> Gate:
             "growth: not counted"
         )
     gate.reason = "; ".join(reasons) or "no finding became HIGH"
+    gate.outcome = "breach" if gate.breached else "pass"
+    if counted:
+        gate.ranks = sorted({r for c in counted for r in (c.ranks or ([] if c.rank is None else [c.rank]))})
+        gate.rank = gate.ranks[0] if len(gate.ranks) == 1 else None
     return gate
 
 

@@ -53,6 +53,8 @@ class StepComparison(msgspec.Struct):
     fast_delta_ms: float | None = None  # test - base of the fast steps (10th percentile) ...
     fast_low_ms: float | None = None  # ... with a 95% interval (null under 20 step times a side)
     fast_high_ms: float | None = None
+    base_sample: list[float] = []  # the step times, where too few bound an interval (the gates' exact test)
+    test_sample: list[float] = []
 
 
 def compare_step_times(
@@ -89,6 +91,8 @@ def compare_step_times(
         fast_delta_ms=_ms(fast.estimate),
         fast_low_ms=_ms(fast.low),
         fast_high_ms=_ms(fast.high),
+        base_sample=[round(v, 4) for v in b[2]] if s.estimate is not None and s.low is None else [],
+        test_sample=[round(v, 4) for v in t[2]] if s.estimate is not None and s.low is None else [],
     )
 
 
