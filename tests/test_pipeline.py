@@ -17,7 +17,6 @@ from ._traces import Event, cpu, launched, step, write
 from .test_comm import analyze_json
 
 JOBS = Path(__file__).with_name("_pp_jobs.py")
-P2P = ("gloo:send", "gloo:recv", "c10d::send", "c10d::recv_")
 Span = tuple[float, float]
 
 
@@ -61,14 +60,14 @@ def _within(spans: list[Span], lo: float, hi: float) -> float:
 
 
 def trace_bubble(run_dir: Path, rank: int) -> float:
-    """The rank's bubble by docs/analysis.md's definition, read with json (not stepscope): the time in its send /
-    recv ops and gloo's send / recv ranges that no CPU op other than a c10d op covers, over its ProfilerSteps'
-    time."""
+    """The rank's bubble by docs/analysis.md's definition, read with json (not stepscope): the time in gloo's
+    receive ranges that no CPU op other than a c10d op covers, over its ProfilerSteps' time (a CPU backend's
+    sends stay open while the sender goes on: not waiting)."""
     (path,) = (run_dir / "traces").glob(f"rank{rank}_*.json.gz")
     events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
     span = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events]
     steps = [s for e, s in zip(events, span, strict=True) if e["name"].startswith("ProfilerStep#")]
-    p2p = _union([s for e, s in zip(events, span, strict=True) if e["name"] in P2P])
+    p2p = _union([s for e, s in zip(events, span, strict=True) if e["name"] == "gloo:recv"])
     c10d = [s for e, s in zip(events, span, strict=True) if e.get("cat") == "cpu_op" and "c10d" in e["name"]]
     ops = [
         s
@@ -260,18 +259,47 @@ def test_a_stage_that_computes_most_is_to_be_balanced(tmp_path: Path) -> None:
     assert found["action"].startswith("balance the stages: stage 1 (rank 1) computes 800 us per step")
 
 
-@pytest.mark.slow
-def test_without_recorded_inputs_the_peers_are_unknown_and_said(
-    runs: dict[str, Path], tmp_path: Path
-) -> None:
-    # GIVEN the GPipe job's traces as a job recorded without record_shapes writes them: no Concrete Inputs
-    for path in sorted((runs["gpipe"] / "traces").glob("rank*.json.gz")):
+def _without_inputs(run_dir: Path, out: Path, world: int | None = None) -> Path:
+    """The run's traces as a job recorded without record_shapes writes them (no Concrete Inputs), into `out`;
+    `world`: claimed to be ranks of a default group of that many ranks."""
+    for path in sorted((run_dir / "traces").glob("rank*.json.gz")):
         doc = json.loads(gzip.decompress(path.read_bytes()))
         for event in doc["traceEvents"]:
             for key in ("Concrete Inputs", "Input Dims", "Input type", "Input Strides"):
                 event.get("args", {}).pop(key, None)
-        write(tmp_path / path.name, doc)
-    result = analyze_json(tmp_path)
+        if world is not None:
+            info = doc["distributedInfo"]
+            info["world_size"] = world
+            for group in info["pg_config"]:
+                group["ranks"], group["pg_size"] = list(range(world)), world
+        write(out / path.name, doc)
+    return out
+
+
+@pytest.mark.slow
+def test_without_recorded_inputs_a_group_of_two_names_the_peers(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    # GIVEN the GPipe job's traces without their recorded inputs: no op names its peer
+    with_inputs = analyze_json(runs["gpipe"] / "traces")["pipeline"]
+    result = analyze_json(_without_inputs(runs["gpipe"], tmp_path))
+    # THEN each rank's only group has two members: the other one is the peer, the same stages and bubbles
+    pipeline = result["pipeline"]
+    assert [(s["rank"], s["stage"], s["prev"], s["next"]) for s in pipeline["stages"]] == [
+        (0, 0, None, 1),
+        (1, 1, 0, None),
+    ]
+    assert [s["bubble"] for s in pipeline["stages"]] == [s["bubble"] for s in with_inputs["stages"]]
+    assert any("whose other member is taken as the peer" in n for n in pipeline["notes"])
+    assert [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
+
+
+@pytest.mark.slow
+def test_without_recorded_inputs_in_a_larger_group_the_peers_are_unknown_and_said(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    # GIVEN the same traces, as ranks of a group of 4 (two of them not traced): the peer could be any of 3
+    result = analyze_json(_without_inputs(runs["gpipe"], tmp_path, world=4))
     # THEN no pipeline is recognised, no bubble is priced, and the notices say why (8 ops a step, 2 steps)
     assert result["pipeline"] is None
     assert not [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
@@ -318,3 +346,28 @@ def test_one_traced_stage_is_a_stage_whose_place_is_known_only_from_the_first(ru
     (found,) = [f for f in result["findings"] if f["id"] == "pipeline_bubble"]
     assert found["cost_ms_per_step"] == pytest.approx(stage["bubble_ms"], abs=0.002)
     assert "the most on rank 1" in found["message"]
+
+
+@pytest.mark.slow
+def test_a_gpipe_job_at_the_defaults_has_its_bubble_per_stage(tmp_path: Path) -> None:
+    # GIVEN a 2-stage GPipe job (4 micro-batches, gloo) under the monitor at its default options (no recorded
+    # inputs: no op names its peer), which times its own waits on receives (tests/_pp_defaults_job.py)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    job = Path(__file__).with_name("_pp_defaults_job.py")
+    cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(job), str(tmp_path)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=240)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    # THEN the run folder records each rank's stage, and the pipeline view is there with a bubble per stage
+    groups = [json.loads((run_dir / "process_groups" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [g["pipeline_stages"] for g in groups] == [
+        [{"stage_index": r, "num_stages": 2, "group": "0", "stage_ranks": [0, 1]}] for r in (0, 1)
+    ]
+    pipeline = analyze_json(run_dir)["pipeline"]
+    assert pipeline is not None and pipeline["num_stages"] == 2 and pipeline["schedule"] == "GPipe"
+    assert any("as capture recorded them" in n for n in pipeline["notes"])
+    for s in pipeline["stages"]:
+        # each stage's bubble within 10 points of the share of its steps the job waited on its receives
+        waits = json.loads((tmp_path / f"waits_rank{s['rank']}.json").read_text())
+        steps = [waits[str(n)] for n in s["steps"]]
+        measured = sum(w[0] for w in steps) / sum(w[2] for w in steps)
+        assert s["bubble"] == pytest.approx(measured, abs=0.10), (s, measured)

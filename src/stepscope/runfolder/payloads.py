@@ -199,6 +199,17 @@ class GroupWindow(msgspec.Struct):
     collectives: dict[str, int]  # group name -> collectives issued in the window
 
 
+class PipelineStageRecord(msgspec.Struct):
+    """One `torch.distributed.pipelining` stage this rank runs: its index, the pipeline's stage count, the
+    process group its point-to-point messages go through, and the global rank of every stage (index -> rank):
+    its neighbours, which the traces name only when recorded with shapes."""
+
+    stage_index: int
+    num_stages: int
+    group: str | None  # the group's name (c10d's "Process Group Name"); null: unknown
+    stage_ranks: list[int]  # stage_ranks[i]: the global rank that runs stage i
+
+
 class Mesh(msgspec.Struct):
     """One DeviceMesh of the job (a root mesh, not a slice of one)."""
 
@@ -220,6 +231,7 @@ class ProcessGroups(msgspec.Struct, kw_only=True):
     meshes: list[Mesh] = []
     notes: list[str] = []
     windows: list[GroupWindow] = []  # one per profiling window of this rank, in order
+    pipeline_stages: list[PipelineStageRecord] = []  # the pipelining stages this rank runs
 
 
 class PyFrame(msgspec.Struct, array_like=True):

@@ -62,14 +62,18 @@ class Pipeline(msgspec.Struct):
 def pipeline_analysis(parts: Mapping[int, RankPipeline | None]) -> Pipeline | None:
     """The pipeline of the job from every rank's part (None where a rank issued no point-to-point op with a
     peer); None when no chain of stages is recognised."""
-    ranks = {r: p for r, p in parts.items() if p is not None and p.has_peers}
+    ranks = {r: p for r, p in parts.items() if p is not None and (p.has_peers or p.recorded)}
     if not ranks:
         return None
     notes: list[str] = []
-    peers = _global_peers(ranks, notes)
+    peers = _global_peers({r: p for r, p in ranks.items() if p.has_peers}, notes)
     prev: dict[int, int | None] = {}
     nxt: dict[int, int | None] = {}
     for r, part in ranks.items():
+        if part.recorded:
+            # capture's record of the rank's stage names its neighbours
+            prev[r], nxt[r] = part.stage_prev, part.stage_next
+            continue
         if r not in peers:
             continue
         before, after, extra = _neighbours(part, peers[r])
@@ -86,9 +90,24 @@ def pipeline_analysis(parts: Mapping[int, RankPipeline | None]) -> Pipeline | No
         return None
     # (numbered from a first stage only: after an untraced one, the position is unknown)
     stage_of = {r: i for chain in chains if prev[chain[0]] is None for i, r in enumerate(chain)}
+    stage_of.update({r: part.stage_index for r, part in ranks.items() if part.stage_index is not None})
     complete = [c for c in chains if prev[c[0]] is None and (nxt[c[-1]] is None or nxt[c[-1]] == c[0])]
     lengths = {len(c) for c in complete}
     p = lengths.pop() if len(lengths) == 1 else None
+    recorded_counts = {part.num_stages for part in ranks.values() if part.num_stages is not None}
+    if len(recorded_counts) == 1:
+        p = recorded_counts.pop()
+    if any(part.recorded for part in ranks.values()):
+        notes.append(
+            "stages and their order as capture recorded them (torch.distributed.pipelining's stages)"
+        )
+    inferred = sorted(r for r, part in ranks.items() if part.inferred)
+    if inferred:
+        notes.append(
+            f"rank{'s' if len(inferred) > 1 else ''} {', '.join(map(str, inferred))}: the point-to-point ops "
+            "name no peer (recorded without shapes); each rank belongs to one group of two, whose other member "
+            "is taken as the peer"
+        )
     stages = [_stage(ranks[r], stage_of.get(r), prev[r], nxt[r]) for r in sorted(prev)]
     stages.sort(key=lambda s: (s.stage if s.stage is not None else 1 << 30, s.rank))
     m, m_source = _micro_batches(ranks, [c[0] for c in chains], nxt, peers)
@@ -106,7 +125,7 @@ def pipeline_notices(parts: Mapping[int, RankPipeline | None]) -> list[str]:
     """What keeps ranks out of the pipeline view: point-to-point ops that name no peer."""
     out = []
     for r, part in sorted(parts.items()):
-        if part is not None and part.unnamed and not part.has_peers:
+        if part is not None and part.unnamed and not part.has_peers and not part.recorded:
             out.append(
                 f"rank {r}: its {part.unnamed} point-to-point ops (c10d::send / c10d::recv_) name no peer: no "
                 "pipeline view without the recorded inputs (record_shapes=True)"

@@ -84,8 +84,8 @@ def no_traces_note(run: Run) -> str:
 
 
 def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
-    """The job's process groups by name ({description, ranks, backend, mesh_dim, threads, windows}) as its profiled
-    ranks recorded them in a run folder (kind `process_groups`; threads and windows: capture_evidence); None for a
+    """The job's process groups by name ({description, ranks, backend, mesh_dim, threads, windows, and for a
+    pipeline's group "pipeline": {"stage_ranks": the rank of each stage}}) as its profiled ranks recorded them in a run folder (kind `process_groups`; threads and windows: capture_evidence); None for a
     path that is not a run folder or has no record. What the collectives analysis takes as `known_groups`."""
     from stepscope.runfolder import is_run_folder
 
@@ -95,7 +95,7 @@ def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
     records = _process_groups(Path(path), manifest, notes)
     groups, _, _ = job_groups(records)
     evidence = capture_evidence(records)
-    known = {
+    known: dict[str, dict[str, Any]] = {
         g.name: {
             "description": g.description,
             "ranks": g.ranks,
@@ -105,6 +105,10 @@ def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
         }
         for g in groups
     }
+    for record in records:
+        for stage in record.pipeline_stages:
+            if stage.group in known:
+                known[stage.group].setdefault("pipeline", {"stage_ranks": list(stage.stage_ranks)})
     return known or None
 
 

@@ -6,7 +6,8 @@ their names as record_param_comms prints them ("Process Group Name"), so that an
 a trace to its group and mesh dimension.
 
 It looks at the first step, after each exported window and at close, never at a quiet step; a look costs the
-length of c10d's registry of names while no group is new, and the file is rewritten only when its content
+length of c10d's registry of names while no group is new (and, in a job that imported pipelining, until its
+stages are found, a scan for them: pipeline_stages.py), and the file is rewritten only when its content
 changes. For the `gloo:*` ranges of a trace, which name no group, it also records each gloo group's worker
 threads (gloo_threads.py: read when a group is new, until they are told apart) and, per window, how many
 collectives each group issued in it: c10d's sequence number of every group, read at the window's first active
@@ -24,10 +25,11 @@ import msgspec
 
 from stepscope.capture.collector import Collector, RunContext, Window
 from stepscope.capture.collectors.gloo_threads import gloo_threads, is_gloo, sequence_number, split_threads
+from stepscope.capture.collectors.pipeline_stages import MAX_SCANS, find_stages
 from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.schedule import Phase
 from stepscope.runfolder import ArtifactKind
-from stepscope.runfolder.payloads import GroupWindow, Mesh, ProcessGroup, ProcessGroups
+from stepscope.runfolder.payloads import GroupWindow, Mesh, PipelineStageRecord, ProcessGroup, ProcessGroups
 
 UNKNOWN = "unknown"
 MESH_PREFIX = "mesh_"  # torch's description of a mesh dimension's group: mesh_<dim name> (mesh_default: none)
@@ -48,6 +50,8 @@ class ProcessGroupCollector(Collector):
         self._threads_known = False  # every gloo group's threads told apart (or none to tell)
         self._at_start: dict[str, int] | None = None  # sequence numbers at the open window's first step
         self._windows: list[GroupWindow] = []
+        self._stages: list[PipelineStageRecord] = []  # pipelining's stages on this rank (pipeline_stages.py)
+        self._stage_scans = 0
 
     def start(self) -> None:
         self._look()
@@ -81,7 +85,13 @@ class ProcessGroupCollector(Collector):
         if count is None or count != self._count or not self._threads_known or self._record_now is None:
             self._count = count
             self._record_now = self._record(dist)
-        record = msgspec.structs.replace(self._record_now, windows=list(self._windows))
+        if not self._stages and self._stage_scans < MAX_SCANS:
+            found = find_stages(dist, self._miss)
+            self._stage_scans = MAX_SCANS if found is None else self._stage_scans + 1
+            self._stages = found or []
+        record = msgspec.structs.replace(
+            self._record_now, windows=list(self._windows), pipeline_stages=list(self._stages)
+        )
         content = msgspec.json.encode(record)
         if content != self._written:
             self.ctx.writer.write_json(ArtifactKind.PROCESS_GROUPS, record)
