@@ -1,11 +1,11 @@
-"""A real CPU job for the findings priced by replay (tests/test_priced_findings.py): two findings that name the
-same time.
+"""A real CPU job for the findings priced by replay (tests/test_priced_findings.py): time one finding must price
+alone.
 
     python tests/_price_jobs.py OUT_DIR
 
 - `overlap`: the optimizer's region holds, besides the optimizer's step, SLEEP_S of Python that runs no torch op
-  (a metrics sync, a checkpoint written inline): `optimizer_bound` prices the whole region, `python_overhead` the
-  time without an op, so both price the sleep.
+  (a metrics sync, a checkpoint written inline): `optimizer_bound` prices the whole region and says it is Python;
+  `python_overhead` leaves the optimizer's time out (it once priced the sleep a second time).
 """
 
 from __future__ import annotations

@@ -278,17 +278,23 @@ def _critical_path(parts: Sequence[RankPart]) -> CriticalPath | None:
 
 
 def attach_run(result: AnalysisResult, facts: RunFacts) -> AnalysisResult:
-    """`result` with what its run folder measured outside the traces (`facts`): `run`, and the findings that
-    come from it (the Python functions py-spy sampled in the host-side findings, python_hotspot,
-    host_memory_growth), ranked again with the others."""
+    """`result` with what its run folder measured outside the traces (`facts`): `run`, a notice where the
+    profiled steps are much slower than the plain ones (run/overhead.py), and the findings that come from it
+    (the Python functions py-spy sampled in the host-side findings, python_hotspot, host_memory_growth), ranked
+    again with the others."""
     from stepscope.analysis.findings.python import host_memory_findings, python_findings
+    from stepscope.analysis.run.overhead import profiler_overhead_notice
     from stepscope.analysis.stats import median
 
     result.run = facts
+    profiled = {r.rank: [s.dur_us / 1000 for s in r.steps] for r in result.ranks}
+    overhead = profiler_overhead_notice(profiled, facts.step_times)
+    if overhead is not None:
+        result.notices.append(overhead)
     if not facts.python_samples and not facts.host_memory:
         return result
     steps = {r.rank: [s.step for s in r.steps] for r in result.ranks}
-    step_ms = {r.rank: median([s.dur_us / 1000 for s in r.steps]) for r in result.ranks if r.steps}
+    step_ms = {rank: median(ms) for rank, ms in profiled.items() if ms}
     findings = python_findings(result.findings, facts.python_samples, steps, step_ms)
     new = [f for f in findings if f.id == "python_hotspot"]
     kept = [f for f in findings if f.id != "python_hotspot"]

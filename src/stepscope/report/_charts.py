@@ -326,6 +326,7 @@ PATH_COLORS = {
     "communication": CATEGORY_COLORS["Communication"],
     "GPU copies/fills": CATEGORY_COLORS["Memcpy"],
     "launch latency": CATEGORY_COLORS["Runtime"],
+    "collective dispatch (CPU backend)": "#a0cbe8",
     "gaps between kernels": "#d4d4d4",
     "synchronization (own time)": "#1f1f1f",
     "host: data_loader": CATEGORY_COLORS["DataLoader"],

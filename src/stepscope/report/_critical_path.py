@@ -13,6 +13,7 @@ KIND_LABELS = {
     "communication": "communication",
     "memory": "GPU copies/fills",
     "launch": "launch latency",
+    "dispatch": "collective dispatch (CPU backend)",
     "gap": "gaps between kernels",
     "sync": "synchronization (own time)",
 }

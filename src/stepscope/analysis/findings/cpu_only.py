@@ -6,7 +6,15 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.findings._common import PHASE_ACTIONS, all_of, fmt_p, ms
+from stepscope.analysis.findings._common import (
+    OUTSIDE_OPS_MIN_SHARE,
+    PHASE_ACTIONS,
+    all_of,
+    code_name,
+    fmt_p,
+    ms,
+    python_action,
+)
 from stepscope.analysis.findings.pricing import (
     Evidence,
     Finding,
@@ -17,7 +25,6 @@ from stepscope.analysis.findings.pricing import (
 from stepscope.analysis.findings.rule import Rule
 from stepscope.analysis.rank import host
 from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.stats import median
 from stepscope.units import fmt_ms, fmt_ns
 
 PYTHON_OVERHEAD = Rule("python_overhead", "ops", "the host time outside any op (Python)")
@@ -74,30 +81,7 @@ def cpu_only(data: RankData, loader: iv.Intervals, comm: iv.Intervals | None) ->
     )
     if found is not None:
         out.append(found)
-    optimizer = phases_iv["optimizer"]
-    opt_ns = iv.length(optimizer)
-    price = price_of(data, optimizer, min_pct=OPTIMIZER_MIN_PCT)
-    ops = host.ops_during(data.table, optimizer) if opt_ns else []
-    op_text = (
-        f"; its top op is `{ops[0].name}` ({fmt_p(100 * ops[0].ns / opt_ns)} of its time, "
-        f"{ops[0].calls / n:.0f} calls per step)"
-        if ops
-        else ""
-    )
-    found = priced(
-        OPTIMIZER_BOUND.id,
-        data.rank,
-        price,
-        "time in the optimizer",
-        f"The optimizer takes {fmt_ms(price.ms)} per step ({fmt_p(price.pct)} of the step){op_text}",
-        f"make `{ops[0].name}` cheaper or run it less often"
-        if ops and ops[0].ns >= opt_ns / 2 and "foreach" not in ops[0].name
-        else PHASE_ACTIONS["optimizer"],
-        {
-            "top_op": ops[0].name if ops else None,
-            "top_op_calls_per_step": ops[0].calls / n if ops else None,
-        },
-    )
+    found = _optimizer_bound(data, phases_iv["optimizer"], stretches.no_op)
     if found is not None:
         out.append(found)
     if stretches.small_ops is not None:
@@ -120,49 +104,104 @@ def cpu_only(data: RankData, loader: iv.Intervals, comm: iv.Intervals | None) ->
     return out
 
 
+def _optimizer_bound(data: RankData, optimizer: iv.Intervals, no_op: iv.Intervals) -> Finding | None:
+    """optimizer_bound: the optimizer's time, with the advice its cause calls for: Python (no torch op runs for
+    OUTSIDE_OPS_MIN_SHARE of it or more), one costly op, or many small ones (a fused optimizer)."""
+    opt_ns = iv.length(optimizer)
+    price = price_of(data, optimizer, min_pct=OPTIMIZER_MIN_PCT)
+    if price.severity is None:
+        return None
+    n = price.steps
+    ops = host.ops_during(data.table, optimizer)
+    outside_pct = 100 * iv.length(iv.intersect(optimizer, no_op)) / opt_ns
+    top = ops[0] if ops else None
+    op_text = (
+        f"`{code_name(top.name)}` ({fmt_p(100 * top.ns / opt_ns)} of its time, {top.calls / n:.0f} calls per step)"
+        if top is not None
+        else ""
+    )
+    if outside_pct >= 100 * OUTSIDE_OPS_MIN_SHARE:
+        ran = f"its top op, {op_text}, is a small part of it" if top is not None else "no torch op runs in it"
+        cause = f", {outside_pct:.0f}% of it runs no torch op: it is Python in the optimizer step ({ran})"
+        action = python_action("the optimizer step")
+    else:
+        cause = f"; its top op is {op_text}" if top is not None else ""
+        action = (
+            f"make `{code_name(top.name)}` cheaper or run it less often"
+            if top is not None and top.ns >= opt_ns / 2 and "foreach" not in top.name
+            else PHASE_ACTIONS["optimizer"]
+        )
+    return priced(
+        OPTIMIZER_BOUND.id,
+        data.rank,
+        price,
+        "time in the optimizer",
+        f"The optimizer takes {fmt_ms(price.ms)} per step ({fmt_p(price.pct)} of the step){cause}",
+        action,
+        {
+            "top_op": top.name if top is not None else None,
+            "top_op_calls_per_step": top.calls / n if top is not None else None,
+            "outside_ops_pct": round(outside_pct, 2),
+        },
+    )
+
+
 class HostStretches(msgspec.Struct, eq=False, frozen=True):
     """The host time python_overhead and many_small_ops price on a rank without GPU activity."""
 
-    untraced: iv.Intervals  # no torch op runs (python_overhead), less the runs of small ops below
+    untraced: iv.Intervals  # no torch op runs (python_overhead), less the runs of small ops and the optimizer
     small_ops: iv.Intervals | None  # runs of small top-level ops (many_small_ops); None: too few per step
     top_level: int  # top-level ops in the window
     small: int  # of them, shorter than SMALL_OP_NS
+    no_op: iv.Intervals  # all the time in which no torch op runs (host.untraced_time)
 
 
 def host_stretches(data: RankData) -> HostStretches:
-    """What python_overhead and many_small_ops price (also what a replay removes to price them)."""
+    """What python_overhead and many_small_ops price (also what a replay removes to price them). Each stretch
+    is priced once: where optimizer_bound holds, the optimizer's time is its own (its Python and its small ops
+    are not python_overhead's or many_small_ops')."""
     n = len(WindowSteps.of(data))
     count, small, small_ops = host.small_top_level_ops(data.table, data.lo, data.hi, SMALL_OP_NS)
     many_small = small / n >= SMALL_OPS_MIN_PER_STEP
+    no_op = host.untraced_time(data.table, data.lo, data.hi)
     # the Python issuing a run of small ops one after another is that run's own cost (many_small_ops)
-    untraced = host.untraced_time(data.table, data.lo, data.hi)
-    if many_small:
-        untraced = iv.subtract(untraced, small_ops)
-    return HostStretches(untraced, small_ops if many_small else None, count, small)
+    untraced = iv.subtract(no_op, small_ops) if many_small else no_op
+    optimizer = host.phase_unions(data.table, data.lo, data.hi)["optimizer"]
+    if len(optimizer[0]) and price_of(data, optimizer, min_pct=OPTIMIZER_MIN_PCT).severity is not None:
+        untraced = iv.subtract(untraced, optimizer)
+        small_ops = iv.subtract(small_ops, optimizer)
+    return HostStretches(untraced, small_ops if many_small else None, count, small, no_op)
 
 
 def _step_breakdown(
     data: RankData, steps: WindowSteps, phases_iv: dict[str, iv.Intervals], comm: iv.Intervals | None
 ) -> Finding:
-    """Where the median step goes, phase by phase, then the communication outside the phases (each figure the
-    median over the window's steps, so they need not add up to the median step); a phase the trace never
-    annotates is null, not 0."""
+    """Where the median step goes, phase by phase, then the communication outside the phases and the rest: one
+    step split (the median one by length, the lower of the two middle ones for an even count), so that its
+    parts add up to it and their shares to 100%; a phase the trace never annotates is null, not 0."""
     annotated = host.annotated_phases(data.table)
     per_step = {p: steps.covered(u) for p, u in phases_iv.items()}
     if comm is not None:
         outside = iv.subtract(iv.clip(comm, data.lo, data.hi), all_of(phases_iv))
         per_step["communication"] = steps.covered(outside)
     per_step["other"] = np.maximum(steps.length - sum(per_step.values()), 0)
-    step_ns = median(steps.length.tolist())
-    medians = {p: median(v.tolist()) for p, v in per_step.items()}
+    k = int(np.argsort(steps.length, kind="stable")[(len(steps) - 1) // 2])
+    step_ns = int(steps.length[k])
+    number = int(data.steps.number[k]) if len(data.steps) == len(steps) else None
+    split = {p: int(v[k]) for p, v in per_step.items()}
+    shown = [(p, ns) for p, ns in split.items() if ns]
+    shares = whole_percents([ns for _, ns in shown])
     parts = ", ".join(
-        f"{host.PHASE_LABELS[p]} {fmt_ns(ns)} ({100 * ns / step_ns:.0f}%)" for p, ns in medians.items() if ns
+        f"{host.PHASE_LABELS[p]} {fmt_ns(ns)} ({share}%)"
+        for (p, ns), share in zip(shown, shares, strict=True)
     )
     evidence: Evidence = {
         f"{p}_ms_per_step": ms(ns) if p in ("other", "communication") or p in annotated else None
-        for p, ns in medians.items()
+        for p, ns in split.items()
     }
-    evidence.update({"step_ms": ms(step_ns), "steps": len(steps)})
+    evidence.update({"step_ms": ms(step_ns), "step": number, "steps": len(steps)})
+    which_step = f"step {number}, " if number is not None else ""
+    split_of = f"the median of its {len(steps)} steps" if len(steps) > 1 else "its one step"
     unannotated = [host.PHASE_LABELS[p] for p in host.PHASES if p not in annotated]
     unknown = ""
     if unannotated:
@@ -176,7 +215,19 @@ def _step_breakdown(
         STEP_BREAKDOWN.id,
         "info",
         data.rank,
-        f"No GPU activity: the median step ({fmt_ns(step_ns)}) goes to {parts}.{unknown}",
+        f"No GPU activity: {split_of} ({which_step}{fmt_ns(step_ns)}) goes to {parts}.{unknown}",
         evidence,
         steps=len(steps),
     )
+
+
+def whole_percents(values: list[int]) -> list[int]:
+    """`values` as whole percentages of their sum that add up to 100 (largest remainders rounded up)."""
+    total = sum(values)
+    if total <= 0:
+        return [0] * len(values)
+    exact = [100 * v / total for v in values]
+    out = [int(x) for x in exact]
+    for i in sorted(range(len(values)), key=lambda i: (out[i] - exact[i], i))[: 100 - sum(out)]:
+        out[i] += 1
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.analysis.findings._common import fmt_p
+from stepscope.analysis.findings._common import code_name, fmt_p
 from stepscope.analysis.findings.pricing import Finding, Price, WindowSteps, priced
 from stepscope.analysis.findings.rule import Rule
 from stepscope.analysis.rank.fsdp import FsdpRank, FsdpUnit
@@ -54,7 +54,7 @@ def exposed_all_gather(data: RankData, fsdp: FsdpRank) -> Finding | None:
     forward = median([s.exposed_forward_ms or 0.0 for s in fsdp.steps])
     backward = median([s.exposed_backward_ms or 0.0 for s in fsdp.steps])
     total = median([s.all_gather_ms or 0.0 for s in fsdp.steps])
-    named = ", ".join(f"`{u.unit}` {fmt_ms(u.exposed_all_gather_ms_per_step or 0.0)}" for u in top)
+    named = ", ".join(f"`{code_name(u.unit)}` {fmt_ms(u.exposed_all_gather_ms_per_step or 0.0)}" for u in top)
     action = _action(fsdp, top, forward, backward)
     evidence: dict[str, float | int | str | None] = {
         "all_gather_ms_per_step": round(total, 3),
@@ -94,7 +94,7 @@ def _action(fsdp: FsdpRank, top: list[FsdpUnit], forward: float, backward: float
         )
     regather = [u.unit for u in top if u.all_gathers_per_step >= 2]
     if backward > forward and regather:
-        names = ", ".join(f"`{n}`" for n in regather)
+        names = ", ".join(f"`{code_name(n)}`" for n in regather)
         setting = "reshard_after_forward=False" if fsdp.version == 2 else "ShardingStrategy.SHARD_GRAD_OP"
         return (
             f"keep {names} gathered from forward to backward ({setting} for them), so backward does not "

@@ -13,7 +13,15 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import unique_inverse
-from stepscope.analysis.findings._common import PHASE_ACTIONS, all_of, fmt_p, ms
+from stepscope.analysis.findings._common import (
+    OUTSIDE_OPS_MIN_SHARE,
+    PHASE_ACTIONS,
+    all_of,
+    code_name,
+    fmt_p,
+    ms,
+    python_action,
+)
 from stepscope.analysis.findings.pricing import (
     Evidence,
     Finding,
@@ -140,7 +148,7 @@ def data_loader_stall(data: RankData, gaps: Gaps | None, loader: iv.Intervals) -
         price,
         "data loader time" + (" with the GPU idle" if has_gpu else ""),
         f"The training loop waits {fmt_ms(price.ms)} per step ({fmt_p(price.pct)} of the step) on the DataLoader "
-        f"(`{name}`) {where}",
+        f"(`{code_name(name)}`) {where}",
         "raise DataLoader num_workers (with pin_memory=True, persistent_workers=True) or make __getitem__ cheaper",
         {
             "dataloader_ms_per_step": price.median_ms(loader),
@@ -196,7 +204,7 @@ def sync_points(data: RankData, gaps: Gaps | None) -> tuple[Finding | None, iv.I
     counts = {k_: int((sync_kind[sync_rows] == 1 + i).sum()) for i, k_ in enumerate(_SYNC_KINDS)}
     where = _enclosing_op(t, costly)
     price = price_of(data, idle)
-    named = f", most of it after `{where[0]}` ({where[1]} of them)" if where else ""
+    named = f", most of it after `{code_name(where[0])}` ({where[1]} of them)" if where else ""
     finding = priced(
         SYNC_POINTS.id,
         data.rank,
@@ -332,6 +340,7 @@ def host_waits(data: RankData, gaps: Gaps | None, claimed: iv.Intervals) -> Find
     parts = []
     helds = []
     top_op: host.OpTime | None = None
+    first: iv.Intervals | None = None  # the waits in the leading phase
     for i, (phase_ns, phase) in enumerate(ranked[:2]):
         if i and phase_ns < cost / 10:
             break
@@ -341,15 +350,16 @@ def host_waits(data: RankData, gaps: Gaps | None, claimed: iv.Intervals) -> Find
         ops = host.ops_during(data.table, stretch, top=1)
         decisive = ops and ops[0].ns >= phase_ns / 4
         held = (
-            f"mostly `{ops[0].name}`, {fmt_ns(ops[0].mean_call_ns)} per call"
+            f"mostly `{code_name(ops[0].name)}`, {fmt_ns(ops[0].mean_call_ns)} per call"
             if decisive
             else "no single op accounts for it"
         )
         median_ms = price.median_ms(stretch)
         parts.append(f"in {host.PHASE_LABELS[phase]} for {fmt_ms(median_ms)} of it ({held})")
         helds.append(held)
-        if i == 0 and decisive:
-            top_op = ops[0]
+        if i == 0:
+            first = stretch
+            top_op = ops[0] if decisive else None
         evidence[f"{phase}_ms_per_step"] = median_ms
         if decisive:
             evidence[f"{phase}_top_op"] = ops[0].name
@@ -371,7 +381,19 @@ def host_waits(data: RankData, gaps: Gaps | None, claimed: iv.Intervals) -> Find
             "with_stack=True or py-spy"
         )
     if top_op is not None and phase in ("forward", "backward", "other"):
-        action = f"make `{top_op.name}` cheaper on the CPU or move it off the step's path"
+        action = f"make `{code_name(top_op.name)}` cheaper on the CPU or move it off the step's path"
+    elif top_op is None and first is not None and phase != "other" and iv.length(first):
+        # no op holds the waits in a phase: where most of them run no torch op at all, the host is in Python (not
+        # in the phase's ops: a fused optimizer, torch.compile would not help; the advice for "other" is Python's)
+        outside = iv.length(iv.intersect(first, host.untraced_time(data.table, data.lo, data.hi)))
+        if outside >= OUTSIDE_OPS_MIN_SHARE * iv.length(first):
+            share = 100 * outside / iv.length(first)
+            evidence["outside_ops_pct"] = round(share, 2)
+            parts[0] = parts[0].replace(
+                "(no single op accounts for it)", f"(no torch op runs in {fmt_p(share)} of it: Python)"
+            )
+            during = "during those waits the CPU is " + " and ".join(parts)
+            action = python_action(f"the {host.PHASE_LABELS[phase]} phase")
     return priced(
         HOST_BOUND.id,
         data.rank,
@@ -408,7 +430,7 @@ def tiny_kernels(data: RankData, gaps: Gaps | None) -> Finding | None:
         price,
         "GPU idle between queued kernels shorter than 5 us",
         f"{fmt_p(share)} of the kernels ({n_tiny / price.steps:.0f} per step) run under "
-        f"{TINY_KERNEL_NS / 1000:g} us, most often `{g.names[top]}` ({int(counts.max())}x); the GPU idles "
+        f"{TINY_KERNEL_NS / 1000:g} us, most often `{code_name(g.names[top])}` ({int(counts.max())}x); the GPU idles "
         f"{fmt_ms(price.ms)} per step between them",
         "fuse them (torch.compile, fused or foreach optimizers, larger tensors)",
         {

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.findings._common import fmt_p
+from stepscope.analysis.findings._common import code_name, fmt_p
 from stepscope.analysis.findings.comm_rank import comm_bound, poor_overlap
 from stepscope.analysis.findings.cpu_only import cpu_only
 from stepscope.analysis.findings.gpu_idle import (
@@ -141,7 +141,9 @@ def _straggler_finding(held: list[GroupStraggler], passed: list[GroupStraggler])
     cause = top.cause
     why = ""
     if cause is not None:
-        what = {"data_loader": "data loading", "op": f"`{cause.name}`"}.get(cause.phase, cause.phase)
+        what = {"data_loader": "data loading", "op": f"`{code_name(cause.name or '')}`"}.get(
+            cause.phase, cause.phase
+        )
         why = (
             f": its {what} takes {fmt_ms(cause.rank_ms_per_step)} per step against "
             f"{fmt_ms(cause.others_ms_per_step)} on the other ranks"

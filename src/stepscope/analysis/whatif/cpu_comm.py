@@ -43,6 +43,7 @@ def rank_graph(data: RankData, instances: Instances | None) -> RankGraph:
         # the activities' "streams" are the backend's threads (cpu_collective_nodes)
         tids = distinct_sorted(data.table.columns["tid"][instances.row.astype(np.int64)])
         graph.lanes = [f"thread {t} (collectives)" for t in tids.tolist()]
+        graph.cpu_backend = True
         return graph
     return build_graph(data)
 

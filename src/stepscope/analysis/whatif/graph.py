@@ -112,6 +112,9 @@ class RankGraph(msgspec.Struct, eq=False):
     graph_names: list[str] = []  # the CUDA graphs, by the CPU range around the launch
     notes: list[str] = []  # what the graph could not read from the trace
     lanes: list[str] = []  # each stream's name (by GpuNodes.stream): "stream 7"
+    # True: the activities are a CPU backend's collectives on its threads, no GPU (cpu_comm.py): what precedes
+    # an activity's start after its launch is the backend starting it, not a kernel launch
+    cpu_backend: bool = False
     # its replay with nothing scaled (replay.Replay), where one was made (findings/replayed.py) and the graph stays
     # in this process (analyze of one rank: _critical_path reuses it instead of replaying again); else None
     measured: Any = None

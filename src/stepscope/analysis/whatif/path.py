@@ -6,9 +6,11 @@ stream), to the activity it waited for on another stream or in its CUDA graph (i
 launch on the host (it followed its launch). A CUDA graph's activities are named `<graph> > <kernel>`. Of the
 host time on the path, the part inside torch.compile's ranges (graph.COMPILED_RE) is also told apart. With ranks
 replayed together (couple.py), a collective that waited for a later rank hands the path to that rank, at its
-arrival. Each stretch is counted by kind: host (by phase:
-data_loader / forward / backward / optimizer / other), GPU computation, communication, memory, launch latency,
-gaps between activities of a stream, synchronization (its own time).
+arrival. Each stretch is counted by kind (docs/analysis.md, "The critical path", says what each means): host
+(by phase: data_loader / forward / backward / optimizer / other), GPU computation, communication, memory, launch
+latency (a kernel's, from its launch), dispatch (a CPU backend's collective, from the host's call to its thread
+starting it: no GPU kind appears on a rank without GPU activity), gaps between activities of a stream,
+synchronization (its own time).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.whatif.couple import Coupling
 
 MAX_HOPS = 10_000  # hand-overs between ranks in one step's walk (a bound: each moves the walk back in time)
-PATH_KINDS = ("host", "computation", "communication", "memory", "launch", "gap", "sync")
+PATH_KINDS = ("host", "computation", "communication", "memory", "launch", "dispatch", "gap", "sync")
 
 
 class PathSegment(msgspec.Struct):
@@ -254,8 +256,10 @@ class _Walk:
                     t_gpu = after_end
                     a = after
                 else:
-                    self._count(rank, "launch", int(gpu.latency[a]))
-                    self._span(rank, int(gpu.stream[a]), int(launch_host[a]), start, "launch")
+                    # a CPU backend's collective waited for its thread to start it: no kernel was launched
+                    started = "dispatch" if g.cpu_backend else "launch"
+                    self._count(rank, started, int(gpu.latency[a]))
+                    self._span(rank, int(gpu.stream[a]), int(launch_host[a]), start, started)
                     t_gpu = int(launch_host[a])
                     break
             if rep is not self.replays[rank] or (a >= 0 and t_gpu < s) or jumped:
