@@ -50,7 +50,7 @@ from stepscope.analysis.rank.tensor import Tensor, TensorRank, tensor_rank
 from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
-from stepscope.analysis.ranks.straggler import GroupStraggler, Straggler
+from stepscope.analysis.ranks.straggler import GroupStraggler, GroupWaiting, Straggler
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
@@ -117,7 +117,11 @@ class AnalysisResult(msgspec.Struct):
     pipeline: Pipeline | None = None  # pipeline stages, micro-batches, bubbles; null: none recognised
     # what bounds the job's step, across ranks (whatif/path.py); null: no step to replay
     critical_path: CriticalPath | None = None
-    stragglers: list[GroupStraggler] = []  # per process group, the rank its other members wait for
+    stragglers: list[
+        GroupStraggler
+    ] = []  # per process group, each rank its other members wait for consistently
+    # per process group, its waiting for peers split among the ranks waited for, and whether any is a straggler
+    waiting_by_group: list[GroupWaiting] = []
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -251,6 +255,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         dimensions=dimensions(instances, summaries),
         expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
         fsdp=combine_fsdp([p.fsdp for p in parts]), pipeline=pipeline, stragglers=dist.stragglers,
+        waiting_by_group=dist.waiting,
     )  # fmt: skip
 
 
