@@ -14,6 +14,8 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm import comm_findings
+from stepscope.analysis.findings.comm_rank import exposed_comm
+from stepscope.analysis.findings.comm_wait import transfer_only
 from stepscope.analysis.findings.expert import ep_findings
 from stepscope.analysis.findings.fsdp import fsdp_findings
 from stepscope.analysis.findings.groups import group_across_ranks
@@ -202,6 +204,8 @@ def analyze_rank_part(
     world = table.ranks[rank].world_size if rank in table.ranks else None
     instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)
+    if result.communication is not None:  # (what comm_bound prices, for its transfer across ranks)
+        summary.comm_unhidden = exposed_comm(data)[1]
     fsdp = fsdp_rank(data, instances)
     if fsdp is not None:
         findings.extend(fsdp_findings(data, fsdp))
@@ -234,6 +238,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         if matched and summary.comm_exposed is not None and (dist.wait_ns[result.rank] >= 0).any():
             waiting = wait_intervals(instances[result.rank], dist.wait_ns[result.rank])
             add_comm_waiting(result.step_categories, summary.steps, summary.comm_exposed, waiting)
+    findings = transfer_only(findings, instances, dist, summaries)
     findings.extend(comm_findings(instances, dist, summaries))
     expert_parts = {p.analysis.rank: p.expert for p in parts if p.expert is not None}
     expert = None
