@@ -155,7 +155,7 @@ def group_stragglers(
     waiting: list[GroupWaiting] = []
     for name, key in groups.items():
         members = sorted((set(key.ranks) & set(data)) | {latest for latest, _ in held[name]})
-        test = judge(arrivals.get(name, Arrivals()))
+        test = judge(arrivals.get(name, Arrivals()), len(members))
         if test is None:
             continue
         late = find_stragglers(
