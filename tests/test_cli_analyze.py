@@ -79,16 +79,17 @@ def test_json_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_drop_last_step_and_folder_of_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_trace(tmp_path / "run" / "r0.json", rank_trace(1000), rank=0, world_size=2)
-    write_trace(tmp_path / "run" / "r1.json", rank_trace(4000, shift_us=250), rank=1, world_size=2)
+    # (12 steps after the last is dropped: of 2 ranks, jitter makes one last at 12 of 12 with chance 1/4096)
+    write_trace(tmp_path / "run" / "r0.json", rank_trace(1000, steps=13), rank=0, world_size=2)
+    write_trace(tmp_path / "run" / "r1.json", rank_trace(4000, shift_us=250, steps=13), rank=1, world_size=2)
     assert main(["analyze", str(tmp_path / "run"), "--json", "--drop-last-step"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
-    assert [len(r["steps"]) for r in doc["ranks"]] == [2, 2]
+    assert [len(r["steps"]) for r in doc["ranks"]] == [12, 12]
     assert [r["clock_offset_us"] for r in doc["ranks"]] == [0.0, 250.0]
     assert [(c["rank"], c["kind"], c["count"]) for r in doc["ranks"] for c in r["collectives"]] == [
-        (0, "all_reduce", 2),
-        (1, "all_reduce", 2),
+        (0, "all_reduce", 12),
+        (1, "all_reduce", 12),
     ]
     assert doc["straggler"]["rank"] == 1 and doc["straggler"]["delay_ms_per_step"] == 3.0
     assert doc["straggler"]["cause"]["phase"] == "data_loader"

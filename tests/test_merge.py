@@ -19,8 +19,9 @@ from .test_analysis_findings import rank_trace
 
 @pytest.fixture
 def two_ranks(tmp_path: Path) -> Path:
-    write_trace(tmp_path / "run" / "r0.json", rank_trace(1000), rank=0, world_size=2)
-    write_trace(tmp_path / "run" / "r1.json", rank_trace(4000, shift_us=250), rank=1, world_size=2)
+    # (12 steps: rank 1 last at 12 all-reduces of 12, which jitter gives one of 2 ranks with chance 1/2048)
+    write_trace(tmp_path / "run" / "r0.json", rank_trace(1000, steps=12), rank=0, world_size=2)
+    write_trace(tmp_path / "run" / "r1.json", rank_trace(4000, shift_us=250, steps=12), rank=1, world_size=2)
     return tmp_path / "run"
 
 
@@ -29,7 +30,7 @@ def test_merge_aligns_links_and_loads_back(
 ) -> None:
     out = tmp_path / "merged.json.gz"
     assert main(["merge", str(two_ranks), "-o", str(out)]) == 0
-    assert "2 ranks, clocks aligned on 3 matched collectives" in capsys.readouterr().out
+    assert "2 ranks, clocks aligned on 12 matched collectives" in capsys.readouterr().out
     doc = json.loads(gzip.decompress(out.read_bytes()))
     assert [(r["rank"], r["pid"], r["clock_offset_us"]) for r in doc["stepscopeMerge"]["ranks"]] == [
         (0, 1, 0.0),
@@ -40,7 +41,7 @@ def test_merge_aligns_links_and_loads_back(
     assert starts[1] == starts[2]
     # one arrow per matched all-reduce, forward in time, from the kernel on one rank to the other's
     flows = [e for e in doc["traceEvents"] if e.get("cat") == "stepscope_collective"]
-    assert len(flows) == 6
+    assert len(flows) == 24
     for start, end in zip(flows[::2], flows[1::2], strict=True):
         assert (start["ph"], end["ph"], start["id"]) == ("s", "f", end["id"]) and start["ts"] <= end["ts"]
     # the launch flows of the two ranks keep distinct ids

@@ -14,6 +14,8 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm import comm_findings
+from stepscope.analysis.findings.comm_rank import exposed_comm
+from stepscope.analysis.findings.comm_wait import transfer_only
 from stepscope.analysis.findings.expert import ep_findings
 from stepscope.analysis.findings.fsdp import fsdp_findings
 from stepscope.analysis.findings.groups import group_across_ranks
@@ -50,7 +52,7 @@ from stepscope.analysis.rank.tensor import Tensor, TensorRank, tensor_rank
 from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
-from stepscope.analysis.ranks.straggler import GroupStraggler, Straggler
+from stepscope.analysis.ranks.straggler import GroupStraggler, GroupWaiting, Straggler
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
@@ -117,7 +119,11 @@ class AnalysisResult(msgspec.Struct):
     pipeline: Pipeline | None = None  # pipeline stages, micro-batches, bubbles; null: none recognised
     # what bounds the job's step, across ranks (whatif/path.py); null: no step to replay
     critical_path: CriticalPath | None = None
-    stragglers: list[GroupStraggler] = []  # per process group, the rank its other members wait for
+    stragglers: list[
+        GroupStraggler
+    ] = []  # per process group, each rank its other members wait for consistently
+    # per process group, its waiting for peers split among the ranks waited for, and whether any is a straggler
+    waiting_by_group: list[GroupWaiting] = []
 
 
 # Records of arrays: compared and printed by identity (a field-wise == of arrays raises, and their repr
@@ -198,6 +204,8 @@ def analyze_rank_part(
     world = table.ranks[rank].world_size if rank in table.ranks else None
     instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)
+    if result.communication is not None:  # (what comm_bound prices, for its transfer across ranks)
+        summary.comm_unhidden = exposed_comm(data)[1]
     fsdp = fsdp_rank(data, instances)
     if fsdp is not None:
         findings.extend(fsdp_findings(data, fsdp))
@@ -230,6 +238,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         if matched and summary.comm_exposed is not None and (dist.wait_ns[result.rank] >= 0).any():
             waiting = wait_intervals(instances[result.rank], dist.wait_ns[result.rank])
             add_comm_waiting(result.step_categories, summary.steps, summary.comm_exposed, waiting)
+    findings = transfer_only(findings, instances, dist, summaries)
     findings.extend(comm_findings(instances, dist, summaries))
     expert_parts = {p.analysis.rank: p.expert for p in parts if p.expert is not None}
     expert = None
@@ -251,6 +260,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
         dimensions=dimensions(instances, summaries),
         expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
         fsdp=combine_fsdp([p.fsdp for p in parts]), pipeline=pipeline, stragglers=dist.stragglers,
+        waiting_by_group=dist.waiting,
     )  # fmt: skip
 
 

@@ -132,6 +132,12 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
             )
         else:
             yield "straggler: none (no rank keeps the others waiting)"
+        for w in result.waiting_by_group:
+            members = "{" + ", ".join(map(str, w.ranks)) + "}"
+            yield (
+                f"waiting in {markup_safe(w.dim or w.group or 'unknown')} {members}: {w.waiting_ms_per_step:.1f} ms "
+                f"per step ({fmt_pct(w.waiting_pct)} of the step): {w.verdict}; {markup_safe(w.note)}"
+            )
         if any(g.group is not None for g in result.stragglers):
             stragglers = stragglers_table(result.stragglers, title="Stragglers by process group")
             yield fit_table(stragglers)

@@ -32,7 +32,7 @@ POOR_OVERLAP_MIN_COMM_PCT = 5.0
 POOR_OVERLAP_MAX_PCT = 30.0
 
 
-def _exposed_comm(data: RankData) -> tuple[iv.Intervals, iv.Intervals]:
+def exposed_comm(data: RankData) -> tuple[iv.Intervals, iv.Intervals]:
     """The communication kernels' time (a union) and the part of it no computation kernel runs under (as
     overlap.comm_compute_overlap measures it, but as intervals: the price is taken step by step)."""
     comm, comp = data.gpu.of_kind(COMMUNICATION), data.gpu.of_kind(COMPUTATION)
@@ -43,7 +43,7 @@ def _exposed_comm(data: RankData) -> tuple[iv.Intervals, iv.Intervals]:
 def comm_bound(data: RankData, temporal: Temporal | None, overlap: CommOverlap | None) -> Finding | None:
     if temporal is None or overlap is None or overlap.comm_us <= 0:
         return None
-    comm, exposed = _exposed_comm(data)
+    comm, exposed = exposed_comm(data)
     price = price_of(data, exposed, min_pct=COMM_EXPOSED_MIN_PCT)
     return priced(
         COMM_BOUND.id,
@@ -81,7 +81,7 @@ def poor_overlap(
         or overlap.overlap_pct >= POOR_OVERLAP_MAX_PCT
     ):
         return None
-    price = price_of(data, _exposed_comm(data)[1])
+    price = price_of(data, exposed_comm(data)[1])
     return priced(
         POOR_OVERLAP.id,
         data.rank,

@@ -7,7 +7,9 @@ it names removed (`FIXES`: the `stepscope whatif` selectors of each kind of find
 rule prices), and once with the work of all of them removed (`ReplaySavings`: the sum of the savings against the
 saving of all of them together). A step of a replay ends when both its host work and the GPU work launched in it
 are done; a finding's saving is the median over the window's steps of the step's replayed time less its time
-with the work removed, as rule prices are medians. Findings no replay can express (the fix changes the kernels
+with the work removed, as rule prices are medians. A finding's severity follows that saving: one whose replay
+saves less than its rule's price keeps the severity of the saving (LOW at least) and says so, with why.
+Findings no replay can express (the fix changes the kernels
 themselves, or the finding is about several ranks, which are replayed one by one) keep their rule's price and
 say why (docs/analysis.md, "Findings priced by replay").
 """
@@ -22,13 +24,13 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.cpu_only import host_stretches
-from stepscope.analysis.findings.pricing import Finding
+from stepscope.analysis.findings.pricing import SEVERITY_PCT, Finding, severity_of
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.whatif.graph import RankGraph, build_graph
 from stepscope.analysis.whatif.replay import Replay, Scaling, replay
 from stepscope.analysis.whatif.select import parse_selector, scaling_for
 
-__all__ = ["REPLAY_MAX_FINDINGS", "ReplaySavings", "price_by_replay", "priced_by_rule"]
+__all__ = ["REPLAY_MAX_FINDINGS", "ReplaySavings", "by_saving", "price_by_replay", "priced_by_rule"]
 
 # the costliest findings of a rank (by their rule's price) that are replayed, each replay costing about as much
 # as the graph (a few ms per 10,000 GPU activities); the others keep their rule's price
@@ -143,13 +145,16 @@ def price_by_replay(
         saved = _saving(base, _step_ns(graph, replay(graph, _scaling(graph, [fix]))))
         savings[i] = saved
         what = " and ".join([*fix.selectors, *([fix.what] if fix.what else [])])
-        out[i] = msgspec.structs.replace(
-            findings[i],
-            saving_ms_per_step=round(saved / 1e6, 3),
-            saving_from="replay",
-            whatif=fix.selectors,
-            saving_note=f"replayed median step {_ms(np.median(base))} ms; with {what} removed, it saves "
-            f"{_ms(saved)} ms (the median of the {len(base)} steps' savings)",
+        out[i] = by_saving(
+            msgspec.structs.replace(
+                findings[i],
+                saving_ms_per_step=round(saved / 1e6, 3),
+                saving_from="replay",
+                whatif=fix.selectors,
+                saving_note=f"replayed median step {_ms(np.median(base))} ms; with {what} removed, it saves "
+                f"{_ms(saved)} ms (the median of the {len(base)} steps' savings)",
+            ),
+            float(np.median(base)),
         )
     for i in order[REPLAY_MAX_FINDINGS:]:
         out[i] = _by_rule(
@@ -168,6 +173,24 @@ def price_by_replay(
         sum_ms_per_step=_ms(sum(savings.values())),
         combined_ms_per_step=_ms(combined),
     )
+
+
+_RANK = {name: len(SEVERITY_PCT) - k for k, (name, _) in enumerate(SEVERITY_PCT)}
+
+
+def by_saving(f: Finding, step_ns: float) -> Finding:
+    """`f` with the severity of what its replay saves, where that is lower than its rule's (LOW at least), and
+    its message saying why."""
+    saved = f.saving_ms_per_step or 0.0
+    severity = severity_of(100.0 * saved * 1e6 / step_ns if step_ns > 0 else 0.0) or "low"
+    if _RANK.get(severity, 0) >= _RANK.get(f.severity, 0):
+        return f
+    why = (
+        f" {f.severity.upper()} by its price, {severity.upper()} by what fixing it saves: a replay of the rank's "
+        f"steps without it ends them only {_ms(saved * 1e6)} ms sooner per step, as other work of the rank (its "
+        "host, other streams, waiting) then takes the time it frees."
+    )
+    return msgspec.structs.replace(f, severity=severity, message=f.message + why)
 
 
 def priced_by_rule(findings: list[Finding]) -> list[Finding]:

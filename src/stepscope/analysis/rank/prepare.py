@@ -112,7 +112,9 @@ class RankDigest(msgspec.Struct, eq=False):
     window; `op_gap[i, j]`: of those starting after step j ends and before step j + 1 starts. `comm`: the rank's
     time in communication, a union (None: none); `comm_exposed`: of it, the time with no other GPU activity
     (the overview's communication category: exposed.communication_category); `comm_shown`: of it, the time the
-    step shows (exposed.exposed_communication: on a CPU job, while the training threads do not compute)."""
+    step shows (exposed.exposed_communication: on a CPU job, while the training threads do not compute);
+    `comm_unhidden`: the communication kernels' time under no computation kernel, which the GPU rules
+    (`comm_bound`, `poor_overlap`) price (None: no communication kernel)."""
 
     rank: int
     lo: int
@@ -125,3 +127,4 @@ class RankDigest(msgspec.Struct, eq=False):
     comm: tuple[np.ndarray, np.ndarray] | None = None
     comm_exposed: tuple[np.ndarray, np.ndarray] | None = None
     comm_shown: tuple[np.ndarray, np.ndarray] | None = None
+    comm_unhidden: tuple[np.ndarray, np.ndarray] | None = None

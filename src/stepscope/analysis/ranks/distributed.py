@@ -24,9 +24,10 @@ The rules (documented in docs/analysis.md, "Across ranks"):
   from its arrival until the last rank arrives (at most its whole duration); the rest is transfer. A rank's
   collective time and waiting are unions in time (DDP's buckets run concurrently on gloo's threads: two
   60 ms waits at once are 60 ms of waiting), inside its steps, so neither exceeds the step.
-- **Straggler.** Per process group, the rank the group's other members wait for, from their waits at the
-  group's instances it arrives last at, and whether its lateness is its own or passed on from another group;
-  the job's straggler is the largest of those whose lateness is their own (straggler.py).
+- **Stragglers.** Per process group, the ranks the group's other members wait for, from their waits at the
+  group's instances each arrives last at, and whether each is late beyond the jitter of the arrival order
+  (lateness.py) and its lateness its own or passed on from another group; the job's straggler is the largest of
+  those whose lateness is their own (straggler.py).
 """
 
 from __future__ import annotations
@@ -46,9 +47,11 @@ from stepscope.analysis.rank.exposed import communication_category, exposed_comm
 from stepscope.analysis.rank.prepare import RankData, RankDigest
 from stepscope.analysis.rank.steps import STEP_RE, StepRow, pct
 from stepscope.analysis.rank.summary import CPU_OP_CATEGORIES, self_times
+from stepscope.analysis.ranks.lateness import Arrivals
 from stepscope.analysis.ranks.straggler import (
     GroupKey,
     GroupStraggler,
+    GroupWaiting,
     Held,
     Straggler,
     group_stragglers,
@@ -131,6 +134,7 @@ class Distributed(msgspec.Struct, eq=False):
     notices: list[str]
     match: Matching
     stragglers: list[GroupStraggler] = msgspec.field(default_factory=list)  # per process group
+    waiting: list[GroupWaiting] = msgspec.field(default_factory=list)  # per process group, with its verdict
 
 
 def match_instances(
@@ -262,6 +266,7 @@ def cross_rank_analysis(
     last_count = {r: 0 for r in ranks}
     # per group: (the rank last in, step) -> each other rank's waits, aligned, at the instances it was last in
     held: dict[str, Held] = {}
+    arrivals: dict[str, Arrivals] = {}  # per group, in time order: who arrived last, the delay it charged
     spreads = []
     for rs, ix, step, group in zip(match.ranks, match.index, match.step, match.group, strict=True):
         rlist = rs.tolist()
@@ -280,6 +285,7 @@ def cross_rank_analysis(
         for k, (r, w) in enumerate(zip(rlist, waits.tolist(), strict=True)):
             if k != latest_at:
                 others.setdefault(r, []).append((int(start[k]), int(start[k]) + w))
+        arrivals.setdefault(group, Arrivals()).add(latest, float(waits.sum()) / (len(rlist) - 1), len(rlist))
     alignment = ClockAlignment(
         method=method,
         reference_rank=ranks[0],
@@ -295,9 +301,9 @@ def cross_rank_analysis(
         s.rank: (s.step_us - (s.comm_wait_us or 0.0)) / 1e3 for s in cross.ranks if s.step_us is not None
     }
     groups, group_steps = _matched_groups(instances, match)
-    stragglers = group_stragglers(data, step_rows, held, groups, group_steps, busy_ms)
+    stragglers, waiting = group_stragglers(data, step_rows, held, groups, group_steps, busy_ms, arrivals)
     return Distributed(
-        alignment, offsets, wait_ns, cross, job_straggler(stragglers), notices, match, stragglers
+        alignment, offsets, wait_ns, cross, job_straggler(stragglers), notices, match, stragglers, waiting
     )
 
 

@@ -1,14 +1,16 @@
-"""The straggler: the rank the others wait for, by how much, and its own cause.
+"""The stragglers: the ranks the others wait for, by how much, and each one's own cause.
 
 In each step, the rank that arrives last at a matched collective delays every other rank by that rank's wait;
 the delay a rank causes in a step is the mean over the other ranks of the union in time of their waits at the
-instances it arrives last at (collectives running at once, such as DDP's buckets, wait for it once). The
-straggler is the rank causing the most delay over the steps, reported when it delays the others by
-STRAGGLER_MIN_PCT of the step time and STRAGGLER_MIN_DELAY_MS or more, and arrives last in at least
-STRAGGLER_MIN_LAST_SHARE of the steps. Its cause is the phase of its own step (data loader, forward, backward,
-optimizer) longer than on the other ranks by at least CAUSE_MIN_SHARE of the delay, else the op whose self time
-is, else the time outside annotated regions and ops (its step less its waiting, against the others').
-The matching and the waits themselves are distributed.py's.
+instances it arrives last at (collectives running at once, such as DDP's buckets, wait for it once). A group's
+waiting is the sum of those delays over its ranks, and each rank's share of it is its delay over that sum (the
+shares add up to the waiting). Every rank that is last consistently, beyond what jitter gives (lateness.py's
+test against how the arrival order changes from collective to collective), and whose delay is
+STRAGGLER_MIN_PCT of the step time and STRAGGLER_MIN_DELAY_MS or more is a straggler; a group whose waiting no
+rank holds consistently has "no consistent straggler". Each straggler's cause is the phase of its own step
+(data loader, forward, backward, optimizer) longer than on the other ranks by at least CAUSE_MIN_SHARE of the
+delay, else the op whose self time is, else the time outside annotated regions and ops (its step less its
+waiting, against the others'). The matching and the waits themselves are distributed.py's.
 
 Per process group: the same rules over the instances of one group, the delay averaged over that group's other
 members (ranks that never share one of its collectives do not dilute it). A group's straggler whose own waiting
@@ -26,11 +28,11 @@ import numpy as np
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.rank.prepare import RankDigest
 from stepscope.analysis.rank.steps import StepRow, pct
+from stepscope.analysis.ranks.lateness import Arrivals, Lateness, judge
 from stepscope.analysis.stats import median
 
-STRAGGLER_MIN_PCT = 10.0  # delay per step, % of the mean step time ...
+STRAGGLER_MIN_PCT = 5.0  # delay per step, % of the mean step time ...
 STRAGGLER_MIN_DELAY_MS = 1.0  # ... and at least this (less is the jitter of process scheduling)
-STRAGGLER_MIN_LAST_SHARE = 0.6  # of the matched steps in which it arrives last
 CAUSE_MIN_SHARE = 0.5  # a cause explains at least this share of the delay
 PHASES = (
     ("data_loader", "dataloader_us"),
@@ -57,6 +59,9 @@ class Straggler(msgspec.Struct):
     last_in_steps: int  # steps in which it caused the most delay
     steps: int  # matched steps
     cause: StragglerCause | None
+    share_pct: float | None = None  # of its group's waiting (the others' waiting for any rank)
+    last_at: int = 0  # matched instances of its group at which it arrives last (and someone waits)
+    instances: int = 0  # matched instances of its group at which someone waits
 
 
 class PassedOn(msgspec.Struct):
@@ -84,6 +89,41 @@ class GroupStraggler(msgspec.Struct):
     cause: StragglerCause | None  # null when its lateness is passed on (waits_for)
     waits_for: PassedOn | None = None  # its lateness is another rank's, waited for in another group
     root_rank: int | None = None  # the rank whose own lateness it is, following waits_for (itself when own)
+    share_pct: float | None = None  # of the group's waiting (waiting_ms_per_step of its GroupWaiting)
+    last_at: int = 0  # the group's matched instances at which it arrives last (and someone waits)
+    instances: int = 0  # the group's matched instances at which someone waits
+    p_value: float | None = None  # the chance that jitter alone makes it this late (lateness.py)
+
+
+class RankWaitedFor(msgspec.Struct):
+    """One rank that the others of a group waited for at some instance, and whether that is beyond jitter."""
+
+    rank: int
+    delay_ms_per_step: float  # the others' waiting for it, as GroupStraggler's
+    share_pct: float  # of the group's waiting
+    last_at: int  # instances at which it arrives last (and someone waits)
+    p_value: float  # the chance that jitter alone gives it a share this large (lateness.py)
+    consistent: bool  # late beyond jitter
+    straggler: bool  # consistent, and its delay is material (STRAGGLER_MIN_PCT, STRAGGLER_MIN_DELAY_MS)
+
+
+class GroupWaiting(msgspec.Struct):
+    """A process group's waiting for peers, split among the ranks waited for, and its verdict: `stragglers`
+    (some rank is late beyond jitter and holds it back materially), `no consistent straggler` (the rank waited
+    for changes from collective to collective as jitter makes it), `little waiting` (a rank is consistently late,
+    but by too little to matter)."""
+
+    group: str | None
+    dim: str | None
+    ranks: list[int]
+    waiting_ms_per_step: float  # the delays of every rank waited for, added up
+    waiting_pct: float | None  # of the mean step time
+    instances: int  # matched instances at which someone waits
+    effective_instances: float  # what the test counts them as (lateness.py)
+    persistence: float  # how often the last rank stays the same beyond chance (0..1)
+    verdict: str  # "stragglers" | "no consistent straggler" | "little waiting"
+    note: str  # the verdict in words
+    waited_for: list[RankWaitedFor]  # largest delay first
 
 
 class GroupKey(msgspec.Struct, frozen=True):
@@ -106,26 +146,36 @@ def group_stragglers(
     groups: dict[str, GroupKey],
     steps: dict[str, list[int]],
     busy_ms: dict[int, float],
-) -> list[GroupStraggler]:
-    """The straggler of each process group where one stands out (see the module doc), largest delay first.
-    `held`, `groups`, `steps`: per group name, the waits, what is known of it and its matched steps (sorted)."""
+    arrivals: dict[str, Arrivals],
+) -> tuple[list[GroupStraggler], list[GroupWaiting]]:
+    """The stragglers of each process group (see the module doc), largest delay first, and each group's waiting
+    with its verdict. `held`, `groups`, `steps`, `arrivals`: per group name, the waits, what is known of it, its
+    matched steps (sorted) and its instances' arrival order (lateness.py)."""
     found: list[GroupStraggler] = []
+    waiting: list[GroupWaiting] = []
     for name, key in groups.items():
         members = sorted((set(key.ranks) & set(data)) | {latest for latest, _ in held[name]})
-        one = find_straggler(data, step_rows, straggler_delays(held[name], members), steps[name], busy_ms)
-        if one is None:
+        test = judge(arrivals.get(name, Arrivals()), len(members))
+        if test is None:
             continue
-        passed = _passed_on(one.rank, name, held, groups, len(steps[name]))
-        if passed is not None and passed.wait_ms_per_step < CAUSE_MIN_SHARE * one.delay_ms_per_step:
-            passed = None
-        found.append(
-            GroupStraggler(
-                group=name or None, dim=key.dim, ranks=list(key.ranks), group_source=key.group_source,
-                rank=one.rank, delay_ms_per_step=one.delay_ms_per_step, delay_pct=one.delay_pct,
-                last_in_steps=one.last_in_steps, steps=one.steps,
-                cause=one.cause if passed is None else None, waits_for=passed,
-            )
-        )  # fmt: skip
+        late = find_stragglers(
+            data, step_rows, straggler_delays(held[name], members), steps[name], busy_ms, test, len(members)
+        )
+        waiting.append(_group_waiting(name, key, late, test, len(members)))
+        for one in late.named:
+            passed = _passed_on(one.rank, name, held, groups, len(steps[name]))
+            if passed is not None and passed.wait_ms_per_step < CAUSE_MIN_SHARE * one.delay_ms_per_step:
+                passed = None
+            found.append(
+                GroupStraggler(
+                    group=name or None, dim=key.dim, ranks=list(key.ranks), group_source=key.group_source,
+                    rank=one.rank, delay_ms_per_step=one.delay_ms_per_step, delay_pct=one.delay_pct,
+                    last_in_steps=one.last_in_steps, steps=one.steps,
+                    cause=one.cause if passed is None else None, waits_for=passed,
+                    share_pct=one.share_pct, last_at=one.last_at, instances=one.instances,
+                    p_value=_p(test.p_value.get(one.rank, 1.0)),
+                )
+            )  # fmt: skip
     by_group = {(g.rank, g.group): g for g in found}
     for g in found:
         at, hops = g, 0
@@ -138,7 +188,54 @@ def group_stragglers(
             at, hops = nxt, hops + 1
         else:
             g.root_rank = at.rank if at.waits_for is None else None
-    return sorted(found, key=lambda g: (-g.delay_ms_per_step, g.rank, g.group or ""))
+    found.sort(key=lambda g: (-g.delay_ms_per_step, g.rank, g.group or ""))
+    waiting.sort(key=lambda w: (-w.waiting_ms_per_step, w.group or ""))
+    return found, waiting
+
+
+def _p(value: float) -> float:
+    return float(f"{value:.3g}")
+
+
+def _group_waiting(name: str, key: GroupKey, late: Late, test: Lateness, ranks: int) -> GroupWaiting:
+    """A group's waiting, split among the ranks waited for, and its verdict in words."""
+    named = {s.rank for s in late.named}
+    rows = [
+        RankWaitedFor(
+            rank=r, delay_ms_per_step=round(ms, 3), share_pct=round(late.share_pct.get(r, 0.0), 2),
+            last_at=late.last_at.get(r, 0), p_value=_p(test.p_value.get(r, 1.0)),
+            consistent=test.consistent(r, ranks), straggler=r in named,
+        )
+        for r, ms in sorted(late.delay_ms.items(), key=lambda kv: (-kv[1], kv[0]))
+        if ms > 0
+    ]  # fmt: skip
+    consistent = [w for w in rows if w.consistent]
+    if named:
+        verdict = "stragglers"
+        note = "; ".join(f"rank {w.rank} holds {w.share_pct:.0f}% of it" for w in rows if w.straggler)
+    elif consistent:
+        verdict = "little waiting"
+        note = (
+            f"rank {consistent[0].rank} arrives last beyond jitter, but the others wait for it "
+            f"{consistent[0].delay_ms_per_step:.3f} ms per step, too little to matter"
+        )
+    else:
+        verdict = "no consistent straggler"
+        top = rows[0] if rows else None
+        if not test.decidable:
+            note = (
+                f"{test.instances} collectives (as {test.effective_instances:g} independent ones) are too few to "
+                "tell a late rank from jitter"
+            )
+        else:
+            note = "the rank waited for changes from collective to collective as jitter makes it"
+        if top is not None:
+            note += f" (most: rank {top.rank}, {top.share_pct:.0f}% of the waiting, last at {top.last_at} of {test.instances})"
+    return GroupWaiting(
+        group=name or None, dim=key.dim, ranks=list(key.ranks), waiting_ms_per_step=round(late.waiting_ms, 3),
+        waiting_pct=late.waiting_pct, instances=test.instances, effective_instances=test.effective_instances,
+        persistence=test.persistence, verdict=verdict, note=note, waited_for=rows,
+    )  # fmt: skip
 
 
 def _passed_on(
@@ -172,7 +269,10 @@ def job_straggler(stragglers: list[GroupStraggler]) -> Straggler | None:
     if not own:
         return None
     g = own[0]  # (largest delay first)
-    return Straggler(g.rank, g.delay_ms_per_step, g.delay_pct, g.last_in_steps, g.steps, g.cause)
+    return Straggler(
+        g.rank, g.delay_ms_per_step, g.delay_pct, g.last_in_steps, g.steps, g.cause,
+        share_pct=g.share_pct, last_at=g.last_at, instances=g.instances,
+    )  # fmt: skip
 
 
 def straggler_delays(held: Held, ranks: list[int]) -> dict[int, dict[int, float]]:
@@ -188,32 +288,53 @@ def straggler_delays(held: Held, ranks: list[int]) -> dict[int, dict[int, float]
     return delay
 
 
-def find_straggler(
+class Late(msgspec.Struct, eq=False):
+    """What find_stragglers measures of one group: each rank's delay per step and share of the waiting, how often
+    it is last, the group's waiting, and the stragglers."""
+
+    delay_ms: dict[int, float]
+    share_pct: dict[int, float]
+    last_at: dict[int, int]
+    waiting_ms: float
+    waiting_pct: float | None
+    named: list[Straggler]
+
+
+def find_stragglers(
     data: dict[int, RankDigest],
     step_rows: dict[int, list[StepRow]],
     delay: dict[int, dict[int, float]],
     steps: list[int],
     busy_ms: dict[int, float],
-) -> Straggler | None:
-    """The straggler, if one stands out (see the module doc). `delay`: straggler_delays; `steps`: the matched
-    steps, sorted; `busy_ms`: per rank, its mean step less its waiting for peers (ms)."""
-    if not steps:
-        return None
-    totals = {r: sum(d.values()) for r, d in delay.items()}
-    rank = max(totals, key=lambda r: (totals[r], -r))
-    if totals[rank] <= 0:
-        return None
-    worst_in = sum(1 for s in steps if max(delay, key=lambda r: (delay[r].get(s, 0.0), -r)) == rank)
-    delay_ms = totals[rank] / len(steps) / 1e6
+    test: Lateness,
+    ranks: int,
+) -> Late:
+    """The stragglers of a group, largest delay first (see the module doc). `delay`: straggler_delays; `steps`:
+    the matched steps, sorted; `busy_ms`: per rank, its mean step less its waiting for peers (ms); `test`: the
+    group's lateness test, among `ranks` ranks."""
+    n = max(len(steps), 1)
+    delay_ms = {r: sum(d.values()) / n / 1e6 for r, d in delay.items()}
+    waiting = sum(delay_ms.values())
+    share = {r: 100.0 * ms / waiting for r, ms in delay_ms.items()} if waiting > 0 else {}
     step_means = [step_mean_ms(rows) for rows in step_rows.values() if rows]
     mean_step_ms = float(np.mean(step_means)) if step_means else 0.0
-    delay_pct = pct(delay_ms, mean_step_ms)
-    if delay_pct is None or delay_pct < STRAGGLER_MIN_PCT or delay_ms < STRAGGLER_MIN_DELAY_MS:
-        return None
-    if worst_in < STRAGGLER_MIN_LAST_SHARE * len(steps):
-        return None
-    cause = _cause(data, step_rows, rank, set(steps), delay_ms, busy_ms)
-    return Straggler(rank, round(delay_ms, 3), delay_pct, worst_in, len(steps), cause)
+    found = Late(delay_ms, share, dict(test.last_at), waiting, pct(waiting, mean_step_ms), [])
+    for rank in sorted(delay_ms, key=lambda r: (-delay_ms[r], r)):
+        ms = delay_ms[rank]
+        delay_pct = pct(ms, mean_step_ms)
+        if not test.consistent(rank, ranks) or delay_pct is None:
+            continue
+        if delay_pct < STRAGGLER_MIN_PCT or ms < STRAGGLER_MIN_DELAY_MS:
+            continue
+        worst_in = sum(1 for s in steps if max(delay, key=lambda r: (delay[r].get(s, 0.0), -r)) == rank)
+        cause = _cause(data, step_rows, rank, set(steps), ms, busy_ms)
+        found.named.append(
+            Straggler(
+                rank, round(ms, 3), delay_pct, worst_in, len(steps), cause,
+                share_pct=round(share[rank], 2), last_at=test.last_at.get(rank, 0), instances=test.instances,
+            )
+        )  # fmt: skip
+    return found
 
 
 def _cause(
