@@ -7,8 +7,8 @@ over "dp"), but rank 3 spends SLOW_MS (default 40) ms a step in a forward pre-ho
 does not take one of the machine's two cores from the others' gloo threads), before the row-wise layer's all-reduce in its tp group {2, 3}. Each rank writes, beside the run folder,
 `times_rank{R}.json`: per step (loop iteration i is ProfilerStep#i), the wall time of its forward and backward passes
 (the tp all-reduce is waited for in them: DTensor waits for its async functional collective where the output is
-used) and of its extra work (ms), from which the tests tell how long rank 2 waits for rank 3. Steps 2-4 are recorded on every
-rank (wait 1, warmup 1, active 3), shapes recorded.
+used) and of its extra work (ms), from which the tests tell how long rank 2 waits for rank 3. Steps 2-6 are recorded on every
+rank (wait 1, warmup 1, active 5: the straggler test takes the steps as units), shapes recorded.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from torch import nn
 import stepscope
 
 WIDTH = 16
-STEPS = 6
+STEPS = 8
 SLOW_RANK = 3
-ACTIVE = 3
+ACTIVE = 5
 
 
 def main(out_dir: str, slow_ms: float) -> None:

@@ -285,7 +285,9 @@ def cross_rank_analysis(
         for k, (r, w) in enumerate(zip(rlist, waits.tolist(), strict=True)):
             if k != latest_at:
                 others.setdefault(r, []).append((int(start[k]), int(start[k]) + w))
-        arrivals.setdefault(group, Arrivals()).add(latest, float(waits.sum()) / (len(rlist) - 1), len(rlist))
+        arrivals.setdefault(group, Arrivals()).add(
+            latest, float(waits.sum()) / (len(rlist) - 1), len(rlist), int(step)
+        )
     alignment = ClockAlignment(
         method=method,
         reference_rank=ranks[0],

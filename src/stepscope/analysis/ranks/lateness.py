@@ -22,7 +22,18 @@ successes out of the effective number of the instances left (those the ranks nam
 is beyond what Binomial(left, 1 / ranks left) gives with probability RANK_ALPHA / n (one-sided, Bonferroni over
 the group's n ranks); the first rank that is not stops the naming.
 The first stage keeps jitter-only jobs from naming anyone (the chance of a straggler from noise is at most
-STRAGGLER_ALPHA); the second names every rank that stands out, several when several do. straggler.py names such
+STRAGGLER_ALPHA); the second names every rank that stands out, several when several do.
+
+Who is last cannot tell much from few instances: two ranks need 11 independent ones before a rank last at every
+one of them passes the first stage. The size of the delays can: a rank late by 40 ms in each of 3 steps, where
+jitter moves the order by a millisecond, is no accident. The magnitude test takes the steps as its units (a
+hold-up that lasts several collectives stays within one step): per step, the delay charged to the rank less the
+mean charged to each other rank, whose mean over the steps jitter leaves at 0; a rank whose mean is beyond 0 by
+Student's t (one-sided, steps - 1 degrees of freedom, from MIN_STEPS steps) with p < MAGNITUDE_ALPHA / n is
+named too (3 steps: a rank's lateness per step within about 14% of its mean), when it is also last more often
+than jitter makes it at RANK_ALPHA (its binomial tail above, without the first stage): a rank that arrived last
+at its share of the instances by chance and was charged a little more each time is no straggler. A heavy-tailed hold-up in one step or two of three leaves t small (its spread is as large as its
+mean); the same lateness in every step does not. straggler.py names such
 a rank a straggler when its delay is material too.
 """
 
@@ -37,6 +48,10 @@ STRAGGLER_ALPHA = 0.001  # chance that jitter alone makes the arrival order of a
 RANK_ALPHA = 0.05  # then, per group, the chance of naming a rank that is only as late as jitter makes it
 PERSISTENCE_MAX = 0.95
 MAX_LAG = 50  # instances: the longest run of one lateness the persistence looks for
+MIN_STEPS = 3  # steps for the magnitude test (Student's t on 2 degrees of freedom at least)
+MAGNITUDE_ALPHA = (
+    0.01  # per group, the chance that jitter passes the magnitude test (Bonferroni over its ranks)
+)
 
 
 class Arrivals(msgspec.Struct, eq=False):
@@ -46,12 +61,14 @@ class Arrivals(msgspec.Struct, eq=False):
     latest: list[int] = msgspec.field(default_factory=list)
     delay_ns: list[float] = msgspec.field(default_factory=list)
     size: list[int] = msgspec.field(default_factory=list)
+    step: list[int] = msgspec.field(default_factory=list)  # the ProfilerStep of each instance (-1: unknown)
 
-    def add(self, latest: int, delay_ns: float, size: int) -> None:
+    def add(self, latest: int, delay_ns: float, size: int, step: int = -1) -> None:
         if delay_ns > 0:
             self.latest.append(latest)
             self.delay_ns.append(delay_ns)
             self.size.append(size)
+            self.step.append(step)
 
 
 class Lateness(msgspec.Struct):
@@ -67,6 +84,8 @@ class Lateness(msgspec.Struct):
     last_at: dict[int, int]  # rank -> the instances at which it arrives last
     p_value: dict[int, float]  # rank -> one-sided binomial tail at its share, among the ranks left
     named: list[int] = msgspec.field(default_factory=list)  # consistently late, largest share first
+    steps: int = 0  # steps with instances at which someone waited (the magnitude test's units)
+    p_step: dict[int, float] = msgspec.field(default_factory=dict)  # rank -> the magnitude test's p-value
 
     def consistent(self, rank: int, ranks: int) -> bool:
         """Whether `rank` is late beyond jitter, among `ranks` ranks tested (the module doc's two stages)."""
@@ -78,7 +97,7 @@ class Lateness(msgspec.Struct):
         at every one of them must pass both stages."""
         n = round(self.effective_instances)
         ranks = max(round(1 / self.chance), 2)
-        return n > 0 and chi2_sf(n * (ranks - 1), ranks - 1) < STRAGGLER_ALPHA
+        return (n > 0 and chi2_sf(n * (ranks - 1), ranks - 1) < STRAGGLER_ALPHA) or self.steps >= MIN_STEPS
 
 
 def judge(arrivals: Arrivals, members: int) -> Lateness | None:
@@ -114,6 +133,11 @@ def judge(arrivals: Arrivals, members: int) -> Lateness | None:
             left -= float(shares[j])
         else:
             stopped = True
+    steps, p_step = _by_step(arrivals, at, ranks, delay, size)
+    for j in np.argsort(-shares, kind="stable").tolist():
+        r = int(ranks[j])
+        if r not in named and p_step.get(r, 1.0) < MAGNITUDE_ALPHA / size and p_value[r] < RANK_ALPHA:
+            named.append(r)
     return Lateness(
         instances=k,
         effective_instances=round(effective, 2),
@@ -124,7 +148,59 @@ def judge(arrivals: Arrivals, members: int) -> Lateness | None:
         last_at={int(r): int(c) for r, c in zip(ranks.tolist(), counts.tolist(), strict=True)},
         p_value=p_value,
         named=named,
+        steps=steps,
+        p_step=p_step,
     )
+
+
+def _by_step(
+    arrivals: Arrivals, at: np.ndarray, ranks: np.ndarray, delay: np.ndarray, size: int
+) -> tuple[int, dict[int, float]]:
+    """The magnitude test (module doc): per step, the delay charged to each rank less the mean charged to the
+    others; under jitter its mean over the steps is 0, and a rank late by much the same amount in every step is
+    late beyond it however few its instances. (steps, rank -> one-sided p of Student's t on those differences,
+    df = steps - 1); no p-value with fewer than MIN_STEPS steps or a step of unknown number."""
+    step = np.asarray(arrivals.step, dtype=np.int64)
+    if not len(step) or (step < 0).any():
+        return 0, {}
+    numbers, row = np.unique(step, return_inverse=True)
+    if len(numbers) < MIN_STEPS:
+        return len(numbers), {}
+    charged = np.zeros((len(numbers), len(ranks)))
+    np.add.at(charged, (row, at), delay)
+    total = charged.sum(axis=1, keepdims=True)
+    diff = charged - (total - charged) / max(size - 1, 1)
+    mean, sd = diff.mean(axis=0), diff.std(axis=0, ddof=1)
+    out = {}
+    for j, r in enumerate(ranks.tolist()):
+        if mean[j] <= 0:
+            out[int(r)] = 1.0
+        else:
+            t = math.inf if sd[j] == 0 else float(mean[j] / (sd[j] / math.sqrt(len(numbers))))
+            out[int(r)] = t_sf(t, len(numbers) - 1)
+    return len(numbers), out
+
+
+def t_sf(t: float, df: int) -> float:
+    """P(T >= t) for t >= 0, T ~ Student's t with integer `df` degrees of freedom: (1 - A(t | df)) / 2, A by its
+    finite trigonometric series (Abramowitz and Stegun 26.7.3 and 26.7.4)."""
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(t / math.sqrt(df))
+    c2, sin = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:
+        term, series = math.cos(theta), 0.0
+        for k in range(1, (df - 1) // 2 + 1):  # cos + 2/3 cos^3 + (2 4)/(3 5) cos^5 + ... up to cos^(df-2)
+            series += term
+            term *= c2 * (2 * k) / (2 * k + 1)
+        a = 2.0 / math.pi * (theta + sin * series) if df > 1 else 2.0 * theta / math.pi
+    else:
+        term, series = 1.0, 0.0
+        for k in range(1, df // 2 + 1):  # 1 + 1/2 cos^2 + (1 3)/(2 4) cos^4 + ... up to cos^(df-2)
+            series += term
+            term *= c2 * (2 * k - 1) / (2 * k)
+        a = sin * series
+    return float(min(max((1.0 - a) / 2.0, 0.0), 1.0))
 
 
 def persistence(at: np.ndarray, delay: np.ndarray, shares: np.ndarray) -> float:
