@@ -130,6 +130,11 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
                 f"[bold]straggler: rank {st.rank}[/bold], the others wait {st.delay_ms_per_step:.1f} ms per step "
                 f"for it ({fmt_pct(st.delay_pct)} of the step; last in {st.last_in_steps} of {st.steps} steps){cause}"
             )
+            others = sorted({g.rank for g in result.stragglers} - {st.rank})
+            if others:
+                yield f"also late beyond jitter: rank{'s' if len(others) > 1 else ''} {fmt_ranks(others)} (below)"
+        elif result.waiting_by_group:
+            yield "straggler: none (no rank is late beyond jitter; the waiting below says why)"
         else:
             yield "straggler: none (no rank keeps the others waiting)"
         for w in result.waiting_by_group:

@@ -28,7 +28,7 @@ import numpy as np
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.rank.prepare import RankDigest
 from stepscope.analysis.rank.steps import StepRow, pct
-from stepscope.analysis.ranks.lateness import MAGNITUDE_ALPHA, Arrivals, Lateness, judge
+from stepscope.analysis.ranks.lateness import MAGNITUDE_ALPHA, MAGNITUDE_MIN_SHARE, Arrivals, Lateness, judge
 from stepscope.analysis.stats import median
 
 STRAGGLER_MIN_PCT = 5.0  # delay per step, % of the mean step time ...
@@ -227,7 +227,7 @@ def _group_waiting(name: str, key: GroupKey, late: Late, test: Lateness, ranks: 
                 f"{test.instances} collectives (as {test.effective_instances:g} independent ones) are too few to "
                 "tell a late rank from jitter"
             )
-        elif top is not None and top.share_pct >= 90.0:
+        elif top is not None and top.share_pct > 100.0 * MAGNITUDE_MIN_SHARE:
             p_step = test.p_step.get(top.rank)
             note = (
                 f"rank {top.rank} holds {top.share_pct:.0f}% of the waiting, but {test.steps} steps do not tell "
