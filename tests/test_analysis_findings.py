@@ -236,17 +236,29 @@ def test_the_rank_that_arrives_last_is_the_straggler_with_its_cause() -> None:
     assert "data loading" in finding.message and "DataLoader" in finding.message
 
 
-def test_three_collectives_are_too_few_to_name_a_straggler() -> None:
-    # GIVEN the same job over 3 steps: rank 1 last at each of the 3 collectives, as jitter would make it with
-    # chance (1/3)^3 = 1/27
-    table = table_of({0: rank_trace(1000), 1: rank_trace(4000), 2: rank_trace(1000)})
+def test_two_collectives_are_too_few_to_name_a_straggler() -> None:
+    # GIVEN the same job over 2 steps: rank 1 last at both collectives, as jitter would make it with chance 1/9
+    table = table_of(
+        {0: rank_trace(1000, steps=2), 1: rank_trace(4000, steps=2), 2: rank_trace(1000, steps=2)}
+    )
     result = analyze(table)
     # THEN no straggler is named, and the group's waiting says why
     assert result.straggler is None and "straggler" not in [f.id for f in result.findings]
     (group,) = result.waiting_by_group
-    assert (group.verdict, group.instances, group.waiting_ms_per_step) == ("no consistent straggler", 3, 3.0)
+    assert (group.verdict, group.instances, group.waiting_ms_per_step) == ("no consistent straggler", 2, 3.0)
     assert "too few to tell a late rank from jitter" in group.note
-    assert [(w.rank, w.share_pct, w.last_at) for w in group.waited_for] == [(1, 100.0, 3)]
+    assert [(w.rank, w.share_pct, w.last_at) for w in group.waited_for] == [(1, 100.0, 2)]
+
+
+def test_three_steps_late_alike_name_a_straggler_by_the_size_of_its_lateness() -> None:
+    # GIVEN the job over 3 steps: rank 1 is last at each of the 3 collectives (jitter: chance 1/27, too common to
+    # tell), but late by the same 3 ms in every step, which jitter that moves the order does not do
+    table = table_of({0: rank_trace(1000), 1: rank_trace(4000), 2: rank_trace(1000)})
+    result = analyze(table)
+    # THEN the magnitude test names it
+    assert result.straggler is not None and result.straggler.rank == 1
+    (group,) = result.waiting_by_group
+    assert group.verdict == "stragglers"
 
 
 def test_equal_ranks_have_no_straggler() -> None:

@@ -56,6 +56,7 @@ from stepscope.analysis.ranks.straggler import GroupStraggler, GroupWaiting, Str
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
+from stepscope.analysis.whatif.fidelity import fidelity, limits
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.path import CriticalPath, job_critical_path, summarize_path
 from stepscope.analysis.whatif.timeline import median_step, path_timeline
@@ -281,6 +282,10 @@ def _critical_path(parts: Sequence[RankPart]) -> CriticalPath | None:
     steps = job_critical_path(replays, coupling)
     path = summarize_path(steps, error)
     if path is not None:
+        path.replay = [
+            fidelity(r, g.step_end - g.step_start, replays[r].step_ns, limits(g)) for r, g in graphs.items()
+        ]
+        path.approximate = any(f.approximate for f in path.replay)
         k = median_step(steps)
         marked = any(p.analysis.steps for p in parts)
         path.timeline = path_timeline(replays, coupling, k, steps[k].step_ms, marked=marked)

@@ -57,6 +57,13 @@ def path_line(path: Any) -> str:
         if path.replay_error_pct is not None
         else ""
     )
+    off = [f for f in getattr(path, "replay", []) if f.approximate]
+    if off:
+        worst = max(off, key=lambda f: abs(f.error_pct or 0.0))
+        error = (
+            f"; APPROXIMATE: the replay of rank {worst.rank} is {worst.error_pct:+.1f}% off its measured steps "
+            f"({'; '.join(worst.reasons)})"
+        )
     return (
         f"the path's {fmt_ms(path.step_ms)} per step: {kinds}{error} (the path runs from the rank whose step ends "
         "last back to the step's start on the rank it leads to: it can be longer than any one rank's step; "

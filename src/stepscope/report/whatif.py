@@ -22,12 +22,45 @@ def whatif_table(result: Any) -> model.Table:
         model.Column("replayed step", "ms"),
         model.Column("predicted step", "ms"),
         model.Column("saving", "ms"),
+        model.Column("replay error", "pct"),
     ]
     rows = [
-        (r.rank, r.steps, r.baseline_step_ms, r.replayed_step_ms, r.predicted_step_ms, r.saving_ms)
+        (
+            r.rank,
+            r.steps,
+            r.baseline_step_ms,
+            r.replayed_step_ms,
+            r.predicted_step_ms,
+            r.saving_ms,
+            r.replay.error_pct if r.replay is not None else None,
+        )
         for r in result.ranks
     ]
     return model.table("whatif", columns, rows, title="Step time per rank (mean of the window's steps)")
+
+
+def replay_line(result: Any) -> str:
+    """The replay's own error: within REPLAY_TRUST_PCT on every rank, or which rank is off, by how much, why, and
+    that the figures above and below are approximate."""
+    checked = [r.replay for r in result.ranks if r.replay is not None and r.replay.error_pct is not None]
+    if not checked:
+        return "replay error: unknown (no measured step to check the replay against)"
+    if result.approximate:
+        return (
+            "APPROXIMATE: "
+            + "; ".join(result.approximate_reasons)
+            + ". The prediction and the critical path "
+            "inherit that error: read them as approximate"
+        )
+    worst = max((abs(e) for f in checked for e in f.step_error_pct), default=0.0)
+    mean = max(abs(f.error_pct) for f in checked)
+    line = (
+        f"replay error: the replay with nothing changed is within {mean:.1f}% of the measured mean step on every "
+        f"rank (worst step {worst:.1f}%)"
+    )
+    if any("rank" in n and ":" in n for n in result.notes):
+        line += "; what the notes say the graph misses keeps its measured delay, and is not predicted to move"
+    return line
 
 
 def path_table(rank: Any) -> model.Table:
@@ -72,6 +105,7 @@ def render(result: Any, *, wide: bool = False) -> Iterator[Any]:
                 f" (saves {fmt_ms(result.saving_ms)})"
             )
         yield line
+        yield replay_line(result)
     yield fit_table(whatif_table(result), wide=wide)
     if len(result.ranks) > 1 and result.critical_path:
         summary = summarize_path(result.critical_path, result.replay_error_pct)

@@ -26,6 +26,7 @@ from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.cpu_only import host_stretches
 from stepscope.analysis.findings.pricing import SEVERITY_PCT, Finding, severity_of
 from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.whatif.fidelity import approximate_text, fidelity, limits
 from stepscope.analysis.whatif.graph import RankGraph, build_graph
 from stepscope.analysis.whatif.replay import Replay, Scaling, replay
 from stepscope.analysis.whatif.select import parse_selector, scaling_for
@@ -139,6 +140,11 @@ def price_by_replay(
     graph = graph if graph is not None else build_graph(data)
     graph.measured = replay(graph)
     base = _step_ns(graph, graph.measured)
+    check = fidelity(data.rank, graph.step_end - graph.step_start, base, limits(graph))
+    if check.approximate:
+        # (a replay that does not give back the measured steps cannot price a change to them)
+        why = f"{approximate_text(check)}, so it prices no change"
+        return [_by_rule(f, why) if i in fixes else f for i, f in enumerate(findings)], None
     out = list(findings)
     savings: dict[int, float] = {}
     for i, fix in fixes.items():

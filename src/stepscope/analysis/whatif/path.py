@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis.rank.kernels import KIND_NAMES
+from stepscope.analysis.whatif.fidelity import ReplayFidelity
 from stepscope.analysis.whatif.graph import COMPILED_PHASE, RankGraph
 from stepscope.analysis.whatif.replay import Replay
 
@@ -363,6 +364,8 @@ class CriticalPath(msgspec.Struct):
     top: list[tuple[str, float]]  # the GPU activities longest on the path
     bound: str | None  # the longest segment, in words: "rank 2, host: data_loader: 30.3 ms of 46.8 ms (65%)"
     timeline: PathTimeline | None = None  # a typical step's path over its work (timeline.py)
+    replay: list[ReplayFidelity] = []  # per rank, the replay against the measured steps (fidelity.py)
+    approximate: bool = False  # a rank's replay is off by more than REPLAY_TRUST_PCT: the path is approximate
 
 
 def summarize_path(

@@ -17,6 +17,7 @@ from stepscope.analysis.rank.prepare import prepare_rank
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
+from stepscope.analysis.whatif.fidelity import ReplayFidelity, approximate_text, fidelity, limits
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.path import PathStep, critical_path, job_critical_path
 from stepscope.analysis.whatif.select import Selector, scaling_for
@@ -34,6 +35,7 @@ class RankWhatIf(msgspec.Struct):
     gpu_activities: int
     synchronizations: int
     critical_path: list[PathStep]  # of the predicted steps (the replayed ones when nothing is selected)
+    replay: ReplayFidelity | None = None  # the replay with nothing changed against the measured steps
 
 
 class WhatIfResult(msgspec.Struct):
@@ -48,6 +50,10 @@ class WhatIfResult(msgspec.Struct):
     notes: list[str]
     # the job's, across ranks (the predicted steps; the replayed ones when nothing is selected)
     critical_path: list[PathStep] = msgspec.field(default_factory=list)
+    # a rank's replay is off its measured steps by more than REPLAY_TRUST_PCT: the prediction and the path are
+    # approximate, for these reasons (fidelity.py)
+    approximate: bool = False
+    approximate_reasons: list[str] = msgspec.field(default_factory=list)
 
 
 def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 5) -> WhatIfResult:
@@ -85,6 +91,7 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
                 gpu_activities=len(graph.gpu),
                 synchronizations=len(graph.syncs),
                 critical_path=critical_path(scaled[rank], top=top),
+                replay=fidelity(rank, graph.step_end - graph.step_start, base[rank].step_ns, limits(graph)),
             )
         )
     if len(coupling):
@@ -118,4 +125,8 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         ranks=ranks,
         notes=notes,
         critical_path=job_critical_path(scaled, coupling, top=top) if scaled else [],
+        approximate=any(r.replay is not None and r.replay.approximate for r in ranks),
+        approximate_reasons=[
+            approximate_text(r.replay) for r in ranks if r.replay is not None and r.replay.approximate
+        ],
     )
