@@ -62,4 +62,5 @@ def test_cpu_only_traces_get_an_answer(relative: str) -> None:
     assert rank.temporal is None and rank.overlap_pct is None
     assert rank.steps and rank.steps[0].gpu_busy_pct is None
     (info,) = [f for f in result.findings if f.id == "step_breakdown"]
-    assert info.severity == "info" and info.message.startswith("No GPU activity: the median step")
+    # (each of these traces has one step: the breakdown splits that step, and says so)
+    assert info.severity == "info" and info.message.startswith("No GPU activity: its one step (")
