@@ -265,10 +265,21 @@ def _raw_stall(
     stalls["raw torch.profiler"] += _stall_steps(times, 0, windows)
 
 
-def stall_lines(result: dict[str, Any], rounds: int, windows: int) -> list[str]:
+def window_events(out_dir: str) -> int:
+    """The events of the last window raw torch.profiler exported: the window's size."""
+    import json
+
+    with open(f"{out_dir}/raw_stall.json") as f:
+        return len(json.load(f)["traceEvents"])
+
+
+def stall_lines(result: dict[str, Any], rounds: int, windows: int, blocks: int = 40) -> list[str]:
     med, w = result["stall_ms"], result["written"]
+    events = result.get("events_per_window")
     return [
-        f"window-end stall: 40 x (Linear 256 + LayerNorm + GELU), batch 32, 1 thread; wait {STALL_SCHEDULE['wait']}, "
+        f"window-end stall: {blocks} x (Linear 256 + LayerNorm + GELU), batch 32, 1 thread"
+        + (f" ({events:,} events a window)" if events else "")
+        + f"; wait {STALL_SCHEDULE['wait']}, "
         f"warmup {STALL_SCHEDULE['warmup']}, active {STALL_SCHEDULE['active']}; {rounds} rounds x {windows} windows "
         "per variant, alternating",
         "",
@@ -379,6 +390,12 @@ def main() -> None:
     )
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument(
+        "--blocks",
+        type=int,
+        default=40,
+        help="with --stall: blocks of the model (more blocks, more events a window)",
+    )
+    parser.add_argument(
         "--options",
         action="store_true",
         help="only the option table: every capture option that works during steps, against its reference "
@@ -392,11 +409,12 @@ def main() -> None:
         run_option_table(args)
         return
     if args.stall:
-        model, plain, batch = stall_model()
+        model, plain, batch = stall_model(blocks=args.blocks)
         with tempfile.TemporaryDirectory() as out_dir:
             window_end_stall(model, plain, batch, 1, 1, out_dir)  # warm-up, not counted
             result = window_end_stall(model, plain, batch, args.rounds, args.windows, out_dir)
-        lines = stall_lines(result, args.rounds, args.windows)
+            result["events_per_window"] = window_events(out_dir)
+        lines = stall_lines(result, args.rounds, args.windows, args.blocks)
         print("\n".join(lines))
         write_markdown_result("bench_overhead_stall", "The step that ends a window", lines, figures=result)
         return
