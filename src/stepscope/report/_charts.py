@@ -326,6 +326,7 @@ PATH_COLORS = {
     "communication": CATEGORY_COLORS["Communication"],
     "GPU copies/fills": CATEGORY_COLORS["Memcpy"],
     "launch latency": CATEGORY_COLORS["Runtime"],
+    "unexplained wait (not in the trace)": "#b07aa1",
     "collective dispatch (CPU backend)": "#a0cbe8",
     "gaps between kernels": "#d4d4d4",
     "synchronization (own time)": "#1f1f1f",

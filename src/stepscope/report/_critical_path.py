@@ -13,6 +13,7 @@ KIND_LABELS = {
     "communication": "communication",
     "memory": "GPU copies/fills",
     "launch": "launch latency",
+    "unexplained": "unexplained wait (not in the trace)",
     "dispatch": "collective dispatch (CPU backend)",
     "gap": "gaps between kernels",
     "sync": "synchronization (own time)",
@@ -57,6 +58,11 @@ def path_line(path: Any) -> str:
         if path.replay_error_pct is not None
         else ""
     )
+    if getattr(path, "unexplained_waits", 0):
+        error += (
+            f"; {path.unexplained_waits:g} GPU activities a step on the path waited for what the trace does not "
+            "show (unexplained wait)"
+        )
     off = [f for f in getattr(path, "replay", []) if f.approximate]
     if off:
         worst = max(off, key=lambda f: abs(f.error_pct or 0.0))

@@ -75,6 +75,8 @@ class GpuNodes(msgspec.Struct, eq=False):
     after_gap: np.ndarray  # after that activity ends (the trace's slack when it held it in the trace, else 0)
     follows_after: np.ndarray  # bool: `after` held it in the trace
     graph: np.ndarray  # its CUDA graph (index into RankGraph.graph_names), else -1
+    typical_latency: int = 0  # the median launch latency of the activities their launch held (ns)
+    typical_gap: int = 0  # the median gap of the activities their stream held (ns)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -200,6 +202,8 @@ def _gpu_nodes(data: RankData) -> tuple[GpuNodes, Edges]:
         after_gap=after_gap,
         follows_after=follows_after,
         graph=edges.graph,
+        typical_latency=typical,
+        typical_gap=int(np.median(gap[follows_stream])) if follows_stream.any() else 0,
     )
     return nodes, edges
 

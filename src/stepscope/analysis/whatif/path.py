@@ -31,7 +31,16 @@ if TYPE_CHECKING:
     from stepscope.analysis.whatif.couple import Coupling
 
 MAX_HOPS = 10_000  # hand-overs between ranks in one step's walk (a bound: each moves the walk back in time)
-PATH_KINDS = ("host", "computation", "communication", "memory", "launch", "dispatch", "gap", "sync")
+PATH_KINDS = (
+    "host", "computation", "communication", "memory", "launch", "unexplained", "dispatch", "gap", "sync",
+)  # fmt: skip
+# A GPU activity that started this many times later after its launch than the rank's typical launch latency
+# (GpuNodes.typical_latency), or after the activity before it on its stream than the typical gap (typical_gap),
+# and at least UNEXPLAINED_MIN_NS later, its stream idle and no awaited activity the trace shows, waited for
+# something the trace does not show: beyond the typical latency or gap that is an "unexplained" wait, not launch
+# latency or a gap between kernels (a stream wait without its event's record, another process's work)
+UNEXPLAINED_FACTOR = 10
+UNEXPLAINED_MIN_NS = 50_000
 
 
 class PathSegment(msgspec.Struct):
@@ -64,6 +73,7 @@ class PathStep(msgspec.Struct):
     top: list[tuple[str, float]]  # the GPU activities (by name) longest on the path, ms
     segments: list[PathSegment] = msgspec.field(default_factory=list)  # by rank and kind, longest first
     host_compiled_ms: float = 0.0  # of the host time on the path, inside torch.compile regions
+    unexplained_waits: int = 0  # GPU activities on the path that waited for what the trace does not show
 
 
 def critical_path(rep: Replay, top: int = 5) -> list[PathStep]:
@@ -100,6 +110,7 @@ def job_critical_path(
                 top=names_top,
                 segments=[PathSegment(r, what, round(v / 1e6, 3)) for (r, what), v in parts[:segments] if v],
                 host_compiled_ms=round(walk.host[COMPILED_PHASE] / 1e6, 3),
+                unexplained_waits=walk.unexplained,
             )
         )
     return out
@@ -160,6 +171,7 @@ class _Walk:
         self.parts: Counter[tuple[int, str]] = Counter()
         self._labels = labels
         self.spans = spans  # where given, each stretch of the path is appended to it (timeline.py)
+        self.unexplained = 0  # activities on the path with an unexplained wait
 
     def _span(self, rank: int, lane: int, lo: int, hi: int, what: str, activity: int = -1) -> None:
         """Record one stretch of the path, in the rank's replay time; `lane`: -1 the host, else the activity's
@@ -246,8 +258,17 @@ class _Walk:
                 prev_end = int(rep.gpu_end[prev]) if prev >= 0 else None
                 after_end = int(rep.gpu_end[after]) if after >= 0 else None
                 if prev_end is not None and prev_end + gpu.gap[a] >= start:
-                    self._count(rank, "gap", start - prev_end)
-                    self._span(rank, int(gpu.stream[a]), prev_end, start, "gap")
+                    gap_end = start
+                    usual = int(gpu.typical_gap)
+                    if start - prev_end > max(UNEXPLAINED_FACTOR * usual, UNEXPLAINED_MIN_NS):
+                        # its stream idle long after the work before it ended: beyond the usual gap it waited for
+                        # what the trace does not show
+                        gap_end = prev_end + usual
+                        self._count(rank, "unexplained", start - gap_end)
+                        self._span(rank, int(gpu.stream[a]), gap_end, start, "unexplained")
+                        self.unexplained += 1
+                    self._count(rank, "gap", gap_end - prev_end)
+                    self._span(rank, int(gpu.stream[a]), prev_end, gap_end, "gap")
                     t_gpu = prev_end
                     a = prev
                 elif after_end is not None and after_end + gpu.after_gap[a] >= start:
@@ -259,7 +280,15 @@ class _Walk:
                 else:
                     # a CPU backend's collective waited for its thread to start it: no kernel was launched
                     started = "dispatch" if g.cpu_backend else "launch"
-                    self._count(rank, started, int(gpu.latency[a]))
+                    latency, usual = int(gpu.latency[a]), int(gpu.typical_latency)
+                    if not g.cpu_backend and latency > max(UNEXPLAINED_FACTOR * usual, UNEXPLAINED_MIN_NS):
+                        # beyond the usual latency it waited for what the trace does not show
+                        waited_from = int(launch_host[a]) + usual
+                        self._count(rank, "unexplained", start - waited_from)
+                        self._span(rank, int(gpu.stream[a]), waited_from, start, "unexplained")
+                        self.unexplained += 1
+                        latency, start = usual, waited_from
+                    self._count(rank, started, latency)
                     self._span(rank, int(gpu.stream[a]), int(launch_host[a]), start, started)
                     t_gpu = int(launch_host[a])
                     break
@@ -365,6 +394,9 @@ class CriticalPath(msgspec.Struct):
     bound: str | None  # the longest segment, in words: "rank 2, host: data_loader: 30.3 ms of 46.8 ms (65%)"
     timeline: PathTimeline | None = None  # a typical step's path over its work (timeline.py)
     replay: list[ReplayFidelity] = []  # per rank, the replay against the measured steps (fidelity.py)
+    unexplained_waits: float = (
+        0.0  # per step (mean): GPU activities on the path waiting for what no trace shows
+    )
     approximate: bool = False  # a rank's replay is off by more than REPLAY_TRUST_PCT: the path is approximate
 
 
@@ -392,6 +424,7 @@ def summarize_path(
         s = segments[0]
         bound = f"rank {s.rank}, {s.what}: {s.ms:.1f} ms of {step_ms:.1f} ms ({100 * s.ms / step_ms:.0f}%)"
     return CriticalPath(
+        unexplained_waits=round(sum(p.unexplained_waits for p in steps) / n, 2),
         steps=n,
         step_ms=round(step_ms, 3),
         replay_error_pct=replay_error_pct,
