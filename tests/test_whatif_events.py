@@ -33,16 +33,17 @@ def _sync_event(name: str, ts: float, dur: float, *, corr: int, stream: int, on:
     )
 
 
-def _two_streams(tmp_path: Path, *, named: bool = True) -> Path:
+def _two_streams(tmp_path: Path, *, named: bool = True, consumer_at: float = 525) -> Path:
     """One step (1000 us): `producer` (500 us) on stream 7; an event recorded after it; stream 20 waits for it,
     so `consumer` (200 us) starts 5 us after the producer ends; a device synchronize; 250 us of optimizer.
-    `named`: with the cuda_sync event that names the event (newer Kineto), else the runtime calls only."""
+    `named`: with the cuda_sync event that names the event (newer Kineto), else the runtime calls only;
+    `consumer_at`: when the consumer starts (525: 5 us after the producer ends)."""
     events = [
         step(1, 0, 1000),
         *launched("producer", 10, 20, 500, corr=1),
         runtime("cudaEventRecord", 12, 1, corr=2),
         runtime("cudaStreamWaitEvent", 14, 1, corr=3),
-        *launched("consumer", 16, 525, 200, corr=4, stream=20),
+        *launched("consumer", 16, consumer_at, 200, corr=4, stream=20),
         runtime("cudaDeviceSynchronize", 30, 700, corr=5),
         cpu("optimizer", 740, 250, cat="user_annotation"),
     ]
@@ -86,13 +87,29 @@ def test_the_critical_path_runs_through_the_event(tmp_path: Path) -> None:
     assert sum(path.by_kind_ms.values()) == pytest.approx(path.step_ms, abs=0.002)
 
 
-def test_a_wait_the_trace_does_not_name_keeps_its_measured_delay_and_says_so(tmp_path: Path) -> None:
+def test_a_wait_the_trace_does_not_name_is_inferred_from_timing(tmp_path: Path) -> None:
+    # GIVEN the wait as older Kineto writes it (the runtime calls only): the consumer started 5 us after the
+    # producer ended on another stream, long after its launch, its stream idle
     path = _two_streams(tmp_path, named=False)
+    # THEN the edge is inferred, marked so, and the prediction is the named trace's
+    assert _predicted(path, "kernel:producer=0.5") == pytest.approx(0.75)
+    graph = _graph(path)
+    (consumer,) = np.flatnonzero(graph.gpu.after >= 0)
+    assert graph.names[graph.gpu.name[graph.gpu.after[consumer]]] == "producer"
+    (note,) = graph.notes
+    assert note.startswith("1 of 1 stream waits (cudaStreamWaitEvent) name no event") and "(inferred)" in note
+
+
+def test_a_wait_whose_timing_names_nothing_keeps_its_measured_delay_and_says_so(tmp_path: Path) -> None:
+    # GIVEN the unnamed wait, the consumer starting 10 us after the producer ended: nothing on another stream
+    # ended within 5 us before it
+    path = _two_streams(tmp_path, named=False, consumer_at=530)
     assert _predicted(path, "kernel:producer=0.5") == pytest.approx(1.0)
     graph = _graph(path)
     assert (graph.gpu.after == -1).all()
     (note,) = graph.notes
     assert note.startswith("1 of 1 stream waits (cudaStreamWaitEvent) have no cuda_sync event")
+    assert "their timing names none" in note
 
 
 def _event_sync(tmp_path: Path) -> Path:

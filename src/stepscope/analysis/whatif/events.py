@@ -7,8 +7,11 @@ synchronizations, CUDA graphs.
   recorded on (`wait_on_stream`) and the correlation id of its record call
   (`wait_on_cuda_event_record_corr_id`): the producer is the last activity launched on that stream before the
   record call, the consumer the first activity launched on the waiting stream after the wait call. Older traces
-  (and some newer ones) give only the runtime calls, whose args name neither stream nor event: those waits are
-  counted in a note and left as the trace shows them (inside the consumer's measured latency or gap).
+  (and some newer ones) give only the runtime calls, whose args name neither stream nor event: such a wait is
+  inferred from timing where the first activity launched on the call's thread after it started within
+  INFER_WINDOW_NS of an activity ending on another stream, after its launch and its stream had let it start
+  (an edge marked inferred); the others are counted in a note and left as the trace shows them (inside the
+  consumer's measured latency or gap).
 - **Host synchronizations.** An "Event Sync" `cuda_sync` event with the same args names what a
   `cudaEventSynchronize` awaits exactly; a "Stream Sync" event names the stream (its thread) a
   `cudaStreamSynchronize` awaits.
@@ -35,6 +38,9 @@ GRAPH_LAUNCH_RE = re.compile(r"^(?:cuda|hip)GraphLaunch|^cuGraphLaunch")
 _RANGE_CATS = ("cpu_op", "user_annotation")
 _X = ord("X")
 _SCAN = 64  # CPU ranges looked at, back from a graph launch, for the innermost one around it
+# A stream wait the trace does not name is inferred where the activity after it started within this long of an
+# activity ending on another stream, once its launch and its stream had let it start (_infer_waits)
+INFER_WINDOW_NS = 5_000
 
 
 class Edges(msgspec.Struct, eq=False):
@@ -47,6 +53,7 @@ class Edges(msgspec.Struct, eq=False):
     host_awaits: dict[int, int]  # correlation id of an event synchronize -> the activity it awaits
     sync_stream: dict[int, int]  # correlation id of a stream synchronize -> the stream (dense id) it awaits
     notes: list[str] = msgspec.field(default_factory=list)
+    inferred: np.ndarray | None = None  # bool: `after` is a stream wait inferred from timing (_infer_waits)
 
 
 class Activities(msgspec.Struct, eq=False):
@@ -116,15 +123,86 @@ def read_edges(table: TraceTable, lo: int, hi: int, acts: Activities) -> Edges:
         if old < 0 or acts.end[producer] > acts.end[old]:
             after[consumer] = producer
     waits = calls.count(STREAM_WAIT_RE, lo, hi)
+    inferred = np.zeros(n, dtype=bool)
     if waits > named:
-        notes.append(
-            f"{waits - named} of {waits} stream waits (cudaStreamWaitEvent) have no cuda_sync event naming the "
-            "event they wait on (wait_on_cuda_event_record_corr_id; older Kineto writes none): their activities "
-            "keep the delay the trace shows, and do not move with the work they waited for"
-        )
+        inferred = _infer_waits(table, lo, hi, acts, calls, after)
+        found = int(inferred.sum())
+        left = waits - named - found
+        if found:
+            notes.append(
+                f"{found} of {waits} stream waits (cudaStreamWaitEvent) name no event (no cuda_sync event; older "
+                f"Kineto writes none) but are inferred from timing: the activity after the wait started within "
+                f"{INFER_WINDOW_NS // 1000} us of an activity ending on another stream, after its own stream and "
+                "launch had let it start: it waits for that one (inferred)"
+            )
+        if left > 0:
+            notes.append(
+                f"{left} of {waits} stream waits (cudaStreamWaitEvent) have no cuda_sync event naming the event "
+                "they wait on (wait_on_cuda_event_record_corr_id; older Kineto writes none), and their timing "
+                "names none: their activities keep the delay the trace shows, and do not move with the work they "
+                "waited for"
+            )
     from_graph = np.zeros(n, dtype=bool)
     graph, names = _graphs(table, acts, calls, after, from_graph)
-    return Edges(after, from_graph, graph, names, host_awaits, sync_stream, notes)
+    return Edges(after, from_graph, graph, names, host_awaits, sync_stream, notes, inferred)
+
+
+def _infer_waits(
+    table: TraceTable, lo: int, hi: int, acts: Activities, calls: _Calls, after: np.ndarray
+) -> np.ndarray:
+    """The stream waits the trace does not name, recovered from timing (item 2 of issue 43): the first activity
+    launched on a thread after a `cudaStreamWaitEvent` call (its consumer), still without an edge, that started
+    more than INFER_WINDOW_NS after both its launch and its stream's previous activity's end (something else held
+    it), and within INFER_WINDOW_NS after an activity on another stream ended (the latest such): waits for that
+    one. Returns which activities got such an edge (`after` is set)."""
+    n = len(acts.launch)
+    out = np.zeros(n, dtype=bool)
+    cols = table.columns
+    wait_name = table.name_values(lambda x: STREAM_WAIT_RE.match(x) is not None, bool, key="whatif_wait")
+    rows = calls.rows[wait_name[cols["name"][calls.rows]]]
+    rows = rows[(cols["ts"][rows] >= lo) & (cols["ts"][rows] < hi)]
+    if not len(rows) or not n:
+        return out
+    # each activity's launch thread, through its launching call
+    at = np.searchsorted(calls.corr, acts.corr)
+    at = np.minimum(at, len(calls.corr) - 1)
+    has_call = (
+        (acts.corr >= 0) & (calls.corr[at] == acts.corr) if len(calls.corr) else np.zeros(n, dtype=bool)
+    )
+    launch_tid = np.where(has_call, cols["tid"][calls.rows[at]] if len(calls.corr) else -1, -1)
+    consumers: set[int] = set()
+    for tid in np.unique(cols["tid"][rows]).tolist():
+        mine = np.flatnonzero(launch_tid == tid)
+        if not len(mine):
+            continue
+        order = mine[np.argsort(acts.launch[mine], kind="stable")]
+        waits = np.sort(cols["ts"][rows[cols["tid"][rows] == tid]])
+        first = np.searchsorted(acts.launch[order], waits, side="right")
+        consumers.update(int(order[i]) for i in first.tolist() if i < len(order))
+    if not consumers:
+        return out
+    prev = np.full(n, -1, dtype=np.int64)
+    for s in range(len(acts.stream_keys)):
+        ix = np.flatnonzero(acts.stream == s)
+        prev[ix[1:]] = ix[:-1]
+    by_end = np.argsort(acts.end, kind="stable")
+    ends = acts.end[by_end]
+    for c in sorted(consumers):
+        if after[c] >= 0:
+            continue
+        start = int(acts.start[c])
+        ready = max(int(acts.launch[c]), int(acts.end[prev[c]]) if prev[c] >= 0 else 0)
+        if start - ready <= INFER_WINDOW_NS:
+            continue  # its launch or its stream let it start then: no wait held it
+        lo_i = int(np.searchsorted(ends, start - INFER_WINDOW_NS, side="left"))
+        hi_i = int(np.searchsorted(ends, start, side="right"))
+        for j in range(hi_i - 1, lo_i - 1, -1):
+            p = int(by_end[j])
+            if acts.stream[p] != acts.stream[c]:
+                after[c] = p
+                out[c] = True
+                break
+    return out
 
 
 class _Calls:
