@@ -22,7 +22,8 @@ BASE = SHARED_TRACES / "hta_trace_filter" / "sampled_rank-0.json.gz"
 
 @pytest.fixture(scope="module")
 def ranks4(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four generated ranks of a real trace; rank 2 reaches every collective 100 ms after the others."""
+    """Four generated ranks of a real trace, twice over (4 steps: the straggler test's units; 8 collectives of 2
+    steps are too few to tell lateness from jitter); rank 2 reaches every collective 100 ms after the others."""
     out = tmp_path_factory.mktemp("ranks4")
     subprocess.run(
         [
@@ -32,6 +33,8 @@ def ranks4(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "4",
             "--slow-ms",
             "100",
+            "--copies",
+            "2",
             "--base",
             str(BASE),
             "--out",

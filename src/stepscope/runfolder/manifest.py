@@ -54,7 +54,9 @@ def _decode(path: Path, data: bytes) -> Manifest:
     try:
         manifest = _decoder.decode(data)
     except msgspec.DecodeError as exc:
-        raise InputError(path, f"invalid manifest: {exc}") from None
+        # (msgspec 0.23 says a string that is not UTF-8 so, where 0.22 raised UnicodeDecodeError)
+        why = "not UTF-8 text" if "UTF-8" in str(exc) else str(exc)
+        raise InputError(path, f"invalid manifest: {why}") from None
     except RecursionError:  # msgspec's own depth limit is Python's recursion limit
         raise InputError(path, "invalid manifest: nested too deeply") from None
     except UnicodeDecodeError:

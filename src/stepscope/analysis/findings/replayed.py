@@ -140,7 +140,7 @@ def price_by_replay(
     graph = graph if graph is not None else build_graph(data)
     graph.measured = replay(graph)
     base = _step_ns(graph, graph.measured)
-    check = fidelity(data.rank, graph.step_end - graph.step_start, base, limits(graph))
+    check = fidelity(data.rank, _step_ns(graph, None), base, limits(graph))
     if check.approximate:
         # (a replay that does not give back the measured steps cannot price a change to them)
         why = f"{approximate_text(check)}, so it prices no change"
@@ -226,17 +226,20 @@ def _scaling(graph: RankGraph, fixes: list[_Fix]) -> Scaling:
     return scaling
 
 
-def _step_ns(graph: RankGraph, rep: Replay) -> np.ndarray:
+def _step_ns(graph: RankGraph, rep: Replay | None) -> np.ndarray:
     """Each step of a replay, ending when both its host work and the GPU work launched in it are done (without
-    the GPU's part, a replay whose host no longer waits for the GPU would end its steps before their work)."""
+    the GPU's part, a replay whose host no longer waits for the GPU would end its steps before their work);
+    `rep` None: the measured steps, the same way (what the replay with nothing changed is checked against)."""
     gpu = graph.gpu
-    end = rep.step_end.astype(np.int64)
+    end = (rep.step_end if rep is not None else graph.step_end).astype(np.int64)
+    step_start = rep.step_start if rep is not None else graph.step_start
     if len(gpu):
-        done = np.maximum.accumulate(rep.gpu_end)  # the latest end among the first k activities launched
+        gpu_end = rep.gpu_end if rep is not None else gpu.start + gpu.dur
+        done = np.maximum.accumulate(gpu_end)  # the latest end among the first k activities launched
         launched = np.searchsorted(gpu.launch, graph.step_end, side="right")
         end = np.maximum(end, np.where(launched > 0, done[np.maximum(launched, 1) - 1], end))
     end = np.maximum.accumulate(end)
-    start = np.maximum(rep.step_start, np.r_[rep.step_start[:1], end[:-1]])
+    start = np.maximum(step_start, np.r_[step_start[:1], end[:-1]])
     return np.asarray(end - start, dtype=np.int64)
 
 

@@ -106,7 +106,9 @@ def _decode_json(path: Path, raw: bytes, limit: int) -> Any:
     try:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
-        raise InputError(path, f"invalid JSON: {exc}") from None
+        # (msgspec 0.23 says a string that is not UTF-8 so, where 0.22 raised UnicodeDecodeError)
+        why = "not UTF-8 text" if "UTF-8" in str(exc) else str(exc)
+        raise InputError(path, f"invalid JSON: {why}") from None
     except RecursionError:
         raise InputError(path, "JSON nested too deeply") from None
     except UnicodeDecodeError:

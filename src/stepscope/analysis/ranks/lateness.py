@@ -34,7 +34,8 @@ named too (3 steps: a rank's lateness per step within about 14% of its mean), wh
 group's waiting (MAGNITUDE_MIN_SHARE): with few steps only a rank the others wait for most is named this way (on
 jitter-only jobs of 4 ranks, 1 in 100 passed the t-test alone, holding 37% of the waiting; an FSDP2 rank that
 sleeps 20 ms in forward holds two thirds of it, from one all-gather of 12 a step). A heavy-tailed hold-up in one step or two of three leaves t small (its spread is as large as its
-mean); the same lateness in every step does not. straggler.py names such
+mean); the same lateness in every step does not. With fewer than MIN_STEPS steps the instances are the units
+instead, as many as the persistence leaves independent (the effective number above). straggler.py names such
 a rank a straggler when its delay is material too.
 """
 
@@ -134,6 +135,9 @@ def judge(arrivals: Arrivals, members: int) -> Lateness | None:
         else:
             stopped = True
     steps, p_step = _by_step(arrivals, at, ranks, delay, size)
+    if steps < MIN_STEPS:
+        # (too few steps to be the units: the instances are, as many as the persistence leaves independent)
+        p_step = _by_instance(at, ranks, delay, size, effective)
     for j in np.argsort(-shares, kind="stable").tolist():
         r = int(ranks[j])
         if r not in named and p_step.get(r, 1.0) < MAGNITUDE_ALPHA / size and shares[j] > MAGNITUDE_MIN_SHARE:
@@ -179,6 +183,28 @@ def _by_step(
             t = math.inf if sd[j] == 0 else float(mean[j] / (sd[j] / math.sqrt(len(numbers))))
             out[int(r)] = t_sf(t, len(numbers) - 1)
     return len(numbers), out
+
+
+def _by_instance(
+    at: np.ndarray, ranks: np.ndarray, delay: np.ndarray, size: int, effective: float
+) -> dict[int, float]:
+    """The magnitude test with the instances as units, where the steps are too few (_by_step): at each instance,
+    the delay charged to the rank less the mean charged to each other rank; Student's t on them with the effective
+    number of instances (Kish's, times 1 - persistence) as the sample size; no p-value under MIN_STEPS of them."""
+    n = len(at)
+    if effective < MIN_STEPS or n < MIN_STEPS:
+        return {}
+    out = {}
+    for j, r in enumerate(ranks.tolist()):
+        mine = np.where(at == j, delay, 0.0)
+        diff = mine - (delay - mine) / max(size - 1, 1)
+        mean, sd = float(diff.mean()), float(diff.std(ddof=1))
+        if mean <= 0:
+            out[int(r)] = 1.0
+            continue
+        t = math.inf if sd == 0 else mean / (sd / math.sqrt(effective))
+        out[int(r)] = t_sf(t, max(int(effective) - 1, 1))
+    return out
 
 
 def t_sf(t: float, df: int) -> float:
