@@ -174,8 +174,8 @@ def test_real_ddp_jobs_gate_per_rank_and_never_pass_blind(
         out.mkdir()
         return run_job(out, **options)
 
-    # GIVEN 2-rank gloo DDP jobs (every rank traced): two alike, one whose rank 1 loader sleeps 48 ms a batch
-    base, again = (run_ddp_job(tmp_path / name, nproc=2, slow_rank=1, delay_ms=0.0) for name in ("a", "b"))
+    # GIVEN 2-rank gloo DDP jobs (every rank traced), one whose rank 1 loader sleeps 48 ms a batch
+    base = run_ddp_job(tmp_path / "a", nproc=2, slow_rank=1, delay_ms=0.0)
     slow = run_ddp_job(tmp_path / "slow", nproc=2, slow_rank=1, delay_ms=48.0)
     # THEN the loader gate breaches, naming rank 1 (the pooled loader of both ranks moves half as much)
     code, doc, err = run_diff(capsys, base, slow, "data_loader>+5ms", "step_time>+5%")
@@ -185,9 +185,7 @@ def test_real_ddp_jobs_gate_per_rank_and_never_pass_blind(
     # the other way round: a speed-up breaches nothing
     code, doc, err = run_diff(capsys, slow, base, "data_loader>+5ms", "step_time>+5%")
     assert code == 0 and [g["outcome"] for g in doc["gates"]] == ["pass", "pass"], err
-    # two runs alike never breach (undecided is allowed: 3 profiled steps per rank decide little)
-    code, doc, err = run_diff(capsys, base, again, "data_loader>+5ms", "step_time>+5%")
-    assert code in (0, 4) and not any(g["breached"] for g in doc["gates"]), err
+    # (runs alike pass: test_diff_reruns.py)
     # GIVEN 6-step runs, the test run's loader stalling 80 ms on its one rank: 5x slower steps
     window = ["--wait", "1", "--warmup", "1", "--active", "3"]  # 3 profiled steps, no 8 plain ones
     short = run_ddp_job(tmp_path / "short", nproc=1, slow_rank=0, delay_ms=0.0, steps=6, run_options=window)
