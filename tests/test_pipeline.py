@@ -362,8 +362,12 @@ def test_a_gpipe_job_at_the_defaults_has_its_bubble_per_stage(tmp_path: Path) ->
     assert [g["pipeline_stages"] for g in groups] == [
         [{"stage_index": r, "num_stages": 2, "group": "0", "stage_ranks": [0, 1]}] for r in (0, 1)
     ]
-    pipeline = analyze_json(run_dir)["pipeline"]
+    result = analyze_json(run_dir)
+    pipeline = result["pipeline"]
     assert pipeline is not None and pipeline["num_stages"] == 2 and pipeline["schedule"] == "GPipe"
+    # the point-to-point ops' waiting is the bubble: not collectives "that could not be matched"
+    assert not [f for f in result["findings"] if f["id"] == "comm_wait_unknown"]
+    assert any(n.startswith("the ranks issue point-to-point ops only") for n in result["notices"])
     assert any("as capture recorded them" in n for n in pipeline["notes"])
     for s in pipeline["stages"]:
         # each stage's bubble within 10 points of the share of its steps the job waited on its receives

@@ -106,8 +106,11 @@ def _cpu_comm_bound(
 
 
 def _wait_unknown(data: RankDigest, inst: Instances, known: np.ndarray, traced: int) -> Finding | None:
-    """Collective time whose waiting for peers cannot be told from transfer: said, never priced."""
-    unknown = ~known
+    """Collective time whose waiting for peers cannot be told from transfer: said, never priced. Point-to-point
+    ops are left out: they are never matched as collectives, and their waiting is a pipeline's bubble (the
+    pipeline view's)."""
+    p2p = np.fromiter((k in ("send", "recv") for k in inst.kind), dtype=bool, count=len(inst))
+    unknown = ~known & ~p2p
     if not unknown.any():
         return None
     alone = iv.subtract(

@@ -240,7 +240,13 @@ def cross_rank_analysis(
         method = "rejected"
     elif not match.ranks:
         method = "raw"
-        if any(inst.timed and len(inst) for inst in instances.values()):
+        timed = [inst for inst in instances.values() if inst.timed and len(inst)]
+        if timed and all(set(inst.kind) <= {"send", "recv"} for inst in timed):
+            notices.append(
+                "the ranks issue point-to-point ops only, no collective to match across ranks: raw trace clocks "
+                "are used (a pipeline's waiting is its bubble, in the pipeline view)"
+            )
+        elif timed:
             notices.append("no collective could be matched across ranks: raw trace clocks are used")
         else:
             notices.append("no timed collective in the traces: ranks are compared on raw trace clocks")
