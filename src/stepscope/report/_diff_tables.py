@@ -87,4 +87,7 @@ def signed_ms_cell(ms: float | None) -> Cell:
 
 
 def signed_pct_cell(pct: float | None) -> Cell:
-    return Cell("-" if pct is None else f"{pct:+.1f}%", -1.0 if pct is None else pct)
+    """'+5.1%'; from +1000% on, the ratio ('80x' for +7900%): a column of '+71377.5%' would not fit at 80."""
+    if pct is None:
+        return Cell("-", -1.0)
+    return Cell(f"{1 + pct / 100:.0f}x" if pct >= 1000 else f"{pct:+.1f}%", pct)
