@@ -135,7 +135,7 @@ def test_cli_text_report(runs: tuple[Path, Path], capsys: pytest.CaptureFixture[
     assert "Mean duration changed 5x or more" in out
     assert "10.0 us │ 5.00 ms │ 500.00x │ +4.99 ms" in out
     assert "old_kernel" in out and "new_kernel" in out and "aten::foo" in out
-    assert "step (profiled) │ 1.00 ms │ 1.50 ms │ +500 us │ +50.0% │ too few │ ~" in out
+    assert "step (profiled) │ 1.00 ms │ 1.50 ms │ +500 us │ +50.0% │ too few │" in out
     assert "base │ 1.00 ms │ 1.00 ms to 1.00 ms │ 1.00 ms" in out
     assert "compared: 2 profiled steps: 1-2 (rank 0) in each run" in out
     assert "new rank 0 HIGH comm_bound" in out

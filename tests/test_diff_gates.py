@@ -101,7 +101,9 @@ def test_a_regression_on_one_rank_of_two_breaches_and_names_it(
     assert "rank 1 │ 600 us │ 48.0 ms │ +47.4 ms │ 80x │ too few" in out, out
     # the finding on rank 1 is judged by rank 1's loader, not by the ranks pooled
     assert "changed rank 1 data_loader_stall: MEDIUM -> HIGH, 600 us -> 48.0 ms per step The" in out
-    assert "data_loader>+5ms │" in out and "BREACHED rank 1" in out
+    # (the gate's row gives the figures of the rank it judged: rank 1's loader, 600 us -> 48.0 ms)
+    assert "data_loader>+5ms │ 600 us │ 48.0 ms │ 80x │ BREACHED rank 1" in out, out
+    assert (gate["base"], gate["test"]) == (pytest.approx(0.6), pytest.approx(48.0))
     # the other way round, each rank's change is within the gate by the same test: a pass
     code, doc, err = run_diff(capsys, test, base, "data_loader>+5ms")
     assert code == 0 and doc["gates"][0]["outcome"] == "pass", err

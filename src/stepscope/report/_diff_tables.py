@@ -50,7 +50,7 @@ def phase_table(diff: Diff, *, compact: bool = False, title: str = "") -> Table:
             f"{signed_ms(p.low_ms)} to {signed_ms(p.high_ms)}"
             if p.low_ms is not None and p.high_ms is not None
             else "too few",
-            ("" if p.significant else "~") if compact else p.significant,
+            ("" if p.significant or p.low_ms is None else "~") if compact else p.significant,
         ]
 
     rows = []

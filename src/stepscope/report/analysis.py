@@ -134,7 +134,7 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
             if others:
                 yield f"also late beyond jitter: rank{'s' if len(others) > 1 else ''} {fmt_ranks(others)} (below)"
         elif result.waiting_by_group:
-            yield "straggler: none (no rank is late beyond jitter; the waiting below says why)"
+            yield "straggler: none named (none is shown to be late beyond jitter; the waiting below says why)"
         else:
             yield "straggler: none (no rank keeps the others waiting)"
         for w in result.waiting_by_group:

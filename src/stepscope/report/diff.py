@@ -78,7 +78,7 @@ def step_time_lines(st: StepComparison) -> Iterator[RenderableType]:
 def _phases(d: Diff) -> RenderableType:
     counts = sorted({(p.base_values, p.test_values) for p in d.phases if p.name == "profiled_step"})
     over = f" over {counts[0][0]} and {counts[0][1]} rank-steps" if counts else ""
-    title = f"Profiled window per step (medians{over}; ~: the 95% interval of the change holds 0)"
+    title = f"Profiled window per step (medians{over}; ~: the 95% interval of the change holds 0; too few: no interval)"
     return fit_table(phase_table(d, compact=True, title=title))
 
 

@@ -120,7 +120,7 @@ def _time_gate(diff: Diff, expression: str, metric: str, op: str, number: float,
                 worst.rank,
                 [m.rank for m, _ in breached if m.rank is not None],
             )
-            gate.delta_ms, gate.low_ms, gate.high_ms = worst.delta, w_low, w_high
+            _take(gate, worst, w_low, w_high)
             others = (
                 f" (breached on ranks {_rank_list([m for m, _ in breached])})" if len(breached) > 1 else ""
             )
@@ -134,18 +134,25 @@ def _time_gate(diff: Diff, expression: str, metric: str, op: str, number: float,
                 f"every rank passes ({_rank_list(by_rank)}); the largest change, rank {largest.rank}: {why}"
             )
         else:
-            first, (_, why, _, _) = undecided[0]
+            first, (_, why, f_low, f_high) = undecided[0]
             gate.outcome, gate.rank, gate.ranks = (
                 "undecided",
                 first.rank,
                 [m.rank for m, _ in undecided if m.rank is not None],
             )
+            _take(gate, first, f_low, f_high)
             more = (
                 f" (undecided on ranks {_rank_list([m for m, _ in undecided])})" if len(undecided) > 1 else ""
             )
             gate.reason = f"rank {first.rank}: {why}{more}"
     gate.breached = gate.outcome == "breach"
     return gate
+
+
+def _take(gate: Gate, m: _Measure, low: float | None, high: float | None) -> None:
+    """The gate's figures become the rank's whose verdict it carries: its medians, change and interval."""
+    gate.base, gate.test, gate.delta_ms, gate.low_ms, gate.high_ms = m.base, m.test, m.delta, low, high
+    gate.change_pct = round(100.0 * m.delta / m.base, 2) if m.delta is not None and m.base else None
 
 
 def _rank_list(measures: Sequence[_Measure]) -> str:
@@ -262,7 +269,14 @@ def _judge(
             low,
             high,
         )
-    return "breach", f"{label} {change}: beyond {bound}", low, high
+    unconfirmed = ""
+    if metric != "step_time" and diff.step_time.base.source != "plain":
+        unconfirmed = " (no plain steps to confirm the profiled window with: " + (
+            "too few in the run folders)"
+            if diff.step_time.note and "plain steps" in diff.step_time.note
+            else "traces)"
+        )
+    return "breach", f"{label} {change}: beyond {bound}{unconfirmed}", low, high
 
 
 def _exact(
@@ -272,7 +286,11 @@ def _exact(
     threshold, and of the change within it; neither at ONE_SIDED_ALPHA is undecided."""
     n, k = m.counts
     b, t = m.base_sample, m.test_sample
-    more = "more active steps" if metric != "step_time" else "run folders with more plain steps"
+    more = (
+        "record more active steps, e.g. --active 8"
+        if metric != "step_time"
+        else "run folders with 8 plain steps or more a side, or more active steps"
+    )
     if not b or not t:
         return "undecided", f"{n} and {k} values are too few to decide ({more})", None, None
     # the gate's direction as "test above base": a decrease gate looks at the values negated

@@ -102,9 +102,12 @@ class RankWaitedFor(msgspec.Struct):
     delay_ms_per_step: float  # the others' waiting for it, as GroupStraggler's
     share_pct: float  # of the group's waiting
     last_at: int  # instances at which it arrives last (and someone waits)
-    p_value: float  # the chance that jitter alone gives it a share this large (lateness.py)
+    p_value: float  # the order test's: the chance that jitter alone gives it a share this large (lateness.py)
     consistent: bool  # late beyond jitter
     straggler: bool  # consistent, and its delay is material (STRAGGLER_MIN_PCT, STRAGGLER_MIN_DELAY_MS)
+    p_magnitude: float | None = (
+        None  # the magnitude test's (its lateness per step, or per instance); null: none
+    )
 
 
 class GroupWaiting(msgspec.Struct):
@@ -204,6 +207,7 @@ def _group_waiting(name: str, key: GroupKey, late: Late, test: Lateness, ranks: 
         RankWaitedFor(
             rank=r, delay_ms_per_step=round(ms, 3), share_pct=round(late.share_pct.get(r, 0.0), 2),
             last_at=late.last_at.get(r, 0), p_value=_p(test.p_value.get(r, 1.0)),
+            p_magnitude=_p(test.p_step[r]) if r in test.p_step else None,
             consistent=test.consistent(r, ranks), straggler=r in named,
         )
         for r, ms in sorted(late.delay_ms.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -230,14 +234,16 @@ def _group_waiting(name: str, key: GroupKey, late: Late, test: Lateness, ranks: 
         elif top is not None and top.share_pct > 100.0 * MAGNITUDE_MIN_SHARE:
             p_step = test.p_step.get(top.rank)
             note = (
-                f"rank {top.rank} holds {top.share_pct:.0f}% of the waiting, but {test.steps} steps do not tell "
-                "that from jitter"
+                f"rank {top.rank} holds {top.share_pct:.0f}% of the waiting, but {test.steps} steps cannot tell "
+                "that from jitter (who arrives last: p = "
+                f"{test.p_value.get(top.rank, 1.0):.2g}, with the order of all ranks p = {test.p_order:.2g}, "
+                "0.001 needed"
                 + (
-                    f" (its lateness per step: p = {p_step:.2g}, under {MAGNITUDE_ALPHA / ranks:.2g} needed)"
+                    f"; its lateness per step: p = {p_step:.2g}, needs p < {MAGNITUDE_ALPHA / ranks:.2g}"
                     if p_step is not None
                     else ""
                 )
-                + "; profile more steps"
+                + "); profile more steps"
             )
         else:
             note = "the rank waited for changes from collective to collective as jitter makes it"
