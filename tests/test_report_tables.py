@@ -105,12 +105,13 @@ def test_diff_prints_the_compare_pages_tables(
     assert heads[-1] == "steps compared"
     assert printed[" | ".join(heads[:-1])] == [r[:-1] for r in rows]
     # ... and its phase table shows the page's phases, times and intervals under the page's labels; the terminal
-    # signs the changes and marks with '~' what the page calls not significant
+    # signs the changes and marks with '~' what the page calls not significant where there is an interval (where
+    # too few values bound none, the interval column says so and nothing is marked)
     heads, rows = html["phase-table"]
     assert heads[-1] == "significant"
     terminal = printed[" | ".join([*heads[:-1], "~"])]
     assert [[r[0], r[1], r[2], r[5]] for r in terminal] == [[r[0], r[1], r[2], r[5]] for r in rows]
-    assert [r[-1] == "~" for r in terminal] == [r[-1] == "no" for r in rows]
+    assert [r[-1] == "~" for r in terminal] == [r[-1] == "no" and r[5] != "too few" for r in rows]
     assert [r[4].lstrip("+") for r in terminal] == [r[4] for r in rows]  # the change in %
 
 
