@@ -11,7 +11,8 @@ from stepscope.report._diff_text import quartiles_text, sample_text, signed_ms
 from stepscope.report.model import Cell, Table, table
 
 if TYPE_CHECKING:
-    from stepscope.analysis.diff.compare import Diff, Phase, RankPhase
+    from stepscope.analysis.diff.compare import Diff
+    from stepscope.analysis.diff.phases import Phase, RankPhase
     from stepscope.analysis.diff.steps import StepComparison
 
 

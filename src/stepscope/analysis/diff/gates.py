@@ -29,7 +29,8 @@ from collections.abc import Sequence
 import msgspec
 
 from stepscope.analysis.diff._shift import ONE_SIDED_ALPHA, beyond_p
-from stepscope.analysis.diff.compare import PHASE_LABELS, PHASES, Diff, FindingChange, Gate
+from stepscope.analysis.diff.compare import PHASE_LABELS, Diff, FindingChange, Gate
+from stepscope.analysis.diff.phases import PHASES
 
 GATE_RE = re.compile(r"^\s*([a-z_]+)\s*([<>])\s*([+-]?\d+(?:\.\d+)?)\s*(%|ms|us|s)?\s*$")
 # step_time: the plain steps of run folders (diff_steps.py); the rest: the profiled window's phases
