@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
 from typing import Any
 
 
@@ -31,3 +33,20 @@ def make_training(seed: int = 0) -> tuple[Any, Any]:
 def bare_losses(steps: int) -> list[float]:
     train_step, _ = make_training()
     return [train_step() for _ in range(steps)]
+
+
+def profiled_run(out: Path, steps: int, **options: Any) -> Path:
+    """The run folder of `steps` steps of make_training's loop under a monitor with `options` (its warnings
+    silenced)."""
+    import stepscope
+
+    train_step, model = make_training()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        monitor = stepscope.performance_monitor(model, out_dir=str(out), **options)
+        step = monitor(train_step)
+        for _ in range(steps):
+            step()
+        monitor.close()
+    assert monitor.run_dir is not None
+    return monitor.run_dir

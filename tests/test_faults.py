@@ -203,13 +203,13 @@ def test_failing_summary_costs_no_trace(tmp_path: Path, monkeypatch: pytest.Monk
     # GIVEN the child that summarises each window failing (and torch's key_averages too, which is never called)
     import torch
 
-    from stepscope.capture.window import window_end
+    from stepscope.capture.window import child
 
     def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
 
     monkeypatch.setattr(torch.profiler.profile, "key_averages", broken)
-    monkeypatch.setattr(window_end, "CHILD_COMMAND", (sys.executable, "-c", "raise SystemExit(1)"))
+    monkeypatch.setattr(child, "CHILD_COMMAND", (sys.executable, "-c", "raise SystemExit(1)"))
     # WHEN four windows are recorded
     _, _, messages = train_and_close(tmp_path, 8, wait=0, warmup=1, active=1, repeat=4, console=True)
     # THEN all four traces are written, and one warning says the summaries are off

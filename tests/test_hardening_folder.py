@@ -237,7 +237,13 @@ def test_a_run_with_a_garbage_manifest_is_analyzed_from_its_files(
     # AND the same window, steps and findings as with the manifest
     assert after["ranks"][0]["window"] == before["ranks"][0]["window"]
     assert [f["id"] for f in after["findings"]] == [f["id"] for f in before["findings"]]
-    assert after["run"]["step_times"] == before["run"]["step_times"]
+
+    # (which steps ran beside a window's end work is the manifest's to say: without it, none is known)
+    def steps(doc: dict[str, Any]) -> list[dict[str, Any]]:
+        keep = ("overlapped_steps", "overlap_note")
+        return [{k: v for k, v in st.items() if k not in keep} for st in doc["run"]["step_times"]]
+
+    assert steps(after) == steps(before)
     # AND the other commands read it too
     assert cli_main(["summary", str(run_dir), "--json"]) == 0
     assert cli_main(["report", str(run_dir), "-o", str(tmp_path / "page.html")]) == 0

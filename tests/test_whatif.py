@@ -107,7 +107,10 @@ def test_json_and_terminal(tmp_path: Path) -> None:
     text = subprocess.run(
         [*STEPSCOPE, "whatif", str(path), "--scale", "kernel:gemm_A=0.5"], capture_output=True, text=True
     ).stdout
-    assert "with kernel:gemm_A=0.5: 700 us (saves 300 us)" in " ".join(text.split())
+    words = " ".join(text.split())
+    assert "with kernel:gemm_A=0.5: 700 us, saves 300 us" in words
+    # one step: no interval, and why
+    assert doc["predicted_low_ms"] is None and doc["interval_note"] in words
     assert "the critical path" in text
 
 

@@ -38,3 +38,42 @@ def fmean(values: Iterable[float]) -> float:
     if not items:
         raise ValueError("mean of nothing")
     return math.fsum(items) / len(items)
+
+
+def t_sf(t: float, df: int) -> float:
+    """P(T >= t) for t >= 0, T ~ Student's t with integer `df` degrees of freedom: (1 - A(t | df)) / 2, A by its
+    finite trigonometric series (Abramowitz and Stegun 26.7.3 and 26.7.4)."""
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(t / math.sqrt(df))
+    c2, sin = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:
+        term, series = math.cos(theta), 0.0
+        for k in range(1, (df - 1) // 2 + 1):  # cos + 2/3 cos^3 + (2 4)/(3 5) cos^5 + ... up to cos^(df-2)
+            series += term
+            term *= c2 * (2 * k) / (2 * k + 1)
+        a = 2.0 / math.pi * (theta + sin * series) if df > 1 else 2.0 * theta / math.pi
+    else:
+        term, series = 1.0, 0.0
+        for k in range(1, df // 2 + 1):  # 1 + 1/2 cos^2 + (1 3)/(2 4) cos^4 + ... up to cos^(df-2)
+            series += term
+            term *= c2 * (2 * k - 1) / (2 * k)
+        a = sin * series
+    return float(min(max((1.0 - a) / 2.0, 0.0), 1.0))
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The t with P(T <= t) = p (0.5 <= p < 1), T ~ Student's t with `df` degrees of freedom: t_sf inverted by
+    bisection (to 1e-9)."""
+    if not 0.5 <= p < 1.0 or df < 1:
+        raise ValueError(f"t quantile needs 0.5 <= p < 1 and df >= 1 (p={p}, df={df})")
+    low, high = 0.0, 1.0
+    while t_sf(high, df) > 1.0 - p:
+        high *= 2.0
+    while high - low > 1e-9:
+        mid = (low + high) / 2.0
+        if t_sf(mid, df) > 1.0 - p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2.0

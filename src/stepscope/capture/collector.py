@@ -43,6 +43,8 @@ class RunContext:
     engine: Any = None  # a DeepSpeed engine given to the monitor (`model` is then its module)
     is_first_profiled_rank: bool = False
     step: int = 0  # steps completed so far (= index of the step that runs next)
+    # the monitor's count of steps completed, read from any thread (`step` follows it only at busy steps)
+    steps_done: Callable[[], int] = lambda: 0
 
     @property
     def run_dir(self) -> Path:

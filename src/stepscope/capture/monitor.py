@@ -416,6 +416,7 @@ class PerformanceMonitor:
             engine=self.engine,
             is_first_profiled_rank=self.rank == (0 if profiled is None else profiled[0]),
             step=self.steps_done,
+            steps_done=lambda: self.steps_done,
         )
 
     def _live(self) -> list[Collector]:

@@ -1,29 +1,26 @@
-"""The child process of a window's end (see stepscope.capture.window.window_end), run by the profiled rank's worker:
+"""The child process of a window's end (see stepscope.capture.window.child), kept by the profiled rank's worker:
 
-    python -m stepscope.cli.window_end < job.json
+    python -m stepscope.cli.window_end      (one window_end.Job a line on stdin, one Reply a line on stdout)
 
-It reads the exported trace with stepscope's own loader (which also proves it is a whole trace), gzips it into
-place and writes the per-rank summary file; one JSON document on stdout says what was written and carries the
-top ops and kernels. It lowers its own priority: on a busy host the training process goes first.
-
-Exit status: 0 done; 2 the exported file is not a whole trace (nothing written); 1 anything else (the reason on
-stderr; the child's temp files are removed, the exported file is left to the parent).
+For each job it reads the exported trace with stepscope's own loader (which also proves it is a whole trace),
+gzips it into place and writes the per-rank summary file; its reply says what was written and carries the top ops
+and kernels. Status 0 done; 2 the exported file is not a whole trace (nothing written); 1 anything else (the
+reason in the reply; the child's temp files are removed, the exported file is left to the worker). It runs at the
+lowest priority (SCHED_IDLE where Linux allows it), one job at a time per machine; the end of stdin ends it, and
+so does a job after which its memory stays above child.KEEP_RSS_BYTES.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
 import sys
 from pathlib import Path
 
 import msgspec
 
+from stepscope.capture.window.child import KEEP_RSS_BYTES, Reply, lower_priority, node_turn, rss_bytes
 from stepscope.capture.window.window_end import Job, Result, write_gzip
 from stepscope.errors import StepscopeError
-
-NICENESS = 10
 
 
 def run_job(job: Job) -> Result:
@@ -63,18 +60,30 @@ def write_summary(job: Job, summary: object) -> None:
 
 
 def main() -> int:
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
-    try:
-        result = run_job(msgspec.json.decode(sys.stdin.buffer.read(), type=Job))
-    except StepscopeError as exc:
-        sys.stderr.write(f"{exc}\n")
-        return 2
-    except Exception as exc:
-        sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
-        return 1
-    sys.stdout.buffer.write(msgspec.json.encode(result))
+    """Jobs from stdin, a line each; a Reply line on stdout for each; the end of stdin ends it (see child.py)."""
+    lower_priority()
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        reply = answer(line)
+        out.write(msgspec.json.encode(reply) + b"\n")
+        out.flush()
+        rss = rss_bytes()
+        if rss is not None and rss > KEEP_RSS_BYTES:
+            break  # (a big trace's heap: the next window gets a fresh child)
     return 0
+
+
+def answer(line: bytes) -> Reply:
+    try:
+        job = msgspec.json.decode(line, type=Job)
+        with node_turn():  # the windows of every rank on this machine, one at a time
+            return Reply(0, run_job(job))
+    except StepscopeError as exc:
+        return Reply(2, error=str(exc))
+    except Exception as exc:
+        return Reply(1, error=f"{type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":

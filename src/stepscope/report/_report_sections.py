@@ -108,7 +108,7 @@ def _overview(data: ReportData, pc: Charts) -> Section:
                     f"rank {st.rank}: step time over the run",
                     f"median {fmt_ms(st.median_ms)}, p90 {fmt_ms(st.p90_ms)} "
                     f"over {st.plain_steps} unprofiled steps; {fmt_ms(st.traced_median_ms)} while profiled; "
-                    f"{st.trend_note}",
+                    f"{st.trend_note}" + (f"; {st.overlap_note}" if st.overlap_note else ""),
                 )
             )
     if data.run is not None and data.run.steps:

@@ -329,9 +329,12 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
         )
         yield Text(
             "median, p90 and trend: of the plain steps (outside the profiled windows, neither the first step nor "
-            "one that counted FLOPs or logged collectives); in windows: the median traced step",
+            "one that counted FLOPs or logged collectives, nor one beside a window's end work); in windows: the "
+            "median traced step",
             style="dim",
         )
+        for overlap in dict.fromkeys(t.overlap_note for t in run.step_times if t.overlap_note):
+            yield Text(overlap, style="dim")
         for t in run.step_times:
             slowest = ", ".join(
                 f"{s.step} ({fmt_ms(s.wall_ms)}, {markup_safe(_STEP_PHASE.get(s.phase, s.phase))})"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from rich.text import Text
+
 from stepscope.analysis.whatif.path import summarize_path
 from stepscope.report import model
 from stepscope.report._critical_path import KIND_LABELS as _KIND_LABELS
@@ -100,11 +102,13 @@ def render(result: Any, *, wide: bool = False) -> Iterator[Any]:
             f"replayed {fmt_ms(result.replayed_step_ms)}"
         )
         if result.scale:
-            line += (
-                f"; with {', '.join(result.scale)}: {fmt_ms(result.predicted_step_ms)}"
-                f" (saves {fmt_ms(result.saving_ms)})"
-            )
+            line += f"; with {', '.join(result.scale)}: {fmt_ms(result.predicted_step_ms)}"
+            if result.predicted_low_ms is not None:
+                line += f" ({fmt_ms(result.predicted_low_ms)} to {fmt_ms(result.predicted_high_ms)})"
+            line += f", saves {fmt_ms(result.saving_ms)}"
         yield line
+        if result.scale and result.interval_note:
+            yield Text(result.interval_note, style="dim")
         yield replay_line(result)
     yield fit_table(whatif_table(result), wide=wide)
     if len(result.ranks) > 1 and result.critical_path:

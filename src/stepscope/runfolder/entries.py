@@ -23,6 +23,9 @@ class Artifact(msgspec.Struct, frozen=True, omit_defaults=True):
     rank: int | None = None
     step: int | None = None
     schema: str | None = None
+    # a window's trace: [first, last] ranges of the job's steps that ran while the window's end work (its gzip
+    # and summary, in a child process) used the CPU (analyses of plain steps leave them out)
+    beside_steps: list[tuple[int, int]] | None = None
 
 
 class Manifest(msgspec.Struct):

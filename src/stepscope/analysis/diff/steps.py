@@ -19,8 +19,9 @@ import msgspec
 
 from stepscope.analysis.analyze import AnalysisResult
 from stepscope.analysis.diff._shift import quantile_shift, shift
-from stepscope.analysis.run.folder import Run, is_plain_step
+from stepscope.analysis.run.folder import Run, StepRanges, plain_lines_of, window_work_steps
 from stepscope.analysis.stats import median, quantile
+from stepscope.runfolder.payloads import StepMetrics
 
 MIN_PLAIN_STEPS = 8  # per run, to compare plain steps rather than the profiled window
 FAST_QUANTILE = 0.1  # the fast steps: the 10th percentile of the step times
@@ -100,13 +101,19 @@ _Times = tuple[str, list[int], list[float], list[int]]  # source, steps, step ti
 
 
 def plain_step_times(run: Run) -> _Times:
-    """One value per plain step: the mean wall time of that step over the ranks that recorded it plain."""
+    """One value per plain step: the mean wall time of that step over the ranks that recorded it plain (the
+    steps beside a window's end work left out where MIN_PLAIN_STEPS remain: run.plain_lines_of)."""
+    by_rank: dict[int, list[StepMetrics]] = {}
+    for line in run.metrics:
+        by_rank.setdefault(line.rank, []).append(line)
+    manifest = getattr(run, "manifest", None)
+    busy = window_work_steps(manifest) if manifest is not None else StepRanges()
     by_step: dict[int, list[float]] = {}
     ranks: set[int] = set()
-    for line in run.metrics:
-        if is_plain_step(line):
+    for rank, lines in by_rank.items():
+        for line in plain_lines_of(sorted(lines, key=lambda m: m.step), busy, MIN_PLAIN_STEPS)[0]:
             by_step.setdefault(line.step, []).append(line.wall_ms)
-            ranks.add(line.rank)
+            ranks.add(rank)
     steps = sorted(by_step)
     return "plain", steps, [sum(by_step[s]) / len(by_step[s]) for s in steps], sorted(ranks)
 

@@ -46,6 +46,8 @@ import math
 import msgspec
 import numpy as np
 
+from stepscope.analysis.stats import t_sf
+
 STRAGGLER_ALPHA = 0.001  # chance that jitter alone makes the arrival order of a group look not exchangeable
 RANK_ALPHA = 0.05  # then, per group, the chance of naming a rank that is only as late as jitter makes it
 PERSISTENCE_MAX = 0.95
@@ -205,28 +207,6 @@ def _by_instance(
         t = math.inf if sd == 0 else mean / (sd / math.sqrt(effective))
         out[int(r)] = t_sf(t, max(int(effective) - 1, 1))
     return out
-
-
-def t_sf(t: float, df: int) -> float:
-    """P(T >= t) for t >= 0, T ~ Student's t with integer `df` degrees of freedom: (1 - A(t | df)) / 2, A by its
-    finite trigonometric series (Abramowitz and Stegun 26.7.3 and 26.7.4)."""
-    if math.isinf(t):
-        return 0.0
-    theta = math.atan(t / math.sqrt(df))
-    c2, sin = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2:
-        term, series = math.cos(theta), 0.0
-        for k in range(1, (df - 1) // 2 + 1):  # cos + 2/3 cos^3 + (2 4)/(3 5) cos^5 + ... up to cos^(df-2)
-            series += term
-            term *= c2 * (2 * k) / (2 * k + 1)
-        a = 2.0 / math.pi * (theta + sin * series) if df > 1 else 2.0 * theta / math.pi
-    else:
-        term, series = 1.0, 0.0
-        for k in range(1, df // 2 + 1):  # 1 + 1/2 cos^2 + (1 3)/(2 4) cos^4 + ... up to cos^(df-2)
-            series += term
-            term *= c2 * (2 * k - 1) / (2 * k)
-        a = sin * series
-    return float(min(max((1.0 - a) / 2.0, 0.0), 1.0))
 
 
 def persistence(at: np.ndarray, delay: np.ndarray, shares: np.ndarray) -> float:

@@ -12,7 +12,8 @@ damaged manifest is replaced by what the folder holds, read by its layout.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import bisect
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -233,7 +234,8 @@ class StepTimes(msgspec.Struct):
     """Step wall time of one rank over the whole run (metrics.jsonl).
 
     Plain steps are those outside the profiler's windows, neither the first step (start-up) nor a step that
-    counted FLOPs or logged collectives: their statistics are what the job costs without stepscope."""
+    counted FLOPs or logged collectives, nor one that ran beside a window's end work (the gzip and summary of a
+    trace, on any rank; see window_work_steps): their statistics are what the job costs without stepscope."""
 
     rank: int
     steps: int  # lines in metrics.jsonl
@@ -249,6 +251,10 @@ class StepTimes(msgspec.Struct):
     trend_note: str  # what the trend is, or why none is given
     slowest: list[SlowStep]
     windows: list[list[int]]  # [first, last] active step of each profiled window of this rank
+    # steps otherwise plain left out because a window's end work ran beside them (kept, and said, where leaving
+    # them out would leave fewer than MIN_PLAIN_KEPT)
+    overlapped_steps: int = 0
+    overlap_note: str | None = None
 
 
 class FlopsFacts(msgspec.Struct):
@@ -334,6 +340,7 @@ def run_facts(run: Run) -> RunFacts:
             "and MFU"
         )
     groups, meshes, group_notes = job_groups(run.process_groups)
+    busy = window_work_steps(manifest)
     return RunFacts(
         path=str(run.path),
         run_name=manifest.run_name,
@@ -341,7 +348,7 @@ def run_facts(run: Run) -> RunFacts:
         profiled_ranks=list(manifest.profiled_ranks),
         schedule=dict(manifest.schedule),
         versions=dict(manifest.versions),
-        step_times=[_step_times(rank, lines) for rank, lines in sorted(by_rank.items())],
+        step_times=[_step_times(rank, lines, busy) for rank, lines in sorted(by_rank.items())],
         flops=[_flops_facts(r) for r in sorted(run.flops, key=lambda r: r.rank)],
         flops_note=flops_note,
         memory=[m for rank, rows in sorted(run.memory.items()) if (m := _memory_facts(rank, rows))],
@@ -382,9 +389,73 @@ def is_plain_step(line: StepMetrics) -> bool:
     return line.phase == "none" and line.step > 0 and line.flops is None and line.collectives is None
 
 
-def _step_times(rank: int, lines: list[StepMetrics]) -> StepTimes:
+# plain steps that leaving out those beside a window's end work must leave (enough for every statistic of them)
+MIN_PLAIN_KEPT = MIN_TREND_STEPS
+
+
+class StepRanges:
+    """A set of steps held as merged [first, last] ranges (a manifest may name ranges of any length)."""
+
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        merged: list[list[int]] = []
+        for first, last in sorted((a, b) for a, b in ranges if a <= b):
+            if merged and first <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], last)
+            else:
+                merged.append([first, last])
+        self._firsts = [a for a, _ in merged]
+        self._lasts = [b for _, b in merged]
+
+    def __contains__(self, step: object) -> bool:
+        if not isinstance(step, int):
+            return False
+        at = bisect.bisect_right(self._firsts, step) - 1
+        return at >= 0 and step <= self._lasts[at]
+
+    def __bool__(self) -> bool:
+        return bool(self._firsts)
+
+
+def window_work_steps(manifest: Manifest) -> StepRanges:
+    """The steps that ran while some rank's window end work used the CPU (the manifest's `beside_steps` of each
+    trace). Ranks of one job wait for each other, so one rank's work slows every rank's steps: the steps are the
+    job's, not a rank's."""
+    return StepRanges(r for a in manifest.of_kind(ArtifactKind.TRACE) for r in a.beside_steps or ())
+
+
+def plain_lines_of(
+    lines: list[StepMetrics], busy: StepRanges, minimum: int = MIN_PLAIN_KEPT
+) -> tuple[list[StepMetrics], int, str | None]:
+    """The plain steps of `lines` (sorted as given) without those in `busy`, unless fewer than `minimum` would
+    remain; how many were left out; a note when they were kept instead or left out."""
+    plain = [m for m in lines if is_plain_step(m)]
+    kept = [m for m in plain if m.step not in busy]
+    left_out = len(plain) - len(kept)
+    if not left_out:
+        return plain, 0, None
+    if len(kept) < minimum:
+        return (
+            plain,
+            0,
+            (
+                f"{left_out} of the {len(plain)} plain steps ran beside a window's end work (its trace's gzip and "
+                "summary) and are counted, since too few would remain without them: they may be slower than the job "
+                "alone"
+            ),
+        )
+    return (
+        kept,
+        left_out,
+        (
+            f"{left_out} steps that ran beside a window's end work (its trace's gzip and summary) are left out of the "
+            f"plain steps; {len(kept)} remain"
+        ),
+    )
+
+
+def _step_times(rank: int, lines: list[StepMetrics], busy: StepRanges | None = None) -> StepTimes:
     lines = sorted(lines, key=lambda m: m.step)
-    plain_lines = [m for m in lines if is_plain_step(m)]
+    plain_lines, left_out, overlap_note = plain_lines_of(lines, busy or StepRanges())
     plain = [m.wall_ms for m in plain_lines]
     traced = [m.wall_ms for m in lines if m.phase != "none"]
     first = next((m.wall_ms for m in lines if m.step == 0), None)
@@ -406,6 +477,8 @@ def _step_times(rank: int, lines: list[StepMetrics]) -> StepTimes:
         trend_note=_trend_note(trend, plain_lines),
         slowest=[SlowStep(m.step, m.wall_ms, m.phase) for m in slowest],
         windows=_windows(lines),
+        overlapped_steps=left_out,
+        overlap_note=overlap_note,
     )
 
 

@@ -7,6 +7,7 @@ Ranks are replayed together: a change on one rank reaches the others through the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import msgspec
@@ -15,6 +16,7 @@ import numpy as np
 from stepscope.analysis.rank.collectives import Instances, rank_instances
 from stepscope.analysis.rank.prepare import prepare_rank
 from stepscope.analysis.read.table import TraceTable
+from stepscope.analysis.stats import t_quantile
 from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
 from stepscope.analysis.whatif.fidelity import ReplayFidelity, approximate_text, fidelity, limits
@@ -36,6 +38,10 @@ class RankWhatIf(msgspec.Struct):
     synchronizations: int
     critical_path: list[PathStep]  # of the predicted steps (the replayed ones when nothing is selected)
     replay: ReplayFidelity | None = None  # the replay with nothing changed against the measured steps
+    # where a window of as many steps with the change would land (INTERVAL_LEVEL), from the spread of the
+    # predicted steps; null with fewer than 2 steps
+    predicted_low_ms: float | None = None
+    predicted_high_ms: float | None = None
 
 
 class WhatIfResult(msgspec.Struct):
@@ -54,6 +60,10 @@ class WhatIfResult(msgspec.Struct):
     # approximate, for these reasons (fidelity.py)
     approximate: bool = False
     approximate_reasons: list[str] = msgspec.field(default_factory=list)
+    # the job's predicted step (its slowest rank's in each step) as an interval: see RankWhatIf
+    predicted_low_ms: float | None = None
+    predicted_high_ms: float | None = None
+    interval_note: str | None = None  # how the interval was made, or why there is none
 
 
 def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 5) -> WhatIfResult:
@@ -92,6 +102,7 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
                 synchronizations=len(graph.syncs),
                 critical_path=critical_path(scaled[rank], top=top),
                 replay=fidelity(rank, graph.step_end - graph.step_start, base[rank].step_ns, limits(graph)),
+                **_bounds(step_interval(scaled[rank].step_ns)),
             )
         )
     if len(coupling):
@@ -105,6 +116,8 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         )
     job = max(ranks, key=lambda r: r.baseline_step_ms, default=None)
     slowest = max(ranks, key=lambda r: r.predicted_step_ms, default=None)
+    job_steps = _job_steps([scaled[r].step_ns for r in graphs])
+    interval = step_interval(job_steps)
     return WhatIfResult(
         schema=SCHEMA,
         scale=[s.text for s in selectors],
@@ -129,4 +142,45 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         approximate_reasons=[
             approximate_text(r.replay) for r in ranks if r.replay is not None and r.replay.approximate
         ],
+        **_bounds(interval),
+        interval_note=interval_note(len(job_steps), interval is not None),
     )
+
+
+INTERVAL_LEVEL = 0.9  # of the predicted step's interval
+
+
+def step_interval(step_ns: np.ndarray) -> tuple[float, float] | None:
+    """Where the mean of a window of as many steps would land with INTERVAL_LEVEL confidence, the steps being
+    like `step_ns` (ns): Student's t prediction interval for a new sample's mean, mean +- t * sd * sqrt(2/n), in ms.
+    The steps' spread is the machine's noise and the work's own; a rerun's window varies with both. None under 2
+    steps."""
+    x = np.asarray(step_ns, dtype=np.float64) / 1e6
+    n = len(x)
+    if n < 2:
+        return None
+    half = t_quantile(0.5 + INTERVAL_LEVEL / 2, n - 1) * float(x.std(ddof=1)) * math.sqrt(2.0 / n)
+    mean = float(x.mean())
+    return round(max(mean - half, 0.0), 3), round(mean + half, 3)
+
+
+def interval_note(steps: int, has: bool) -> str:
+    if not has:
+        return f"no interval: {steps} step(s) replayed, 2 needed to see how steps vary"
+    return (
+        f"{100 * INTERVAL_LEVEL:.0f}% interval of a window of {steps} steps with the change, from how the "
+        f"{steps} predicted steps vary (Student's t)"
+    )
+
+
+def _job_steps(per_rank: Sequence[np.ndarray]) -> np.ndarray:
+    """The job's step, step by step: its slowest rank's (ranks cut to the fewest steps)."""
+    if not per_rank:
+        return np.zeros(0)
+    n = min(len(s) for s in per_rank)
+    return np.max(np.stack([np.asarray(s[:n], dtype=np.float64) for s in per_rank]), axis=0)
+
+
+def _bounds(interval: tuple[float, float] | None) -> dict[str, float | None]:
+    low, high = interval if interval is not None else (None, None)
+    return {"predicted_low_ms": low, "predicted_high_ms": high}

@@ -106,7 +106,12 @@ class RunWriter:
         return target
 
     def add(
-        self, kind: ArtifactKind | str, path: str | Path, step: int | None = None, rank: int | None = -1
+        self,
+        kind: ArtifactKind | str,
+        path: str | Path,
+        step: int | None = None,
+        rank: int | None = -1,
+        beside_steps: list[tuple[int, int]] | None = None,
     ) -> None:
         """Index a written file in the manifest (rank defaults to this rank; None for job-wide files)."""
         kind = str(ArtifactKind(kind))
@@ -116,6 +121,7 @@ class RunWriter:
             rank=self.rank if rank == -1 else rank,
             step=step,
             schema=KIND_SCHEMAS.get(kind),
+            beside_steps=beside_steps,
         )
         self.manifest.record(artifacts=[artifact])
 

@@ -62,7 +62,7 @@ class TraceCollector(Collector):
         self.windows_ended = 0  # whole windows (not partial) whose export began
         # a window whose export a Ctrl-C cut short: (profiler, first step, last step, partial)
         self._interrupted: tuple[Any, int, int, bool] | None = None
-        self.worker = WindowEndWorker(ctx.writer)  # its thread starts with the first window
+        self.worker = WindowEndWorker(ctx.writer, ctx.steps_done)  # its thread starts with the first window
         self._distributed = False
         self._activities: list[Any] = []
         self.window: Window | None = None  # exported by the last after_step / close, until taken

@@ -1,7 +1,8 @@
 """A window's end, off the training thread: the training thread pays for torch's `export_chrome_trace` and a
 look at the two ends of the file it wrote; a worker thread does the rest.
 
-The worker hands each window to a child process (`python -m stepscope.cli.window_end`), which reads the trace
+The worker hands each window to a child process (`python -m stepscope.cli.window_end`, kept from one window to
+the next: child.py, which also says how it yields to training), which reads the trace
 with stepscope's own loader (much faster than torch's `key_averages`, and the proof that the file is a whole
 trace), gzips it into place and writes the per-rank summary file. While the child runs, the worker thread only
 waits on it (no GIL held); then it indexes what was written in the manifest, prints the top-ops table (labelled
@@ -22,8 +23,8 @@ import queue
 import re
 import shutil
 import subprocess
-import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +33,11 @@ from typing import Any
 import msgspec
 
 from stepscope.capture.console import capture_console
+from stepscope.capture.window.child import Child, StepTrail
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
 
 GZIP_LEVEL = 6  # about torch's size (it uses 9) in much less time
-CHILD_COMMAND = (sys.executable, "-m", "stepscope.cli.window_end")
-CHILD_TIMEOUT_S = 600.0  # one window's child; past it the worker gzips the trace itself
 CLOSE_WAIT_S = 900.0  # what close waits for the windows still in hand
 # Windows waiting behind the one in hand past which the worker only gzips (no child, no summary, no table) until
 # it has caught up: windows that end every step or two would otherwise queue without end, and close (at exit,
@@ -136,13 +136,15 @@ def write_gzip(plain: Path, target: Path) -> int:
 class WindowEndWorker:
     """One thread that finishes the windows a rank exports, in order (see the module's docstring)."""
 
-    def __init__(self, writer: Any) -> None:
+    def __init__(self, writer: Any, steps_done: Callable[[], int]) -> None:
         self.writer = writer
+        self.steps_done = steps_done  # the job's steps completed (a StepTrail's clock)
         self.outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._work: queue.SimpleQueue[WindowWork | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._summaries_off = False  # a child failed: the rest of the run's windows are only gzipped
         self._backlog_said = False
+        self._child = Child()  # (started at the first window, kept for the later ones)
 
     def submit(self, work: WindowWork) -> None:
         if self._thread is None:
@@ -163,6 +165,12 @@ class WindowEndWorker:
         return not thread.is_alive()
 
     def _run(self) -> None:
+        try:
+            self._run_windows()
+        finally:
+            self._child.close()
+
+    def _run_windows(self) -> None:
         while (work := self._work.get()) is not None:
             top: TopOps | None = None
             try:
@@ -181,29 +189,24 @@ class WindowEndWorker:
             return None, self._gzip_only(work, None)
         if self._work.qsize() > BACKLOG_WINDOWS:
             return None, self._behind(work)
+        trail = StepTrail(self.steps_done)
         try:
-            done = subprocess.run(
-                list(CHILD_COMMAND),
-                input=msgspec.json.encode(job),
-                capture_output=True,
-                timeout=CHILD_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
+            status, answer, reason = self._child.run(msgspec.json.encode(job), trail)
+            result = msgspec.convert(answer, type=Result) if status == 0 else None
+        except (OSError, subprocess.SubprocessError, msgspec.ValidationError) as exc:
             return None, self._gzip_only(work, f"{type(exc).__name__}: {exc}")
-        reason = _last_line(done.stderr)
-        if done.returncode == 2:  # the loader refused the file: it is not a trace, index nothing
+        if status == 2:  # the loader refused the file: it is not a trace, index nothing
             return None, Outcome(work.last_step, steps, warning=_skipped(work, reason))
-        if done.returncode != 0:
-            return None, self._gzip_only(work, f"exit status {done.returncode}: {reason}")
-        result = msgspec.json.decode(done.stdout, type=Result)
+        if result is None:
+            return None, self._gzip_only(work, f"exit status {status}: {reason}")
         writer = self.writer
-        writer.add(ArtifactKind.TRACE, Path(job.trace), work.last_step)
         if job.summary is not None and result.summary_error is None:
             writer.add(ArtifactKind.SUMMARY, Path(job.summary), work.last_step)
         top = TopOps(result.ops, result.kernels)
         if work.title is not None:
             print_top_ops(TopOps(top.ops[: work.console_rows], top.kernels[: work.console_rows]), work.title)
+        trail.now()
+        writer.add(ArtifactKind.TRACE, Path(job.trace), work.last_step, beside_steps=trail.ranges)
         warning = None
         if result.summary_error is not None:
             warning = (
@@ -237,7 +240,11 @@ class WindowEndWorker:
             return Outcome(
                 work.last_step, _steps(work), warning=_skipped(work, f"{type(exc).__name__}: {exc}")
             )
-        self.writer.add(ArtifactKind.TRACE, Path(job.trace), work.last_step)
+        # (gzipped here, on the worker's thread, at the job's priority: the steps it took ran beside it)
+        step = self.steps_done()
+        self.writer.add(
+            ArtifactKind.TRACE, Path(job.trace), work.last_step, beside_steps=[[work.last_step + 1, step]]
+        )
         warning = None
         if cause is not None:
             self._summaries_off = True
@@ -256,11 +263,6 @@ def _skipped(work: WindowWork, cause: object) -> str:
     """The warning of a window whose trace was not written: its cause alone (the trace collector says the
     sentence around it, once: trace.py's _skip_window)."""
     return str(cause)
-
-
-def _last_line(stderr: bytes) -> str:
-    lines = stderr.decode("utf-8", "replace").strip().splitlines()
-    return lines[-1] if lines else "no message"
 
 
 def print_top_ops(top: TopOps, title: str) -> None:
