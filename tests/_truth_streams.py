@@ -30,11 +30,16 @@ class Streams:
     comm_us: list[float]
     steps: int = 3
     tail_us: float = 100.0
+    tails_us: list[float] | None = None  # each step's tail (the host's optimizer), where they differ
+
+    def tail(self, k: int) -> float:
+        return self.tails_us[k] if self.tails_us is not None else self.tail_us
 
     def step_us(self, comm_scale: float = 1.0) -> float:
-        """The step's length with the communication kernels `comm_scale` times as long."""
+        """The (mean) step's length with the communication kernels `comm_scale` times as long."""
         _, end = self._kernels(0.0, comm_scale)
-        return end + LAUNCH_US + self.tail_us
+        tails = self.tails_us if self.tails_us is not None else [self.tail_us]
+        return end + LAUNCH_US + sum(tails) / len(tails)
 
     def _kernels(
         self, t0: float, comm_scale: float = 1.0
@@ -57,7 +62,7 @@ def write_streams(job: Streams, path: Path, *, records: bool = True) -> Streams:
     t0 = 0.0
     for k in range(job.steps):
         kernels, end = job._kernels(t0)
-        length = end + LAUNCH_US + job.tail_us - t0
+        length = end + LAUNCH_US + job.tail(k) - t0
         events.append(step(k + 1, t0, length))
         record_corr = None
         for kind, launch, start, dur in kernels:
@@ -79,7 +84,7 @@ def write_streams(job: Streams, path: Path, *, records: bool = True) -> Streams:
         corr += 1
         sync_at = kernels[-1][1] + 6.0
         events.append(runtime("cudaDeviceSynchronize", sync_at, end + LAUNCH_US - sync_at, corr))
-        events.append(cpu("optimizer", end + LAUNCH_US, job.tail_us - 1, cat="user_annotation"))
+        events.append(cpu("optimizer", end + LAUNCH_US, job.tail(k) - 1, cat="user_annotation"))
         t0 += length
     write_trace(path, events, 0, world_size=1)
     return job

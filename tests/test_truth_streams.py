@@ -43,3 +43,45 @@ def test_the_prediction_is_the_simulated_step(seed: int, records: bool, tmp_path
     assert largest == max(half, key=lambda k: half[k])
     if not records:
         assert any("inferred" in n for n in result.notes)
+
+
+def tails(rng: random.Random, steps: int) -> list[float]:
+    return [max(300.0 + rng.gauss(0.0, 60.0), 10.0) for _ in range(steps)]
+
+
+def test_the_interval_holds_a_reruns_mean_as_often_as_it_says(tmp_path: Path) -> None:
+    """Steps whose host tail varies (sd 60 us around 300 us): the 90% interval of a 6-step window with the
+    communication kernels halved holds the mean of a rerun's 6 steps (a fresh draw) in about 9 of 10 jobs, and
+    is about as wide as the noise makes it (Student's t on the steps' own spread)."""
+    from stepscope.analysis.stats import t_quantile
+
+    hits, ratios = 0, []
+    jobs = 40
+    for seed in range(jobs):
+        rng = random.Random(1000 + seed)
+        job = random_job(seed)
+        job.steps = 6
+
+        job.tails_us = tails(rng, job.steps)
+        write_streams(job, tmp_path / f"t{seed}.json")
+        result = whatif(load_trace(tmp_path / f"t{seed}.json"), [parse_selector("kernel:ncclDevKernel=0.5")])
+        low, high = result.predicted_low_ms, result.predicted_high_ms
+        assert low is not None and high is not None and low <= result.predicted_step_ms <= high
+        job.tails_us = tails(rng, job.steps)  # the rerun
+        truth = job.step_us(comm_scale=0.5) / 1e3
+        hits += low <= truth <= high
+        # its half-width against what the true noise gives: t(5) * 60 us * sqrt(2/6)
+        ratios.append((high - low) / 2 / (t_quantile(0.95, 5) * 0.060 * (2 / 6) ** 0.5))
+    ratios.sort()
+    print(f"held {hits} of {jobs}; half-width / the noise's: median {ratios[jobs // 2]:.2f}")
+    assert 0.8 * jobs <= hits <= jobs, hits
+    assert 0.5 < ratios[jobs // 2] < 1.5, ratios
+
+
+def test_steps_that_do_not_vary_give_a_point(tmp_path: Path) -> None:
+    job = write_streams(random_job(0), tmp_path / "t.json")
+    result = whatif(load_trace(tmp_path / "t.json"), [parse_selector("kernel:ncclDevKernel=0.5")])
+    assert (
+        result.predicted_low_ms == result.predicted_high_ms == pytest.approx(job.step_us(0.5) / 1e3, rel=0.01)
+    )
+    assert "Student's t with 2 degrees of freedom" in (result.interval_note or "")

@@ -102,7 +102,9 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
                 synchronizations=len(graph.syncs),
                 critical_path=critical_path(scaled[rank], top=top),
                 replay=fidelity(rank, graph.step_end - graph.step_start, base[rank].step_ns, limits(graph)),
-                **_bounds(step_interval(scaled[rank].step_ns)),
+                **_bounds(
+                    step_interval(predicted, len(scaled[rank].step_ns), step_spread([scaled[rank].step_ns]))
+                ),
             )
         )
     if len(coupling):
@@ -116,8 +118,10 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         )
     job = max(ranks, key=lambda r: r.baseline_step_ms, default=None)
     slowest = max(ranks, key=lambda r: r.predicted_step_ms, default=None)
-    job_steps = _job_steps([scaled[r].step_ns for r in graphs])
-    interval = step_interval(job_steps)
+    # (the job's step is its slowest rank's mean; how steps vary, from every rank)
+    spread = step_spread([scaled[r].step_ns for r in graphs])
+    job_steps = slowest.steps if slowest is not None else 0
+    interval = step_interval(slowest.predicted_step_ms, job_steps, spread) if slowest is not None else None
     return WhatIfResult(
         schema=SCHEMA,
         scale=[s.text for s in selectors],
@@ -143,42 +147,48 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
             approximate_text(r.replay) for r in ranks if r.replay is not None and r.replay.approximate
         ],
         **_bounds(interval),
-        interval_note=interval_note(len(job_steps), interval is not None),
+        interval_note=interval_note(job_steps, spread, len(ranks)),
     )
 
 
 INTERVAL_LEVEL = 0.9  # of the predicted step's interval
 
 
-def step_interval(step_ns: np.ndarray) -> tuple[float, float] | None:
-    """Where the mean of a window of as many steps would land with INTERVAL_LEVEL confidence, the steps being
-    like `step_ns` (ns): Student's t prediction interval for a new sample's mean, mean +- t * sd * sqrt(2/n), in ms.
-    The steps' spread is the machine's noise and the work's own; a rerun's window varies with both. None under 2
-    steps."""
-    x = np.asarray(step_ns, dtype=np.float64) / 1e6
-    n = len(x)
-    if n < 2:
+def step_spread(per_rank_ns: Sequence[np.ndarray]) -> tuple[float, int] | None:
+    """(sd in ms, degrees of freedom) of a step around its rank's mean, pooled over the ranks (their machine's
+    noise is one: a rank's few steps alone say little of it); None without two steps on some rank."""
+    squares, values, groups = 0.0, 0, 0
+    for steps in per_rank_ns:
+        x = np.asarray(steps, dtype=np.float64) / 1e6
+        if len(x):
+            squares += float(((x - x.mean()) ** 2).sum())
+            values += len(x)
+            groups += 1
+    df = values - groups
+    return (math.sqrt(squares / df), df) if df >= 1 else None
+
+
+def step_interval(mean_ms: float, steps: int, spread: tuple[float, int] | None) -> tuple[float, float] | None:
+    """Where the mean of a window of `steps` steps would land with INTERVAL_LEVEL confidence, its steps varying
+    as `spread` (step_spread) around `mean_ms`: Student's t prediction interval for a new sample's mean,
+    mean +- t * sd * sqrt(2 / steps). None without a spread."""
+    if spread is None or steps < 1:
         return None
-    half = t_quantile(0.5 + INTERVAL_LEVEL / 2, n - 1) * float(x.std(ddof=1)) * math.sqrt(2.0 / n)
-    mean = float(x.mean())
-    return round(max(mean - half, 0.0), 3), round(mean + half, 3)
+    sd, df = spread
+    half = t_quantile(0.5 + INTERVAL_LEVEL / 2, df) * sd * math.sqrt(2.0 / steps)
+    return round(max(mean_ms - half, 0.0), 3), round(mean_ms + half, 3)
 
 
-def interval_note(steps: int, has: bool) -> str:
-    if not has:
+def interval_note(steps: int, spread: tuple[float, int] | None, ranks: int) -> str:
+    if spread is None:
         return f"no interval: {steps} step(s) replayed, 2 needed to see how steps vary"
+    sd, df = spread
+    over = f"{ranks} ranks" if ranks > 1 else "the rank"
     return (
-        f"{100 * INTERVAL_LEVEL:.0f}% interval of a window of {steps} steps with the change, from how the "
-        f"{steps} predicted steps vary (Student's t)"
+        f"{100 * INTERVAL_LEVEL:.0f}% interval of a window of {steps} steps with the change: the predicted steps "
+        f"vary by {sd:.3g} ms around their rank's mean (pooled over {over}, Student's t with {df} degrees of "
+        "freedom); a rerun varies as much, and more on a machine that is busier than it was"
     )
-
-
-def _job_steps(per_rank: Sequence[np.ndarray]) -> np.ndarray:
-    """The job's step, step by step: its slowest rank's (ranks cut to the fewest steps)."""
-    if not per_rank:
-        return np.zeros(0)
-    n = min(len(s) for s in per_rank)
-    return np.max(np.stack([np.asarray(s[:n], dtype=np.float64) for s in per_rank]), axis=0)
 
 
 def _bounds(interval: tuple[float, float] | None) -> dict[str, float | None]:
