@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import gzip
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stepscope.capture.window.window_end import GZIP_LEVEL
+from stepscope.compress import gzip_bytes
 from stepscope.units import fmt_mb
 
 if TYPE_CHECKING:
@@ -134,8 +133,8 @@ def measure_trace(raw: bytes, gz_size: int | None = None) -> TraceSize:
                 len(encode(key)) + len(encode(args[key])) + 3 for key in SHAPE_ARGS if key in args
             )
     steps = len(spans)
-    step_gz = len(gzip.compress(b",".join(step_parts), GZIP_LEVEL))
-    total_gz = gz_size if gz_size is not None else len(gzip.compress(raw, GZIP_LEVEL))
+    step_gz = len(gzip_bytes(b",".join(step_parts)))
+    total_gz = gz_size if gz_size is not None else len(gzip_bytes(raw))
     return TraceSize(
         json_per_step=step_json / steps,
         gz_per_step=step_gz / steps,

@@ -28,7 +28,6 @@ from stepscope.capture.window.budget import TraceBudget
 from stepscope.capture.window.thread_exit import stop_at_thread_exit
 from stepscope.capture.window.window_end import (
     CLOSE_WAIT_S,
-    GZIP_LEVEL,
     Job,
     TopOps,
     WindowEndWorker,
@@ -41,7 +40,7 @@ from stepscope.runfolder.atomic import temp_path_beside
 
 SUMMARY_ROWS = 40
 TOP_OPS = 10  # top ops handed to the collectors of a window (the W&B sink logs 10)
-__all__ = ["GZIP_LEVEL", "TraceCollector", "export_plain_trace", "memory_overview"]
+__all__ = ["TraceCollector", "export_plain_trace", "memory_overview"]
 COMM_SETTLE_S = 0.005  # see TraceCollector._finish_window
 
 

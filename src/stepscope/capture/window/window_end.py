@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import gzip
 import os
 import queue
 import re
@@ -34,10 +33,10 @@ import msgspec
 
 from stepscope.capture.console import capture_console
 from stepscope.capture.window.child import Child, StepTrail
+from stepscope.compress import open_gzip
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.atomic import FILE_MODE, temp_path_beside
 
-GZIP_LEVEL = 6  # about torch's size (it uses 9) in much less time
 CLOSE_WAIT_S = 900.0  # what close waits for the windows still in hand
 # Windows waiting behind the one in hand past which the worker only gzips (no child, no summary, no table) until
 # it has caught up: windows that end every step or two would otherwise queue without end, and close (at exit,
@@ -123,7 +122,7 @@ def write_gzip(plain: Path, target: Path) -> int:
     returns the size written."""
     packed = temp_path_beside(target.with_name(target.name + ".part"))
     try:
-        with open(plain, "rb") as src, gzip.open(packed, "wb", compresslevel=GZIP_LEVEL) as dst:
+        with open(plain, "rb") as src, open_gzip(packed) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.chmod(packed, FILE_MODE)
         os.replace(packed, target)
