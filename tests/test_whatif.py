@@ -282,3 +282,13 @@ def test_a_rank_range_of_a_billion_is_two_numbers() -> None:
     assert parse_selector("kernel:gemm@3=0.5").applies_to(3) and not parse_selector(
         "kernel:gemm@3=0.5"
     ).applies_to(2)
+
+
+def test_a_selector_that_matches_nothing_says_so(tmp_path: Path) -> None:
+    table = load_trace(_gpu_step(tmp_path))
+    result = whatif(table, [parse_selector("kernel:zzzz=0.5"), parse_selector("kernel:gemm_A=0.5")])
+    said = [n for n in result.notes if "matched nothing" in n]
+    assert len(said) == 1 and "'kernel:zzzz=0.5'" in said[0]
+    assert result.predicted_step_ms == pytest.approx(0.7)  # gemm_A's change alone
+    # a factor of 1 still matches what it names: no note
+    assert not [n for n in whatif(table, [parse_selector("kernel:gemm_A=1")]).notes if "matched nothing" in n]

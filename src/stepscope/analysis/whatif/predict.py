@@ -84,6 +84,12 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
     scaled = base
     if selectors:
         scalings = {r: scaling_for(g, list(selectors)) for r, g in graphs.items()}
+        for sel in selectors:
+            if not any(s.matched.get(sel.text, 0) for s in scalings.values()):
+                notes.append(
+                    f"--scale {sel.text!r} matched nothing on any rank (no activity, region or synchronization "
+                    "it names): the prediction is the replay unchanged by it"
+                )
         scaled, forced_scaled = replay_job(graphs, coupling, scalings)
         forced = max(forced, forced_scaled)
     for rank, graph in graphs.items():

@@ -28,6 +28,8 @@ class Scaling(msgspec.Struct):
     host: list[tuple[np.ndarray, np.ndarray, float]] = []
     gpu: np.ndarray | None = None  # float factor per GPU activity; None: all 1
     sync: float = 1.0
+    # per selector (its text): the GPU activities and host intervals (or synchronization factor) it took
+    matched: dict[str, int] = {}
 
 
 # Records of arrays: compared by identity (msgspec Structs: no __init__ compiled at import).

@@ -105,7 +105,7 @@ def _ranks(text: str, spec: str) -> tuple[tuple[int, int], ...]:
 
 def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
     """The changes `selectors` make on one rank's graph."""
-    scaling = Scaling()
+    scaling = Scaling(matched={})
     gpu = graph.gpu
     factor = np.ones(len(gpu))
     assert graph.data is not None, "a graph without its trace cannot be scaled"
@@ -114,8 +114,10 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
     for sel in selectors:
         if not sel.applies_to(graph.rank):
             continue
+        took = np.zeros(len(gpu), dtype=bool)  # the GPU activities this selector takes
         if sel.kind == "sync":
             scaling.sync *= sel.factor
+            scaling.matched[sel.text] = scaling.matched.get(sel.text, 0) + len(graph.syncs)
             continue
         host: iv.Intervals | None = None
         if sel.kind in PHASES:
@@ -129,18 +131,21 @@ def scaling_for(graph: RankGraph, selectors: list[Selector]) -> Scaling:
                 names, search = graph.names, sel.pattern.search
                 codes, which = unique_inverse(gpu.name)
                 hit = np.array([search(names[c]) is not None for c in codes.tolist()], dtype=bool)
-                factor[hit[which]] *= sel.factor
+                took |= hit[which]
         elif sel.kind == "communication":
-            factor[gpu.kind == COMMUNICATION] *= sel.factor
+            took |= gpu.kind == COMMUNICATION
             if not len(gpu):
                 host = communication_intervals(data)
             elif not len(data.gpu):
                 # a CPU backend's collectives (cpu_comm.py): the host's calls that issue them go with them
                 host = region_union(table, ISSUE_RE)
+        host_ranges = 0
         if host is not None and len(host[0]):
             scaling.host.append((host[0], host[1], sel.factor))
             at = np.searchsorted(host[0], gpu.launch, side="right") - 1
-            inside = (at >= 0) & (gpu.launch < host[1][np.maximum(at, 0)])
-            factor[inside] *= sel.factor
+            took |= (at >= 0) & (gpu.launch < host[1][np.maximum(at, 0)])
+            host_ranges = len(host[0])
+        factor[took] *= sel.factor
+        scaling.matched[sel.text] = scaling.matched.get(sel.text, 0) + int(took.sum()) + host_ranges
     scaling.gpu = factor if (factor != 1.0).any() else None
     return scaling
