@@ -22,6 +22,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = "stepscope.benchmark/1"
+# Benchmarks measure decoding: the cache of decoded tables (analysis/read/cache.py) would serve every round after
+# the first. bench_cache.py, which measures the cache, sets its own environment for its commands.
+os.environ.setdefault("STEPSCOPE_NO_CACHE", "1")
 # taken when the benchmark starts (it imports this module first), before its own work loads the machine
 START_LOAD = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 
 import click
 
 from stepscope._version import __version__
-from stepscope.cli import COMMANDS, FREEZE_AT_EXIT, _invoked, _limit_blas_threads
+from stepscope.cli import COMMANDS, FREEZE_AT_EXIT, _blas_env_set, _invoked, _limit_blas_threads
+
+NO_CACHE_ENV = "STEPSCOPE_NO_CACHE"  # (analysis.read.cache's; not imported: the group loads no analysis)
 
 
 class _LazyGroup(click.Group):
@@ -38,5 +41,15 @@ def _module_exists(module: str) -> bool:
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stepscope")
-def cli() -> None:
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Decode every trace anew: neither read nor write the cache of decoded tables (docs/analysis.md).",
+)
+def cli(no_cache: bool) -> None:
     """stepscope: profile PyTorch training and explain where the step time goes."""
+    if no_cache and NO_CACHE_ENV not in os.environ:
+        os.environ[NO_CACHE_ENV] = (
+            "1"  # (the pool's processes too; for this command only: main takes it back)
+        )
+        _blas_env_set.append(NO_CACHE_ENV)

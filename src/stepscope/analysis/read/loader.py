@@ -17,6 +17,7 @@ import numpy as np
 
 from stepscope.analysis.read._split import load_file_split
 from stepscope.analysis.read._stream import FileTable, load_file
+from stepscope.analysis.read.cache import cached_load
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis.read.table import (
     COLUMNS,
@@ -243,7 +244,12 @@ def load_trace(
     if tables is None and len(files) == 1 and workers is not None and workers > 1:
         (file, hint), bar = files[0], FileProgress(sizes[0], progress)
         try:
-            tables = [load_file_split(file, hint, workers, bar.reporter(file.name, 0, sizes[0]), flows=flows)]
+            reporter = bar.reporter(file.name, 0, sizes[0])
+            tables = [
+                cached_load(
+                    file, hint, flows, lambda: load_file_split(file, hint, workers, reporter, flows=flows)
+                )
+            ]
         except InputError as exc:
             skipped.skip_or_raise(exc)
             tables = []
@@ -254,7 +260,10 @@ def load_trace(
         done = 0
         for (file, hint), size in zip(files, sizes, strict=True):
             try:
-                tables.append(load_file(file, hint, bar.reporter(file.name, done, size), flows=flows))
+                reporter = bar.reporter(file.name, done, size)
+                tables.append(
+                    cached_load(file, hint, flows, lambda: load_file(file, hint, reporter, flows=flows))  # noqa: B023
+                )
             except InputError as exc:
                 skipped.skip_or_raise(exc)
             done += size
@@ -336,7 +345,7 @@ def _choose_workers(workers: int | None, sizes: list[int]) -> int:
 def _load_or_error(path: Path, hint: int | None, flows: bool) -> FileTable | tuple[str, str]:
     """Task: InputError comes back as (path, problem), which pickles without surprises."""
     try:
-        return load_file(path, hint, flows=flows)
+        return cached_load(path, hint, flows, lambda: load_file(path, hint, flows=flows))
     except InputError as exc:
         return (exc.path, exc.problem)
 

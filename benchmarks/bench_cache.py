@@ -1,0 +1,92 @@
+"""A second command on a trace against the first (issue 48, item 5): whole processes of `stepscope analyze
+--json`, `whatif --json` and `report`, each with an empty cache of decoded tables (the first command on a
+file) and with the table the first one kept, paired round by round.
+
+    .venv/bin/python benchmarks/bench_cache.py [--size 60M] [--rounds 3]
+
+The trace is make_big_trace.py's: the V100 trace of ../shared repeated to SIZE of plain JSON (or a trace of
+its own with --trace). Wall seconds, medians over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _results import ROOT, write_result
+
+COMMANDS = {
+    "analyze --json": ["analyze", "{trace}", "--json"],
+    "whatif --json": ["whatif", "{trace}", "--json"],
+    "report": ["report", "{trace}", "-o", "{out}/report.html"],
+}
+
+
+def timed(args: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "stepscope", *args],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=900,
+    )
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="60M")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trace", type=Path, help="a trace of your own instead of the generated one")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="stepscope-cache-") as tmp:
+        trace = args.trace
+        if trace is None:
+            trace = Path(tmp, "big.json")
+            subprocess.run(
+                [sys.executable, str(ROOT / "benchmarks" / "make_big_trace.py"), "--size", args.size, "--out",
+                 str(trace)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+        cache = Path(tmp, "cache")
+        env = {**os.environ, "STEPSCOPE_CACHE_DIR": str(cache)}
+        env.pop("STEPSCOPE_NO_CACHE", None)
+        times: dict[str, dict[str, list[float]]] = {c: {"first": [], "second": []} for c in COMMANDS}
+        for _ in range(args.rounds):
+            for name, template in COMMANDS.items():
+                argv = [a.format(trace=trace, out=tmp) for a in template]
+                shutil.rmtree(cache, ignore_errors=True)
+                times[name]["first"].append(timed(argv, env))
+                times[name]["second"].append(timed(argv, env))
+        size_mb = trace.stat().st_size / 1e6
+    rows = []
+    for name, t in times.items():
+        first, second = statistics.median(t["first"]), statistics.median(t["second"])
+        rows.append([name, f"{first:.2f} s", f"{second:.2f} s", f"{first / second:.1f}x"])
+    notes = [
+        f"{size_mb:.1f} MB trace file; wall seconds of whole processes, medians of {args.rounds} rounds; 'first': "
+        "an empty cache (the table decoded and kept), 'second': the same command again (the kept table mapped)"
+    ]
+    write_result(
+        "bench_cache",
+        "A second command on a trace against the first",
+        ["command", "first", "second", "first / second"],
+        rows,
+        figures={"times_s": times, "size_mb": size_mb},
+        notes=notes,
+    )
+    for row in rows:
+        print("  ".join(row))
+    print(notes[0])
+
+
+if __name__ == "__main__":
+    main()
