@@ -175,3 +175,17 @@ def test_async_tp_fused_op_is_communication_under_its_matmul(tmp_path: Path) -> 
     assert fused["overlapped_ms"] == pytest.approx(0.12) and fused["exposed_ms"] == pytest.approx(0.08)
     comm = result["ranks"][0]["communication"]
     assert comm is not None and comm["comm_us"] == pytest.approx(200)
+
+
+def test_files_without_ranks_analysed_side_by_side_keep_the_ranks_they_are_given(tmp_path: Path) -> None:
+    # GIVEN two files that declare no rank, analysed by two processes (each sees its file as rank 0)
+    write_trace(tmp_path / "a.json", _moe_gpu_rank(0, 100), None)
+    write_trace(tmp_path / "b.json", _moe_gpu_rank(1, 300), None)
+    done = subprocess.run(
+        [sys.executable, "-m", "stepscope", "analyze", str(tmp_path), "--json", "--jobs", "2"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result = json.loads(done.stdout)
+    # THEN the expert view's ranks are the ranks the files were given, as everywhere else
+    assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    assert sorted(r["rank"] for r in result["expert"]["ranks"]) == [0, 1]
