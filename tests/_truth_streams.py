@@ -31,6 +31,7 @@ class Streams:
     steps: int = 3
     tail_us: float = 100.0
     tails_us: list[float] | None = None  # each step's tail (the host's optimizer), where they differ
+    wait_us: float = WAIT_US  # a kernel's start after the kernel it waits for ends
 
     def tail(self, k: int) -> float:
         return self.tails_us[k] if self.tails_us is not None else self.tail_us
@@ -48,7 +49,7 @@ class Streams:
         out, done, launch = [], t0, t0 + 10.0
         for c, m in zip(self.compute_us, self.comm_us, strict=True):
             for kind, dur in (("compute", c), ("comm", m * comm_scale)):
-                start = max(launch + LAUNCH_US, done + WAIT_US if out else launch + LAUNCH_US)
+                start = max(launch + LAUNCH_US, done + self.wait_us if out else launch + LAUNCH_US)
                 out.append((kind, launch, start, dur))
                 done = start + dur
                 launch += 3.0 * 3  # (the launch, an event record and a stream wait, 3 us each)

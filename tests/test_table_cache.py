@@ -132,3 +132,11 @@ def test_a_cache_that_cannot_be_written_is_no_failure(
     monkeypatch.setenv("STEPSCOPE_CACHE_DIR", str(blocker))  # (its tables/ folder cannot be made)
     trace = a_trace(tmp_path / "t.json")
     assert analyze(trace, capsys) == analyze(trace, capsys)
+
+
+def test_another_spelling_of_the_path_is_the_file_as_named_now(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    trace = a_trace(tmp_path / "d" / "t.json")
+    roundabout = tmp_path / "d" / ".." / "d" / "t.json"
+    assert load_trace(roundabout).ranks[0].source == str(roundabout)
+    assert load_trace(trace).ranks[0].source == str(trace)  # (the same kept table)

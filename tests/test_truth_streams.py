@@ -85,3 +85,28 @@ def test_steps_that_do_not_vary_give_a_point(tmp_path: Path) -> None:
         result.predicted_low_ms == result.predicted_high_ms == pytest.approx(job.step_us(0.5) / 1e3, rel=0.01)
     )
     assert "Student's t with 2 degrees of freedom" in (result.interval_note or "")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_waits_no_record_and_no_timing_name_report_the_error_they_cause(seed: int, tmp_path: Path) -> None:
+    """Each kernel starts 20 us after the one it waits for: beyond what timing inference takes (5 us), so without
+    the records the waits stay unnamed and the replay keeps their delays. The prediction (communication halved)
+    is then off the simulated step; whatif reports by how much, within 1 point of the true error."""
+    job = random_job(seed)
+    job.wait_us = 20.0
+    write_streams(job, tmp_path / "t.json", records=False)
+    result = whatif(load_trace(tmp_path / "t.json"), [parse_selector("kernel:ncclDevKernel=0.5")])
+    truth = job.step_us(comm_scale=0.5) / 1e3
+    true_error = 100 * (result.predicted_step_ms - truth) / truth
+    assert result.unnamed_waits > 0 and result.predicted_if_waits_held_ms is not None
+    held = result.predicted_if_waits_held_ms
+    reported_error = 100 * (result.predicted_step_ms - held) / held
+    assert reported_error == pytest.approx(true_error, abs=1.0), (reported_error, true_error)
+    assert held == pytest.approx(truth, rel=0.01)
+    # beyond 5% the prediction is labelled approximate, with the reason
+    assert result.approximate == (abs(result.unnamed_waits_effect_pct or 0.0) > 5.0)
+    # with the records, nothing is unnamed and nothing reported
+    write_streams(job, tmp_path / "r.json", records=True)
+    named = whatif(load_trace(tmp_path / "r.json"), [parse_selector("kernel:ncclDevKernel=0.5")])
+    assert named.unnamed_waits == 0 and named.predicted_if_waits_held_ms is None
+    assert named.predicted_step_ms == pytest.approx(truth, rel=0.01)

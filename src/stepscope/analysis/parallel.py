@@ -222,7 +222,12 @@ def _renumber(part: RankPart, rank: int) -> None:
         part.analysis.replay_savings.whatif = on_rank(part.analysis.replay_savings.whatif, rank)
     part.instances.rank = rank
     part.summary.rank = rank
-    for view in (part.expert.stats if part.expert is not None else None, part.tensor, part.fsdp, part.pipeline):
+    for view in (
+        part.expert.stats if part.expert is not None else None,
+        part.tensor,
+        part.fsdp,
+        part.pipeline,
+    ):
         if view is not None:
             view.rank = rank
     if part.graph is not None:

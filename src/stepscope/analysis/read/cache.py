@@ -89,6 +89,13 @@ def cached_load(path: Path, rank_hint: int | None, flows: bool, load: Callable[[
     if table is not None:
         with contextlib.suppress(OSError):
             os.utime(where)  # (recently used: evicted last)
+        # the file as this load names it (the same file, another spelling of its path: ../x, a link)
+        old, new = table.path, str(path)
+        if old != new:
+            if table.info.source == old:
+                table.info.source = new
+            table.notices = [n.replace(old, new) for n in table.notices]
+            table.path = new
         return table
     table = load()
     with contextlib.suppress(Exception):  # a cache that cannot be written is no reason to fail a load

@@ -26,6 +26,7 @@ from stepscope.analysis.rank.collectives import Instances
 from stepscope.analysis.rank.exposed import training_compute
 from stepscope.analysis.rank.kernels import COMMUNICATION
 from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.whatif.events import INFER_WINDOW_NS
 from stepscope.analysis.whatif.graph import GpuNodes, RankGraph, SyncNodes, build_graph, previous_on_stream
 
 # A backend's range of a collective closes after the host thread it releases has resumed, by up to the larger
@@ -35,7 +36,9 @@ END_LAG_NS = 1_000_000
 END_LAG_SHARE = 0.25  # of the collective's duration
 
 
-def rank_graph(data: RankData, instances: Instances | None) -> RankGraph:
+def rank_graph(
+    data: RankData, instances: Instances | None, infer_window_ns: int = INFER_WINDOW_NS
+) -> RankGraph:
     """The graph of one prepared rank (graph.build_graph); on a rank without GPU activity whose collectives a CPU
     backend ran (`instances`: collectives.rank_instances), with those collectives and the host's waits for them."""
     if not len(data.gpu) and instances is not None and instances.time_source == "cpu" and len(instances):
@@ -45,7 +48,7 @@ def rank_graph(data: RankData, instances: Instances | None) -> RankGraph:
         graph.lanes = [f"thread {t} (collectives)" for t in tids.tolist()]
         graph.cpu_backend = True
         return graph
-    return build_graph(data)
+    return build_graph(data, infer_window_ns=infer_window_ns)
 
 
 def cpu_collective_nodes(data: RankData, inst: Instances) -> tuple[GpuNodes, SyncNodes]:

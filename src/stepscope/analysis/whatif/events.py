@@ -54,6 +54,7 @@ class Edges(msgspec.Struct, eq=False):
     sync_stream: dict[int, int]  # correlation id of a stream synchronize -> the stream (dense id) it awaits
     notes: list[str] = msgspec.field(default_factory=list)
     inferred: np.ndarray | None = None  # bool: `after` is a stream wait inferred from timing (_infer_waits)
+    unnamed_waits: int = 0  # stream waits neither named by a record nor inferred: their delays are kept
 
 
 class Activities(msgspec.Struct, eq=False):
@@ -67,7 +68,9 @@ class Activities(msgspec.Struct, eq=False):
     corr: np.ndarray  # correlation id (of the launching call), -1
 
 
-def read_edges(table: TraceTable, lo: int, hi: int, acts: Activities) -> Edges:
+def read_edges(
+    table: TraceTable, lo: int, hi: int, acts: Activities, infer_window_ns: int = INFER_WINDOW_NS
+) -> Edges:
     """The edges of one rank's window (`table`: the rank's rows; see the module's doc)."""
     n = len(acts.launch)
     cols = table.columns
@@ -125,14 +128,14 @@ def read_edges(table: TraceTable, lo: int, hi: int, acts: Activities) -> Edges:
     waits = calls.count(STREAM_WAIT_RE, lo, hi)
     inferred = np.zeros(n, dtype=bool)
     if waits > named:
-        inferred = _infer_waits(table, lo, hi, acts, calls, after)
+        inferred = _infer_waits(table, lo, hi, acts, calls, after, infer_window_ns)
         found = int(inferred.sum())
         left = waits - named - found
         if found:
             notes.append(
                 f"{found} of {waits} stream waits (cudaStreamWaitEvent) name no event (no cuda_sync event; older "
                 f"Kineto writes none) but are inferred from timing: the activity after the wait started within "
-                f"{INFER_WINDOW_NS // 1000} us of an activity ending on another stream, after its own stream and "
+                f"{infer_window_ns / 1000:g} us of an activity ending on another stream, after its own stream and "
                 "launch had let it start: it waits for that one (inferred)"
             )
         if left > 0:
@@ -144,17 +147,25 @@ def read_edges(table: TraceTable, lo: int, hi: int, acts: Activities) -> Edges:
             )
     from_graph = np.zeros(n, dtype=bool)
     graph, names = _graphs(table, acts, calls, after, from_graph)
-    return Edges(after, from_graph, graph, names, host_awaits, sync_stream, notes, inferred)
+    unnamed = max(waits - named - int(inferred.sum()), 0)
+    return Edges(after, from_graph, graph, names, host_awaits, sync_stream, notes, inferred, unnamed)
 
 
 def _infer_waits(
-    table: TraceTable, lo: int, hi: int, acts: Activities, calls: _Calls, after: np.ndarray
+    table: TraceTable,
+    lo: int,
+    hi: int,
+    acts: Activities,
+    calls: _Calls,
+    after: np.ndarray,
+    window_ns: int = INFER_WINDOW_NS,
 ) -> np.ndarray:
     """The stream waits the trace does not name, recovered from timing (item 2 of issue 43): the first activity
     launched on a thread after a `cudaStreamWaitEvent` call (its consumer), still without an edge, that started
     more than INFER_WINDOW_NS after both its launch and its stream's previous activity's end (something else held
     it), and within INFER_WINDOW_NS after an activity on another stream ended (the latest such): waits for that
-    one. Returns which activities got such an edge (`after` is set)."""
+    one. Returns which activities got such an edge (`after` is set). `window_ns`: INFER_WINDOW_NS, or
+    more for whatif's bound on what the unnamed waits could change (predict.py)."""
     n = len(acts.launch)
     out = np.zeros(n, dtype=bool)
     cols = table.columns
@@ -194,7 +205,7 @@ def _infer_waits(
         ready = max(int(acts.launch[c]), int(acts.end[prev[c]]) if prev[c] >= 0 else 0)
         if start - ready <= INFER_WINDOW_NS:
             continue  # its launch or its stream let it start then: no wait held it
-        lo_i = int(np.searchsorted(ends, start - INFER_WINDOW_NS, side="left"))
+        lo_i = int(np.searchsorted(ends, start - window_ns, side="left"))
         hi_i = int(np.searchsorted(ends, start, side="right"))
         for j in range(hi_i - 1, lo_i - 1, -1):
             p = int(by_end[j])

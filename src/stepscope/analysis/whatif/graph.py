@@ -34,7 +34,7 @@ from stepscope.analysis.rank.kernels import COMMUNICATION, MEMORY
 from stepscope.analysis.rank.prepare import RankData, effective_launch
 from stepscope.analysis.rank.steps import assign_phases, region_union
 from stepscope.analysis.read.table import MISSING
-from stepscope.analysis.whatif.events import Activities, Edges, read_edges
+from stepscope.analysis.whatif.events import INFER_WINDOW_NS, Activities, Edges, read_edges
 
 # Calls that return only once the GPU work they await is done.
 SYNC_RE = re.compile(
@@ -113,6 +113,7 @@ class RankGraph(msgspec.Struct, eq=False):
     data: RankData | None  # None once the graph travels without its trace (analyze's worker processes)
     graph_names: list[str] = []  # the CUDA graphs, by the CPU range around the launch
     notes: list[str] = []  # what the graph could not read from the trace
+    unnamed_waits: int = 0  # stream waits the graph has no edge for (events.Edges)
     lanes: list[str] = []  # each stream's name (by GpuNodes.stream): "stream 7"
     # True: the activities are a CPU backend's collectives on its threads, no GPU (cpu_comm.py): what precedes
     # an activity's start after its launch is the backend starting it, not a kernel launch
@@ -122,14 +123,16 @@ class RankGraph(msgspec.Struct, eq=False):
     measured: Any = None
 
 
-def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None) -> RankGraph:
+def build_graph(
+    data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None, infer_window_ns: int = INFER_WINDOW_NS
+) -> RankGraph:
     """The graph of one prepared rank's window (see the module's doc). `nodes`: its activities and
     synchronizations where they are not the GPU's (cpu_comm.rank_graph: a CPU backend's collectives)."""
     edges = None
     if nodes is not None:
         gpu, syncs = nodes
     else:
-        gpu, edges = _gpu_nodes(data)
+        gpu, edges = _gpu_nodes(data, infer_window_ns)
         syncs = _sync_nodes(data, gpu, edges)
     steps = data.steps
     if len(steps):
@@ -145,6 +148,7 @@ def build_graph(data: RankData, nodes: tuple[GpuNodes, SyncNodes] | None = None)
     graph = RankGraph(data.rank, names, data.lo, data.hi, number, start, end, gpu, syncs, phases, data)
     if edges is not None:
         graph.graph_names, graph.notes = edges.graph_names, edges.notes
+        graph.unnamed_waits = edges.unnamed_waits
         graph.lanes = stream_names(data)
     return graph
 
@@ -161,7 +165,7 @@ def stream_names(data: RankData) -> list[str]:
     ]
 
 
-def _gpu_nodes(data: RankData) -> tuple[GpuNodes, Edges]:
+def _gpu_nodes(data: RankData, infer_window_ns: int = INFER_WINDOW_NS) -> tuple[GpuNodes, Edges]:
     g = data.gpu
     launch = effective_launch(g)
     order = np.lexsort((g.start, launch))
@@ -170,7 +174,9 @@ def _gpu_nodes(data: RankData) -> tuple[GpuNodes, Edges]:
     keys, stream = np.unique(stream_key, return_inverse=True)
     stream = stream.reshape(-1).astype(np.int64)
     corr = np.asarray(data.table.columns["correlation"][g.row[order]], dtype=np.int64)
-    edges = read_edges(data.table, data.lo, data.hi, Activities(launch, start, end, stream, keys, corr))
+    edges = read_edges(
+        data.table, data.lo, data.hi, Activities(launch, start, end, stream, keys, corr), infer_window_ns
+    )
     prev = previous_on_stream(stream)
     has_prev = prev >= 0
     prev_end = np.where(has_prev, end[np.maximum(prev, 0)], _MIN)

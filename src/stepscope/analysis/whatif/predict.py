@@ -19,7 +19,13 @@ from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.stats import t_quantile
 from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
-from stepscope.analysis.whatif.fidelity import ReplayFidelity, approximate_text, fidelity, limits
+from stepscope.analysis.whatif.fidelity import (
+    REPLAY_TRUST_PCT,
+    ReplayFidelity,
+    approximate_text,
+    fidelity,
+    limits,
+)
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.path import PathStep, critical_path, job_critical_path
 from stepscope.analysis.whatif.select import Selector, scaling_for
@@ -60,6 +66,12 @@ class WhatIfResult(msgspec.Struct):
     # approximate, for these reasons (fidelity.py)
     approximate: bool = False
     approximate_reasons: list[str] = msgspec.field(default_factory=list)
+    # stream waits whose event no record names and whose timing names none keep their delays (events.py): the
+    # prediction had each such wait held its activity until the last activity on another stream ended before it
+    # (None: no such wait, or nothing selected), and how far that is from predicted_step_ms, in % of it
+    unnamed_waits: int = 0
+    predicted_if_waits_held_ms: float | None = None
+    unnamed_waits_effect_pct: float | None = None
     # the job's predicted step (its slowest rank's in each step) as an interval: see RankWhatIf
     predicted_low_ms: float | None = None
     predicted_high_ms: float | None = None
@@ -124,6 +136,22 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         )
     job = max(ranks, key=lambda r: r.baseline_step_ms, default=None)
     slowest = max(ranks, key=lambda r: r.predicted_step_ms, default=None)
+    unnamed = sum(g.unnamed_waits for g in graphs.values())
+    held = effect = None
+    reasons = [approximate_text(r.replay) for r in ranks if r.replay is not None and r.replay.approximate]
+    if selectors and unnamed and slowest is not None and slowest.predicted_step_ms > 0:
+        held = round(_waits_held(graphs, instances, selectors), 3)
+        effect = round(100.0 * (held - slowest.predicted_step_ms) / slowest.predicted_step_ms, 3)
+        notes.append(
+            f"{unnamed} stream waits name no event and their timing names none, so their delays are kept: had "
+            "each held its activity until the last activity on another stream ended before it started, the "
+            f"prediction would be {held:g} ms instead of {slowest.predicted_step_ms:g} ms ({effect:+.1f}%)"
+        )
+        if abs(effect) > REPLAY_TRUST_PCT:
+            reasons.append(
+                f"the prediction moves {effect:+.1f}% if the {unnamed} stream waits without a record held their "
+                "activities (the trace does not say which work they waited for)"
+            )
     # (the job's step is its slowest rank's mean; how steps vary, from every rank)
     spread = step_spread([scaled[r].step_ns for r in graphs])
     job_steps = slowest.steps if slowest is not None else 0
@@ -148,13 +176,33 @@ def whatif(table: TraceTable, selectors: Sequence[Selector] = (), *, top: int = 
         ranks=ranks,
         notes=notes,
         critical_path=job_critical_path(scaled, coupling, top=top) if scaled else [],
-        approximate=any(r.replay is not None and r.replay.approximate for r in ranks),
-        approximate_reasons=[
-            approximate_text(r.replay) for r in ranks if r.replay is not None and r.replay.approximate
-        ],
+        approximate=bool(reasons),
+        approximate_reasons=reasons,
+        unnamed_waits=unnamed,
+        predicted_if_waits_held_ms=held,
+        unnamed_waits_effect_pct=effect,
         **_bounds(interval),
         interval_note=interval_note(job_steps, spread, len(ranks)),
     )
+
+
+UNBOUNDED_NS = 1 << 62  # an inference window that takes any earlier end (_waits_held)
+
+
+def _waits_held(
+    graphs: dict[int, RankGraph], instances: dict[int, Instances], selectors: Sequence[Selector]
+) -> float:
+    """The job's predicted step (its slowest rank's mean, ms) with every stream wait the trace leaves unnamed
+    taken as a wait for the last activity to end on another stream before its activity started (the inference of
+    events.py without its time window): what the missing records could change at most that way."""
+    held: dict[int, RankGraph] = {}
+    for rank, graph in graphs.items():
+        assert graph.data is not None
+        held[rank] = rank_graph(graph.data, instances[rank], UNBOUNDED_NS) if graph.unnamed_waits else graph
+    coupling = couple(held, instances)
+    scalings = {r: scaling_for(g, list(selectors)) for r, g in held.items()}
+    scaled, _ = replay_job(held, coupling, scalings)
+    return max(float(np.mean(r.step_ns)) / 1e6 for r in scaled.values())
 
 
 INTERVAL_LEVEL = 0.9  # of the predicted step's interval
