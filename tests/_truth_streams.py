@@ -32,6 +32,7 @@ class Streams:
     tail_us: float = 100.0
     tails_us: list[float] | None = None  # each step's tail (the host's optimizer), where they differ
     wait_us: float = WAIT_US  # a kernel's start after the kernel it waits for ends
+    graph: bool = False  # each step's kernels are one CUDA graph, launched at once by one cudaGraphLaunch
 
     def tail(self, k: int) -> float:
         return self.tails_us[k] if self.tails_us is not None else self.tail_us
@@ -52,43 +53,65 @@ class Streams:
                 start = max(launch + LAUNCH_US, done + self.wait_us if out else launch + LAUNCH_US)
                 out.append((kind, launch, start, dur))
                 done = start + dur
-                launch += 3.0 * 3  # (the launch, an event record and a stream wait, 3 us each)
+                if not self.graph:  # (a graph's kernels are all launched by its one call)
+                    launch += 3.0 * 3  # (the launch, an event record and a stream wait, 3 us each)
         return out, done
 
 
-def write_streams(job: Streams, path: Path, *, records: bool = True) -> Streams:
-    """One trace of `job.steps` steps; see the module's doc."""
+OLD_CATEGORIES = {"cpu_op": "Operator", "cuda_runtime": "Runtime", "kernel": "Kernel"}
+
+
+def write_streams(job: Streams, path: Path, *, records: bool = True, schema: str = "new") -> Streams:
+    """One trace of `job.steps` steps; see the module's doc. `schema` "2021": the categories older Kineto wrote
+    (Operator, Runtime, Kernel; no cuda_sync events, so no records)."""
     events: list[Event] = []
     corr = 0
     t0 = 0.0
+    records = records and schema != "2021"
     for k in range(job.steps):
         kernels, end = job._kernels(t0)
         length = end + LAUNCH_US + job.tail(k) - t0
         events.append(step(k + 1, t0, length))
-        record_corr = None
-        for kind, launch, start, dur in kernels:
-            stream = 7 if kind == "compute" else 20
-            if record_corr is not None:
-                corr += 1
-                events.append(runtime("cudaStreamWaitEvent", launch - 3.0, 1, corr))
-                if records:
-                    events.append(
-                        _wait_event(launch - 3.0, corr, stream, 20 if stream == 7 else 7, record_corr)
-                    )
+        if job.graph:
             corr += 1
-            events += launched(
-                COMPUTE if kind == "compute" else COMM, launch, start, dur, corr, stream=stream
-            )
-            corr += 1
-            record_corr = corr
-            events.append(runtime("cudaEventRecord", launch + 1.5, 1, corr))
+            events.append(runtime("cudaGraphLaunch", kernels[0][1], 5.0, corr))
+            for kind, _, start, dur in kernels:
+                stream = 7 if kind == "compute" else 20
+                events.append(
+                    kernel(COMPUTE if kind == "compute" else COMM, start, dur, stream=stream, corr=corr)
+                )
+        else:
+            corr = _launches(events, kernels, corr, records)
         corr += 1
         sync_at = kernels[-1][1] + 6.0
         events.append(runtime("cudaDeviceSynchronize", sync_at, end + LAUNCH_US - sync_at, corr))
         events.append(cpu("optimizer", end + LAUNCH_US, job.tail(k) - 1, cat="user_annotation"))
         t0 += length
+    if schema == "2021":
+        for event in events:
+            event["cat"] = OLD_CATEGORIES.get(event["cat"], event["cat"])
     write_trace(path, events, 0, world_size=1)
     return job
+
+
+def _launches(
+    events: list[Event], kernels: list[tuple[str, float, float, float]], corr: int, records: bool
+) -> int:
+    """Each kernel's launch, the event recorded after it and the next kernel's wait for that event."""
+    record_corr = None
+    for kind, launch, start, dur in kernels:
+        stream = 7 if kind == "compute" else 20
+        if record_corr is not None:
+            corr += 1
+            events.append(runtime("cudaStreamWaitEvent", launch - 3.0, 1, corr))
+            if records:
+                events.append(_wait_event(launch - 3.0, corr, stream, 20 if stream == 7 else 7, record_corr))
+        corr += 1
+        events += launched(COMPUTE if kind == "compute" else COMM, launch, start, dur, corr, stream=stream)
+        corr += 1
+        record_corr = corr
+        events.append(runtime("cudaEventRecord", launch + 1.5, 1, corr))
+    return corr
 
 
 def _wait_event(ts: float, corr: int, stream: int, on: int, record: int) -> dict[str, Any]:

@@ -110,3 +110,18 @@ def test_waits_no_record_and_no_timing_name_report_the_error_they_cause(seed: in
     named = whatif(load_trace(tmp_path / "r.json"), [parse_selector("kernel:ncclDevKernel=0.5")])
     assert named.unnamed_waits == 0 and named.predicted_if_waits_held_ms is None
     assert named.predicted_step_ms == pytest.approx(truth, rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("form", ["cuda graph", "2021 schema"])
+def test_cuda_graphs_and_the_old_schema_are_predicted(seed: int, form: str, tmp_path: Path) -> None:
+    """The same steps as one CUDA graph per step (its edges are not in the trace: the replay takes, for each
+    activity, the one of its graph that ended last before it started), and in the categories of 2021's Kineto
+    (no records of the waits: inferred from timing): replayed on the measured steps, and the communication
+    halved predicted within 1% of the simulated step."""
+    job = random_job(seed)
+    job.graph = form == "cuda graph"
+    write_streams(job, tmp_path / "t.json", schema="2021" if form == "2021 schema" else "new")
+    result = whatif(load_trace(tmp_path / "t.json"), [parse_selector("kernel:ncclDevKernel=0.5")])
+    assert result.replay_error_pct == pytest.approx(0.0, abs=0.01)
+    assert result.predicted_step_ms == pytest.approx(job.step_us(comm_scale=0.5) / 1e3, rel=0.01)
