@@ -92,6 +92,7 @@ class Child:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lines: queue.SimpleQueue[bytes] = queue.SimpleQueue()
         self._stderr: IO[bytes] | None = None
+        self._reader: threading.Thread | None = None
 
     def run(self, job: bytes, trail: StepTrail) -> tuple[int, Any, str]:
         """(status, result, reason) of `job` (see Reply); an exited child's status is its exit status. Raises
@@ -143,6 +144,11 @@ class Child:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.join(_CLOSE_S)  # (it ends at the child's end of stdout)
+        if proc.stdout is not None and (reader is None or not reader.is_alive()):
+            proc.stdout.close()
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
