@@ -199,13 +199,13 @@ class WindowEndWorker:
         if result is None:
             return None, self._gzip_only(work, f"exit status {status}: {reason}")
         writer = self.writer
+        trail.now()
+        writer.add(ArtifactKind.TRACE, Path(job.trace), work.last_step, beside_steps=trail.ranges)
         if job.summary is not None and result.summary_error is None:
             writer.add(ArtifactKind.SUMMARY, Path(job.summary), work.last_step)
         top = TopOps(result.ops, result.kernels)
         if work.title is not None:
             print_top_ops(TopOps(top.ops[: work.console_rows], top.kernels[: work.console_rows]), work.title)
-        trail.now()
-        writer.add(ArtifactKind.TRACE, Path(job.trace), work.last_step, beside_steps=trail.ranges)
         warning = None
         if result.summary_error is not None:
             warning = (
@@ -242,7 +242,7 @@ class WindowEndWorker:
         # (gzipped here, on the worker's thread, at the job's priority: the steps it took ran beside it)
         step = self.steps_done()
         self.writer.add(
-            ArtifactKind.TRACE, Path(job.trace), work.last_step, beside_steps=[[work.last_step + 1, step]]
+            ArtifactKind.TRACE, Path(job.trace), work.last_step, beside_steps=[(work.last_step + 1, step)]
         )
         warning = None
         if cause is not None:
