@@ -1,7 +1,7 @@
 """The step time of two runs compared over every step that can tell it: `compare_step_times`.
 
 Run folders compare their *plain* steps (metrics.jsonl: the steps the profiler and the counters left alone, as
-`analyze`'s step times define them, `run.is_plain_step`), one value per step: the mean wall time over the ranks that
+`analyze`'s step times define them, `run.plain`), one value per step: the mean wall time over the ranks that
 recorded it. A side without MIN_PLAIN_STEPS of them (a trace, a short run) makes both sides compare their profiled
 steps instead (the traces' ProfilerStep spans, one value per rank and step), and a note says so. The change is the
 Hodges-Lehmann shift with its 95% interval (analysis/_shift.py): significant when the interval excludes zero.
@@ -19,7 +19,8 @@ import msgspec
 
 from stepscope.analysis.analyze import AnalysisResult
 from stepscope.analysis.diff._shift import quantile_shift, shift
-from stepscope.analysis.run.folder import Run, StepRanges, plain_lines_of, window_work_steps
+from stepscope.analysis.run.folder import Run
+from stepscope.analysis.run.plain import StepRanges, plain_lines_of, window_work_steps
 from stepscope.analysis.stats import median, quantile
 from stepscope.runfolder.payloads import StepMetrics
 
@@ -102,7 +103,7 @@ _Times = tuple[str, list[int], list[float], list[int]]  # source, steps, step ti
 
 def plain_step_times(run: Run) -> _Times:
     """One value per plain step: the mean wall time of that step over the ranks that recorded it plain (the
-    steps beside a window's end work left out where MIN_PLAIN_STEPS remain: run.plain_lines_of)."""
+    steps beside a window's end work left out where MIN_PLAIN_STEPS remain: run.plain)."""
     by_rank: dict[int, list[StepMetrics]] = {}
     for line in run.metrics:
         by_rank.setdefault(line.rank, []).append(line)

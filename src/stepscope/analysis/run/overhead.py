@@ -1,5 +1,5 @@
 """The profiler's own cost, as a run folder shows it: the analysed (profiled) steps against the plain steps of
-metrics.jsonl (those stepscope left alone, folder.is_plain_step). Where the profiled steps are much slower, the
+metrics.jsonl (those stepscope left alone, plain.is_plain_step). Where the profiled steps are much slower, the
 profiler's overhead is in every figure of the trace: ops and Python are slowed more than long kernels or sleeps,
 so phase shares and findings describe a step the job does not run without the profiler."""
 
