@@ -87,7 +87,7 @@ def _rank_main(rank: int, world: int, port: int, steps: int, variant: str, out: 
         child.CHILD_COMMAND = (sys.executable, "-c", CONTROL_CHILDREN[variant])
     if variant == "child as before":
         child.CHILD_COMMAND = (sys.executable, "-c", BEFORE_CHILD)
-        child.CHILD_THREADS = {}
+        child.CHILD_ENV = {"STEPSCOPE_NO_CACHE": "1"}  # (BLAS threads as the machine has)
         child.lower_priority = lambda pid=0: None
     on = variant != "monitor off"
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

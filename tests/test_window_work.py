@@ -162,3 +162,14 @@ def test_the_trail_marks_the_steps_where_the_child_used_the_cpu() -> None:
     trail.poll(None)  # CPU time unknown (the child has exited): counted as busy
     trail.now()
     assert trail.ranges[-1] == (30, 31)
+
+
+def test_the_child_keeps_no_decoded_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a window's temp file is read once: nothing goes to the cache of decoded tables
+    monkeypatch.setenv("STEPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("STEPSCOPE_NO_CACHE", raising=False)
+    run = profiled_run(
+        tmp_path / "runs", 4, wait=0, warmup=1, active=2, repeat=1, console=False, report=False
+    )
+    assert [a for a in manifest_of(run)["artifacts"] if a["kind"] == "trace"]
+    assert not list((tmp_path / "cache").rglob("*.table"))

@@ -27,6 +27,9 @@ import msgspec
 CHILD_COMMAND = (sys.executable, "-m", "stepscope.cli.window_end")
 # The child's numeric libraries run on one thread: it works beside training, on the cores training leaves idle.
 CHILD_THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+# It reads each window's temp file once: the cache of decoded tables (analysis/read/cache.py) would write a table
+# no one reads again, beside training
+CHILD_ENV = {**CHILD_THREADS, "STEPSCOPE_NO_CACHE": "1"}
 LOWEST_NICE = 19
 # One job: past CHILD_TIMEOUT_S of the child's CPU time on it (or, where that cannot be read, of wall time) the
 # worker kills the child and gzips the trace itself. A child that training leaves no core to (it runs only on
@@ -165,7 +168,7 @@ class Child:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            env={**os.environ, **CHILD_THREADS},
+            env={**os.environ, **CHILD_ENV},
         )
         lower_priority(proc.pid)  # (the child lowers itself too, once started: this covers its start-up)
         self._proc, self._lines = proc, queue.SimpleQueue()
