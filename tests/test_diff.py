@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from stepscope.analysis.diff.compare import DIFF_SCHEMA, diff_tables
@@ -386,3 +387,32 @@ def test_compare_page_shows_whole_finding_messages(
     # the message is in its cell whole, as analyze wrote it, and the severity change is named
     assert message in cells.cells
     assert any("MEDIUM -> HIGH" in c for c in cells.cells)
+
+
+def test_a_diff_of_rank_folders_is_the_same_on_workers_as_pooled_in_one_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each side's ranks are analysed one file per task (`--jobs`), and their totals added in ns: the diff is
+    the one of the whole tables loaded in this process."""
+    from ._truth import Job, write_job
+
+    base, test = tmp_path / "base", tmp_path / "test"
+    base.mkdir()
+    test.mkdir()
+    write_job(Job(ranks=4, steps=6, seed=1), base)
+    write_job(Job(ranks=4, steps=6, seed=2, late={2: (3000.0, 1.0)}), test)
+    documents = []
+    for jobs in ("1", "2"):
+        assert main(["diff", str(base), str(test), "--json", "--jobs", jobs]) == 0
+        documents.append(json.loads(capsys.readouterr().out))
+    assert documents[0] == documents[1]
+    pooled = json.loads(
+        msgspec.json.encode(
+            diff_tables(load_trace(base), load_trace(test), base_path=str(base), test_path=str(test))
+        )
+    )
+    for key in ("base", "test", "kernels", "ops", "phases", "step_time", "findings"):
+        assert documents[1][key] == pooled[key], key
+    assert documents[1]["test"]["ranks"] == [0, 1, 2, 3]
+    # the late rank shows: its peers' communication grew
+    assert any(p["name"] == "communication" and p["significant"] for p in documents[1]["phases"])

@@ -22,6 +22,7 @@ import msgspec
 
 from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
 from stepscope.analysis.findings.replayed import on_rank
+from stepscope.analysis.rank.totals import RankTotals, rank_totals
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis.read.loader import (
     assign_ranks,
@@ -35,7 +36,14 @@ from stepscope.analysis.read.table import MISSING, RankInfo
 from stepscope.analysis.tasks import ExecutorError, ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
 
-__all__ = ["EXECUTORS", "ExecutorError", "analyze_path", "default_jobs"]
+__all__ = [
+    "EXECUTORS",
+    "ExecutorError",
+    "PathAnalysis",
+    "analyze_path",
+    "analyze_path_totals",
+    "default_jobs",
+]
 
 EXECUTORS = ("local", "dask")
 # JSON (estimated) below which the files are analysed here, one after the other, when `jobs` is not given: the
@@ -52,6 +60,7 @@ class Options(msgspec.Struct, frozen=True):
     comm_patterns: tuple[str, ...] = ()
     steps: tuple[int | None, int | None] | None = None
     known_groups: dict[str, dict[str, Any]] | None = None  # the run folder's record of the process groups
+    totals: bool = False  # each rank's totals too (rank/totals.py: what a diff needs besides the analysis)
 
 
 class FileResult(msgspec.Struct):
@@ -61,8 +70,18 @@ class FileResult(msgspec.Struct):
     path: str
     hint: int | None
     parts: list[tuple[int | None, RankPart]] = msgspec.field(default_factory=list)  # (declared rank, part)
+    totals: list[RankTotals] = msgspec.field(default_factory=list)  # with Options.totals: one per part
     notices: list[str] = msgspec.field(default_factory=list)
     problem: str | None = None
+
+
+class PathAnalysis(msgspec.Struct):
+    """`analyze_path_totals`' answer: the analysis, each rank's totals, and the notices of the input itself
+    (its files, windows and ranks; the analysis' own notices are in `result`)."""
+
+    result: AnalysisResult
+    totals: dict[int, RankTotals]
+    notices: list[str]
 
 
 def default_jobs() -> int:
@@ -89,22 +108,57 @@ def analyze_path(
     tasks to the Dask scheduler at `scheduler` (None: a cluster of this machine's cores). `progress` is called
     with (bytes done, bytes in all, file at work). `steps`: (first, last) ProfilerStep numbers to analyse (see
     analyze). Raises InputError (a bad file, or no step in `steps`) or ExecutorError."""
+    options = Options(drop_last_step, top, tuple(comm_patterns), steps)
+    return _analyze_path(path, step, options, jobs, executor, scheduler, progress).result
+
+
+def analyze_path_totals(
+    path: str | Path,
+    *,
+    step: int | None = None,
+    comm_patterns: Sequence[str] = (),
+    jobs: int | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> PathAnalysis:
+    """`analyze_path` with each rank's totals (rank/totals.py), computed where the rank is analysed: what a
+    diff needs of one side, without the rows of every rank in one process."""
+    options = Options(comm_patterns=tuple(comm_patterns), totals=True)
+    return _analyze_path(path, step, options, jobs, executor, scheduler, progress)
+
+
+def _analyze_path(
+    path: str | Path,
+    step: int | None,
+    options: Options,
+    jobs: int | None,
+    executor: str,
+    scheduler: str | None,
+    progress: ProgressCallback | None,
+) -> PathAnalysis:
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
     files, window_notices = find_traces(Path(path), step)
     known = _recorded_groups(path)
-    options = Options(drop_last_step, top, tuple(comm_patterns), steps, known)
+    options = msgspec.structs.replace(options, known_groups=known)
     if len(files) == 1 and executor == "local":
         workers = jobs if jobs is not None else default_jobs()
         table = load_trace(path, step=step, workers=workers, progress=progress, flows=False)
-        return analyze(
+        totals: dict[int, RankTotals] = {}
+        if options.totals:
+            totals = rank_totals(table)
+            table.derived.clear()  # (the analysis makes what it needs itself)
+        notices = list(table.notices)
+        analysis = analyze(
             table,
-            drop_last_step=drop_last_step,
-            top=top,
-            comm_patterns=comm_patterns,
-            steps=steps,
+            drop_last_step=options.drop_last_step,
+            top=options.top,
+            comm_patterns=options.comm_patterns,
+            steps=options.steps,
             known_groups=known,
         )
+        return PathAnalysis(analysis, totals, notices)
     skipped = skipping(path)
     sizes = [estimated_json_bytes(f) for f, _ in files]
     if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
@@ -168,6 +222,9 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
             [piece]
         )  # one rank: its declared rank, else 0 until the parent numbers the files
         rank = table.rank_ids()[0]
+        if options.totals:
+            result.totals.append(rank_totals(table)[rank])
+            table.derived.clear()  # (the analysis makes what it needs itself)
         part = analyze_rank_part(
             table,
             rank,
@@ -188,24 +245,30 @@ class _Entry(msgspec.Struct):
     declared_rank: int | None
     info: RankInfo
     part: RankPart
+    totals: RankTotals | None
 
 
-def _combine(results: list[FileResult], notices: list[str]) -> AnalysisResult:
+def _combine(results: list[FileResult], notices: list[str]) -> PathAnalysis:
     entries = []
     for result in results:
-        for declared, part in result.parts:
+        for i, (declared, part) in enumerate(result.parts):
             info = RankInfo(rank=MISSING, source=part.analysis.source)
-            entries.append(_Entry(result.path, declared, info, part))
+            totals = result.totals[i] if result.totals else None
+            entries.append(_Entry(result.path, declared, info, part, totals))
     rank_notices = assign_ranks(entries)  # type: ignore[arg-type]
     for entry in entries:
         _renumber(entry.part, entry.info.rank)
-    file_notices = [n for r in sorted(results, key=lambda r: _first_rank(r, entries)) for n in r.notices]
-    parts = [e.part for e in sorted(entries, key=lambda e: e.info.rank)]
-    return combine_ranks(parts, [*notices, *rank_notices, *file_notices])
-
-
-def _first_rank(result: FileResult, entries: list[_Entry]) -> int:
-    return min((e.info.rank for e in entries if e.path == result.path), default=0)
+    first_rank: dict[str, int] = {}
+    for entry in entries:
+        first_rank[entry.path] = min(entry.info.rank, first_rank.get(entry.path, entry.info.rank))
+    file_notices = [n for r in sorted(results, key=lambda r: first_rank.get(r.path, 0)) for n in r.notices]
+    entries.sort(key=lambda e: e.info.rank)
+    input_notices = [*notices, *rank_notices, *file_notices]
+    return PathAnalysis(
+        combine_ranks([e.part for e in entries], input_notices),
+        {e.info.rank: e.totals for e in entries if e.totals is not None},
+        input_notices,
+    )
 
 
 def _renumber(part: RankPart, rank: int) -> None:

@@ -102,6 +102,21 @@ def analyze_traces(path: Any, **options: Any) -> Any:
         raise click.UsageError(str(exc)) from None
 
 
+def diff_traces(base: Any, test: Any, **options: Any) -> Any:
+    """`diff_paths` with a progress bar per side on the terminal; an executor that cannot run is a usage
+    error."""
+    from stepscope.analysis.diff.compare import diff_paths
+    from stepscope.analysis.parallel import ExecutorError
+    from stepscope.cli._progress import ProgressBar
+
+    try:
+        return diff_paths(base, test, progress=ProgressBar, **options)
+    except ExecutorError as exc:
+        import click
+
+        raise click.UsageError(str(exc)) from None
+
+
 def jobs_options(fn):  # type: ignore[no-untyped-def]
     """`--jobs N`, `--executor local|dask`, `--scheduler ADDRESS`: where the per-rank analyses run."""
     import click

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from stepscope.cli._common import comm_pattern_option, print_json, step_option, wide_option
+from stepscope.cli._common import comm_pattern_option, jobs_options, print_json, step_option, wide_option
 from stepscope.units import plain
 
 EXIT_GATE_BREACHED = 3
@@ -37,6 +37,7 @@ EXIT_GATE_UNDECIDED = 4  # no gate breached, but the data could not decide one o
     "decide one (too few steps, a metric one run lacks).",
 )
 @comm_pattern_option
+@jobs_options
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.diff/3").')
 def command(
@@ -47,16 +48,19 @@ def command(
     factor: float,
     fail_on: tuple[str, ...],
     comm_patterns: tuple[str, ...],
+    jobs: int | None,
+    executor: str,
+    scheduler: str | None,
     wide: bool,
     as_json: bool,
 ) -> int:
     """Compare BASE and TEST (each a trace, a folder of traces or a run folder): the step time over every plain
     step of run folders, the profiled window's phases per step, findings that appeared, went or changed, kernels
-    and ops. `--step` picks the window of run folders."""
-    from stepscope.analysis.diff.compare import diff_paths
+    and ops. `--step` picks the window of run folders; each side's ranks are analysed as `analyze` does
+    (`--jobs`, `--executor`)."""
     from stepscope.analysis.diff.gates import evaluate_gates, parse_gate
     from stepscope.cli._common import comm_patterns as resolve_patterns
-    from stepscope.cli._common import load_traces, print_notes
+    from stepscope.cli._common import diff_traces, print_notes
 
     if factor <= 1:
         raise click.BadParameter("must be greater than 1", param_hint="--factor")
@@ -66,7 +70,16 @@ def command(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--fail-on") from None
     patterns = resolve_patterns(test, comm_patterns)
-    result = diff_paths(base, test, step=step, factor=factor, comm_patterns=patterns, load=load_traces)
+    result = diff_traces(
+        base,
+        test,
+        step=step,
+        factor=factor,
+        comm_patterns=patterns,
+        jobs=jobs,
+        executor=executor,
+        scheduler=scheduler,
+    )
     result.gates = evaluate_gates(result, fail_on)
     if as_json:
         print_json(result)

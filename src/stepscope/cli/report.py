@@ -48,9 +48,9 @@ def command(
 
     patterns = resolve_patterns(compare if compare is not None else path, comm_patterns)
     if compare is not None:
-        from stepscope.analysis.diff.compare import diff_paths
+        from stepscope.cli._common import diff_traces
 
-        result = diff_paths(path, compare, step=step, comm_patterns=patterns, load=load_traces)
+        result = diff_traces(path, compare, step=step, comm_patterns=patterns)
         html = render_compare(result)
         target = output or Path(f"{_stem(path)}_vs_{_stem(compare)}.compare.html")
         print_notes(result.notices)

@@ -24,25 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import numpy as np
 
-from stepscope.analysis import intervals as iv
 from stepscope.analysis.analyze import AnalysisResult, analyze
 from stepscope.analysis.diff.findings import FindingChange, finding_changes
 from stepscope.analysis.diff.findings import match_findings as match_findings  # public here too
 from stepscope.analysis.diff.phases import Phase, phase_changes
 from stepscope.analysis.diff.steps import StepComparison, compare_step_times
 from stepscope.analysis.findings.rules import Finding
-from stepscope.analysis.rank.steps import DATALOADER_RE, find_steps
-from stepscope.analysis.rank.summary import (
-    CPU_OP_CATEGORIES,
-    KernelStat,
-    OpStat,
-    kernel_stats,
-    op_stats,
-    self_times,
-)
-from stepscope.analysis.read.table import GPU_CATEGORIES, TraceTable
+from stepscope.analysis.rank.steps import DATALOADER_RE
+from stepscope.analysis.rank.totals import Counts, RankTotals, add_counts, rank_totals
+from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.run.folder import Run
 
 DIFF_SCHEMA = "stepscope.diff/3"
@@ -142,20 +133,33 @@ def diff_paths(
     step: int | None = None,
     factor: float = DEFAULT_FACTOR,
     comm_patterns: Sequence[str] = (),
-    load: Callable[..., TraceTable] | None = None,
+    jobs: int | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    progress: Callable[[], Any] | None = None,
 ) -> Diff:
     """Compare two paths (a trace, a folder of traces or a run folder each): `--step` picks the window of run
-    folders; a run folder's metrics.jsonl gives the step time over its plain steps. `load(path, step=)` loads
-    traces (load_trace by default)."""
-    from stepscope.analysis.read.loader import load_trace
+    folders; a run folder's metrics.jsonl gives the step time over its plain steps. Each side is analysed as
+    `analyze_path` analyses it (`jobs`, `executor`, `scheduler`: where its ranks are analysed), one side after
+    the other; `progress()`, where given, opens a context that gives each side's progress callback."""
+    from stepscope.analysis.parallel import analyze_path_totals
     from stepscope.analysis.run.folder import load_run
     from stepscope.runfolder import is_run_folder
 
-    load = load or load_trace
-    # one run at a time: a run's table goes once what the diff needs of it is taken (two big traces would
-    # otherwise be held at once, with their analyses' caches)
-    base_facts = _facts(load(base, step=step), str(base), comm_patterns)
-    test_facts = _facts(load(test, step=step), str(test), comm_patterns)
+    def side(path: Any) -> _Facts:
+        options: dict[str, Any] = dict(
+            step=step, comm_patterns=comm_patterns, jobs=jobs, executor=executor, scheduler=scheduler
+        )
+        if progress is None:
+            done = analyze_path_totals(path, **options)
+        else:
+            with progress() as bar:
+                done = analyze_path_totals(path, progress=bar, **options)
+        return _facts_of(done.result, done.totals, done.notices, str(path))
+
+    # one side at a time: what a diff keeps of a side is its analysis and its totals, never its rows
+    base_facts = side(base)
+    test_facts = side(test)
     return _compare(
         base_facts,
         test_facts,
@@ -199,13 +203,39 @@ class _Facts:
 
 
 def _facts(table: TraceTable, path: str, comm_patterns: Sequence[str]) -> _Facts:
-    self_ns = self_times(table)
-    side = _side(table, self_ns, path)
-    kernels = _by_name(kernel_stats(table))
-    ops = _op_totals(op_stats(table, self_ns))
-    del self_ns
+    totals = rank_totals(table)
     table.derived.clear()  # (the analysis makes what it needs itself)
-    return _Facts(side, analyze(table, comm_patterns=comm_patterns), kernels, ops, list(table.notices))
+    return _facts_of(analyze(table, comm_patterns=comm_patterns), totals, list(table.notices), path)
+
+
+def _facts_of(result: AnalysisResult, totals: dict[int, RankTotals], notices: list[str], path: str) -> _Facts:
+    """A side from its ranks' totals (added up in ns, rounded once)."""
+    steps = [ns for t in totals.values() for ns in t.step_ns]
+    busy = sum(t.gpu_busy_ns for t in totals.values())
+    span = sum(t.gpu_span_ns for t in totals.values())
+    kernels: Counts = {}
+    ops: Counts = {}
+    for t in totals.values():
+        add_counts(kernels, t.kernels)
+        add_counts(ops, t.ops)
+    side = Side(
+        path=path,
+        ranks=sorted(totals),
+        steps=len(steps),
+        step_mean_us=_us(sum(steps) / len(steps)) if steps else None,
+        cpu_self_us=_us(sum(t.cpu_self_ns for t in totals.values())),
+        kernel_total_us=_us(sum(t.kernel_ns for t in totals.values())),
+        gpu_busy_us=_us(busy),
+        gpu_span_us=_us(span),
+        gpu_busy_pct=round(100.0 * busy / span, 2) if span else None,
+    )
+    return _Facts(
+        side,
+        result,
+        {name: (calls, _us(ns)) for name, (calls, ns) in kernels.items()},
+        _op_totals(ops),
+        notices,
+    )
 
 
 def _compare(base: _Facts, test: _Facts, factor: float, base_run: Run | None, test_run: Run | None) -> Diff:
@@ -260,48 +290,17 @@ def _round(ms: float | None) -> float | None:
     return None if ms is None else round(ms, 4)
 
 
-def _side(table: TraceTable, self_ns: np.ndarray, path: str) -> Side:
-    gpu = (table.columns["ph"] == ord("X")) & table.cat_mask(*GPU_CATEGORIES)
-    busy = span = 0
-    step_durations: list[int] = []
-    for rank in table.rank_ids():
-        in_rank = table.columns["rank"] == rank
-        spans = find_steps(table if in_rank.all() else table.select(in_rank))
-        step_durations += (spans.end - spans.start).tolist()
-        rows = gpu & in_rank
-        if rows.any():
-            start, end = table.columns["ts"][rows], table.columns["ts"][rows] + table.columns["dur"][rows]
-            busy += iv.length(iv.merge(start, end))
-            span += int(end.max() - start.min())
-    ops = (table.columns["ph"] == ord("X")) & table.cat_mask(*CPU_OP_CATEGORIES)
-    kernels = (table.columns["ph"] == ord("X")) & table.cat_mask("kernel")
-    return Side(
-        path=path,
-        ranks=table.rank_ids(),
-        steps=len(step_durations),
-        step_mean_us=_us(sum(step_durations) / len(step_durations)) if step_durations else None,
-        cpu_self_us=_us(int(self_ns.sum(where=ops))),
-        kernel_total_us=_us(int(table.columns["dur"].sum(where=kernels))),
-        gpu_busy_us=_us(busy),
-        gpu_span_us=_us(span),
-        gpu_busy_pct=round(100.0 * busy / span, 2) if span else None,
-    )
-
-
 _Totals = dict[str, tuple[int, float]]  # name -> (count, total us)
 
 
-def _by_name(stats: list[KernelStat]) -> _Totals:
-    return {s.name: (s.count, s.total_us) for s in stats}
-
-
-def _op_totals(stats: list[OpStat]) -> _Totals:
-    """Ops by name, the DataLoader's iterator variants as one (DATALOADER_OP)."""
+def _op_totals(ops: Counts) -> _Totals:
+    """Ops by name, the DataLoader's iterator variants as one (DATALOADER_OP), in us (each name's sum rounded
+    first, as the op table shows it)."""
     out: _Totals = {}
-    for s in stats:
-        name = DATALOADER_OP if _LOADER_OP.search(s.name) else s.name
-        count, total = out.get(name, (0, 0.0))
-        out[name] = (count + s.count, round(total + s.self_us, 3))
+    for name, (calls, self_ns) in sorted(ops.items(), key=lambda item: (-item[1][1], item[0])):
+        key = DATALOADER_OP if _LOADER_OP.search(name) else name
+        count, total = out.get(key, (0, 0.0))
+        out[key] = (count + calls, round(total + _us(self_ns), 3))
     return out
 
 

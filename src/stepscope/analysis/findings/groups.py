@@ -41,7 +41,8 @@ def _groups(same: list[Finding]) -> list[list[Finding]]:
         head = rest[0]
         group = [f for f in rest if f is head or _similar(head, f)]
         groups.append(group)
-        rest = [f for f in rest if all(f is not g for g in group)]
+        taken = {id(g) for g in group}
+        rest = [f for f in rest if id(f) not in taken]
     return groups
 
 

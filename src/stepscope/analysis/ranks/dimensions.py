@@ -58,8 +58,12 @@ def dimension_of(inst: Instances, i: int) -> str:
     return inst.dim[i] or inst.group_desc[i] or UNKNOWN_DIM
 
 
-def rank_dimensions(inst: Instances, digest: RankDigest) -> RankDimensions:
-    """The dimensions of one rank's instances over its analysed steps."""
+def rank_dimensions(
+    inst: Instances, digest: RankDigest, seen: dict[tuple[int, ...], list[int]] | None = None
+) -> RankDimensions:
+    """The dimensions of one rank's instances over its analysed steps. `seen`: the rank lists already made
+    (a rank list of many ranks' rows is made once and shared: a job of N ranks in one group has N rows of N)."""
+    seen = {} if seen is None else seen
     steps = digest.steps
     n = len(steps.start)
     by_dim: dict[str, list[int]] = {}
@@ -92,7 +96,7 @@ def rank_dimensions(inst: Instances, digest: RankDigest) -> RankDimensions:
                 exposed_ms_per_step=exposed_ms,
                 exposed_pct=exposed_pct,
                 step_pct=step_pct,
-                ranks=sorted({r for i in idx if (g := inst.group_ranks[i]) is not None for r in g}),
+                ranks=_group_ranks(inst, idx, seen),
             )
         )
     return RankDimensions(inst.rank, n, _ordered(rows))
@@ -130,14 +134,34 @@ def job_dimensions(per_rank: list[RankDimensions]) -> list[DimensionStats]:
 
 def dimensions(instances: dict[int, Instances], digests: dict[int, RankDigest]) -> Dimensions | None:
     """Per rank and for the job; None when no rank has a collective."""
-    per_rank = [rank_dimensions(instances[r], digests[r]) for r in sorted(instances) if len(instances[r])]
+    seen: dict[tuple[int, ...], list[int]] = {}
+    per_rank = [
+        rank_dimensions(instances[r], digests[r], seen) for r in sorted(instances) if len(instances[r])
+    ]
     if not per_rank:
         return None
     exposed = {(r.rank, d.dim): d.exposed_ms_per_step for r in per_rank for d in r.dims}
+    most: dict[tuple[str, int], int | None] = {}  # by dimension and rank list (shared lists: their id)
     for r in per_rank:
         for d in r.dims:
-            d.most_exposed_rank = _most_exposed([(exposed.get((peer, d.dim)), peer) for peer in d.ranks])
+            key = (d.dim, id(d.ranks))
+            if key not in most:
+                most[key] = _most_exposed([(exposed.get((peer, d.dim)), peer) for peer in d.ranks])
+            d.most_exposed_rank = most[key]
     return Dimensions(per_rank, job_dimensions(per_rank))
+
+
+def _group_ranks(inst: Instances, idx: list[int], seen: dict[tuple[int, ...], list[int]]) -> list[int]:
+    """The ranks of the groups of instances `idx`, ascending (one list per distinct set, shared)."""
+    groups = {id(g): g for i in idx if (g := inst.group_ranks[i]) is not None}
+    if len(groups) == 1:
+        key = tuple(next(iter(groups.values())))
+    else:
+        key = tuple(sorted({r for g in groups.values() for r in g}))
+    ranks = seen.get(key)
+    if ranks is None:
+        seen[key] = ranks = sorted(set(key))
+    return ranks
 
 
 def _most_exposed(by_rank: list[tuple[float | None, int]]) -> int | None:
