@@ -669,3 +669,64 @@ def test_a_hostile_run_folder_file_is_a_note_not_a_traceback(tmp_path: Path, how
         assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
         if command[0] in ("analyze", "report"):  # (those that read what was spoiled say so)
             assert said in done.stderr + done.stdout, (command, done.stderr[-2000:])
+
+
+# --- issue 47 item 12: bounds of a run folder's records ------------------------------------------------------
+def _add_record(run: Path, kind: str, relative: str, doc: Any) -> None:
+    (run / relative).parent.mkdir(exist_ok=True)
+    (run / relative).write_text(json.dumps(doc))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["artifacts"].append({"kind": kind, "path": relative, "rank": 0, "step": 0})
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _flops(modules: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "rank": 0, "step": 0, "requested_step": 0, "total_flops": 10**9, "ops": {"aten.mm": 10**9},
+        "modules": modules, "device": "cpu", "matmul_dtype": "torch.float32", "peak_format": "fp32",
+        "note": None, "throughput": None, "schema": "stepscope.flops/3", "backward_flops": 0,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["flops", "host_memory"])
+def test_a_record_of_more_than_16_mb_is_left_out_with_a_note(tmp_path: Path, kind: str) -> None:
+    # GIVEN a run folder whose FLOP report or host-memory record holds 17 MB (real ones: KB to a few MB; a
+    # 68 MB FLOP report took report 73 s and 2.1 GB, a 409 MB host-memory file 1.5 GB)
+    run = _small_run(tmp_path)
+    padding = "x" * (17 << 20)
+    if kind == "flops":
+        doc = _flops([]) | {"note": padding}
+        _add_record(run, "flops", "flops/rank0_step0.json", doc)
+    else:
+        doc = {
+            "rank": 0, "start_step": 0, "first_step": 0, "last_step": 0, "traced_bytes": 1, "peak_bytes": 1,
+            "sites": [], "snapshot_ms": 1.0, "notes": [padding],
+        }  # fmt: skip
+        _add_record(run, "host_memory", "host_memory/rank0_step0.json", doc)
+    for command in (["analyze"], ["report", "-o", str(tmp_path / "page.html")]):
+        done = subprocess.run(
+            [sys.executable, "-m", "stepscope", command[0], str(run), *command[1:]],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        # THEN the analysis goes on without it, and says so in one note
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "over the limit of 16777216" in done.stderr and "left out" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_flop_report_of_many_modules_shows_the_costliest_in_a_bounded_time(tmp_path: Path) -> None:
+    # GIVEN a FLOP report of 60,000 modules, each at its own depth (the section's level search was quadratic
+    # in modules: a 68 MB report took 73 s)
+    run = _small_run(tmp_path)
+    modules = [
+        {"name": f"m{i}", "label": f"m{i}", "type": "Linear", "depth": i, "flops": 1000 + i, "ops": {}}
+        for i in range(60_000)
+    ]
+    _add_record(run, "flops", "flops/rank0_step0.json", _flops(modules))
+    page = tmp_path / "page.html"
+    started = time.perf_counter()
+    assert cli_main(["report", str(run), "-o", str(page)]) == 0
+    seconds = time.perf_counter() - started
+    # THEN the table shows the 2,000 costliest modules and says so
+    html = page.read_text()
+    assert "The 2,000 costliest of 60,000 modules are shown." in html
+    assert "m59999" in html and "m100<" not in html and seconds < 60, seconds

@@ -388,3 +388,20 @@ def test_symbol_codes_across_the_byte_boundary() -> None:
     decoded = [None if c == -1 else list(names)[c] for c in np.concatenate(parts).tolist()]
     assert decoded == values
     assert len(names) == 300
+
+
+def test_a_folder_of_many_files_without_ranks_names_ten_and_counts_the_rest(tmp_path: Path) -> None:
+    # GIVEN 25 files that declare no rank and 13 that all declare rank 0 (5,000 such files printed 5,000 notes)
+    for i in range(25):
+        write(tmp_path / f"n{i:02d}.json", trace([cpu("a", 1, 1)], rank=None))
+    for i in range(13):
+        write(tmp_path / f"r{i:02d}.json", trace([cpu("a", 1, 1)], rank=0))
+    table = load_trace(tmp_path)
+    # THEN every file has its own rank, ten notes of each kind name a file, one line counts the rest
+    assert table.rank_ids() == list(range(38))
+    assert sum("no distributedInfo.rank; loaded as rank" in n for n in table.notices) == 10
+    assert sum("declares rank 0 like" in n for n in table.notices) == 10
+    assert table.notices[-2:] == [
+        "15 more files have no distributedInfo.rank; each loaded as the lowest free rank",
+        "2 more files declare a rank another file declares; each loaded as the lowest free rank",
+    ]

@@ -3,6 +3,8 @@ capture wrote beside the traces, as model Sections. Formatting only."""
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter
 from typing import Any
 
 from stepscope.analysis.report_data import ReportData
@@ -16,6 +18,10 @@ from stepscope.runfolder.payloads import (
     FlopsReport,
 )
 from stepscope.units import fmt_bytes, fmt_flops, fmt_tflops
+
+MAX_MODULE_ROWS = (
+    2000  # the FLOPs table's modules, the costliest (a page of every module of a huge model is MBs)
+)
 
 
 def _section(sid: str) -> Section:
@@ -51,10 +57,9 @@ def flops(data: ReportData, pc: Charts) -> Section:
 
 def _flops_per_module(s: Section, pc: Charts, report: FlopsReport) -> None:
     # the shallowest level with more than one module (below a model that wraps everything)
-    depths = sorted({m.depth for m in report.modules})
-    level = next(
-        (d for d in depths if sum(m.depth == d for m in report.modules) > 1), depths[0] if depths else 0
-    )
+    at_depth = Counter(m.depth for m in report.modules)
+    depths = sorted(at_depth)
+    level = next((d for d in depths if at_depth[d] > 1), depths[0] if depths else 0)
     modules = sorted((m for m in report.modules if m.depth == level), key=lambda m: -m.flops)[:25]
     forward = report.backward_flops is not None  # (reports before stepscope.flops/3 charged the backward too)
     pc.add(
@@ -80,7 +85,12 @@ def _flops_per_module(s: Section, pc: Charts, report: FlopsReport) -> None:
     def row(name: str, type_: str | None, depth: int | None, flops: int) -> list[Any]:
         return [name, type_ or None, depth, flops, 100 * flops / total if total else None]
 
-    rows = [row(m.label or "(model)", m.type, m.depth, m.flops) for m in report.modules]
+    # the costliest MAX_MODULE_ROWS modules, in the report's (tree) order
+    shown = report.modules
+    if len(shown) > MAX_MODULE_ROWS:
+        kept = {id(m) for m in heapq.nlargest(MAX_MODULE_ROWS, shown, key=lambda m: m.flops)}
+        shown = [m for m in shown if id(m) in kept]
+    rows = [row(m.label or "(model)", m.type, m.depth, m.flops) for m in shown]
     if report.forward_outside_flops > 0:
         outside = FLOPS_OUTSIDE_MODEL if report.model is not None else FLOPS_OUTSIDE_MODULES
         rows.append(row(outside, None, None, report.forward_outside_flops))
@@ -91,10 +101,17 @@ def _flops_per_module(s: Section, pc: Charts, report: FlopsReport) -> None:
             "flops-modules",
             [col.MODULE, col.MODULE_TYPE, col.DEPTH, col.FLOPS, col.SHARE],
             rows,
-            caption="Forward FLOPs of every module that did any, its children's included; the backward in one "
-            "row, charged to no module (docs/flops.md says why)."
-            if forward
-            else "Every module FlopCounterMode saw, nested by depth (forward + backward).",
+            caption=(
+                "Forward FLOPs of every module that did any, its children's included; the backward in one "
+                "row, charged to no module (docs/flops.md says why)."
+                if forward
+                else "Every module FlopCounterMode saw, nested by depth (forward + backward)."
+            )
+            + (
+                f" The {MAX_MODULE_ROWS:,} costliest of {len(report.modules):,} modules are shown."
+                if len(shown) < len(report.modules)
+                else ""
+            ),
         )
     )
 

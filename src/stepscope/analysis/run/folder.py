@@ -43,6 +43,12 @@ from stepscope.runfolder.payloads import (
 )
 
 T = TypeVar("T")
+# One JSON record of a window (FLOPs, collectives, host memory, process groups, DeepSpeed's figures) is KB to a
+# few MB (a FLOP report of a 1,000-module model: ~1 MB); py-spy's samples of a long window a few MB more. A
+# bigger one is left out with a note: decoded whole, it would cost the analysis several times its size.
+# STEPSCOPE_MAX_INPUT_BYTES, where set, is the limit of every file instead.
+RECORD_MAX_BYTES = 16 << 20
+SAMPLES_MAX_BYTES = 64 << 20
 SLOWEST_STEPS = 5
 MIN_MEAN_SAMPLES = 2  # a mean of one sample is that sample: say there are too few instead
 
@@ -142,7 +148,7 @@ def load_run(path: str | Path) -> Run:
     samples = [
         p
         for a in manifest.of_kind(ArtifactKind.PYTHON_SAMPLES)
-        if (p := _read_json(path / a.path, PythonSamples, notes))
+        if (p := _read_json(path / a.path, PythonSamples, notes, SAMPLES_MAX_BYTES))
     ]
     heap = [
         h
@@ -166,8 +172,9 @@ def _process_groups(path: Path, manifest: Manifest, notes: list[str]) -> list[Pr
     ]
 
 
-def _read_bytes(path: Path, notes: list[str]) -> bytes | None:
-    limit = max_input_bytes()
+def _read_bytes(path: Path, notes: list[str], limit: int | None = None) -> bytes | None:
+    """A run-folder file's bytes, at most `limit` (None: the limit of any input, 1 GiB)."""
+    limit = max_input_bytes() if limit is None else max_input_bytes(limit)
     try:  # a FIFO, a device or a file over the limit in its place is left out, never waited on or read whole
         return read_regular(path, f"a run-folder file ({LIMIT_ENV} raises the limit)", limit=limit)
     except InputError as exc:
@@ -179,7 +186,7 @@ def read_config(path: Path, notes: list[str]) -> dict[str, Any]:
     """A run's config.yaml as a dict: {} when it is missing or damaged (with a note in `notes`)."""
     import yaml
 
-    data = _read_bytes(path, notes)
+    data = _read_bytes(path, notes, RECORD_MAX_BYTES)
     if data is None:
         return {}
     try:
@@ -194,8 +201,8 @@ def read_config(path: Path, notes: list[str]) -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
-def _read_json(path: Path, kind: type[T], notes: list[str]) -> T | None:
-    data = _read_bytes(path, notes)
+def _read_json(path: Path, kind: type[T], notes: list[str], limit: int = RECORD_MAX_BYTES) -> T | None:
+    data = _read_bytes(path, notes, limit)
     if data is None:
         return None
     try:
