@@ -730,3 +730,28 @@ def test_a_flop_report_of_many_modules_shows_the_costliest_in_a_bounded_time(tmp
     html = page.read_text()
     assert "The 2,000 costliest of 60,000 modules are shown." in html
     assert "m59999" in html and "m100<" not in html and seconds < 60, seconds
+
+
+def test_a_group_of_20000_ranks_is_named_in_a_line_not_a_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN 4 rank files, rank 2 late at every collective, whose process group lists 20,000 ranks at every
+    # collective (the terminal printed every rank of a group, wrapped by rich: a 2,000,000-rank group took
+    # `analyze` 146 s)
+    import gzip
+
+    from ._truth import Job, write_job
+
+    write_job(Job(ranks=4, steps=4, late={2: (3000.0, 1.0)}), tmp_path)
+    many = json.dumps(str(list(range(20_000))))
+    for path in tmp_path.glob("rank*.json.gz"):
+        text = gzip.decompress(path.read_bytes()).decode()
+        text = text.replace('"Process Group Ranks":"[0, 1, 2, 3]"', f'"Process Group Ranks":{many}')
+        text = text.replace('"Group size":4', '"Group size":20000')
+        path.write_bytes(gzip.compress(text.encode(), 1))
+    assert cli_main(["analyze", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # THEN the group is named by its runs of ranks, on lines of a terminal's width
+    assert "{0-19999}" in out, out[-3000:]
+    assert max(len(line) for line in out.splitlines()) < 200
+    assert len(out) < 50_000, len(out)

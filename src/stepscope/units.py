@@ -77,8 +77,22 @@ def fmt_pct(pct: float | None) -> str:
     return "<0.1%" if 0 < pct < 0.05 else f"{pct:.1f}%"
 
 
+LISTED_RANKS = 16  # a list of more ranks (or runs of ranks) is cut, with its count
+
+
+def fmt_members(ranks: Sequence[int]) -> str:
+    """A group's ranks as `{0, 1, 3}`; beyond LISTED_RANKS ranks, in runs and cut as fmt_ranks does."""
+    return "{" + list_ranks(ranks) + "}"
+
+
+def list_ranks(ranks: Sequence[int]) -> str:
+    """Ranks as `0, 1, 3` (each named); beyond LISTED_RANKS ranks, as fmt_ranks gives them."""
+    return ", ".join(map(str, ranks)) if len(ranks) <= LISTED_RANKS else fmt_ranks(ranks)
+
+
 def fmt_ranks(ranks: Sequence[int]) -> str:
-    """Ranks as `0, 1, 3`, with runs of three or more as `0-3` (`0-3, 8`)."""
+    """Ranks as `0, 1, 3`, with runs of three or more as `0-3` (`0-3, 8`); beyond LISTED_RANKS parts, the first
+    ones, `...`, the last and the count (`0, 2, 4, ..., 998 (500 ranks)`): a line, never a page."""
     parts: list[str] = []
     i = 0
     while i < len(ranks):
@@ -90,6 +104,8 @@ def fmt_ranks(ranks: Sequence[int]) -> str:
         else:
             parts.extend(str(r) for r in ranks[i : j + 1])
         i = j + 1
+    if len(parts) > LISTED_RANKS:
+        return ", ".join([*parts[: LISTED_RANKS - 2], "...", parts[-1]]) + f" ({len(ranks):,} ranks)"
     return ", ".join(parts)
 
 

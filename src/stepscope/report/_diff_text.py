@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from stepscope.analysis.diff.compare import PHASE_LABELS, FindingChange
 from stepscope.analysis.diff.steps import StepComparison, StepSample, step_ranges
-from stepscope.units import fmt_ms
+from stepscope.units import fmt_ms, list_ranks
 
 
 def sample_text(s: StepSample) -> str:
     """'34 plain steps: 1-4, 10-39 (rank 0)'."""
     what = "plain steps" if s.source == "plain" else "profiled steps"
-    ranks = ",".join(str(r) for r in s.ranks)
+    ranks = list_ranks(s.ranks).replace(", ", ",")
     who = f"rank {ranks}" if len(s.ranks) == 1 else f"ranks {ranks}" if s.ranks else "no rank"
     values = "" if s.values == len(s.steps) else f"; {s.values} step times"
     return f"{len(s.steps)} {what}: {step_ranges(s.steps) or 'none'} ({who}{values})"
@@ -50,7 +50,7 @@ def finding_head(f: FindingChange) -> str:
     """'new rank 0 HIGH comm_bound, 3.10 ms per step', 'changed rank 0 data_loader_stall: MEDIUM -> HIGH, ...'."""
     where = "" if f.rank is None else f" rank {f.rank}"
     if len(f.ranks) > 1:
-        where = " ranks " + ",".join(str(r) for r in f.ranks)
+        where = " ranks " + list_ranks(f.ranks).replace(", ", ",")
     if f.status == "appeared":
         price = f", {fmt_ms(f.test_cost_ms)} per step" if f.test_cost_ms is not None else ""
         head = f"new{where} {f.severity.upper()} {f.id}{price}"

@@ -26,7 +26,7 @@ from stepscope.report.tables import (
     stragglers_table,
 )
 from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, plain
-from stepscope.units import fmt_ms, fmt_ranks, fmt_tflops
+from stepscope.units import fmt_members, fmt_ms, fmt_ranks, fmt_tflops
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
     from stepscope.analysis.rank.breakdown import KernelTypes, TopKernel
@@ -138,7 +138,7 @@ def _analysis_parts(result: AnalysisResult, wide: bool) -> Iterator[RenderableTy
         else:
             yield "straggler: none (no rank keeps the others waiting)"
         for w in result.waiting_by_group:
-            members = "{" + ", ".join(map(str, w.ranks)) + "}"
+            members = fmt_members(w.ranks)
             yield (
                 f"waiting in {markup_safe(w.dim or w.group or 'unknown')} {members}: {w.waiting_ms_per_step:.1f} ms "
                 f"per step ({fmt_pct(w.waiting_pct)} of the step): {w.verdict}; {markup_safe(w.note)}"

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from stepscope.report import columns as col
 from stepscope.report.model import Table, pct_cell, table, us_cell
+from stepscope.units import fmt_members
 
 if TYPE_CHECKING:
     from stepscope.analysis.analyze import RankAnalysis
@@ -158,7 +159,7 @@ def stragglers_table(stragglers: Sequence[GroupStraggler], *, title: str = "") -
     cause or the rank it waits for itself in another group."""
 
     def label(group: str | None, dim: str | None, ranks: list[int]) -> str:
-        return f"{dim or group or 'unknown'} {{{', '.join(map(str, ranks))}}}"
+        return f"{dim or group or 'unknown'} {fmt_members(ranks)}"
 
     def why(g: GroupStraggler) -> str:
         if g.waits_for is not None:

@@ -44,7 +44,7 @@ from stepscope.analysis.rank.breakdown import Temporal
 from stepscope.analysis.rank.overlap import CommOverlap
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.ranks.straggler import GroupStraggler
-from stepscope.units import fmt_ms
+from stepscope.units import fmt_members, fmt_ms, list_ranks
 
 __all__ = [
     "FINDING_MIN_NS_PER_STEP",
@@ -128,7 +128,7 @@ def straggler_findings(stragglers: list[GroupStraggler]) -> list[Finding]:
 
 def group_label(group: str | None, dim: str | None, ranks: list[int]) -> str:
     """A process group as the findings and the report name it: "tp group {2, 3}"."""
-    members = "{" + ", ".join(map(str, ranks)) + "}"
+    members = fmt_members(ranks)
     if group is None:
         return f"process group (unknown: the traces name none; ranks {members})"
     return f"{dim} group {members}" if dim else f"process group {group} {members}"
@@ -180,7 +180,7 @@ def _straggler_finding(held: list[GroupStraggler], passed: list[GroupStraggler])
         {
             "group": top.group,
             "dim": top.dim,
-            "group_ranks": ", ".join(map(str, top.ranks)),
+            "group_ranks": list_ranks(top.ranks),
             "last_in_steps": top.last_in_steps,
             "steps": top.steps,
             "cause": cause.phase if cause else None,

@@ -58,6 +58,7 @@ from stepscope.analysis.ranks.straggler import (
     job_straggler,
 )
 from stepscope.analysis.stats import median, quantile
+from stepscope.units import list_ranks
 
 # Matched instances must end together after alignment: median spread within this many ms, or this share of
 # the median duration of the instances (else the "matches" are different collectives and are dropped)
@@ -368,7 +369,7 @@ def _matched_ranks_group(instances: dict[int, Instances], match: Matching) -> No
 
 
 def _list(values: list[int]) -> str:
-    return ", ".join(map(str, values))
+    return list_ranks(values)
 
 
 def _cross_table(
