@@ -755,3 +755,35 @@ def test_a_group_of_20000_ranks_is_named_in_a_line_not_a_page(
     assert "{0-19999}" in out, out[-3000:]
     assert max(len(line) for line in out.splitlines()) < 200
     assert len(out) < 50_000, len(out)
+
+
+# --- issue 47 item 13: `report` into a run folder it may not write -------------------------------------------
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="runs the report as another user: needs root and setpriv",
+)
+def test_report_into_a_run_folder_it_may_not_write_is_one_error_line() -> None:
+    # GIVEN a run folder that only its owner may write (root ignores modes: the report runs as nobody)
+    import tempfile
+
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
+    if subprocess.run([*nobody, "-c", "import stepscope"], capture_output=True, check=False).returncode:
+        pytest.skip("user nobody cannot run this checkout's Python")
+    base = Path(tempfile.mkdtemp(prefix="stepscope-ro-"))
+    try:
+        base.chmod(0o755)
+        run = _small_run(base)
+        for path in [base, *base.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        run.chmod(0o555)
+        done = subprocess.run(
+            [*nobody, "-m", "stepscope", "report", str(run)],
+            capture_output=True, text=True, check=False, timeout=120, cwd=base,
+            env={**os.environ, "HOME": str(base), "STEPSCOPE_NO_CACHE": "1"},
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    # THEN one line names the page and why, exit 2, no traceback
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("stepscope: note:")]
+    assert done.returncode == 2, done.stderr
+    assert errors == [f"stepscope: error: {run / 'report.html'}: cannot write the report (Permission denied)"]
