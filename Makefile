@@ -2,18 +2,25 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.stepscope-installed
+# What a user needs (capture, analysis, the report: `make demo`), then the test extras on top (`make test`).
+STAMP := $(VENV)/.stepscope-user
+TEST_STAMP := $(VENV)/.stepscope-installed
 # torch is pinned for development; pip finds the CPU wheel on this machine's disk.
 TORCH_PIN := torch==2.13.0
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: demo test test-fast lint bench-docs bench clean gpu-check bytecode vega-bundle
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
-	# DS_BUILD_OPS=0: deepspeed (in the test extra) compiles none of its ops at install (they are built when used)
-	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --disable-pip-version-check -e '.[capture,test]' $(TORCH_PIN)
+	$(PIP) $(TORCH_PIN)
+	$(PIP) -e '.[capture]' $(TORCH_PIN)
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	# DS_BUILD_OPS=0: deepspeed (in the test extra) compiles none of its ops at install (they are built when used)
+	DS_BUILD_OPS=0 $(PIP) -e '.[capture,test]' $(TORCH_PIN)
+	touch $(TEST_STAMP)
 
 # The editable install leaves stepscope's own modules uncompiled, and where PYTHONDONTWRITEBYTECODE is set
 # (as on our machines) every process compiled them again: 0.1 s at each start. Compiled here as pip compiles
@@ -26,14 +33,14 @@ demo: bytecode
 	@echo "stepscope is installed in $(VENV), not on PATH: 'source $(VENV)/bin/activate' runs the README's commands as written"
 
 # The whole suite (CI); the 20 slowest tests are listed at the end so that a test that grows is seen.
-test: bytecode
+test: bytecode $(TEST_STAMP)
 	$(PY) -m pytest -q --durations=20
 
 # Everything but the tests marked slow (multi-process jobs, real training runs): a couple of minutes.
-test-fast: bytecode
+test-fast: bytecode $(TEST_STAMP)
 	$(PY) -m pytest -q -m "not slow" --durations=10
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
 	$(VENV)/bin/mypy
@@ -44,12 +51,12 @@ lint: $(STAMP)
 #   make gpu-check GPU_PYTHON=python3 [GPU_CHECK_ARGS="--no-nsys --only overhead ..."]
 GPU_PYTHON ?=
 GPU_CHECK_OUT ?= gpu_check_out
-gpu-check: $(if $(GPU_PYTHON),,$(STAMP))
+gpu-check: $(if $(GPU_PYTHON),,$(TEST_STAMP))
 	$(or $(GPU_PYTHON),$(PY)) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
 # The report's charting library, shipped as a file of the package so that writing a page runs no JavaScript
 # engine: rebuilt from vl-convert-python (a test dependency) when it is to be updated, then committed.
-vega-bundle: $(STAMP)
+vega-bundle: $(TEST_STAMP)
 	$(PY) -m stepscope.report._vega src/stepscope/report/templates/vega.js
 
 # docs/benchmarks.md's tables, rendered from the results files the benchmarks write (benchmarks/results/*.json).

@@ -338,3 +338,34 @@ def test_report_never_replaces_what_is_not_a_regular_file(
         assert len(err) == 1 and str(target) in err[0] and "Traceback" not in err[0], err
     # THEN the symlink is still a symlink, and what it points to is untouched
     assert link.is_symlink() and real.read_text() == "keep me" and folder.is_dir()
+
+
+def test_a_report_of_rank_files_is_the_same_on_workers(tmp_path: Path) -> None:
+    """`report --jobs 2` analyses a folder one rank per task, each rank's summary made beside its analysis:
+    the page is the one `--jobs 1` writes, and the one of the whole table loaded in this process."""
+    import msgspec
+
+    from stepscope.analysis.read.loader import load_trace
+    from stepscope.analysis.report_data import collect_report
+
+    from ._truth import Job, write_job
+
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    write_job(Job(ranks=4, steps=6, late={1: (2000.0, 1.0)}), folder)
+    pages = []
+    for jobs in ("1", "2"):
+        page = tmp_path / f"jobs{jobs}.html"
+        assert main(["report", str(folder), "-o", str(page), "--jobs", jobs]) == 0
+        pages.append(re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "", page.read_text()))
+    assert pages[0] == pages[1]
+    on_workers = collect_report(folder, jobs=2)
+    in_one_table = collect_report(folder, table=load_trace(folder))
+    for field in ("summary", "devices", "world_sizes", "traces"):
+        assert msgspec.to_builtins(getattr(on_workers, field)) == msgspec.to_builtins(
+            getattr(in_one_table, field)
+        )
+    assert msgspec.to_builtins(on_workers.analysis.findings) == msgspec.to_builtins(
+        in_one_table.analysis.findings
+    )
+    assert [r.rank for r in on_workers.summary.ranks] == [0, 1, 2, 3]

@@ -22,6 +22,7 @@ import msgspec
 
 from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
 from stepscope.analysis.findings.replayed import on_rank
+from stepscope.analysis.rank.summary import SUMMARY_SCHEMA, RankSummary, Summary, summarize
 from stepscope.analysis.rank.totals import RankTotals, rank_totals
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis.read.loader import (
@@ -32,7 +33,7 @@ from stepscope.analysis.read.loader import (
     skipping,
     split_merged,
 )
-from stepscope.analysis.read.table import MISSING, RankInfo
+from stepscope.analysis.read.table import MISSING, RankInfo, TraceTable
 from stepscope.analysis.tasks import ExecutorError, ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
 
@@ -40,8 +41,8 @@ __all__ = [
     "EXECUTORS",
     "ExecutorError",
     "PathAnalysis",
+    "analyze_input",
     "analyze_path",
-    "analyze_path_totals",
     "default_jobs",
 ]
 
@@ -61,6 +62,7 @@ class Options(msgspec.Struct, frozen=True):
     steps: tuple[int | None, int | None] | None = None
     known_groups: dict[str, dict[str, Any]] | None = None  # the run folder's record of the process groups
     totals: bool = False  # each rank's totals too (rank/totals.py: what a diff needs besides the analysis)
+    summary_top: int | None = None  # each rank's summary too, its `top` ops and kernels (what a report shows)
 
 
 class FileResult(msgspec.Struct):
@@ -70,18 +72,31 @@ class FileResult(msgspec.Struct):
     path: str
     hint: int | None
     parts: list[tuple[int | None, RankPart]] = msgspec.field(default_factory=list)  # (declared rank, part)
-    totals: list[RankTotals] = msgspec.field(default_factory=list)  # with Options.totals: one per part
+    extras: list[RankExtras] = msgspec.field(default_factory=list)  # one per part
     notices: list[str] = msgspec.field(default_factory=list)
     problem: str | None = None
 
 
+class RankExtras(msgspec.Struct):
+    """What a command needs of a rank besides its analysis, made where the rank is analysed."""
+
+    info: RankInfo  # its file's record of itself (source, world size, devices; not its process groups)
+    totals: RankTotals | None = None  # with Options.totals
+    summary: RankSummary | None = None  # with Options.summary_top
+
+
 class PathAnalysis(msgspec.Struct):
-    """`analyze_path_totals`' answer: the analysis, each rank's totals, and the notices of the input itself
+    """`analyze_input`'s answer: the analysis, each rank's extras by rank, and the notices of the input itself
     (its files, windows and ranks; the analysis' own notices are in `result`)."""
 
     result: AnalysisResult
-    totals: dict[int, RankTotals]
+    ranks: dict[int, RankExtras]
     notices: list[str]
+
+    def summary(self, top: int) -> Summary:
+        """The ranks' summaries as `summarize` gives them for the whole input."""
+        ranks = [x.summary for _, x in sorted(self.ranks.items()) if x.summary is not None]
+        return Summary(schema=SUMMARY_SCHEMA, top=top, ranks=ranks, notices=list(self.notices))
 
 
 def default_jobs() -> int:
@@ -112,7 +127,7 @@ def analyze_path(
     return _analyze_path(path, step, options, jobs, executor, scheduler, progress).result
 
 
-def analyze_path_totals(
+def analyze_input(
     path: str | Path,
     *,
     step: int | None = None,
@@ -121,10 +136,13 @@ def analyze_path_totals(
     executor: str = "local",
     scheduler: str | None = None,
     progress: ProgressCallback | None = None,
+    totals: bool = False,
+    summary_top: int | None = None,
 ) -> PathAnalysis:
-    """`analyze_path` with each rank's totals (rank/totals.py), computed where the rank is analysed: what a
-    diff needs of one side, without the rows of every rank in one process."""
-    options = Options(comm_patterns=tuple(comm_patterns), totals=True)
+    """`analyze_path` with what else a command needs of each rank, made where the rank is analysed (never the
+    rows of every rank in one process): its file's record, its totals (`totals`: rank/totals.py, a diff's
+    side) and its summary of `summary_top` ops and kernels (a report's)."""
+    options = Options(comm_patterns=tuple(comm_patterns), totals=totals, summary_top=summary_top)
     return _analyze_path(path, step, options, jobs, executor, scheduler, progress)
 
 
@@ -145,10 +163,7 @@ def _analyze_path(
     if len(files) == 1 and executor == "local":
         workers = jobs if jobs is not None else default_jobs()
         table = load_trace(path, step=step, workers=workers, progress=progress, flows=False)
-        totals: dict[int, RankTotals] = {}
-        if options.totals:
-            totals = rank_totals(table)
-            table.derived.clear()  # (the analysis makes what it needs itself)
+        extras = _extras(table, options)
         notices = list(table.notices)
         analysis = analyze(
             table,
@@ -158,7 +173,7 @@ def _analyze_path(
             steps=options.steps,
             known_groups=known,
         )
-        return PathAnalysis(analysis, totals, notices)
+        return PathAnalysis(analysis, extras, notices)
     skipped = skipping(path)
     sizes = [estimated_json_bytes(f) for f, _ in files]
     if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
@@ -222,9 +237,7 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
             [piece]
         )  # one rank: its declared rank, else 0 until the parent numbers the files
         rank = table.rank_ids()[0]
-        if options.totals:
-            result.totals.append(rank_totals(table)[rank])
-            table.derived.clear()  # (the analysis makes what it needs itself)
+        result.extras.append(_extras(table, options)[rank])
         part = analyze_rank_part(
             table,
             rank,
@@ -237,6 +250,22 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
         result.parts.append((declared, part))
 
 
+def _extras(table: TraceTable, options: Options) -> dict[int, RankExtras]:
+    """Each rank's extras (the table's derived values dropped after them: the analysis makes its own)."""
+    totals = rank_totals(table) if options.totals else {}
+    summaries = {}
+    if options.summary_top is not None:
+        summaries = {s.rank: s for s in summarize(table, top=options.summary_top).ranks}
+    table.derived.clear()
+    out = {}
+    for rank in table.rank_ids():
+        info = table.ranks.get(rank) or RankInfo(rank=rank, source="")
+        # (a group's ranks, a merged trace's header: what could be large, and no command reads here)
+        info = msgspec.structs.replace(info, process_groups=[], merge_header=None)
+        out[rank] = RankExtras(info, totals.get(rank), summaries.get(rank))
+    return out
+
+
 # --- numbering and combining ---------------------------------------------------------------------------
 class _Entry(msgspec.Struct):
     """A rank of a file, as the loader's rank assignment sees a FileTable."""
@@ -245,7 +274,7 @@ class _Entry(msgspec.Struct):
     declared_rank: int | None
     info: RankInfo
     part: RankPart
-    totals: RankTotals | None
+    extras: RankExtras
 
 
 def _combine(results: list[FileResult], notices: list[str]) -> PathAnalysis:
@@ -253,11 +282,13 @@ def _combine(results: list[FileResult], notices: list[str]) -> PathAnalysis:
     for result in results:
         for i, (declared, part) in enumerate(result.parts):
             info = RankInfo(rank=MISSING, source=part.analysis.source)
-            totals = result.totals[i] if result.totals else None
-            entries.append(_Entry(result.path, declared, info, part, totals))
+            entries.append(_Entry(result.path, declared, info, part, result.extras[i]))
     rank_notices = assign_ranks(entries)  # type: ignore[arg-type]
     for entry in entries:
         _renumber(entry.part, entry.info.rank)
+        entry.extras.info.rank = entry.info.rank
+        if entry.extras.summary is not None:
+            entry.extras.summary.rank = entry.info.rank
     first_rank: dict[str, int] = {}
     for entry in entries:
         first_rank[entry.path] = min(entry.info.rank, first_rank.get(entry.path, entry.info.rank))
@@ -266,7 +297,7 @@ def _combine(results: list[FileResult], notices: list[str]) -> PathAnalysis:
     input_notices = [*notices, *rank_notices, *file_notices]
     return PathAnalysis(
         combine_ranks([e.part for e in entries], input_notices),
-        {e.info.rank: e.totals for e in entries if e.totals is not None},
+        {e.info.rank: e.extras for e in entries},
         input_notices,
     )
 

@@ -20,7 +20,7 @@ from stepscope.analysis.analyze import AnalysisResult, analyze, attach_run
 from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
 from stepscope.analysis.rank.summary import Summary, summarize
-from stepscope.analysis.read.table import TraceTable
+from stepscope.analysis.read.table import RankInfo, TraceTable
 from stepscope.analysis.run.folder import Run, load_run, no_traces_note, recorded_groups, run_facts
 from stepscope.analysis.run.python_samples import Flame, flame
 from stepscope.errors import StepscopeError
@@ -116,30 +116,47 @@ def collect_report(
     table: TraceTable | None = None,
     step: int | None = None,
     comm_patterns: Sequence[str] = (),
-    load: Any = None,
+    jobs: int | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    progress: Any = None,
 ) -> ReportData:
     """Analyse PATH (a run folder, a trace, or a folder of traces) for the report.
 
-    `table`: the traces, already loaded; otherwise `load(path, step=step)` loads them (default: load_trace)."""
+    `table`: the traces, already loaded; otherwise they are analysed as `analyze_path` analyses them, each
+    rank's summary made beside its analysis (`jobs`, `executor`, `scheduler`, `progress`: as there)."""
     from stepscope._version import __version__
     from stepscope.analysis.analyze import SCHEMA
 
     path = Path(path)
     run: Run | None = load_run(path) if is_run_folder(path) else None
     notes: list[str] = []
-    if table is None and (run is None or run.has_traces):
-        if load is None:
-            from stepscope.analysis.read.loader import load_trace as load
-        table = load(path, step=step)
+    infos: list[RankInfo] = []
+    summary: Summary | None = None
     if table is not None:
         # a run folder's record of its process groups puts each collective in its group, as analyze's does
         known = recorded_groups(path) if run is not None else None
         result = analyze(table, comm_patterns=comm_patterns, known_groups=known)
         summary = summarize(table, top=TOP_ROWS)
+        infos = [info for _, info in sorted(table.ranks.items())]
+    elif run is None or run.has_traces:
+        from stepscope.analysis.parallel import analyze_input
+
+        done = analyze_input(
+            path,
+            step=step,
+            comm_patterns=comm_patterns,
+            jobs=jobs,
+            executor=executor,
+            scheduler=scheduler,
+            progress=progress,
+            summary_top=TOP_ROWS,
+        )
+        result, summary = done.result, done.summary(TOP_ROWS)
+        infos = [x.info for _, x in sorted(done.ranks.items())]
     else:
         note = no_traces_note(run) if run is not None else "no traces"
         result = AnalysisResult(SCHEMA, [], None, None, [], [note])
-        summary = None
     versions = {"stepscope": __version__}
     title = path.name or str(path)
     if run is not None:
@@ -153,19 +170,19 @@ def collect_report(
         title=title,
         generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         versions=versions,
-        devices=_devices(table),
-        world_sizes=sorted({i.world_size for i in table.ranks.values() if i.world_size} if table else set()),
+        devices=_devices(infos),
+        world_sizes=sorted({i.world_size for i in infos if i.world_size}),
         analysis=result,
         summary=summary,
         run=_series(run) if run is not None else None,
-        traces=_trace_files(path, run, table),
+        traces=_trace_files(path, run, infos),
         notes=notes,
     )
 
 
-def _devices(table: TraceTable | None) -> list[str]:
+def _devices(infos: list[RankInfo]) -> list[str]:
     names: list[str] = []
-    for info in table.ranks.values() if table is not None else ():
+    for info in infos:
         for prop in info.device_properties:
             name = prop.get("name")
             if isinstance(name, str) and name and name not in names:
@@ -173,18 +190,16 @@ def _devices(table: TraceTable | None) -> list[str]:
     return names
 
 
-def _trace_files(path: Path, run: Run | None, table: TraceTable | None) -> list[TraceFile]:
+def _trace_files(path: Path, run: Run | None, infos: list[RankInfo]) -> list[TraceFile]:
     if run is not None:
         out = []
         for a in run.manifest.of_kind(ArtifactKind.TRACE):
             file = path / a.path
             out.append(TraceFile(a.rank, a.step, str(file.resolve()), _size(file)))
         return out
-    if table is None:
-        return []
     return [
-        TraceFile(rank, None, str(Path(info.source).resolve()), _size(Path(info.source)))
-        for rank, info in sorted(table.ranks.items())
+        TraceFile(info.rank, None, str(Path(info.source).resolve()), _size(Path(info.source)))
+        for info in infos
         if info.source
     ]
 

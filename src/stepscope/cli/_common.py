@@ -102,6 +102,21 @@ def analyze_traces(path: Any, **options: Any) -> Any:
         raise click.UsageError(str(exc)) from None
 
 
+def report_traces(path: Any, **options: Any) -> Any:
+    """`collect_report` with a progress bar on the terminal; an executor that cannot run is a usage error."""
+    from stepscope.analysis.parallel import ExecutorError
+    from stepscope.analysis.report_data import collect_report
+    from stepscope.cli._progress import ProgressBar
+
+    try:
+        with ProgressBar() as bar:
+            return collect_report(path, progress=bar, **options)
+    except ExecutorError as exc:
+        import click
+
+        raise click.UsageError(str(exc)) from None
+
+
 def diff_traces(base: Any, test: Any, **options: Any) -> Any:
     """`diff_paths` with a progress bar per side on the terminal; an executor that cannot run is a usage
     error."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stepscope.cli._common import comm_pattern_option, step_option
+from stepscope.cli._common import comm_pattern_option, jobs_options, step_option
 from stepscope.units import plain
 
 
@@ -30,6 +30,7 @@ from stepscope.units import plain
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
 @step_option
 @comm_pattern_option
+@jobs_options
 def command(
     path: Path,
     output: Path | None,
@@ -37,27 +38,41 @@ def command(
     open_browser: bool,
     step: int | None,
     comm_patterns: tuple[str, ...],
+    jobs: int | None,
+    executor: str,
+    scheduler: str | None,
 ) -> None:
     """Write one HTML page about PATH (a run folder, a trace file or a folder of traces) that works offline:
     findings, step breakdown, kernels and ops, GPU time, communication, ranks, FLOPs, memory, system.
 
-    With --compare TEST, the page shows what changed from PATH to TEST."""
+    With --compare TEST, the page shows what changed from PATH to TEST. The ranks of a folder are analysed as
+    `analyze` does (`--jobs`, `--executor`)."""
     from stepscope.cli._common import comm_patterns as resolve_patterns
-    from stepscope.cli._common import load_traces, print_notes
+    from stepscope.cli._common import print_notes
     from stepscope.report.html import render_compare, render_report
 
     patterns = resolve_patterns(compare if compare is not None else path, comm_patterns)
     if compare is not None:
         from stepscope.cli._common import diff_traces
 
-        result = diff_traces(path, compare, step=step, comm_patterns=patterns)
+        result = diff_traces(
+            path,
+            compare,
+            step=step,
+            comm_patterns=patterns,
+            jobs=jobs,
+            executor=executor,
+            scheduler=scheduler,
+        )
         html = render_compare(result)
         target = output or Path(f"{_stem(path)}_vs_{_stem(compare)}.compare.html")
         print_notes(result.notices)
     else:
-        from stepscope.analysis.report_data import collect_report
+        from stepscope.cli._common import report_traces
 
-        data = collect_report(path, step=step, comm_patterns=patterns, load=load_traces)
+        data = report_traces(
+            path, step=step, comm_patterns=patterns, jobs=jobs, executor=executor, scheduler=scheduler
+        )
         html = render_report(data)
         target = output or default_output(path)
         print_notes(data.analysis.notices)

@@ -142,20 +142,26 @@ def diff_paths(
     folders; a run folder's metrics.jsonl gives the step time over its plain steps. Each side is analysed as
     `analyze_path` analyses it (`jobs`, `executor`, `scheduler`: where its ranks are analysed), one side after
     the other; `progress()`, where given, opens a context that gives each side's progress callback."""
-    from stepscope.analysis.parallel import analyze_path_totals
+    from stepscope.analysis.parallel import analyze_input
     from stepscope.analysis.run.folder import load_run
     from stepscope.runfolder import is_run_folder
 
     def side(path: Any) -> _Facts:
         options: dict[str, Any] = dict(
-            step=step, comm_patterns=comm_patterns, jobs=jobs, executor=executor, scheduler=scheduler
+            step=step,
+            comm_patterns=comm_patterns,
+            jobs=jobs,
+            executor=executor,
+            scheduler=scheduler,
+            totals=True,
         )
         if progress is None:
-            done = analyze_path_totals(path, **options)
+            done = analyze_input(path, **options)
         else:
             with progress() as bar:
-                done = analyze_path_totals(path, progress=bar, **options)
-        return _facts_of(done.result, done.totals, done.notices, str(path))
+                done = analyze_input(path, progress=bar, **options)
+        totals = {rank: x.totals for rank, x in done.ranks.items() if x.totals is not None}
+        return _facts_of(done.result, totals, done.notices, str(path))
 
     # one side at a time: what a diff keeps of a side is its analysis and its totals, never its rows
     base_facts = side(base)
