@@ -90,44 +90,40 @@ def load_traces(path: Any, *, step: int | None = None) -> Any:
 
 def analyze_traces(path: Any, **options: Any) -> Any:
     """`analyze_path` with a progress bar on the terminal; an executor that cannot run is a usage error."""
-    from stepscope.analysis.parallel import ExecutorError, analyze_path
-    from stepscope.cli._progress import ProgressBar
+    from stepscope.analysis.parallel import analyze_path
 
-    try:
-        with ProgressBar() as bar:
-            return analyze_path(path, progress=bar, **options)
-    except ExecutorError as exc:
-        import click  # (only here: `analyze PATH --json` runs without click, see cli/__init__.py)
-
-        raise click.UsageError(str(exc)) from None
+    return _with_progress(analyze_path, path, **options)
 
 
 def report_traces(path: Any, **options: Any) -> Any:
     """`collect_report` with a progress bar on the terminal; an executor that cannot run is a usage error."""
-    from stepscope.analysis.parallel import ExecutorError
     from stepscope.analysis.report_data import collect_report
-    from stepscope.cli._progress import ProgressBar
 
-    try:
-        with ProgressBar() as bar:
-            return collect_report(path, progress=bar, **options)
-    except ExecutorError as exc:
-        import click
-
-        raise click.UsageError(str(exc)) from None
+    return _with_progress(collect_report, path, **options)
 
 
 def diff_traces(base: Any, test: Any, **options: Any) -> Any:
     """`diff_paths` with a progress bar per side on the terminal; an executor that cannot run is a usage
     error."""
     from stepscope.analysis.diff.compare import diff_paths
+    from stepscope.cli._progress import ProgressBar
+
+    return _with_progress(diff_paths, base, test, bar=ProgressBar, **options)
+
+
+def _with_progress(analysis: Any, *paths: Any, bar: Any = None, **options: Any) -> Any:
+    """`analysis(*paths, progress=..., **options)`: a progress bar (`bar`: a maker of bars the analysis opens
+    itself), an ExecutorError as a usage error."""
     from stepscope.analysis.parallel import ExecutorError
     from stepscope.cli._progress import ProgressBar
 
     try:
-        return diff_paths(base, test, progress=ProgressBar, **options)
+        if bar is not None:
+            return analysis(*paths, progress=bar, **options)
+        with ProgressBar() as progress:
+            return analysis(*paths, progress=progress, **options)
     except ExecutorError as exc:
-        import click
+        import click  # (only here: `analyze PATH --json` runs without click, see cli/__init__.py)
 
         raise click.UsageError(str(exc)) from None
 
