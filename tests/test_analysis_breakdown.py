@@ -12,38 +12,7 @@ from stepscope.analysis.rank.idle import StreamIdle
 from stepscope.analysis.rank.overlap import CommOverlap
 
 from ._traces import cpu, kernel, launched, runtime, step, table_of
-
-T0 = 1_700_000_000_000  # us, a realistic trace clock
-NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-PAGEABLE = "Memcpy HtoD (Pageable -> Device)"
-
-
-def two_step_trace() -> list[dict]:
-    """Two 1000 us steps. Stream 7: A[100,300) B[300,400) memcpy[600,650) C[660,700) D[800,900) | E[1100,1300).
-    Stream 20 (NCCL): [250,450) | [1200,1400). Launch times pick the idle cause of each gap on stream 7:
-    memcpy launched at 500 > 400 (host wait 200), C queued at 550 < 650 with a 10 us gap (kernel wait), D queued
-    at 560 < 700 with a 100 us gap (other), E launched at 1010 > 900 (host wait 200)."""
-    t = T0
-    ev = [step(1, t + 0, 1000), step(2, t + 1000, 1000)]
-    ev += launched("gemm_A", t + 10, t + 100, 200, 1)
-    ev += launched("elementwise_B", t + 20, t + 300, 100, 2)
-    ev += launched(NCCL, t + 30, t + 250, 200, 3, stream=20)
-    ev += launched(PAGEABLE, t + 500, t + 600, 50, 4, cat="gpu_memcpy", bytes=4096)
-    ev += launched("gemm_C", t + 550, t + 660, 40, 5)
-    ev += launched("gemm_D", t + 560, t + 800, 100, 6)
-    ev += launched("gemm_A", t + 1010, t + 1100, 200, 7)
-    ev += launched(NCCL, t + 1020, t + 1200, 200, 8, stream=20)
-    # CPU regions of step 1 (nested forward annotations count once); a with_stack frame that must be ignored
-    ev += [
-        cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t + 0, 5, cat="user_annotation"),
-        cpu("## forward ##", t + 5, 195, cat="user_annotation"),
-        cpu("## forward:embed ##", t + 10, 40, cat="user_annotation"),
-        cpu("## backward ##", t + 200, 400, cat="user_annotation"),
-        cpu("Optimizer.step#SGD.step", t + 600, 100, cat="user_annotation"),
-        cpu("train.py(12): forward", t + 0, 900, cat="python_function"),
-        cpu("aten::_flash_attention_forward", t + 5, 50),
-    ]
-    return ev
+from .support.synthetic import NCCL, T0, two_step_trace
 
 
 def test_temporal_breakdown_whole_window() -> None:

@@ -9,9 +9,7 @@ from stepscope.analysis.analyze import analyze
 from stepscope.analysis.findings.rules import Finding
 
 from ._traces import cpu, launched, runtime, step, table_of
-from .test_analysis_breakdown import T0, two_step_trace
-
-LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+from .support.synthetic import LOADER, T0, rank_trace, two_step_trace
 
 
 def loader_trace(
@@ -191,22 +189,6 @@ def test_findings_of_the_breakdown_trace_are_ranked_by_cost() -> None:
         "bytes": 4096,
         "arithmetic": findings[1].evidence["arithmetic"],
     }
-
-
-def rank_trace(loader_us: float, *, shift_us: float = 0.0, steps: int = 3) -> list[dict]:
-    """One rank of a data-parallel job, 10 ms steps: the DataLoader for `loader_us`, a 1 ms GEMM, then an
-    all-reduce that ends 9.5 ms into the step on every rank (the rank that loads longest arrives last).
-    `shift_us` moves the rank's whole clock."""
-    ev: list[dict] = []
-    for i in range(steps):
-        t = T0 + 10_000 * i + shift_us
-        ev.append(step(i + 1, t, 10_000))
-        ev.append(cpu(LOADER, t, loader_us, cat="user_annotation"))
-        ev += launched("gemm", t + loader_us, t + loader_us + 5, 1000, 2 * i + 1)
-        arrive = t + loader_us + 1150
-        kernel = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
-        ev += launched(kernel, arrive - 5, arrive, t + 9500 - arrive, 2 * i + 2, stream=20)
-    return ev
 
 
 def test_the_rank_that_arrives_last_is_the_straggler_with_its_cause() -> None:

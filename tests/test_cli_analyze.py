@@ -10,8 +10,7 @@ import pytest
 from stepscope.cli import main
 
 from ._traces import write_trace
-from .test_analysis_breakdown import two_step_trace
-from .test_analysis_findings import rank_trace
+from .support.synthetic import rank_trace, two_step_trace
 
 
 @pytest.mark.parametrize("preset", [None, "3"])

@@ -16,6 +16,7 @@ from stepscope.capture.console import StepscopeWarning
 from stepscope.runfolder import read_manifest
 
 from ._train import make_training
+from .support.output import analyze_json
 
 ANSI = "\x1b["
 
@@ -128,16 +129,6 @@ def test_without_a_process_group_the_log_says_so(tmp_path: Path) -> None:
     assert "flops" in lines[0] and lines[1]["collectives"] == 0
     # AND analysis finds no collective in the window's trace
     assert [r["collectives"] for r in analyze_json(run_dir)["ranks"]] == [[]]
-
-
-def analyze_json(run_dir: Path) -> dict:  # type: ignore[type-arg]
-    from click.testing import CliRunner
-
-    from stepscope.cli import cli
-
-    result = CliRunner().invoke(cli, ["analyze", str(run_dir), "--json"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)  # type: ignore[no-any-return]
 
 
 @pytest.mark.slow

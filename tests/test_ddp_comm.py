@@ -18,7 +18,7 @@ import pytest
 from stepscope.cli import main
 
 from ._browser import visit
-from .test_report import SCREENSHOTS, assert_clean, make_report
+from .support.output import SCREENSHOTS, assert_clean, make_report
 
 pytestmark = pytest.mark.slow
 SLOW_RANK = 2

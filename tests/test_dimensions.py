@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from .test_comm import analyze_json
-from .test_parallelism import fsdp2_run, run_job, trace_ops
+from .support.jobs import fsdp2_run, trace_ops
+from .support.jobs import run_parallel_job as run_job
+from .support.output import analyze_json
 
 __all__ = ["fsdp2_run"]  # the module's fixture, used here too
 

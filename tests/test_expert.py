@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ._traces import cpu, launched, step, write_trace
-from .test_comm import analyze_json
+from .support.output import analyze_json
 
 JOBS = Path(__file__).with_name("_ep_jobs.py")
 RANKS = 3

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,33 +20,9 @@ from stepscope.errors import InputError
 from stepscope.runfolder import read_manifest
 
 from ._train import make_training
+from .support.jobs import run_job
 
 TESTS = Path(__file__).resolve().parent
-PRELUDE = f"""
-import atexit, os, signal, sys
-# Ctrl-C as a terminal delivers it, even where the suite runs in the background (which ignores SIGINT, and the job
-# would inherit that)
-signal.signal(signal.SIGINT, signal.default_int_handler)
-sys.path.insert(0, {str(TESTS)!r})
-import torch
-import stepscope
-from _train import make_training
-atexit.register(lambda: print("user atexit ran", flush=True))
-step, model = make_training()
-"""
-
-
-def run_job(tmp_path: Path, body: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "job.py"
-    script.write_text(PRELUDE + textwrap.dedent(body))
-    return subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**os.environ, **(env or {}), "PYTHONFAULTHANDLER": "1"},
-    )
 
 
 def short_run(active: int) -> str:

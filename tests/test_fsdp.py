@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ._traces import cpu, launched, step, write_trace
-from .test_comm import analyze_json
+from .support.output import analyze_json
 
 JOBS = Path(__file__).with_name("_fsdp_jobs.py")
 FINDING = "fsdp_exposed_all_gather"

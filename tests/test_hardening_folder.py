@@ -23,7 +23,7 @@ from stepscope.cli import main as cli_main
 from stepscope.runfolder import read_manifest
 
 from ._train import make_training
-from .test_faults import run_job
+from .support.jobs import run_job
 
 FOLDER_JOB = Path(__file__).with_name("_folder_job.py")
 

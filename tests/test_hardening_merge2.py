@@ -13,7 +13,7 @@ import pytest
 
 from stepscope.cli import main
 
-from .test_hardening_read import _merge_in_child
+from .support.jobs import merge_in_child as _merge_in_child
 
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 SHIFTS_US = {0: 0.0, 1: 1234.5, 2: -777.25}

@@ -21,14 +21,11 @@ from hypothesis import strategies as st
 
 from stepscope.analysis.memory.snapshot import analyze_memory_file, analyze_memory_object
 
+from .support.jobs import _PEAK_OF
+from .support.jobs import merge_in_child as _merge_in_child
+
 # Runs the command given as its arguments and prints that child's exit status and its own peak RSS in KiB (a
 # child forked straight from pytest would report pytest's peak: ru_maxrss survives fork and exec).
-_PEAK_OF = (
-    "import os, subprocess, sys\n"
-    "child = subprocess.Popen(sys.argv[1:])\n"
-    "_, status, usage = os.wait4(child.pid, 0)\n"
-    "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n"
-)
 
 
 def stepscope(*args: str, **env: str) -> tuple[int, str, str, int, float]:
@@ -304,27 +301,6 @@ def test_a_run_whose_small_files_are_fifos_or_devices_still_analyzes_with_a_note
 
 
 # --- item 12: merge streams --------------------------------------------------------------------------------
-
-
-def _merge_in_child(folder: Path, out: Path, address_space: int) -> tuple[int, str, int, float]:
-    """`stepscope merge FOLDER -o OUT` in a child whose address space is limited: status, stderr, peak RSS in
-    MiB, wall seconds."""
-    script = (
-        "import resource, sys\n"
-        f"resource.setrlimit(resource.RLIMIT_AS, ({address_space}, {address_space}))\n"
-        "from stepscope.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", _PEAK_OF, sys.executable, "-c", script, "merge", str(folder), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
-        timeout=300,
-    )
-    code, peak_kib = done.stdout.split()[-2:]
-    return int(code), done.stderr, int(peak_kib) // 1024, time.perf_counter() - t0
 
 
 @pytest.mark.slow

@@ -22,7 +22,8 @@ from stepscope.analysis.rank.summary import op_tree, self_times, summarize
 from stepscope.analysis.read.loader import load_trace
 
 from ._traces import cpu, table_of
-from .test_summary import _nesting_only, _self_times_by_stack
+from .support.synthetic import nesting_only as _nesting_only
+from .support.synthetic import self_times_by_stack as _self_times_by_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 

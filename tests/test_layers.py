@@ -206,3 +206,19 @@ def _private_crossings() -> list[str]:
 
 def test_no_private_name_crosses_a_package() -> None:
     assert _private_crossings() == []
+
+
+def test_no_test_module_imports_another() -> None:
+    """What several test modules share lives in tests/support (or a tests/_*.py job or helper), never in a test
+    module another imports: running one test module never runs another's module-level code."""
+    tests = Path(__file__).resolve().parent
+    importers = {}
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if module.split(".")[-1].startswith("test_") or any(
+                    alias.name.startswith("test_") for alias in node.names if node.level and not module
+                ):
+                    importers[path.name] = module
+    assert importers == {}

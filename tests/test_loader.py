@@ -20,36 +20,8 @@ from stepscope.runfolder import Artifact, update_manifest
 
 from ._reference import reference
 from ._tables import assert_same_table
-from ._traces import ARG_KEYS, SHARED_TRACES, cpu, kernel, step, trace, write
-
-RICH_EVENTS = [
-    {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
-    {"ph": "M", "name": "thread_name", "pid": 100, "tid": 101, "args": {"name": "main"}},
-    step(1, 1000.5, 500.25),
-    cpu("aten::mm", 1001, 10.001, **{"External id": 7}),
-    cpu("cudaLaunchKernel", 1002, 3, cat="cuda_runtime", correlation=55, **{"External id": 7}),
-    kernel("sgemm", 1010.123, 4.5, corr=55, **{"External id": 7}),
-    kernel("Memcpy HtoD (Pageable -> Device)", 1020, 2, cat="gpu_memcpy", bytes=4096, corr=56),
-    {"ph": "s", "id": 55, "pid": 100, "tid": 101, "ts": 1002, "cat": "ac2g", "name": "ac2g"},
-    {"ph": "f", "id": 55, "pid": 0, "tid": 7, "ts": 1010.123, "cat": "ac2g", "name": "ac2g", "bp": "e"},
-    {"ph": "i", "s": "t", "name": "[memory]", "pid": 100, "tid": 101, "ts": 1003, "args": {"Bytes": 512}},
-    cpu(
-        "record_param_comms",
-        1030,
-        5,
-        **{
-            "Collective name": "allreduce",
-            "dtype": "Float",
-            "Process Group Name": "0",
-            "In msg nelems": 1024,
-            "Out msg nelems": 1024,
-            "Group size": 2,
-        },
-    ),
-    {"ph": "X", "name": "no category", "pid": 100, "tid": 101, "ts": 1040},
-    {"ph": "C", "name": "counter", "pid": 100, "ts": 1050, "args": {"value": 3}},
-    {"ph": "XX", "name": "bad phase is skipped", "ts": 1},
-]
+from ._traces import ARG_KEYS, SHARED_TRACES, cpu, kernel, trace, write
+from .support.synthetic import RICH_EVENTS
 
 
 def test_columns_of_a_small_trace_are_exact(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from stepscope.errors import InputError
 from ._reference import reference
 from ._tables import assert_same_table
 from ._traces import ARG_KEYS, cpu, kernel, step, trace, write
-from .test_loader import RICH_EVENTS
+from .support.synthetic import RICH_EVENTS
 
 T0 = 1712195495519689.047  # epoch microseconds with a ns fraction
 

@@ -14,7 +14,7 @@ from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 
 from ._traces import write_trace
-from .test_analysis_findings import rank_trace
+from .support.synthetic import rank_trace
 
 
 @pytest.fixture

@@ -1,9 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,27 +8,9 @@ import pytest
 from stepscope.runfolder import read_manifest
 
 from .conftest import load_chrome_trace
+from .support.jobs import torchrun
 
 pytestmark = pytest.mark.slow
-JOB = Path(__file__).with_name("_dist_job.py")
-
-
-def torchrun(out_dir: Path, ranks: str) -> list[dict[str, object]]:
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parents[1]))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(JOB),
-        str(out_dir),
-        ranks,
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return [json.loads((out_dir / f"report_rank{r}.json").read_text()) for r in (0, 1)]
 
 
 @pytest.mark.parametrize(("ranks", "recording"), [("0", [0]), ("all", [0, 1])])

@@ -3,39 +3,14 @@ torchrun gloo jobs (tests/_parallel_jobs.py) and synthetic GPU traces."""
 
 from __future__ import annotations
 
-import gzip
-import json
-import subprocess
-import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from .test_comm import analyze_json
+from .support.jobs import fsdp2_run, trace_ops
+from .support.output import analyze_json
 
-JOBS = Path(__file__).with_name("_parallel_jobs.py")
-
-
-def run_job(job: str, ranks: int, out: Path) -> Path:
-    """Run a tiny parallel job with torchrun on gloo; its run folder."""
-    torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), "--standalone", "--nproc_per_node", str(ranks), str(JOBS), job, str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=240)
-    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
-    return run_dir
-
-
-def trace_ops(run_dir: Path, rank: int) -> Counter[str]:
-    """Count of each c10d / functional collective op in a rank's trace, read with json (not stepscope)."""
-    (path,) = (run_dir / "traces").glob(f"rank{rank}_*.json.gz")
-    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-    return Counter(e["name"] for e in events if "c10d" in e.get("name", "") and e.get("ph") == "X")
-
-
-@pytest.fixture(scope="module")
-def fsdp2_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return run_job("fsdp2", 2, tmp_path_factory.mktemp("fsdp2"))
+__all__ = ["fsdp2_run"]  # the fixture, from tests/support
 
 
 @pytest.mark.slow

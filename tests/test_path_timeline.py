@@ -11,7 +11,7 @@ import pytest
 from stepscope.analysis.read.loader import load_trace
 
 from ._traces import SHARED_TRACES
-from .test_whatif import _gpu_step
+from .support.synthetic import gpu_step as _gpu_step
 
 
 def _analyze(path: Path, capsys: pytest.CaptureFixture[str]) -> dict:

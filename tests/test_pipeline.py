@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ._traces import Event, cpu, launched, step, write
-from .test_comm import analyze_json
+from .support.output import analyze_json
 
 JOBS = Path(__file__).with_name("_pp_jobs.py")
 Span = tuple[float, float]

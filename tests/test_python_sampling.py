@@ -17,7 +17,7 @@ from stepscope.cli import main
 from stepscope.runfolder import read_manifest
 from stepscope.runfolder.payloads import PYTHON_SAMPLES_SCHEMA, PythonSamples
 
-from .test_report_charts import chart_specs
+from .support.output import chart_specs
 
 JOB = Path(__file__).with_name("_spy_jobs.py")
 HOT_LINE = next(i for i, line in enumerate(JOB.read_text().splitlines(), 1) if "def python_hot_loop" in line)

@@ -17,8 +17,8 @@ from stepscope.runfolder import read_manifest
 
 from ._browser import visit
 from ._traces import SHARED_TRACES, cpu, launched, step, write_trace
-from .test_multirank import torchrun
-from .test_report_charts import chart_specs
+from .support.jobs import torchrun
+from .support.output import SCREENSHOTS, assert_clean, chart_specs, make_report
 
 SECTIONS = [
     "findings",
@@ -35,9 +35,6 @@ SECTIONS = [
     "host",
     "perfetto",
 ]
-SCREENSHOTS = (
-    Path(os.environ.get("STEPSCOPE_SCREENSHOTS", "")) if os.environ.get("STEPSCOPE_SCREENSHOTS") else None
-)
 
 HOSTILE = [
     "<script>window.__pwned=1;alert(1)</script>",
@@ -48,19 +45,6 @@ HOSTILE = [
     "]]></script><!--<script>window.__pwned=6</script>",
     "\u2028</script>\u2029",
 ]
-
-
-def make_report(path: Path, out: Path, *extra: str, capsys: pytest.CaptureFixture[str] | None = None) -> Path:
-    code = main(["report", str(path), "-o", str(out), *extra])
-    assert code == 0
-    assert out.is_file()
-    return out
-
-
-def assert_clean(seen: object) -> None:
-    assert not seen.console_errors, seen.console_errors  # type: ignore[attr-defined]
-    assert not seen.remote_requests, seen.remote_requests  # type: ignore[attr-defined]
-    assert not seen.dialogs, seen.dialogs  # type: ignore[attr-defined]
 
 
 def section_ids(page: object) -> list[str]:

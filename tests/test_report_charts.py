@@ -3,7 +3,6 @@ drawn page): steps on whole-number ticks."""
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from pathlib import Path
@@ -16,14 +15,7 @@ from stepscope.cli import main
 
 from ._browser import visit
 from ._train import make_training
-
-
-def chart_specs(html: Path) -> list[dict[str, Any]]:
-    """Every chart spec the page embeds, in page order."""
-    blocks = re.findall(
-        r'<script type="application/json" id="chart-\d+-spec">(.*?)</script>', html.read_text(), flags=re.S
-    )
-    return [json.loads(b) for b in blocks]
+from .support.output import chart_specs
 
 
 def encodings(spec: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import pytest
 from stepscope.cli import main
 
 from ._traces import SHARED_TRACES
-from .test_terminal_width import tables
+from .support.output import tables
 
 TRACE = "hta_trace_compare/base/base.json.gz"  # one rank: kernels, ops and an all_reduce
 

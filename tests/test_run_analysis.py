@@ -18,7 +18,7 @@ from stepscope.analysis.run.folder import load_run
 from stepscope.cli import cli
 
 from ._train import make_training, profiled_run
-from .test_terminal_width import tables
+from .support.output import tables
 
 # every test reads one module fixture: a CPU run with every collector on
 pytestmark = pytest.mark.slow

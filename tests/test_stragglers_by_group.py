@@ -18,7 +18,7 @@ import pytest
 
 from stepscope.cli import main
 
-from .test_comm import analyze_json
+from .support.output import analyze_json
 
 JOB = Path(__file__).with_name("_grp_jobs.py")
 SLOW_MS = 40.0

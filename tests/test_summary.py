@@ -24,6 +24,8 @@ from stepscope.cli import main
 from stepscope.units import short_name as kernel_label
 
 from ._traces import SHARED_TRACES, cpu, kernel, step, table_of, trace, write
+from .support.synthetic import nesting_only as _nesting_only
+from .support.synthetic import self_times_by_stack as _self_times_by_stack
 
 RANK0 = [
     step(1, 0, 1000),
@@ -104,44 +106,6 @@ def test_self_time_edge_cases() -> None:
     ]
     table = table_of({0: events})
     assert self_times(table).tolist() == [0, 9999, 0, 1, 1000, 0]
-
-
-def _self_times_by_stack(events: list[dict]) -> list[int]:
-    """Self time in ns per event by the definition: on each thread, events in order of start (longest first,
-    then as given), a stack of the open ones; an event's parent is the top of the stack once the events that
-    ended by its start are popped; a child takes from its parent the part of it before the parent's end."""
-    spans = [(round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in events]
-    order = sorted(range(len(events)), key=lambda i: (events[i]["tid"], spans[i][0], -spans[i][1], i))
-    children = [0] * len(events)
-    stack: list[int] = []
-    thread = None
-    for i in order:
-        if events[i]["tid"] != thread:
-            thread, stack = events[i]["tid"], []
-        while stack and spans[stack[-1]][1] <= spans[i][0]:
-            stack.pop()
-        if stack:
-            parent = stack[-1]
-            children[parent] += min(spans[i][1], spans[parent][1]) - spans[i][0]
-        stack.append(i)
-    return [max(end - start - children[i], 0) for i, (start, end) in enumerate(spans)]
-
-
-def _nesting_only(events: list[dict]) -> list[dict]:
-    """The events but those crossing an earlier event of their thread: what is left nests."""
-    kept: list[dict] = []
-    for e in events:
-        s, t = e["ts"], e["ts"] + e["dur"]
-        if all(
-            t <= k["ts"]
-            or s >= k["ts"] + k["dur"]
-            or (k["ts"] <= s and t <= k["ts"] + k["dur"])
-            or (s <= k["ts"] and k["ts"] + k["dur"] <= t)
-            for k in kept
-            if k["tid"] == e["tid"]
-        ):
-            kept.append(e)
-    return kept
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from ._traces import cpu, step, write_trace
-from .test_comm import analyze_json
-from .test_parallelism import run_job, trace_ops
+from .support.jobs import run_parallel_job as run_job
+from .support.jobs import trace_ops
+from .support.output import analyze_json
 
 
 @pytest.mark.slow

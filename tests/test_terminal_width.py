@@ -14,6 +14,7 @@ from stepscope.cli import main
 from stepscope.units import distinct_labels, fmt_us, short_name
 
 from ._traces import SHARED_TRACES, cpu, launched, step, trace, write
+from .support.output import tables
 
 TRACES = ["hta_trace_filter", "tracelens_qwen1.5_h100_mi300/h100", "kineto_resnet50_num_workers_4"]
 DIFFS = [
@@ -25,28 +26,6 @@ DIFFS = [
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert main(args) == 0
     return capsys.readouterr().out
-
-
-def tables(out: str) -> list[tuple[list[str], list[list[str]]]]:
-    """(header cells, rows of cells) of every table in `out` (rich tables without edges)."""
-    lines = out.splitlines()
-    found = []
-    for i, line in enumerate(lines):
-        if "╇" not in line:
-            continue
-        head = []
-        k = i - 1
-        while k >= 0 and "┃" in lines[k]:
-            head.insert(0, lines[k])
-            k -= 1
-        columns = [" ".join(parts).strip() for parts in zip(*(h.split("┃") for h in head), strict=True)]
-        rows = []
-        k = i + 1
-        while k < len(lines) and "│" in lines[k]:
-            rows.append([c.strip() for c in lines[k].split("│")])
-            k += 1
-        found.append((columns, rows))
-    return found
 
 
 def check(out: str) -> None:

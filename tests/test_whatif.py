@@ -13,24 +13,10 @@ import pytest
 from stepscope.analysis.read.loader import load_trace
 from stepscope.analysis.whatif import parse_selector, whatif
 
-from ._traces import SHARED_TRACES, cpu, launched, runtime, step, write_trace
+from ._traces import SHARED_TRACES, step, write_trace
+from .support.synthetic import gpu_step as _gpu_step
 
 STEPSCOPE = [sys.executable, "-m", "stepscope"]
-
-
-def _gpu_step(tmp_path: Path, *, sync: bool = True) -> Path:
-    """One step (1000 us): forward launches A (600 us) then B (200 us); a device synchronize waits for them
-    (it returns 10 us after B ends); then the optimizer's 150 us of host work."""
-    events = [
-        step(1, 0, 1000),
-        cpu("forward", 0, 100, cat="user_annotation"),
-        *launched("gemm_A", 10, 20, 600, corr=1),
-        *launched("gemm_B", 20, 620, 200, corr=2),
-        cpu("optimizer", 840, 150, cat="user_annotation"),
-    ]
-    if sync:
-        events.append(runtime("cudaDeviceSynchronize", 110, 720, corr=3))
-    return write_trace(tmp_path / "gpu.json", events)
 
 
 def _predicted(path: Path, *scale: str) -> float:

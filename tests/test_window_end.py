@@ -17,7 +17,7 @@ from stepscope.cli import main as cli_main
 from stepscope.runfolder import read_manifest
 
 from ._train import make_training
-from .test_faults import run_job
+from .support.jobs import run_job
 
 
 def test_the_summary_and_the_table_of_every_window_come_without_torchs_key_averages(
