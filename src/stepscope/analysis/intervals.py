@@ -93,11 +93,6 @@ def length(intervals: Intervals) -> int:
     return int((e - s).sum())
 
 
-def coverage_until(intervals: Intervals, t: np.ndarray) -> np.ndarray:
-    """For each time in `t`, how much of the disjoint sorted `intervals` lies before it."""
-    return _coverage_at(intervals, _lengths_before(intervals), t)
-
-
 def covered_within(intervals: Intervals, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Length of `intervals` inside each window [lo, hi) (vectorised over windows)."""
     before = _lengths_before(intervals)

@@ -14,7 +14,6 @@ from stepscope.report import _charts as charts
 from stepscope.report import columns as col
 from stepscope.report.model import Charts, Column, Section, Table, table
 from stepscope.report.terminal import fit_table, fmt_bytes, fmt_pct, fmt_us, plain
-from stepscope.runfolder.atomic import atomic_write_text
 
 if TYPE_CHECKING:
     from stepscope.analysis.memory.model import DeviceMemory, MemoryReport
@@ -265,8 +264,3 @@ def memory_html(report: MemoryReport) -> str:
         notes=list(report.notes),
         charts=pc,
     )
-
-
-def write_memory_html(report: MemoryReport, path: str | Path) -> Path:
-    """Write the page atomically (a reader never sees half a file)."""
-    return atomic_write_text(path, memory_html(report))

@@ -21,7 +21,7 @@ from stepscope.analysis.rank.issued_ops import IssuedOp, issued_ops
 from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.rank.steps import assign_phases
-from stepscope.analysis.read.table import MISSING, TraceTable
+from stepscope.analysis.read.table import MISSING
 
 MODULE_PREFIX = "nn.Module: "
 _X = ord("X")
@@ -161,22 +161,6 @@ def _before_backward(backward: iv.Intervals | None, at: int, data: RankData, ste
         (backward[0] <= at) & (backward[0] >= (int(starts[step]) if step >= 0 else data.lo))
     ]
     return len(later) > 0 and len(earlier) == 0
-
-
-def async_tp_ranges(table: TraceTable) -> np.ndarray:
-    """Rows of the outermost fused async-TP ranges (a `symm_mem::` op and its record_function share a span)."""
-    cols = table.columns
-    named = table.name_values(lambda n: async_tp_op(n) is not None, bool, key="async_tp")
-    rows = np.flatnonzero(named[cols["name"]] & (cols["ph"] == _X))
-    kept: list[int] = []
-    reach: dict[tuple[int, int], int] = {}
-    for row in rows[np.argsort(cols["ts"][rows], kind="stable")].tolist():
-        thread = (int(cols["pid"][row]), int(cols["tid"][row]))
-        if int(cols["ts"][row]) < reach.get(thread, np.iinfo(np.int64).min):
-            continue
-        kept.append(row)
-        reach[thread] = int(cols["ts"][row] + cols["dur"][row])
-    return np.array(kept, dtype=np.int64)
 
 
 def fused_ops(data: RankData) -> list[FusedOps]:
