@@ -191,7 +191,7 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
     from stepscope.runfolder import is_run_folder
 
     if is_run_folder(path):
-        from stepscope.analysis.run.folder import read_config
+        from stepscope.analysis.run.records import read_config
         from stepscope.runfolder import CONFIG_NAME
 
         patterns = read_config(Path(path) / CONFIG_NAME, []).get("comm_patterns")

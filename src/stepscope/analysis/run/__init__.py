@@ -12,8 +12,9 @@ from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from stepscope.analysis.run.deepspeed import DeepSpeedFacts, deepspeed_facts
-    from stepscope.analysis.run.folder import Run, RunFacts, load_run, read_config, run_facts
+    from stepscope.analysis.run.folder import Run, RunFacts, load_run, run_facts
     from stepscope.analysis.run.groups import GroupFacts, MeshFacts, job_groups
+    from stepscope.analysis.run.records import read_config
 
 _EXPORTS = {
     "DeepSpeedFacts": "deepspeed",
@@ -25,7 +26,7 @@ _EXPORTS = {
     "Run": "folder",
     "RunFacts": "folder",
     "run_facts": "folder",
-    "read_config": "folder",
+    "read_config": "records",
 }
 
 __all__ = [

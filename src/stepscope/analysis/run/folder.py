@@ -12,24 +12,22 @@ damaged manifest is replaced by what the folder holds, read by its layout.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
-from stepscope.analysis.read.limits import LIMIT_ENV, max_input_bytes
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
 from stepscope.analysis.run.deepspeed import DeepSpeedFacts, DeepSpeedRecords, deepspeed_facts, read_deepspeed
 from stepscope.analysis.run.groups import GroupFacts, MeshFacts, capture_evidence, job_groups
 from stepscope.analysis.run.hostmem import HostMemoryFacts, host_memory_facts
 from stepscope.analysis.run.plain import StepRanges, plain_lines_of, window_work_steps
 from stepscope.analysis.run.python_samples import PythonProfile, python_profile
+from stepscope.analysis.run.records import SAMPLES_MAX_BYTES, read_config, read_json, read_lines
 from stepscope.analysis.stats import fmean, median, quantile
-from stepscope.errors import InputError
 from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
-from stepscope.runfolder.files import read_regular
 from stepscope.runfolder.manifest import LEFT_OUT, load_manifest
 from stepscope.runfolder.payloads import (
     CommCounts,
@@ -43,12 +41,6 @@ from stepscope.runfolder.payloads import (
 )
 
 T = TypeVar("T")
-# One JSON record of a window (FLOPs, collectives, host memory, process groups, DeepSpeed's figures) is KB to a
-# few MB (a FLOP report of a 1,000-module model: ~1 MB); py-spy's samples of a long window a few MB more. A
-# bigger one is left out with a note: decoded whole, it would cost the analysis several times its size.
-# STEPSCOPE_MAX_INPUT_BYTES, where set, is the limit of every file instead.
-RECORD_MAX_BYTES = 16 << 20
-SAMPLES_MAX_BYTES = 64 << 20
 SLOWEST_STEPS = 5
 MIN_MEAN_SAMPLES = 2  # a mean of one sample is that sample: say there are too few instead
 
@@ -125,39 +117,37 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     manifest, notes = load_manifest(path)
     config = read_config(path / CONFIG_NAME, notes)
-    metrics = list(_read_lines(path / METRICS_NAME, StepMetrics, notes))
+    metrics = list(read_lines(path / METRICS_NAME, StepMetrics, notes))
     flops = [
-        r
-        for a in manifest.of_kind(ArtifactKind.FLOPS)
-        if (r := _read_json(path / a.path, FlopsReport, notes))
+        r for a in manifest.of_kind(ArtifactKind.FLOPS) if (r := read_json(path / a.path, FlopsReport, notes))
     ]
     comm = [
         c
         for a in manifest.of_kind(ArtifactKind.COMM_COUNTS)
-        if (c := _read_json(path / a.path, CommCounts, notes))
+        if (c := read_json(path / a.path, CommCounts, notes))
     ]
     memory = {
-        a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, MemoryRow, notes))
+        a.rank if a.rank is not None else 0: list(read_lines(path / a.path, MemoryRow, notes))
         for a in manifest.of_kind(ArtifactKind.MEMORY_LOG)
     }
     system = {
-        a.rank if a.rank is not None else 0: list(_read_lines(path / a.path, SystemRow, notes))
+        a.rank if a.rank is not None else 0: list(read_lines(path / a.path, SystemRow, notes))
         for a in manifest.of_kind(ArtifactKind.SYSTEM)
     }
     groups = _process_groups(path, manifest, notes)
     samples = [
         p
         for a in manifest.of_kind(ArtifactKind.PYTHON_SAMPLES)
-        if (p := _read_json(path / a.path, PythonSamples, notes, SAMPLES_MAX_BYTES))
+        if (p := read_json(path / a.path, PythonSamples, notes, SAMPLES_MAX_BYTES))
     ]
     heap = [
         h
         for a in manifest.of_kind(ArtifactKind.HOST_MEMORY)
-        if (h := _read_json(path / a.path, HostMemory, notes))
+        if (h := read_json(path / a.path, HostMemory, notes))
     ]
     samples.sort(key=lambda p: (p.rank, p.last_step))
     heap.sort(key=lambda h: (h.rank, h.last_step))
-    deepspeed = read_deepspeed(path, manifest, lambda file, kind: _read_json(file, kind, notes))
+    deepspeed = read_deepspeed(path, manifest, lambda file, kind: read_json(file, kind, notes))
     return Run(
         path, manifest, config, metrics, flops, comm, memory, system, notes, groups, samples, heap, deepspeed
     )
@@ -168,69 +158,10 @@ def _process_groups(path: Path, manifest: Manifest, notes: list[str]) -> list[Pr
     return [
         g
         for a in manifest.of_kind(ArtifactKind.PROCESS_GROUPS)
-        if (g := _read_json(path / a.path, ProcessGroups, notes))
+        if (g := read_json(path / a.path, ProcessGroups, notes))
     ]
 
 
-def _read_bytes(path: Path, notes: list[str], limit: int | None = None) -> bytes | None:
-    """A run-folder file's bytes, at most `limit` (None: the limit of any input, 1 GiB)."""
-    limit = max_input_bytes() if limit is None else max_input_bytes(limit)
-    try:  # a FIFO, a device or a file over the limit in its place is left out, never waited on or read whole
-        return read_regular(path, f"a run-folder file ({LIMIT_ENV} raises the limit)", limit=limit)
-    except InputError as exc:
-        notes.append(f"{exc.path}: {exc.problem}; left out")
-        return None
-
-
-def read_config(path: Path, notes: list[str]) -> dict[str, Any]:
-    """A run's config.yaml as a dict: {} when it is missing or damaged (with a note in `notes`)."""
-    import yaml
-
-    data = _read_bytes(path, notes, RECORD_MAX_BYTES)
-    if data is None:
-        return {}
-    try:
-        config = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        notes.append(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); left out")
-        return {}
-    except (ValueError, RecursionError) as exc:  # (an integer of 5,000 digits: Python's int() refuses it)
-        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        notes.append(f"{path}: not usable YAML ({problem}); left out")
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-def _read_json(path: Path, kind: type[T], notes: list[str], limit: int = RECORD_MAX_BYTES) -> T | None:
-    data = _read_bytes(path, notes, limit)
-    if data is None:
-        return None
-    try:
-        return msgspec.json.decode(data, type=kind)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        notes.append(f"{path}: not a valid {kind.__name__} ({exc}); left out")
-        return None
-
-
-def _read_lines(path: Path, kind: type[T], notes: list[str]) -> Iterator[T]:
-    """Typed JSON lines; a line that does not decode (a torn last line of a killed job) is skipped and counted."""
-    data = _read_bytes(path, notes)
-    if data is None:
-        return
-    decoder = msgspec.json.Decoder(kind)
-    bad = 0
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        try:
-            yield decoder.decode(line)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            bad += 1
-    if bad:
-        notes.append(f"{path}: {bad} line(s) could not be read; left out")
-
-
-# --- the figures ------------------------------------------------------------------------------------
 class SlowStep(msgspec.Struct):
     step: int
     wall_ms: float
