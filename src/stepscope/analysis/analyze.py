@@ -152,13 +152,14 @@ def analyze(
     comm_patterns: Sequence[str] = (),
     steps: tuple[int | None, int | None] | None = None,
     known_groups: KnownGroups | None = None,
+    critical_path: bool = True,
 ) -> AnalysisResult:
     """Analyse every rank of `table` over its profiler-step window (the last step dropped on request).
 
     `comm_patterns`: regexes; GPU kernels whose names match one are communication (docs/analysis.md).
     `steps`: (first, last) step numbers, inclusive (None: open): only those ProfilerSteps form the window;
     InputError when a rank has none of them. `known_groups`: the job's process groups by name, where a record of
-    them is at hand (analyze_rank_part)."""
+    them is at hand (analyze_rank_part). `critical_path=False`: without the job's critical path (combine_ranks)."""
     ranks = table.rank_ids()
     parts = [
         analyze_rank_part(
@@ -173,7 +174,7 @@ def analyze(
         )
         for rank in ranks
     ]
-    return combine_ranks(parts, table.notices)
+    return combine_ranks(parts, table.notices, critical_path=critical_path)
 
 
 def analyze_rank_part(
@@ -221,8 +222,11 @@ def analyze_rank_part(
     )
 
 
-def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> AnalysisResult:
-    """The cross-rank view and the ranked findings from every rank's part (parts in rank order)."""
+def combine_ranks(
+    parts: Sequence[RankPart], notices: Sequence[str] = (), *, critical_path: bool = True
+) -> AnalysisResult:
+    """The cross-rank view and the ranked findings from every rank's part (parts in rank order);
+    `critical_path=False` leaves the job's critical path out (the ranks replayed together: a diff shows none)."""
     ranks = [p.analysis for p in parts]
     findings = [f for p in parts for f in p.findings]
     instances = {p.analysis.rank: p.instances for p in parts}
@@ -257,7 +261,7 @@ def combine_ranks(parts: Sequence[RankPart], notices: Sequence[str] = ()) -> Ana
     return AnalysisResult(
         SCHEMA, ranks, dist.cross, dist.straggler, findings,
         [*notices, *dist.notices, *pipeline_notices(pipe_parts)],
-        critical_path=_critical_path(parts),
+        critical_path=_critical_path(parts) if critical_path else None,
         dimensions=dimensions(instances, summaries),
         expert=expert, tensor=Tensor(tensor_ranks) if tensor_ranks else None,
         fsdp=combine_fsdp([p.fsdp for p in parts]), pipeline=pipeline, stragglers=dist.stragglers,

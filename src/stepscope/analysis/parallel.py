@@ -63,6 +63,7 @@ class Options(msgspec.Struct, frozen=True):
     known_groups: dict[str, dict[str, Any]] | None = None  # the run folder's record of the process groups
     totals: bool = False  # each rank's totals too (rank/totals.py: what a diff needs besides the analysis)
     summary_top: int | None = None  # each rank's summary too, its `top` ops and kernels (what a report shows)
+    critical_path: bool = True  # the job's critical path across ranks (combine_ranks)
 
 
 class FileResult(msgspec.Struct):
@@ -138,11 +139,18 @@ def analyze_input(
     progress: ProgressCallback | None = None,
     totals: bool = False,
     summary_top: int | None = None,
+    critical_path: bool = True,
 ) -> PathAnalysis:
     """`analyze_path` with what else a command needs of each rank, made where the rank is analysed (never the
     rows of every rank in one process): its file's record, its totals (`totals`: rank/totals.py, a diff's
-    side) and its summary of `summary_top` ops and kernels (a report's)."""
-    options = Options(comm_patterns=tuple(comm_patterns), totals=totals, summary_top=summary_top)
+    side) and its summary of `summary_top` ops and kernels (a report's). `critical_path=False`: without the
+    job's critical path across ranks (a diff shows none)."""
+    options = Options(
+        comm_patterns=tuple(comm_patterns),
+        totals=totals,
+        summary_top=summary_top,
+        critical_path=critical_path,
+    )
     return _analyze_path(path, step, options, jobs, executor, scheduler, progress)
 
 
@@ -172,6 +180,7 @@ def _analyze_path(
             comm_patterns=options.comm_patterns,
             steps=options.steps,
             known_groups=known,
+            critical_path=options.critical_path,
         )
         return PathAnalysis(analysis, extras, notices)
     skipped = skipping(path)
@@ -192,7 +201,7 @@ def _analyze_path(
     kept = [r for r in ordered if r.problem is None]
     if not kept:
         raise skipped.nothing_left(path)
-    return _combine(kept, [*window_notices, *skipped.notices])
+    return _combine(kept, [*window_notices, *skipped.notices], options.critical_path)
 
 
 def _recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
@@ -277,7 +286,7 @@ class _Entry(msgspec.Struct):
     extras: RankExtras
 
 
-def _combine(results: list[FileResult], notices: list[str]) -> PathAnalysis:
+def _combine(results: list[FileResult], notices: list[str], critical_path: bool) -> PathAnalysis:
     entries = []
     for result in results:
         for i, (declared, part) in enumerate(result.parts):
@@ -296,7 +305,7 @@ def _combine(results: list[FileResult], notices: list[str]) -> PathAnalysis:
     entries.sort(key=lambda e: e.info.rank)
     input_notices = [*notices, *rank_notices, *file_notices]
     return PathAnalysis(
-        combine_ranks([e.part for e in entries], input_notices),
+        combine_ranks([e.part for e in entries], input_notices, critical_path=critical_path),
         {e.info.rank: e.extras for e in entries},
         input_notices,
     )
