@@ -256,6 +256,10 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
             steps=options.steps,
             known_groups=options.known_groups,
         )
+        if (
+            not options.critical_path
+        ):  # (the graph is two thirds of what a part sends back; only the path reads it)
+            part.graph = None
         result.parts.append((declared, part))
 
 
