@@ -256,9 +256,8 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
             steps=options.steps,
             known_groups=options.known_groups,
         )
-        if (
-            not options.critical_path
-        ):  # (the graph is two thirds of what a part sends back; only the path reads it)
+        # (the what-if graph is two thirds of what a part sends back; only the job's critical path reads it)
+        if not options.critical_path:
             part.graph = None
         result.parts.append((declared, part))
 
@@ -269,7 +268,8 @@ def _extras(table: TraceTable, options: Options) -> dict[int, RankExtras]:
     summaries = {}
     if options.summary_top is not None:
         summaries = {s.rank: s for s in summarize(table, top=options.summary_top).ranks}
-    table.derived.clear()
+    if options.totals or options.summary_top is not None:
+        table.derived.clear()
     out = {}
     for rank in table.rank_ids():
         info = table.ranks.get(rank) or RankInfo(rank=rank, source="")
