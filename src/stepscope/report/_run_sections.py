@@ -19,9 +19,8 @@ from stepscope.runfolder.payloads import (
 )
 from stepscope.units import fmt_bytes, fmt_flops, fmt_tflops
 
-MAX_MODULE_ROWS = (
-    2000  # the FLOPs table's modules, the costliest (a page of every module of a huge model is MBs)
-)
+# the FLOPs table's modules, the costliest (a page of every module of a huge model is MBs)
+MAX_MODULE_ROWS = 2000
 
 
 def _section(sid: str) -> Section:

@@ -13,7 +13,13 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.rank.steps import find_steps
-from stepscope.analysis.rank.summary import CPU_OP_CATEGORIES, KERNEL_CATEGORY, _group_codes, self_times
+from stepscope.analysis.rank.summary import (
+    CPU_OP_CATEGORIES,
+    KERNEL_CATEGORY,
+    _group_codes,
+    _int_sums,
+    self_times,
+)
 from stepscope.analysis.read.table import GPU_CATEGORIES, TraceTable
 
 Counts = dict[str, tuple[int, int]]  # name -> (calls, total ns)
@@ -71,8 +77,7 @@ def _counts(keys: np.ndarray, values: np.ndarray, names: list[str]) -> Counts:
     keys = np.where(keys < 0, len(names) - 1, keys)  # (a missing name reads as the last, as in kernel_stats)
     width = int(keys.max()) + 1
     calls = np.bincount(keys, minlength=width)
-    sums = np.zeros(width, dtype=np.int64)
-    np.add.at(sums, keys, values.astype(np.int64, copy=False))
+    sums = _int_sums(keys, values.astype(np.int64, copy=False), width)
     return {names[int(k)]: (int(calls[k]), int(sums[k])) for k in np.flatnonzero(calls)}
 
 
