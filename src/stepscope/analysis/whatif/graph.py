@@ -234,8 +234,10 @@ def _sync_nodes(data: RankData, gpu: GpuNodes, edges: Edges) -> SyncNodes:
     is_copy = table.name_values(lambda n: COPY_RE.match(n) is not None, bool, key="whatif_copy")
     is_device = table.name_values(lambda n: DEVICE_SYNC_RE.search(n) is not None, bool, key="whatif_device")
     ts, dur = cols["ts"], cols["dur"]
-    base = (cols["ph"] == _X) & np.isin(cols["cat"], cats) & (ts >= data.lo) & (ts < data.hi)
-    rows = np.flatnonzero(base & (is_sync[names] | is_copy[names]))
+    # (the calls by name first, then the few of them tested: no mask of every row's other columns)
+    rows = np.flatnonzero((is_sync | is_copy)[names])
+    rows = rows[(cols["ph"][rows] == _X) & np.isin(cols["cat"][rows], cats)]
+    rows = rows[(ts[rows] >= data.lo) & (ts[rows] < data.hi)]
     rows = rows[np.argsort(ts[rows], kind="stable")]
     host_threads = _host_threads(data)
     if host_threads is not None:
@@ -297,12 +299,14 @@ def _host_threads(data: RankData) -> set[int] | None:
     loop's); None (every thread) without steps."""
     if not len(data.steps):
         return None
-    cols = data.table.columns
-    rows = np.flatnonzero(np.isin(cols["ts"], data.steps.start) & (cols["ph"] == _X))
-    names = data.table.names
-    tids = {
-        int(cols["tid"][r]) for r in rows.tolist() if names[int(cols["name"][r])].startswith("ProfilerStep")
-    }
+    table = data.table
+    cols = table.columns
+    # (the spans by name first: an isin of every row's start against hundreds of steps sorts the whole column,
+    # a hundred MB at a GB of JSON)
+    is_step = table.name_values(lambda n: n.startswith("ProfilerStep"), bool, key="whatif_profiler_step")
+    rows = np.flatnonzero(is_step[cols["name"]] & (cols["ph"] == _X))
+    rows = rows[np.isin(cols["ts"][rows], data.steps.start)]
+    tids = {int(t) for t in cols["tid"][rows].tolist()}
     return tids or None
 
 

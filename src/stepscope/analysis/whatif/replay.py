@@ -19,6 +19,7 @@ from stepscope.analysis.codes import distinct_sorted
 from stepscope.analysis.whatif.graph import RankGraph
 
 _NEG = np.iinfo(np.int64).min // 4
+_CHUNK = 1 << 15  # activities whose inputs replay_steps holds as Python lists at once
 
 
 class Scaling(msgspec.Struct):
@@ -119,12 +120,13 @@ def replay_steps(
         )
         return Replay(graph, start_a, end_a, sync_start_a, sync_end_a, step_start, step_end, clock)
     n = len(gpu)
-    launch = clock(gpu.launch).tolist()
-    factor = scaling.gpu.tolist() if scaling.gpu is not None else None
-    latency, gap, prev, dur = gpu.latency.tolist(), gpu.gap.tolist(), gpu.prev.tolist(), gpu.dur.tolist()
-    match: list[int] = coupled.match.tolist() if coupled is not None else []
-    transfer: list[int] = coupled.transfer.tolist() if coupled is not None else []
-    after, after_gap = gpu.after.tolist(), gpu.after_gap.tolist()
+    clocked = clock(gpu.launch)
+    # the activities' inputs as lists a chunk at a time (a list holds 40 bytes per value: all of them at once
+    # are 11 lists of every activity, 150 MB at 400,000 activities)
+    base = limit = 0
+    launch: list[int] = []
+    latency = gap = prev = dur = match = transfer = after = after_gap = gpu_launch = launch
+    factor: list[float] | None = None
     start = [0] * n
     end = [0] * n
     prefix_max = [_NEG] * (n + 1)  # the latest end among the first k activities launched
@@ -132,7 +134,6 @@ def replay_steps(
     at_start, at_end = clock(syncs.start).tolist(), clock(syncs.end).tolist()
     launched, sync_end_measured = syncs.launched.tolist(), syncs.end.tolist()
     wakes = syncs.wakes.tolist()
-    gpu_launch = gpu.launch.tolist()
     sync_start = [0] * m
     sync_end = [0] * m
     delta = [0] * m  # replayed less clocked time of each synchronization
@@ -147,28 +148,42 @@ def replay_steps(
     for j in range(m + 1):
         until = launched[j] if j < m else n
         while i < until:
-            while applied < computed and sync_end_measured[applied] <= gpu_launch[i]:
+            if i >= limit:
+                base, limit = i, min(i + _CHUNK, n)
+                part = slice(base, limit)
+                launch, gpu_launch = clocked[part].tolist(), gpu.launch[part].tolist()
+                latency, gap, dur = gpu.latency[part].tolist(), gpu.gap[part].tolist(), gpu.dur[part].tolist()
+                prev, after, after_gap = (
+                    gpu.prev[part].tolist(),
+                    gpu.after[part].tolist(),
+                    gpu.after_gap[part].tolist(),
+                )
+                factor = scaling.gpu[part].tolist() if scaling.gpu is not None else None
+                if coupled is not None:
+                    match, transfer = coupled.match[part].tolist(), coupled.transfer[part].tolist()
+            k = i - base
+            while applied < computed and sync_end_measured[applied] <= gpu_launch[k]:
                 shift += delta[applied]
                 applied += 1
-            t = launch[i] + shift + latency[i]
-            p = prev[i]
-            if p >= 0 and end[p] + gap[i] > t:
-                t = end[p] + gap[i]
-            a = after[i]
-            if a >= 0 and end[a] + after_gap[i] > t:
-                t = end[a] + after_gap[i]
+            t = launch[k] + shift + latency[k]
+            p = prev[k]
+            if p >= 0 and end[p] + gap[k] > t:
+                t = end[p] + gap[k]
+            a = after[k]
+            if a >= 0 and end[a] + after_gap[k] > t:
+                t = end[a] + after_gap[k]
             start[i] = t
-            if coupled_run and match[i] >= 0 and (factor is None or factor[i]):
+            if coupled_run and match[k] >= 0 and (factor is None or factor[k]):
                 # a collective: done once the last rank arrived and the transfer after it took its time
                 # (removed, factor 0: it neither waits nor is waited for)
-                last = yield match[i], t
-                d = max(last - t, 0) + (transfer[i] if factor is None else round(transfer[i] * factor[i]))
+                last = yield match[k], t
+                d = max(last - t, 0) + (transfer[k] if factor is None else round(transfer[k] * factor[k]))
             else:
-                d = dur[i] if factor is None else round(dur[i] * factor[i])
+                d = dur[k] if factor is None else round(dur[k] * factor[k])
             t += d
             end[i] = t
             # work a what-if removes (factor 0) is not waited for
-            if t > top and (factor is None or factor[i]):
+            if t > top and (factor is None or factor[k]):
                 top = t
             prefix_max[i + 1] = top
             i += 1
