@@ -57,7 +57,7 @@ gpu-check: $(if $(GPU_PYTHON),,$(TEST_STAMP))
 # The report's charting library, shipped as a file of the package so that writing a page runs no JavaScript
 # engine: rebuilt from vl-convert-python (a test dependency) when it is to be updated, then committed.
 vega-bundle: $(TEST_STAMP)
-	$(PY) -m stepscope.report._vega src/stepscope/report/templates/vega.js
+	$(PY) -m stepscope.report.html.vega src/stepscope/report/templates/vega.js
 
 # docs/benchmarks.md's tables, rendered from the results files the benchmarks write (benchmarks/results/*.json).
 bench-docs: $(STAMP)

@@ -54,8 +54,9 @@ def test_runfolder_imports_no_other_layer(path: Path) -> None:
 @pytest.mark.parametrize("path", modules_of("report"), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_report_never_imports_capture_and_reporters_never_import_each_other(path: Path) -> None:
     bad = bad_imports(path, "stepscope.capture", "stepscope.cli", "torch")
-    # shared helpers: the two renderers of the table model (terminal, html), the model with its labels and shared
-    # tables, and the private modules of the HTML pages (report._charts, ...)
+    # shared: the report model with its labels and shared tables (report.model, .columns, .tables and the private
+    # table builders report._*), and the two renderers' packages (report.terminal, report.html); the page's own
+    # sections (report.html.*) only inside the page
     shared = {
         "stepscope.report",
         "stepscope.report.columns",
@@ -64,11 +65,21 @@ def test_report_never_imports_capture_and_reporters_never_import_each_other(path
         "stepscope.report.tables",
         "stepscope.report.terminal",
     }
+    name = module_name(path)
+    page = name == "stepscope.report.html" or name.startswith("stepscope.report.html.")
     others = {
         m
         for m in imported_modules(path)
-        if m.startswith("stepscope.report.") and m not in shared and not m.startswith("stepscope.report._")
+        if m.startswith("stepscope.report.")
+        and m not in shared
+        and not m.startswith("stepscope.report._")
+        and not (page and m.startswith("stepscope.report.html."))
     }
+    # the terminal's reporters and the page never import each other (report/memory.py, with both outputs, may)
+    if page:
+        others |= bad_imports(path, "stepscope.report.terminal")
+    if name.startswith("stepscope.report.terminal"):
+        others |= bad_imports(path, "stepscope.report.html")
     assert not bad and not others, f"{path.name} imports {sorted(bad | others)}"
 
 

@@ -91,7 +91,7 @@ def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> 
 
 def _print(result: Any, wide: bool) -> None:
     from stepscope.cli._common import console, print_notes
-    from stepscope.report.analysis import AnalysisReport
+    from stepscope.report.terminal.analysis import AnalysisReport
 
     print_notes(result.notices)
     print_notes(f"rank {r.rank}: {note}" for r in result.ranks for note in r.notes)

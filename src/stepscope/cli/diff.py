@@ -85,7 +85,7 @@ def command(
         print_json(result)
     else:
         from stepscope.cli._common import console
-        from stepscope.report.diff import DiffReport
+        from stepscope.report.terminal.diff import DiffReport
 
         print_notes(result.notices)
         console(wide).print(DiffReport(result, top=top, wide=wide))

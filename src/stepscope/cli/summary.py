@@ -25,7 +25,7 @@ def command(path: str, step: int | None, top: int, as_json: bool, wide: bool) ->
         print_json(summary)
         return
     from stepscope.cli._common import console, print_notes
-    from stepscope.report.summary import SummaryReport
+    from stepscope.report.terminal.summary import SummaryReport
 
     print_notes(summary.notices)
     console(wide).print(SummaryReport(summary, wide=wide))

@@ -37,7 +37,7 @@ def command(path: str, step: int | None, scale: tuple[str, ...], top: int, as_js
         print_json(result)
         return
     from stepscope.cli._common import console, print_notes
-    from stepscope.report.whatif import render
+    from stepscope.report.terminal.whatif import render
 
     print_notes(result.notes)
     out = console(wide)

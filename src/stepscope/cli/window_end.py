@@ -49,8 +49,8 @@ def run_job(job: Job) -> Result:
 
 
 def write_summary(job: Job, summary: object) -> None:
-    from stepscope.report.summary import SummaryReport
     from stepscope.report.terminal import make_console
+    from stepscope.report.terminal.summary import SummaryReport
     from stepscope.runfolder.atomic import atomic_write_text
 
     assert job.summary is not None

@@ -1,5 +1,5 @@
-"""The tables of a Diff that the terminal (`stepscope diff`, report/diff.py) and the compare page
-(report/_compare.py) both show, built once. The terminal signs its changes (+1.20 ms); the page sorts by them."""
+"""The tables of a Diff that the terminal (`stepscope diff`, report/terminal/diff.py) and the compare page
+(report/html/compare.py) both show, built once. The terminal signs its changes (+1.20 ms); the page sorts by them."""
 
 from __future__ import annotations
 

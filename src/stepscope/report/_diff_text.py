@@ -1,4 +1,4 @@
-"""Words for a Diff shared by the terminal report (report/diff.py) and the compare page (report/_compare.py):
+"""Words for a Diff shared by the terminal report (report/terminal/diff.py) and the compare page (report/html/compare.py):
 which steps were compared, a change with its interval, a finding's change in one line."""
 
 from __future__ import annotations

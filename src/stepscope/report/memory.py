@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
-from stepscope.report import _charts as charts
 from stepscope.report import columns as col
+from stepscope.report.html import charts
 from stepscope.report.model import Charts, Column, Section, Table, table
 from stepscope.report.terminal import fit_table, fmt_bytes, fmt_pct, fmt_us, plain
 

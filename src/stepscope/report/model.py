@@ -1,6 +1,6 @@
 """One model of what every report shows: Sections of facts, paragraphs, charts and Tables of typed Columns.
 
-The terminal (report/terminal.py: fit_table) and the HTML pages (report/html.py, templates/_macros.html.j2) render
+The terminal (report/terminal/: fit_table) and the HTML pages (report/html/, templates/_macros.html.j2) render
 the same objects, so a table's labels and formats are written once (report/columns.py names the shared columns). A
 Column turns a value into a Cell: its text, the value a page sorts by, and the full name where the text is
 shortened.

@@ -8,8 +8,8 @@ from collections import Counter
 from typing import Any
 
 from stepscope.analysis.report_data import ReportData
-from stepscope.report import _charts as charts
 from stepscope.report import columns as col
+from stepscope.report.html import charts
 from stepscope.report.model import SECTION_TITLES, Charts, Section, table
 from stepscope.runfolder.payloads import (
     FLOPS_BACKWARD,

@@ -2,7 +2,7 @@
 memory page's), `write_html`.
 
 Jinja2 renders the page with autoescaping on, so every string from a trace or a run folder is text, never markup.
-The page loads nothing: the charting library (Vega-Lite, report/_vega.py) and our own small script (table sorting
+The page loads nothing: the charting library (Vega-Lite, report/html/vega.py) and our own small script (table sorting
 and filtering, chart embedding) are inlined, and a Content-Security-Policy lets only those two scripts run, by
 their hashes, and forbids every load from elsewhere. Chart data rides in `application/json` script elements,
 escaped so that no string can close them.
@@ -19,10 +19,10 @@ from typing import Any
 import msgspec
 
 from stepscope.analysis.report_data import ReportData
-from stepscope.report import _compare as compare
-from stepscope.report import _findings
-from stepscope.report import _report_sections as build
 from stepscope.report._savings import combined_lines
+from stepscope.report.html import compare
+from stepscope.report.html import findings as findings_section
+from stepscope.report.html import sections as build
 from stepscope.report.model import SECTION_TITLES, Charts, Section
 
 
@@ -31,7 +31,7 @@ def render_report(data: ReportData) -> str:
 
     pc = Charts()
     sections = build.sections(data, pc)
-    findings = _findings.findings(data)
+    findings = findings_section.findings(data)
     return _render(
         "report.html.j2",
         title=f"stepscope report: {data.title}",
@@ -117,7 +117,7 @@ def _bytecode_cache() -> Any:
     that cannot be read or written is skipped."""
     import jinja2
 
-    from stepscope.report._vega import cache_dir
+    from stepscope.report.html.vega import cache_dir
 
     class Cache(jinja2.FileSystemBytecodeCache):
         def load_bytecode(self, bucket: Any) -> None:
@@ -162,7 +162,7 @@ def _json_data(value: Any) -> Any:
 def _render(template: str, **context: Any) -> str:
     from markupsafe import Markup
 
-    from stepscope.report._vega import csp_hash, vega_bundle
+    from stepscope.report.html.vega import csp_hash, vega_bundle
 
     vega = vega_bundle()
     app = _static("report.js")

@@ -3,7 +3,7 @@
 The script is a file of the package (templates/vega.js), read as text: writing a page starts no JavaScript
 engine (one started at run time died under `ulimit -v` or dropped capabilities with a V8 dump, exit 133). The
 file is vl-convert's bundle of these libraries (the Vega project's own packaging of them for offline use), made
-by `make vega-bundle`, which runs `python -m stepscope.report._vega` on a machine with vl-convert-python.
+by `make vega-bundle`, which runs `python -m stepscope.report.html.vega` on a machine with vl-convert-python.
 Their licences: templates/vega.LICENSES.txt.
 """
 
@@ -79,7 +79,7 @@ def csp_hash(script: str) -> str:
     return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
 
 
-if __name__ == "__main__":  # python -m stepscope.report._vega [PATH]: (re)build the shipped bundle
+if __name__ == "__main__":  # python -m stepscope.report.html.vega [PATH]: (re)build the shipped bundle
     build_bundle(
-        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "templates" / BUNDLE_NAME
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent.parent / "templates" / BUNDLE_NAME
     )

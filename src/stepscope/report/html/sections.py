@@ -10,13 +10,11 @@ import statistics
 from typing import Any
 
 from stepscope.analysis.report_data import ReportData
-from stepscope.report import _charts as charts
-from stepscope.report import _host_section as host_section
-from stepscope.report import _run_sections as run_sections
 from stepscope.report import columns as col
 from stepscope.report._deepspeed import section as ds_section
-from stepscope.report._parallelism import parallelism
-from stepscope.report._path_section import critical_path
+from stepscope.report.html import charts, host_section, run_sections
+from stepscope.report.html.parallelism import parallelism
+from stepscope.report.html.path_section import critical_path
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section, Table, table
 from stepscope.report.tables import (
     collectives_table,

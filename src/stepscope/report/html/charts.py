@@ -1,7 +1,7 @@
 """Vega-Lite specifications of the report's charts, built from the report's data (reshaping only, no analysis).
 
 Each function returns a spec with its data inline, or None when there is nothing to draw. Vega-Lite draws them
-in the browser; the page inlines the library once (report/_vega.py).
+in the browser; the page inlines the library once (report/html/vega.py).
 """
 
 from __future__ import annotations

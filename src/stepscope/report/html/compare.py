@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from stepscope.analysis.diff.compare import PHASE_LABELS
-from stepscope.report import _charts as charts
 from stepscope.report import columns as col
 from stepscope.report._diff_tables import phase_table, step_time_table
 from stepscope.report._diff_text import change_text, fast_change_text, finding_head
+from stepscope.report.html import charts
 from stepscope.report.model import Charts, Section, table
 from stepscope.units import fmt_ms, fmt_us
 
