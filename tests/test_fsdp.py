@@ -243,7 +243,7 @@ def test_exposed_communication_on_cpu_is_the_time_the_training_thread_does_not_c
 ) -> None:
     from stepscope.analysis import intervals as iv
     from stepscope.analysis.rank import exposed_communication, prepare_rank
-    from stepscope.analysis.rank.collectives import communication_intervals
+    from stepscope.analysis.rank.comm.collectives import communication_intervals
 
     from ._traces import load
 

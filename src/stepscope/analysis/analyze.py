@@ -30,25 +30,25 @@ from stepscope.analysis.rank.breakdown import (
     temporal_breakdown,
     top_kernels,
 )
-from stepscope.analysis.rank.collectives import (
+from stepscope.analysis.rank.comm.collectives import (
     CollectiveStats,
     Instances,
     collective_stats,
     rank_instances,
     wait_intervals,
 )
-from stepscope.analysis.rank.expert import Expert, ExpertPart, expert_rank, imbalance
-from stepscope.analysis.rank.fsdp import FsdpAnalysis, FsdpRank, combine_fsdp, fsdp_rank
-from stepscope.analysis.rank.groups import KnownGroups
+from stepscope.analysis.rank.comm.groups import KnownGroups
 from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.rank.overlap import CommOverlap, comm_compute_overlap
 from stepscope.analysis.rank.overview import StepCategories, add_comm_waiting, step_categories
-from stepscope.analysis.rank.pipeline import RankPipeline, rank_pipeline
+from stepscope.analysis.rank.parallelism.expert import Expert, ExpertPart, expert_rank, imbalance
+from stepscope.analysis.rank.parallelism.fsdp import FsdpAnalysis, FsdpRank, combine_fsdp, fsdp_rank
+from stepscope.analysis.rank.parallelism.pipeline import RankPipeline, rank_pipeline
+from stepscope.analysis.rank.parallelism.tensor import Tensor, TensorRank, tensor_rank
 from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
 from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
 from stepscope.analysis.rank.summary import keep_op_trees
-from stepscope.analysis.rank.tensor import Tensor, TensorRank, tensor_rank
 from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
 from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
 from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
@@ -193,7 +193,7 @@ def analyze_rank_part(
     `cross_rank=False`: no other rank will be compared with this one, so its summary leaves out the CPU ops'
     self time per step (only a straggler's cause reads it; on a big trace it is a third of the analysis).
     `known_groups`: the job's process groups by name ({description, ranks, backend, mesh_dim}), where a record
-    of them is at hand (rank/groups.py)."""
+    of them is at hand (rank/comm/groups.py)."""
     data = prepare_rank(
         table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
     )

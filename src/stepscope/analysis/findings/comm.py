@@ -15,7 +15,7 @@ from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.comm_rank import COMM_BOUND
 from stepscope.analysis.findings.pricing import Finding, price_of, price_per_step, priced
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank.collectives import Instances
+from stepscope.analysis.rank.comm.collectives import Instances
 from stepscope.analysis.rank.comm_names import algorithm_bytes
 from stepscope.analysis.rank.prepare import RankDigest
 from stepscope.analysis.ranks.distributed import Distributed

@@ -21,7 +21,7 @@ from stepscope.analysis.findings.comm import TRACE_ALL, waiting_known
 from stepscope.analysis.findings.comm_rank import COMM_BOUND, COMM_EXPOSED_MIN_PCT, POOR_OVERLAP
 from stepscope.analysis.findings.pricing import FINDING_MIN_PCT, Finding, price_of, priced
 from stepscope.analysis.findings.replayed import by_saving
-from stepscope.analysis.rank.collectives import Instances
+from stepscope.analysis.rank.comm.collectives import Instances
 from stepscope.analysis.rank.prepare import RankDigest
 from stepscope.analysis.ranks.distributed import Distributed
 from stepscope.units import fmt_ms

@@ -12,12 +12,12 @@ from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from stepscope.analysis.rank.breakdown import kernel_type_breakdown, temporal_breakdown
-    from stepscope.analysis.rank.collectives import collective_stats, rank_instances
-    from stepscope.analysis.rank.exposed import exposed_communication
-    from stepscope.analysis.rank.fsdp import FsdpAnalysis, fsdp_rank
+    from stepscope.analysis.rank.comm.collectives import collective_stats, rank_instances
+    from stepscope.analysis.rank.comm.exposed import exposed_communication
     from stepscope.analysis.rank.idle import idle_by_stream
     from stepscope.analysis.rank.overlap import comm_compute_overlap
     from stepscope.analysis.rank.overview import step_categories
+    from stepscope.analysis.rank.parallelism.fsdp import FsdpAnalysis, fsdp_rank
     from stepscope.analysis.rank.prepare import RankData, prepare_rank
     from stepscope.analysis.rank.steps import find_steps, step_table
     from stepscope.analysis.rank.summary import SUMMARY_SCHEMA, RankSummary, Summary, summarize
@@ -35,12 +35,12 @@ _EXPORTS = {
     "kernel_type_breakdown": "breakdown",
     "idle_by_stream": "idle",
     "comm_compute_overlap": "overlap",
-    "collective_stats": "collectives",
-    "rank_instances": "collectives",
+    "collective_stats": "comm.collectives",
+    "rank_instances": "comm.collectives",
     "step_categories": "overview",
-    "exposed_communication": "exposed",
-    "fsdp_rank": "fsdp",
-    "FsdpAnalysis": "fsdp",
+    "exposed_communication": "comm.exposed",
+    "fsdp_rank": "parallelism.fsdp",
+    "FsdpAnalysis": "parallelism.fsdp",
 }
 
 __all__ = [

@@ -37,13 +37,13 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import unique_inverse
-from stepscope.analysis.rank.collectives import (
+from stepscope.analysis.rank.comm.collectives import (
     Instances,
     communication_intervals,
     wait_intervals,
 )
+from stepscope.analysis.rank.comm.exposed import communication_category, exposed_communication
 from stepscope.analysis.rank.comm_names import cpu_collective
-from stepscope.analysis.rank.exposed import communication_category, exposed_communication
 from stepscope.analysis.rank.prepare import RankData, RankDigest
 from stepscope.analysis.rank.steps import STEP_RE, StepRow, pct
 from stepscope.analysis.rank.summary import CPU_OP_CATEGORIES, self_times

@@ -22,8 +22,8 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.rank.collectives import Instances, rank_instances
-from stepscope.analysis.rank.groups import KnownGroups
+from stepscope.analysis.rank.comm.collectives import Instances, rank_instances
+from stepscope.analysis.rank.comm.groups import KnownGroups
 from stepscope.analysis.rank.kernels import compile_patterns
 from stepscope.analysis.rank.prepare import prepare_rank
 from stepscope.analysis.ranks.distributed import ClockAlignment, Matching, cross_rank_analysis, summarize_rank

@@ -80,7 +80,7 @@ class GroupStraggler(msgspec.Struct):
     group: str | None  # process-group name; null: unknown (the traces name none)
     dim: str | None  # its mesh dimension, else its description, else null
     ranks: list[int]  # its ranks where known, else the ranks whose instances of it were matched
-    group_source: str  # how the group is known (rank/groups.py's GROUP_SOURCES)
+    group_source: str  # how the group is known (rank/comm/groups.py's GROUP_SOURCES)
     rank: int
     delay_ms_per_step: float  # mean over the group's matched steps of the time its other members wait for it
     delay_pct: float  # of the mean step time

@@ -77,7 +77,7 @@ class DerivedRows(msgspec.Struct, eq=False):
         default_factory=dict
     )  # rank.steps
     phases: dict[str, iv.Intervals] | None = None  # rank.steps.assign_phases
-    collective_rows: list[tuple[int, str, str]] | None = None  # rank.collectives._cpu_rows
+    collective_rows: list[tuple[int, str, str]] | None = None  # rank.comm.collectives.cpu_rows
 
     def keep_only_op_trees(self, *category_sets: tuple[str, ...]) -> None:
         """Drop everything but the op trees of `category_sets`."""

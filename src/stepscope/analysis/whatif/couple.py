@@ -22,7 +22,7 @@ from collections.abc import Generator, Mapping
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.collectives import Instances
+from stepscope.analysis.rank.comm.collectives import Instances
 from stepscope.analysis.ranks.distributed import aligned_matches
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.replay import Coupled, Replay, Scaling, replay_steps

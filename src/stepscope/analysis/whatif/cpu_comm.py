@@ -22,8 +22,8 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import distinct_sorted, unique_inverse
-from stepscope.analysis.rank.collectives import Instances
-from stepscope.analysis.rank.exposed import training_compute
+from stepscope.analysis.rank.comm.collectives import Instances
+from stepscope.analysis.rank.comm.exposed import training_compute
 from stepscope.analysis.rank.kernels import COMMUNICATION
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.whatif.events import INFER_WINDOW_NS

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.collectives import Instances, rank_instances
+from stepscope.analysis.rank.comm.collectives import Instances, rank_instances
 from stepscope.analysis.rank.prepare import prepare_rank
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.stats import t_quantile

@@ -27,7 +27,7 @@ class IssuedOps:
     """The issued collective ops of one table (outermost c10d ops and functional collectives), per thread."""
 
     def __init__(self, table: TraceTable, rows: list[tuple[int, str, str]]) -> None:
-        """`rows`: (row, source, kind) of the table's CPU collective events by start (collectives._cpu_rows)."""
+        """`rows`: (row, source, kind) of the table's CPU collective events by start (collectives.cpu_rows)."""
         cols = self._cols = table.columns
         by_thread: dict[tuple[int, int], list[tuple[int, str]]] = {}
         for row, source, kind in rows:

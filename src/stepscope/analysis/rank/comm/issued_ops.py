@@ -9,9 +9,9 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.collectives import _backend, _cpu_rows, _text
+from stepscope.analysis.rank.comm.collectives import _backend, _text, cpu_rows
+from stepscope.analysis.rank.comm.issued import IssuedOps
 from stepscope.analysis.rank.comm_names import CPU_BACKENDS, element_bytes
-from stepscope.analysis.rank.issued import IssuedOps
 from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.read.table import MISSING, split_sizes
@@ -42,7 +42,7 @@ def issued_ops(
     left out cost no more than finding them."""
     table = data.table
     cols = table.columns
-    everywhere = _cpu_rows(table)
+    everywhere = cpu_rows(table)
     issued = IssuedOps(table, everywhere)
     recorded = [(row, kind) for row, found, kind in everywhere if found == "record_param_comms"]
     params: dict[int, list[int]] = {}

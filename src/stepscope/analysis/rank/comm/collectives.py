@@ -26,6 +26,9 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.rank.comm.exposed import exposed_communication
+from stepscope.analysis.rank.comm.groups import GroupResolver, KnownGroups, parse_ranks
+from stepscope.analysis.rank.comm.issued import IssuedOps
 from stepscope.analysis.rank.comm_names import (
     BACKEND_RANGE,
     CPU_BACKENDS,
@@ -37,9 +40,6 @@ from stepscope.analysis.rank.comm_names import (
     kernel_collective,
     nccl_algorithm,
 )
-from stepscope.analysis.rank.exposed import exposed_communication
-from stepscope.analysis.rank.groups import GroupResolver, KnownGroups, parse_ranks
-from stepscope.analysis.rank.issued import IssuedOps
 from stepscope.analysis.rank.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.rank.steps import find_steps
@@ -50,7 +50,7 @@ __all__ = [
     "Instances",
     "collective_stats",
     "communication_intervals",
-    "exposed_communication",  # (rank/exposed.py; importable from here as before)
+    "exposed_communication",  # (rank/comm/exposed.py; importable from here as before)
     "rank_instances",
     "wait_intervals",
 ]
@@ -143,7 +143,7 @@ def rank_instances(
 def _thread_groups(data: RankData, resolver: GroupResolver) -> dict[int, str]:
     """tid -> group name of the rank's gloo threads, where capture's record and the trace agree (groups.py)."""
     table = data.table
-    everywhere = _cpu_rows(table)
+    everywhere = cpu_rows(table)
     rows = [
         r for r, source, _ in everywhere if source == "backend_range" and _backend(table, r) in CPU_BACKENDS
     ]
@@ -157,7 +157,7 @@ def _instances(data: RankData, world_size: int | None) -> Instances:
     table = data.table
     comm = data.gpu.of_kind(COMMUNICATION)
     comm = comm.select(comm.cat == table.cat_id("kernel")) if len(comm) else comm
-    everywhere = _cpu_rows(table)
+    everywhere = cpu_rows(table)
     issued = IssuedOps(table, everywhere)
     if len(comm):
         return _kernel_instances(data, comm, issued)
@@ -194,7 +194,7 @@ def communication_intervals(data: RankData) -> iv.Intervals | None:
     comm = data.gpu_all.of_kind(COMMUNICATION)
     table = data.table
     rows = np.array(
-        [r for r, source, _ in _cpu_rows(table)
+        [r for r, source, _ in cpu_rows(table)
          if source == "backend_range" and _backend(table, r) in CPU_BACKENDS],
         dtype=np.int64,
     )  # fmt: skip
@@ -358,7 +358,7 @@ def _set_arrays(out: Instances, cols: dict[str, list[int]]) -> None:
     out.row = arrays["row"]
 
 
-def _cpu_rows(table: TraceTable) -> list[tuple[int, str, str]]:
+def cpu_rows(table: TraceTable) -> list[tuple[int, str, str]]:
     """(row, source, kind) of the table's CPU-side collective events, by start: found once per table and kept
     with it (`DerivedRows.collective_rows`: five analyses read them)."""
     found = table.derived.collective_rows

@@ -10,8 +10,8 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.rank.comm.issued_ops import issued_ops
 from stepscope.analysis.rank.comm_names import ep_kernel
-from stepscope.analysis.rank.issued_ops import issued_ops
 from stepscope.analysis.rank.kernels import COMPUTATION
 from stepscope.analysis.rank.prepare import RankData
 

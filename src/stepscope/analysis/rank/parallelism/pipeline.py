@@ -32,9 +32,9 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.collectives import Instances
+from stepscope.analysis.rank.comm.collectives import Instances
+from stepscope.analysis.rank.comm.groups import KnownGroups, parse_ranks
 from stepscope.analysis.rank.comm_names import BACKEND_RANGE, cpu_collective
-from stepscope.analysis.rank.groups import KnownGroups, parse_ranks
 from stepscope.analysis.rank.kernels import COMMUNICATION
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.read.table import MISSING, P2P_OPS, TraceTable

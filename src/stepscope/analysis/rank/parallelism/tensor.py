@@ -16,8 +16,8 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.rank.comm.issued_ops import IssuedOp, issued_ops
 from stepscope.analysis.rank.comm_names import FUNCTIONAL_PREFIXES, async_tp_op
-from stepscope.analysis.rank.issued_ops import IssuedOp, issued_ops
 from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.rank.steps import assign_phases

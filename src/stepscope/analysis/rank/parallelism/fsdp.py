@@ -29,9 +29,9 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.collectives import Instances, _cpu_rows
-from stepscope.analysis.rank.exposed import exposed_communication
-from stepscope.analysis.rank.issued import IssuedOps
+from stepscope.analysis.rank.comm.collectives import Instances, cpu_rows
+from stepscope.analysis.rank.comm.exposed import exposed_communication
+from stepscope.analysis.rank.comm.issued import IssuedOps
 from stepscope.analysis.rank.prepare import RankData
 from stepscope.analysis.read.table import MISSING, TraceTable
 
@@ -157,7 +157,7 @@ class _Ranges:
 def _issuing_ops(data: RankData, inst: Instances) -> list[int]:
     """Per instance, the row of the c10d op that issued it (MISSING when none is found)."""
     table = data.table
-    everywhere = _cpu_rows(table)
+    everywhere = cpu_rows(table)
     issued = IssuedOps(table, everywhere)
     ts, dur = table.columns["ts"], table.columns["dur"]
     if inst.source == "backend_range":
