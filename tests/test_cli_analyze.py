@@ -166,16 +166,3 @@ def test_steps_outside_the_trace_and_bad_ranges(capsys: pytest.CaptureFixture[st
     for bad in ("7:5", "a:b", ":"):
         assert main(["analyze", str(NCCL_TRACE), "--steps", bad]) == 2
         assert "--steps" in capsys.readouterr().err
-
-
-def test_analyze_json_without_click_prints_what_click_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # GIVEN a trace; `analyze PATH --json` runs without click, with the command's defaults written again
-    path = write_trace(tmp_path / "rank0.json.gz", two_step_trace(), rank=0)
-    assert main(["analyze", str(path), "--json"]) == 0
-    fast = capsys.readouterr().out
-    # WHEN the same command goes through click's parsing (`--` before the path: a form the short path leaves)
-    assert main(["analyze", "--json", "--", str(path)]) == 0
-    # THEN the same document
-    assert capsys.readouterr().out == fast

@@ -4,7 +4,6 @@ become messages and exit codes."""
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -38,23 +37,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench", "Profile each variant of a registry of components in isolation and compare them."),
     "trigger": ("trigger", "Make a running on-demand job (on_demand=True) record its next window."),
 }
-# Commands that run only our code: when they are done, the process's exit skips the collector's passes over every
-# object left (gc.freeze: about 20 ms of a 0.2 s command). Not `run`, `demo`, `estimate`, `bench`: the training
-# code they run may count on finalizers at exit.
-FREEZE_AT_EXIT = frozenset(
-    {"summary", "analyze", "whatif", "diff", "report", "merge", "memory", "nsys-command", "trigger"}
-)
-# Commands that print and write nothing else: their process ends without the interpreter's teardown.
-EXIT_AT_ONCE = frozenset({"analyze"})
 # numpy's OpenBLAS starts a thread per CPU when numpy is imported, unless one of these says how many: the analyses
-# never call BLAS, and on 2 busy cores those threads' start and spin cost ~50 ms of a 0.2 s analyze.
+# never call BLAS, and on 2 busy cores those threads' start and spin cost ~50 ms of a 0.2 s analyze. Set for the
+# analysis commands only (`_group.py`), and taken back by `main`.
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
-_invoked: list[str] = []
-_blas_env_set: list[str] = []
+ANALYSIS_COMMANDS = frozenset({"summary", "analyze", "whatif", "diff", "report", "merge", "memory"})
+# `analyze` prints and writes nothing else, and leaves nothing to finalize (its pools shut down and its temp folders
+# removed by then): its process ends without the interpreter's teardown, which frees every module and array one by
+# one (7% of a whole `analyze --json` of a 15 MB trace, measured paired with and without it).
+EXIT_AT_ONCE = frozenset({"analyze"})
+_env_set: list[str] = []
+_commands: list[str] = []  # the subcommand that ran (_group.py)
 
 
 def __getattr__(name: str) -> Any:
-    """`cli`, the click group, imported on first use (`stepscope analyze PATH --json` runs without click)."""
+    """`cli`, the click group, imported on first use."""
     if name == "cli":
         from stepscope.cli._group import cli
 
@@ -62,10 +59,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _limit_blas_threads() -> None:
+def limit_blas_threads() -> None:
     if not any(var in os.environ for var in BLAS_THREAD_VARS):
         os.environ[BLAS_THREAD_VARS[0]] = "1"  # (for this command only: main takes it back)
-        _blas_env_set.append(BLAS_THREAD_VARS[0])
+        _env_set.append(BLAS_THREAD_VARS[0])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -73,13 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     its text from files and arguments escaped (`plain`): a name never drives the terminal."""
     _stand_in_for_closed_streams()
     try:
-        result = _analyze_json(list(argv) if argv is not None else sys.argv[1:])
-        if result is None:
-            from stepscope.cli._group import cli
+        from stepscope.cli._group import cli
 
-            result = cli.main(
-                args=list(argv) if argv is not None else None, prog_name="stepscope", standalone_mode=False
-            )
+        result = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="stepscope", standalone_mode=False
+        )
     except StepscopeError as exc:
         return _error(str(exc), exc.exit_code)
     except BrokenPipeError:
@@ -94,8 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:  # (click's exceptions: none is one of the above)
         return _click_failure()
     finally:
-        while _blas_env_set:
-            os.environ.pop(_blas_env_set.pop(), None)
+        while _env_set:
+            os.environ.pop(_env_set.pop(), None)
     return result if isinstance(result, int) else 0
 
 
@@ -106,51 +101,6 @@ def _stand_in_for_closed_streams() -> None:
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 (the process's own)
-
-
-def _analyze_json(args: list[str]) -> int | None:
-    """`stepscope analyze PATH --json` (the whole command line; either order), the common form, run without
-    click (whose import and dispatch are ~3% of a small trace's analyze): exactly what click would run. None
-    for any other command line, which click parses. A click exception raised in the analysis (a usage error)
-    makes click run the command again, so that its message names the command as click's would."""
-    if len(args) != 3 or args[0] != "analyze" or "--json" not in args[1:]:
-        return None
-    if "_STEPSCOPE_COMPLETE" in os.environ or os.name == "nt":  # (click: completion; Windows: globs expanded)
-        return None
-    path = args[2] if args[1] == "--json" else args[1]
-    if not path or path.startswith("-"):
-        return None
-    from pathlib import Path
-
-    from stepscope.cli._analysis import run_analyze
-
-    _invoked.append("analyze")
-    _limit_blas_threads()
-    try:
-        # (cli/analyze.py's defaults; tests/test_cli_analyze.py compares the two paths' documents)
-        run_analyze(
-            Path(path),
-            step=None,
-            as_json=True,
-            drop_last_step=False,
-            step_range=None,
-            top=10,
-            comm_patterns=(),
-            jobs=None,
-            executor="local",
-            scheduler=None,
-            wide=False,
-        )
-    except (EOFError, KeyboardInterrupt) as exc:  # (as click.BaseCommand.main does)
-        import click
-
-        click.echo(file=sys.stderr)
-        raise click.exceptions.Abort() from exc
-    except Exception as exc:
-        if type(exc).__module__.partition(".")[0] == "click":
-            return None
-        raise
-    return 0
 
 
 def _click_failure() -> int:
@@ -189,16 +139,11 @@ def _usage_error(exc: click.ClickException) -> int:
 
 def run() -> None:  # pragma: no cover - console entry point
     status = main()
-    if _invoked and set(_invoked) <= EXIT_AT_ONCE:
-        # Only our own code ran, it wrote nothing but stdout and stderr, and it left nothing to finalize (pools
-        # shut down and temp folders removed by then): what is printed is flushed, and the interpreter's teardown
-        # (freeing every module and array one by one: ~1% of a small trace's analyze) is skipped.
+    if _commands and set(_commands) <= EXIT_AT_ONCE:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said on it
             pass
         os._exit(status)
-    if _invoked and set(_invoked) <= FREEZE_AT_EXIT:
-        gc.freeze()
     sys.exit(status)

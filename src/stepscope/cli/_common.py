@@ -123,7 +123,7 @@ def _with_progress(analysis: Any, *paths: Any, bar: Any = None, **options: Any) 
         with ProgressBar() as progress:
             return analysis(*paths, progress=progress, **options)
     except ExecutorError as exc:
-        import click  # (only here: `analyze PATH --json` runs without click, see cli/__init__.py)
+        import click
 
         raise click.UsageError(str(exc)) from None
 
@@ -174,7 +174,7 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
     """The patterns of `--comm-pattern` (checked: a usage error when one is not a regex or matches every
     name), after those of the run folder's config when PATH is a run folder."""
     for pattern in given:
-        import click  # (only with patterns: `analyze PATH --json` runs without click, see cli/__init__.py)
+        import click
         import regex  # (the engine the analysis searches them with: analysis/rank/kernels.CommPattern)
 
         try:

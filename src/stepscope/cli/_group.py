@@ -9,7 +9,7 @@ import os
 import click
 
 from stepscope._version import __version__
-from stepscope.cli import COMMANDS, FREEZE_AT_EXIT, _blas_env_set, _invoked, _limit_blas_threads
+from stepscope.cli import ANALYSIS_COMMANDS, COMMANDS, _commands, _env_set, limit_blas_threads
 
 NO_CACHE_ENV = "STEPSCOPE_NO_CACHE"  # (analysis.read.cache's; not imported: the group loads no analysis)
 
@@ -21,9 +21,9 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS or not _module_exists(COMMANDS[cmd_name][0]):
             return None
-        _invoked.append(cmd_name)
-        if cmd_name in FREEZE_AT_EXIT:
-            _limit_blas_threads()
+        _commands.append(cmd_name)
+        if cmd_name in ANALYSIS_COMMANDS:
+            limit_blas_threads()
         module = importlib.import_module(f"stepscope.cli.{COMMANDS[cmd_name][0]}")
         command: click.Command = module.command
         return command
@@ -52,4 +52,4 @@ def cli(no_cache: bool) -> None:
         os.environ[NO_CACHE_ENV] = (
             "1"  # (the pool's processes too; for this command only: main takes it back)
         )
-        _blas_env_set.append(NO_CACHE_ENV)
+        _env_set.append(NO_CACHE_ENV)

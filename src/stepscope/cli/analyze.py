@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from stepscope.cli._common import comm_pattern_option, jobs_options, step_option, wide_option
+from stepscope.cli._common import (
+    analyze_traces,
+    comm_pattern_option,
+    console,
+    jobs_options,
+    print_json,
+    print_notes,
+    step_option,
+    wide_option,
+)
+from stepscope.cli._common import comm_patterns as resolve_patterns
 
 
 @click.command(name="analyze")
@@ -48,8 +59,6 @@ def command(
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
-    from stepscope.cli._analysis import run_analyze
-
     run_analyze(
         path, step, as_json, drop_last_step, step_range, top, comm_patterns, jobs, executor, scheduler, wide
     )
@@ -69,3 +78,98 @@ def _step_range(value: str | None) -> tuple[int | None, int | None] | None:
     if bounds == (None, None) or (None not in bounds and bounds[0] > bounds[1]):  # type: ignore[operator]
         raise click.BadParameter(f"{value!r}: give A <= B") from None
     return bounds
+
+
+def run_analyze(
+    path: Path,
+    step: int | None,
+    as_json: bool,
+    drop_last_step: bool,
+    step_range: tuple[int | None, int | None] | None,
+    top: int,
+    comm_patterns: tuple[str, ...],
+    jobs: int | None,
+    executor: str,
+    scheduler: str | None,
+    wide: bool,
+) -> None:
+    """Analyze PATH and print the result (the command's options above)."""
+    from stepscope.analysis.read.loader import run_folders
+
+    options: dict[str, Any] = {
+        "step": step,
+        "drop_last_step": drop_last_step,
+        "top": top,
+        "steps": step_range,
+        "jobs": jobs,
+        "executor": executor,
+        "scheduler": scheduler,
+    }
+    runs = run_folders(path) if path.is_dir() else []  # (a file: none of the run folders' modules)
+    if runs:
+        _analyze_runs(path, runs, as_json, comm_patterns, wide, **options)
+        return
+    result = _analyze_one(path, comm_patterns, **options)
+    if as_json:
+        print_json(result)
+        return
+    _print(result, wide)
+
+
+def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> Any:
+    """The AnalysisResult of one trace, folder of rank traces or run folder (with what the run measured)."""
+    patterns = resolve_patterns(path, comm_patterns)
+    if not path.is_dir():  # a run folder is a folder: a trace file needs none of the run folders' modules
+        return analyze_traces(path, comm_patterns=patterns, **options)
+    from stepscope.runfolder import is_run_folder
+
+    if not is_run_folder(path):
+        return analyze_traces(path, comm_patterns=patterns, **options)
+    from stepscope.analysis.analyze import SCHEMA, AnalysisResult, attach_run
+    from stepscope.analysis.run.folder import load_run, no_traces_note, run_facts
+
+    run = load_run(path)
+    if run.has_traces:
+        result = analyze_traces(path, comm_patterns=patterns, **options)
+    else:
+        note = f"{path}: {no_traces_note(run)}"
+        result = AnalysisResult(SCHEMA, [], None, None, [], [note])
+    attach_run(result, run_facts(run))
+    return result
+
+
+def _print(result: Any, wide: bool) -> None:
+    from stepscope.report.terminal.analysis import AnalysisReport
+
+    print_notes(result.notices)
+    print_notes(f"rank {r.rank}: {note}" for r in result.ranks for note in r.notes)
+    if result.run is not None:  # (a note the traces' loader gave too, such as a rebuilt manifest, once)
+        print_notes(note for note in result.run.notes if note not in result.notices)
+    console(wide).print(AnalysisReport(result, wide=wide))
+
+
+RUNS_SCHEMA = "stepscope.analysis-runs/1"
+
+
+def _analyze_runs(
+    path: Path, runs: list[Path], as_json: bool, comm_patterns: tuple[str, ...], wide: bool, **options: Any
+) -> None:
+    """PATH holds runs in sub-folders (h100/, mi300/): each is analysed on its own, never mixed as ranks."""
+    names = ", ".join(str(r.relative_to(path)) for r in runs)
+    notice = (
+        f"{path}: {len(runs)} runs in sub-folders ({names}), analyzed separately (not as ranks of one job)"
+    )
+    results = [(run, _analyze_one(run, comm_patterns, **options)) for run in runs]
+    if as_json:
+        print_json(
+            {
+                "schema": RUNS_SCHEMA,
+                "runs": [{"path": str(run), "analysis": result} for run, result in results],
+                "notices": [notice],
+            }
+        )
+        return
+    print_notes([notice])
+    for run, result in results:
+        console(wide).rule(str(run))
+        _print(result, wide)
