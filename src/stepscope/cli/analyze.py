@@ -59,41 +59,6 @@ def command(
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
-    run_analyze(
-        path, step, as_json, drop_last_step, step_range, top, comm_patterns, jobs, executor, scheduler, wide
-    )
-
-
-def _step_range(value: str | None) -> tuple[int | None, int | None] | None:
-    """`A:B`, `A:`, `:B` or `A` -> (first, last), inclusive."""
-    if value is None:
-        return None
-    first, sep, last = value.partition(":")
-    try:
-        bounds = (int(first) if first.strip() else None, int(last) if last.strip() else None)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not A:B (step numbers)") from None
-    if not sep:
-        bounds = (bounds[0], bounds[0])
-    if bounds == (None, None) or (None not in bounds and bounds[0] > bounds[1]):  # type: ignore[operator]
-        raise click.BadParameter(f"{value!r}: give A <= B") from None
-    return bounds
-
-
-def run_analyze(
-    path: Path,
-    step: int | None,
-    as_json: bool,
-    drop_last_step: bool,
-    step_range: tuple[int | None, int | None] | None,
-    top: int,
-    comm_patterns: tuple[str, ...],
-    jobs: int | None,
-    executor: str,
-    scheduler: str | None,
-    wide: bool,
-) -> None:
-    """Analyze PATH and print the result (the command's options above)."""
     from stepscope.analysis.read.loader import run_folders
 
     options: dict[str, Any] = {
@@ -114,6 +79,22 @@ def run_analyze(
         print_json(result)
         return
     _print(result, wide)
+
+
+def _step_range(value: str | None) -> tuple[int | None, int | None] | None:
+    """`A:B`, `A:`, `:B` or `A` -> (first, last), inclusive."""
+    if value is None:
+        return None
+    first, sep, last = value.partition(":")
+    try:
+        bounds = (int(first) if first.strip() else None, int(last) if last.strip() else None)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not A:B (step numbers)") from None
+    if not sep:
+        bounds = (bounds[0], bounds[0])
+    if bounds == (None, None) or (None not in bounds and bounds[0] > bounds[1]):  # type: ignore[operator]
+        raise click.BadParameter(f"{value!r}: give A <= B") from None
+    return bounds
 
 
 def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> Any:
