@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis.rank.comm.collectives import CollectiveStats, collective_stats, rank_instances
+from stepscope.analysis.rank.comm.collectives import rank_instances
+from stepscope.analysis.rank.comm.stats import CollectiveStats, collective_stats
 from stepscope.analysis.rank.comm_names import bus_factor, collective_kind, nccl_algorithm
 from stepscope.analysis.rank.kernels import COMMUNICATION
 from stepscope.analysis.rank.prepare import prepare_rank

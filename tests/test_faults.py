@@ -523,12 +523,12 @@ def test_a_trace_over_the_input_limit_is_refused(tmp_path: Path, monkeypatch: py
 def test_an_error_while_profiling_starts_switches_it_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stepscope.capture import monitor as monitor_module
+    from stepscope.capture import startup
 
     def broken(config: Any, **kwargs: Any) -> Any:
         raise RuntimeError("no collectors today")
 
-    monkeypatch.setattr(monitor_module, "collector_classes", broken)
+    monkeypatch.setattr(startup, "collector_classes", broken)
     monitor, losses, messages = train_and_close(tmp_path, 3, wait=0, warmup=1, active=1)
     assert len(losses) == 3 and not monitor.recording
     assert messages == [

@@ -30,14 +30,9 @@ from stepscope.analysis.rank.breakdown import (
     temporal_breakdown,
     top_kernels,
 )
-from stepscope.analysis.rank.comm.collectives import (
-    CollectiveStats,
-    Instances,
-    collective_stats,
-    rank_instances,
-    wait_intervals,
-)
+from stepscope.analysis.rank.comm.collectives import Instances, rank_instances, wait_intervals
 from stepscope.analysis.rank.comm.groups import KnownGroups
+from stepscope.analysis.rank.comm.stats import CollectiveStats, collective_stats
 from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
 from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
 from stepscope.analysis.rank.overlap import CommOverlap, comm_compute_overlap

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from stepscope.capture.collector import NEVER, Collector, Guard, RunContext, overrides
-from stepscope.capture.collectors import collector_classes
 from stepscope.capture.config import ProfileConfig
 from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.engine import follow_engine, is_deepspeed_engine
-from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter, open_run_folder
+from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter
 from stepscope.capture.schedule import Phase, Schedule
+from stepscope.capture.startup import make_collectors, open_context
 from stepscope.errors import ConfigError
 from stepscope.runfolder.payloads import StepMetrics
 
@@ -346,7 +346,17 @@ class PerformanceMonitor:
             return
         assert self._run_dir is not None
         try:
-            self._ctx = self._create_run_folder(profiled)
+            self._ctx = open_context(
+                self._run_dir,
+                self.config,
+                self.schedule,
+                self.rank,
+                self.world_size,
+                profiled,
+                model=self.model,
+                engine=self.engine,
+                steps_done=lambda: self.steps_done,
+            )
         except Exception as exc:
             cause = (
                 exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
@@ -359,32 +369,15 @@ class PerformanceMonitor:
             return
         from torch.profiler import record_function
 
-        from stepscope.capture.window.trace import TraceCollector
-
         self._writer = self._ctx.writer
         self._quiet = self._writer.quiet_buffer
         self._record_function = record_function
         self.recording = True
         _recording = self
-        self._collectors = []
-        classes: list[type[Collector]] = [*collector_classes(self.config, deepspeed=self.engine is not None)]
-        if self.config.trace:
-            classes.append(TraceCollector)
-        for cls in classes:
-            try:
-                self._collectors.append(cls(self._ctx))
-            except Exception as exc:
-                warn_user(
-                    f"stepscope: the {cls.name!r} collector could not be set up ({type(exc).__name__}: {exc}); "
-                    "it is switched off for this run, training goes on",
-                    StepscopeWarning,
-                )
-        if self.config.on_demand:
-            from stepscope.capture.window.trigger import TriggerCollector
-
-            count = self.world_size if profiled is None else len(profiled)
-            self._collectors.append(TriggerCollector(self._ctx, self._replan, count))
-        self._trace = next((c for c in self._collectors if isinstance(c, TraceCollector)), None)
+        requesters = self.world_size if profiled is None else len(profiled)
+        self._collectors, self._trace = make_collectors(
+            self._ctx, deepspeed=self.engine is not None, replan=self._replan, requesters=requesters
+        )
         for collector in self._collectors:
             self._guard.call(collector, "start")
         self._rebuild_hooks()
@@ -395,29 +388,6 @@ class PerformanceMonitor:
             self._nvtx = nvtx_region
         self._quiet_until = self._next_busy(self.steps_done)
         atexit.register(self.close)
-
-    def _create_run_folder(self, profiled: list[int] | None) -> RunContext:
-        assert self._run_dir is not None
-        writer = open_run_folder(
-            self._run_dir, self.config, self.schedule, self.rank, self.world_size, profiled
-        )
-        try:
-            writer.create_metrics()
-        except OSError as exc:  # a FIFO or a device put in its place: metrics are off, the rest goes on
-            writer.metrics_failed(exc)
-        writer.manifest.merge_now()  # the folder is a run folder at once, unless another process holds the lock
-        return RunContext(
-            config=self.config,
-            schedule=self.schedule,
-            rank=self.rank,
-            world_size=self.world_size,
-            writer=writer,
-            model=self.model,
-            engine=self.engine,
-            is_first_profiled_rank=self.rank == (0 if profiled is None else profiled[0]),
-            step=self.steps_done,
-            steps_done=lambda: self.steps_done,
-        )
 
     def _live(self) -> list[Collector]:
         return [c for c in self._collectors if c.name not in self._guard.failed]

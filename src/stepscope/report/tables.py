@@ -12,7 +12,7 @@ from stepscope.units import fmt_members
 if TYPE_CHECKING:
     from stepscope.analysis.analyze import RankAnalysis
     from stepscope.analysis.rank.breakdown import Temporal
-    from stepscope.analysis.rank.comm.collectives import CollectiveStats
+    from stepscope.analysis.rank.comm.stats import CollectiveStats
     from stepscope.analysis.rank.summary import RankSummary
     from stepscope.analysis.ranks.dimensions import Dimensions
     from stepscope.analysis.ranks.distributed import CrossRank

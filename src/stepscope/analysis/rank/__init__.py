@@ -12,8 +12,9 @@ from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from stepscope.analysis.rank.breakdown import kernel_type_breakdown, temporal_breakdown
-    from stepscope.analysis.rank.comm.collectives import collective_stats, rank_instances
+    from stepscope.analysis.rank.comm.collectives import rank_instances
     from stepscope.analysis.rank.comm.exposed import exposed_communication
+    from stepscope.analysis.rank.comm.stats import collective_stats
     from stepscope.analysis.rank.idle import idle_by_stream
     from stepscope.analysis.rank.overlap import comm_compute_overlap
     from stepscope.analysis.rank.overview import step_categories
@@ -35,7 +36,7 @@ _EXPORTS = {
     "kernel_type_breakdown": "breakdown",
     "idle_by_stream": "idle",
     "comm_compute_overlap": "overlap",
-    "collective_stats": "comm.collectives",
+    "collective_stats": "comm.stats",
     "rank_instances": "comm.collectives",
     "step_categories": "overview",
     "exposed_communication": "comm.exposed",
