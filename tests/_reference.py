@@ -16,28 +16,30 @@ from typing import Any
 
 import numpy as np
 
-from stepscope.analysis.read.table import (
+from stepscope.analysis.read.messages import (
     ALL_TO_ALL_INPUTS,
+    P2P_OPS,
+    SHAPED_RANGE_RE,
+    all_to_all_message,
+    p2p_peer,
+    shapes_message,
+)
+from stepscope.analysis.read.table import (
     COLUMNS,
     GPU_CATEGORIES,
     INT_ARGS,
     MISSING,
     OLD_CATEGORIES,
     OUT_OF_RANGE_NS,
-    P2P_OPS,
-    SHAPED_RANGE_RE,
     STRING_ARGS,
     SYNC_CATEGORY,
     SYNC_INT_ARGS,
     RankInfo,
     TraceTable,
     _clipped,
-    all_to_all_message,
     as_int,
     decimal_us_to_ns,
     id_as_int,
-    p2p_peer,
-    shapes_message,
 )
 
 

@@ -45,6 +45,13 @@ from stepscope.analysis.read._values import (
     strict_all_ints,
 )
 from stepscope.analysis.read.limits import MAX_EVENTS_ENV, MAX_NAME_CHARS, max_events
+from stepscope.analysis.read.messages import (
+    P2P_OPS,
+    SHAPED_RANGE_RE,
+    all_to_all_message,
+    p2p_peer,
+    shapes_message,
+)
 from stepscope.analysis.read.table import (
     COLUMNS,
     GPU_CATEGORIES,
@@ -52,20 +59,15 @@ from stepscope.analysis.read.table import (
     INT_ARGS,
     MISSING,
     OLD_CATEGORIES,
-    P2P_OPS,
-    SHAPED_RANGE_RE,
     SPARSE_COLUMNS,
     STRING_ARGS,
     SYNC_CATEGORY,
     SYNC_INT_ARGS,
     RankInfo,
     SparseColumn,
-    all_to_all_message,
     constant_column,
     constant_value,
     id_as_int,
-    p2p_peer,
-    shapes_message,
 )
 from stepscope.errors import InputError
 
@@ -144,7 +146,9 @@ class ColumnBuilder:
         # string args, by key: they join `names` after all event names, key by key (see finish)
         self._arg_strings: dict[str, dict[str, int]] = {key: {} for key in STRING_ARGS}
         self._backend_names = np.zeros(0, dtype=bool)  # by name code: a backend collective range
-        self._all_to_all_names: dict[int, str] = {}  # name code -> all-to-all op (table.all_to_all_message)
+        self._all_to_all_names: dict[
+            int, str
+        ] = {}  # name code -> all-to-all op (messages.all_to_all_message)
         self._p2p_names = np.zeros(0, dtype=bool)  # by name code: a point-to-point c10d op (P2P_OPS)
 
     # --- symbols -----------------------------------------------------------------------------------
@@ -302,8 +306,8 @@ class ColumnBuilder:
         self, sparse: dict[str, tuple[np.ndarray, np.ndarray]], names: np.ndarray, chunk: Chunk
     ) -> None:
         """Message size and dtype of backend collective ranges (`gloo:all_reduce`) from their recorded shapes,
-        where their args give none (see table.shapes_message); the peer of point-to-point c10d ops (P2P_OPS)
-        from their concrete inputs (table.p2p_peer)."""
+        where their args give none (see messages.shapes_message); the peer of point-to-point c10d ops (P2P_OPS)
+        from their concrete inputs (messages.p2p_peer)."""
         if len(self._backend_names) < len(self.names):
             known = len(self._backend_names)
             added = list(self.names)[known:]

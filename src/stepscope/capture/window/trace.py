@@ -26,13 +26,18 @@ from stepscope.capture.console import StepscopeWarning, console_write, warn_user
 from stepscope.capture.schedule import Phase
 from stepscope.capture.window.budget import TraceBudget
 from stepscope.capture.window.thread_exit import stop_at_thread_exit
+from stepscope.capture.window.torch_profiler import (
+    another_profiler_records,
+    disable_profiler_quietly,
+    export_plain_trace,
+    trace_only_options,
+)
 from stepscope.capture.window.window_end import (
     CLOSE_WAIT_S,
     Job,
     TopOps,
     WindowEndWorker,
     WindowWork,
-    export_problem,
 )
 from stepscope.report.terminal import fmt_bytes
 from stepscope.runfolder import ArtifactKind
@@ -104,7 +109,7 @@ class TraceCollector(Collector):
         if phase is Phase.NONE:
             return
         if self.prof is None:
-            if _another_profiler_records():
+            if another_profiler_records():
                 raise RuntimeError(
                     "another torch.profiler is recording in this process (torch runs one at a time); this "
                     "run's traces are off"
@@ -199,7 +204,7 @@ class TraceCollector(Collector):
             try:
                 prof.stop_trace()
             except Exception:
-                _disable_profiler_quietly()
+                disable_profiler_quietly()
         self._recording = False
         self._step_range = None
 
@@ -257,11 +262,11 @@ class TraceCollector(Collector):
         try:
             probe.stop_trace()
         except Exception as exc:
-            _disable_profiler_quietly()
+            disable_profiler_quietly()
             self._budget_failed("stopping the profiler that measured a step", exc)
             return
         except BaseException:
-            _disable_profiler_quietly()
+            disable_profiler_quietly()
             raise
         assert self.budget is not None
         plain: Path | None = None
@@ -283,7 +288,7 @@ class TraceCollector(Collector):
             try:
                 probe.stop_trace()
             except Exception:
-                _disable_profiler_quietly()
+                disable_profiler_quietly()
 
     def _check_budget(self, step: int) -> None:
         """Before the window of traced `step` records: warn (once per run) if it will exceed the budget. Here,
@@ -334,7 +339,7 @@ class TraceCollector(Collector):
         except BaseException:
             # A Ctrl-C or an error inside torch's stop: the state is unknown, nothing is exported, but a
             # profiler left enabled crashes the interpreter at exit. Disable it, then let the error go on.
-            _disable_profiler_quietly()
+            disable_profiler_quietly()
             raise
         self._export(prof, first if first is not None else step, step, partial)
 
@@ -454,38 +459,6 @@ class TraceCollector(Collector):
                 )
 
 
-def _disable_profiler_quietly() -> None:
-    """Switch torch's profiler off, discarding what it recorded (no export)."""
-    import torch
-
-    with contextlib.suppress(Exception):
-        if torch._C._autograd._profiler_enabled():
-            torch.autograd._disable_profiler()
-
-
-def _another_profiler_records() -> bool:
-    import torch
-
-    return bool(torch._C._autograd._profiler_enabled())
-
-
-def export_plain_trace(prof: Any, plain: Path) -> str | None:
-    """torch's export of the window to `plain` (JSON); why the file is not a whole trace, or None.
-
-    kineto writes through `<plain>.tmp` and renames it; a failed write (a full disk, a file-size limit) is only
-    logged, and leaves that temp file, which can hold all the free space: it is removed on every way out."""
-    kineto_temp = plain.with_name(plain.name + ".tmp")
-    try:
-        prof.export_chrome_trace(str(plain))
-    finally:
-        with contextlib.suppress(OSError):
-            kineto_temp.unlink()
-    try:
-        return export_problem(plain)
-    except FileNotFoundError:
-        return "torch wrote no file"
-
-
 def memory_overview() -> str:
     """A short memory section for the summary file: process RSS and, with CUDA, the allocator's peaks."""
     import psutil
@@ -508,18 +481,3 @@ def memory_overview() -> str:
     else:
         lines.append("CUDA: not available (CPU run)")
     return "\n".join(lines)
-
-
-def trace_only_options(with_stack: bool) -> dict[str, Any]:
-    """`experimental_config` with `trace_only=True` where this torch has it and the options allow it (not with
-    `with_stack`, whose frames torch builds in that post-processing): at stop, torch then skips building its
-    Python `FunctionEvent`s, which stepscope never reads (it reads the exported trace), and the stop of a window
-    of 125,000 events takes 254 ms instead of 350 ms (measured here); the exported trace is the same."""
-    if with_stack:
-        return {}
-    try:
-        from torch._C._profiler import _ExperimentalConfig
-
-        return {"experimental_config": _ExperimentalConfig(trace_only=True)}
-    except Exception:  # (an older torch: no such option; the default post-processing)
-        return {}

@@ -14,7 +14,8 @@ from stepscope.analysis.rank.comm.issued import IssuedOps
 from stepscope.analysis.rank.comm_names import CPU_BACKENDS, element_bytes
 from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
 from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.read.table import MISSING, split_sizes
+from stepscope.analysis.read.messages import split_sizes
+from stepscope.analysis.read.table import MISSING
 
 
 class IssuedOp(msgspec.Struct):

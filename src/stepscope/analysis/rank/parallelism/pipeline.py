@@ -37,7 +37,8 @@ from stepscope.analysis.rank.comm.groups import KnownGroups, parse_ranks
 from stepscope.analysis.rank.comm_names import BACKEND_RANGE, cpu_collective
 from stepscope.analysis.rank.kernels import COMMUNICATION
 from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.read.table import MISSING, P2P_OPS, TraceTable
+from stepscope.analysis.read.messages import P2P_OPS
+from stepscope.analysis.read.table import MISSING, TraceTable
 
 P2P_KINDS = ("send", "recv")
 # torch.distributed.pipelining's ranges: "Forward 3" / "Backward 3" (PipelineScheduleSingle: GPipe and the
