@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections import Counter
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -80,3 +83,32 @@ def test_the_runs_comm_patterns_join_the_command_lines(tmp_path: Path) -> None:
     # what the run was configured with comes first, then what the command line adds
     assert comm_patterns(monitor.run_dir, ("dispatch",)) == ["my_all_reduce", "dispatch"]
     assert comm_patterns(tmp_path, ("dispatch",)) == ["dispatch"]  # not a run folder
+
+
+def test_one_analysis_of_a_run_folder_reads_what_it_is_its_manifest_and_its_config_once(
+    two_window_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN calls counted by the function that does the reading, however the caller imported it
+    watched = {
+        ("layout.py", "is_run_folder"): "is_run_folder",
+        ("manifest.py", "load_manifest"): "load_manifest",
+        ("records.py", "read_config"): "read_config",
+    }
+    calls: Counter[str] = Counter()
+
+    def count(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and "stepscope" in frame.f_code.co_filename:
+            name = watched.get((Path(frame.f_code.co_filename).name, frame.f_code.co_name))
+            if name is not None:
+                calls[name] += 1
+
+    # WHEN the CLI analyses the run folder (its steps: the command line, the listing of the traces, the process
+    # groups' record, the load, the run's own figures)
+    sys.setprofile(count)
+    try:
+        status = main(["analyze", str(two_window_run), "--json", "--jobs", "1"])
+    finally:
+        sys.setprofile(None)
+    # THEN what the folder is, its manifest and its config.yaml were each read once
+    assert status == 0 and json.loads(capsys.readouterr().out)["ranks"]
+    assert calls == {"is_run_folder": 1, "load_manifest": 1, "read_config": 1}

@@ -33,6 +33,7 @@ from stepscope.analysis.read.loader import (
     skipping,
     split_merged,
 )
+from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import MISSING, RankInfo, TraceTable
 from stepscope.analysis.tasks import ExecutorError, ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
@@ -165,12 +166,13 @@ def _analyze_path(
 ) -> PathAnalysis:
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
-    files, window_notices = find_traces(Path(path), step)
-    known = _recorded_groups(path)
+    source = as_source(path)
+    files, window_notices = find_traces(source, step)
+    known = _recorded_groups(source)
     options = msgspec.structs.replace(options, known_groups=known)
     if len(files) == 1 and executor == "local":
         workers = jobs if jobs is not None else default_jobs()
-        table = load_trace(path, step=step, workers=workers, progress=progress, flows=False)
+        table = load_trace(source, step=step, workers=workers, progress=progress, flows=False)
         extras = _extras(table, options)
         notices = list(table.notices)
         analysis = analyze(
@@ -183,7 +185,7 @@ def _analyze_path(
             critical_path=options.critical_path,
         )
         return PathAnalysis(analysis, extras, notices)
-    skipped = skipping(path)
+    skipped = skipping(source)
     sizes = [estimated_json_bytes(f) for f, _ in files]
     if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
         keep_freed_memory()  # (before the workers are forked: they inherit it)
@@ -200,22 +202,18 @@ def _analyze_path(
             skipped.skip_or_raise(InputError(result.path, result.problem))
     kept = [r for r in ordered if r.problem is None]
     if not kept:
-        raise skipped.nothing_left(path)
+        raise skipped.nothing_left(source.path)
     return _combine(kept, [*window_notices, *skipped.notices], options.critical_path)
 
 
-def _recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
+def _recorded_groups(source: Source) -> dict[str, dict[str, Any]] | None:
     """A run folder's record of the job's process groups (None for a file or a folder of traces, whose analysis
     then imports none of the run folder's modules)."""
-    if not Path(path).is_dir():
-        return None
-    from stepscope.runfolder import is_run_folder
-
-    if not is_run_folder(path):  # (a folder of traces: none either)
+    if not source.is_run_folder:
         return None
     from stepscope.analysis.run.folder import recorded_groups
 
-    return recorded_groups(path)
+    return recorded_groups(source)
 
 
 # --- one task ----------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -185,18 +184,15 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
         if matches_all:
             message = f"{pattern!r} matches every kernel name (it matches the empty string)"
             raise click.BadParameter(message, param_hint="--comm-pattern")
-    configured: list[str] = []
-    if not Path(path).is_dir():  # (a trace file: none of the run folders' modules)
+    from stepscope.analysis.read.source import as_source
+
+    source = as_source(path)
+    if not source.is_run_folder:
         return list(given)
-    from stepscope.runfolder import is_run_folder
-
-    if is_run_folder(path):
-        from stepscope.analysis.run.records import read_config
-        from stepscope.runfolder import CONFIG_NAME
-
-        patterns = read_config(Path(path) / CONFIG_NAME, []).get("comm_patterns")
-        if isinstance(patterns, list):
-            configured = [p for p in patterns if isinstance(p, str) and _compiles(p)]
+    patterns = source.config([]).get("comm_patterns")
+    configured = (
+        [p for p in patterns if isinstance(p, str) and _compiles(p)] if isinstance(patterns, list) else []
+    )
     return configured + list(given)
 
 

@@ -60,7 +60,9 @@ def command(
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
     memory and system samples."""
     from stepscope.analysis.read.loader import run_folders
+    from stepscope.analysis.read.source import Source
 
+    source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
     options: dict[str, Any] = {
         "step": step,
         "drop_last_step": drop_last_step,
@@ -70,11 +72,11 @@ def command(
         "executor": executor,
         "scheduler": scheduler,
     }
-    runs = run_folders(path) if path.is_dir() else []  # (a file: none of the run folders' modules)
+    runs = run_folders(source) if path.is_dir() else []  # (a file: none of the run folders' modules)
     if runs:
         _analyze_runs(path, runs, as_json, comm_patterns, wide, **options)
         return
-    result = _analyze_one(path, comm_patterns, **options)
+    result = _analyze_one(source, comm_patterns, **options)
     if as_json:
         print_json(result)
         return
@@ -97,23 +99,20 @@ def _step_range(value: str | None) -> tuple[int | None, int | None] | None:
     return bounds
 
 
-def _analyze_one(path: Path, comm_patterns: tuple[str, ...], **options: Any) -> Any:
-    """The AnalysisResult of one trace, folder of rank traces or run folder (with what the run measured)."""
-    patterns = resolve_patterns(path, comm_patterns)
-    if not path.is_dir():  # a run folder is a folder: a trace file needs none of the run folders' modules
-        return analyze_traces(path, comm_patterns=patterns, **options)
-    from stepscope.runfolder import is_run_folder
-
-    if not is_run_folder(path):
-        return analyze_traces(path, comm_patterns=patterns, **options)
+def _analyze_one(source: Any, comm_patterns: tuple[str, ...], **options: Any) -> Any:
+    """The AnalysisResult of one trace, folder of rank traces or run folder (with what the run measured);
+    `source`: its analysis.read.source.Source."""
+    patterns = resolve_patterns(source, comm_patterns)
+    if not source.is_run_folder:  # (a trace file: none of the run folders' modules)
+        return analyze_traces(source, comm_patterns=patterns, **options)
     from stepscope.analysis.analyze import SCHEMA, AnalysisResult, attach_run
     from stepscope.analysis.run.folder import load_run, no_traces_note, run_facts
 
-    run = load_run(path)
+    run = load_run(source)
     if run.has_traces:
-        result = analyze_traces(path, comm_patterns=patterns, **options)
+        result = analyze_traces(source, comm_patterns=patterns, **options)
     else:
-        note = f"{path}: {no_traces_note(run)}"
+        note = f"{source.path}: {no_traces_note(run)}"
         result = AnalysisResult(SCHEMA, [], None, None, [], [note])
     attach_run(result, run_facts(run))
     return result
@@ -140,7 +139,9 @@ def _analyze_runs(
     notice = (
         f"{path}: {len(runs)} runs in sub-folders ({names}), analyzed separately (not as ranks of one job)"
     )
-    results = [(run, _analyze_one(run, comm_patterns, **options)) for run in runs]
+    from stepscope.analysis.read.source import Source
+
+    results = [(run, _analyze_one(Source(run), comm_patterns, **options)) for run in runs]
     if as_json:
         print_json(
             {

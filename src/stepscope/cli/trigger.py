@@ -15,7 +15,7 @@ from stepscope.units import plain
 
 
 def _on_demand_config(run_dir: Path) -> dict | None:
-    from stepscope.analysis.run.records import read_config
+    from stepscope.analysis.read.records import read_config
     from stepscope.runfolder import CONFIG_NAME
 
     config = read_config(run_dir / CONFIG_NAME, [])

@@ -12,11 +12,13 @@ from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from stepscope.analysis.read.loader import load_file, load_trace, run_folders, trace_files
+    from stepscope.analysis.read.source import Source
     from stepscope.analysis.read.table import COLUMNS, GPU_CATEGORIES, MISSING, RankInfo, TraceTable
 
 _EXPORTS = {
     "load_trace": "loader",
     "trace_files": "loader",
+    "Source": "source",
     "run_folders": "loader",
     "load_file": "loader",
     "TraceTable": "table",
@@ -31,6 +33,7 @@ __all__ = [
     "GPU_CATEGORIES",
     "MISSING",
     "RankInfo",
+    "Source",
     "TraceTable",
     "load_file",
     "load_trace",

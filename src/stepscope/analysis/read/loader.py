@@ -18,6 +18,7 @@ from stepscope.analysis.read._stream import FileTable, load_file
 from stepscope.analysis.read.cache import cached_load
 from stepscope.analysis.read.combine import assign_ranks, merge_tables, split_merged
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
+from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import (
     TraceTable,
 )
@@ -55,24 +56,27 @@ def trace_files(path: str | Path, *, step: int | None = None) -> list[tuple[Path
     return find_traces(Path(path), step)[0]
 
 
-def find_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
+def find_traces(
+    path: str | Path | Source, step: int | None
+) -> tuple[list[tuple[Path, int | None]], list[str]]:
+    """The trace files of PATH, each with its rank where the run folder's manifest gives one, and notices."""
+    source = as_source(path)
     try:
-        return _list_traces(p, step)
+        return _list_traces(source, step)
     except PermissionError as exc:  # a folder without search or read permission, on the way or at the end
-        raise InputError(exc.filename or p, f"cannot read: {exc.strerror or exc}") from None
+        raise InputError(exc.filename or source.path, f"cannot read: {exc.strerror or exc}") from None
 
 
-def _list_traces(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
+def _list_traces(source: Source, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
+    p = source.path
     if not p.exists():
         raise InputError(p, "no such file or directory")
     if p.is_file():
         return [(p, None)], []
     if not p.is_dir():
         raise InputError(p, "not a regular file or directory")
-    from stepscope.runfolder import is_run_folder  # (here: a single file needs none of run folders' imports)
-
-    if is_run_folder(p):
-        return _run_folder_window(p, step)
+    if source.is_run_folder:
+        return _run_folder_window(source, step)
     # Hidden files are skipped: writers' temp files (a killed export leaves `.rank0_step6.json.gz.*`) are hidden.
     files, notices = _once_each(
         sorted(
@@ -107,15 +111,16 @@ def _once_each(files: list[Path]) -> tuple[list[Path], list[str]]:
 MAX_RUN_DEPTH = 3  # sub-folder levels searched for runs
 
 
-def run_folders(path: str | Path) -> list[Path]:
+def run_folders(path: str | Path | Source) -> list[Path]:
     """The runs below a folder that holds no trace of its own: sub-folders (up to MAX_RUN_DEPTH levels down)
     that are run folders or hold trace files, each taken whole (its own sub-folders are its business).
     Empty for a run folder, a folder with traces of its own, or a file."""
+    source = as_source(path)
+    p = source.path
+    if not p.is_dir() or source.is_run_folder or _holds_traces(p):
+        return []
     from stepscope.runfolder import is_run_folder
 
-    p = Path(path)
-    if not p.is_dir() or is_run_folder(p) or _holds_traces(p):
-        return []
     found: list[Path] = []
     # Folders are walked once each, by real path: a link back up (`x -> .`) or a second link to a folder already
     # seen is passed over (20 self-links once made 421 runs of one, and a minute of walking).
@@ -150,11 +155,12 @@ def _holds_traces(folder: Path) -> bool:
         return False
 
 
-def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
+def _run_folder_window(source: Source, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
     """One trace per rank from a run folder: the window ending at `step`, or each rank's latest."""
-    from stepscope.runfolder.manifest import LEFT_OUT, load_manifest
+    from stepscope.runfolder.manifest import LEFT_OUT
 
-    manifest, notices = load_manifest(p)  # a damaged manifest: the folder read by its layout, with a notice
+    p = source.path
+    manifest, notices = source.manifest()  # a damaged manifest: the folder read by its layout, with a notice
     traces = [a for a in manifest.artifacts if a.kind == "trace"]
     if not traces:
         left_out = next((n for n in notices if LEFT_OUT in n), None)
@@ -204,7 +210,7 @@ def _run_folder_window(p: Path, step: int | None) -> tuple[list[tuple[Path, int 
 
 
 def load_trace(
-    path: str | Path,
+    path: str | Path | Source,
     *,
     step: int | None = None,
     workers: int | None = None,
@@ -223,9 +229,10 @@ def load_trace(
     no analysis reads; leaving them out saves about a third of the rows of a GPU trace).
     Raises InputError naming the file and the problem.
     """
-    files, window_notices = find_traces(Path(path), step)
+    source = as_source(path)
+    files, window_notices = find_traces(source, step)
     # In a plain folder, JSON files that are not chrome traces (an execution trace, a config) are skipped.
-    skipped = skipping(path)
+    skipped = skipping(source)
     sizes = [estimated_json_bytes(f) for f, _ in files]
     if sum(sizes) >= HEAP_TUNING_MIN_BYTES:
         keep_freed_memory()
@@ -259,7 +266,7 @@ def load_trace(
             done += size
         bar.update(done, "")
     if not tables:
-        raise skipped.nothing_left(path)
+        raise skipped.nothing_left(source.path)
     table = merge_tables(tables)
     table.notices[:0] = window_notices + skipped.notices
     return table
@@ -297,10 +304,11 @@ class Skipped:
         return self.first or InputError(path, "directory has no chrome traces (JSON with traceEvents)")
 
 
-def skipping(path: str | Path) -> Skipped:
-    if not Path(path).is_dir():  # one file (and no run-folder modules to import for it)
+def skipping(path: str | Path | Source) -> Skipped:
+    source = as_source(path)
+    if not source.path.is_dir():  # one file (and no run-folder modules to import for it)
         return Skipped(False)
-    run_folder = is_run_folder(path)
+    run_folder = source.is_run_folder
     return Skipped(not run_folder, run_folder)
 
 

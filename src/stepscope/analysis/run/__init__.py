@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from stepscope.analysis.run.deepspeed import DeepSpeedFacts, deepspeed_facts
     from stepscope.analysis.run.folder import Run, RunFacts, load_run, run_facts
     from stepscope.analysis.run.groups import GroupFacts, MeshFacts, job_groups
-    from stepscope.analysis.run.records import read_config
 
 _EXPORTS = {
     "DeepSpeedFacts": "deepspeed",
@@ -26,7 +25,6 @@ _EXPORTS = {
     "Run": "folder",
     "RunFacts": "folder",
     "run_facts": "folder",
-    "read_config": "records",
 }
 
 __all__ = [
@@ -38,7 +36,6 @@ __all__ = [
     "deepspeed_facts",
     "job_groups",
     "load_run",
-    "read_config",
     "run_facts",
 ]
 

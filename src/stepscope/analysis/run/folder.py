@@ -19,16 +19,17 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from stepscope.analysis.read.records import SAMPLES_MAX_BYTES, read_json, read_lines
+from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
 from stepscope.analysis.run.deepspeed import DeepSpeedFacts, DeepSpeedRecords, deepspeed_facts, read_deepspeed
 from stepscope.analysis.run.groups import GroupFacts, MeshFacts, capture_evidence, job_groups
 from stepscope.analysis.run.hostmem import HostMemoryFacts, host_memory_facts
 from stepscope.analysis.run.plain import StepRanges, plain_lines_of, window_work_steps
 from stepscope.analysis.run.python_samples import PythonProfile, python_profile
-from stepscope.analysis.run.records import SAMPLES_MAX_BYTES, read_config, read_json, read_lines
 from stepscope.analysis.stats import fmean, median, quantile
-from stepscope.runfolder import CONFIG_NAME, METRICS_NAME, ArtifactKind, Manifest
-from stepscope.runfolder.manifest import LEFT_OUT, load_manifest
+from stepscope.runfolder import METRICS_NAME, ArtifactKind, Manifest
+from stepscope.runfolder.manifest import LEFT_OUT
 from stepscope.runfolder.payloads import (
     CommCounts,
     FlopsReport,
@@ -82,16 +83,15 @@ def no_traces_note(run: Run) -> str:
     return "the run has no traces (the job ended before its first window was exported)"
 
 
-def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
+def recorded_groups(path: str | Path | Source) -> dict[str, dict[str, Any]] | None:
     """The job's process groups by name ({description, ranks, backend, mesh_dim, threads, windows, and for a
     pipeline's group "pipeline": {"stage_ranks": the rank of each stage}}) as its profiled ranks recorded them in a run folder (kind `process_groups`; threads and windows: capture_evidence); None for a
     path that is not a run folder or has no record. What the collectives analysis takes as `known_groups`."""
-    from stepscope.runfolder import is_run_folder
-
-    if not Path(path).is_dir() or not is_run_folder(path):
+    source = as_source(path)
+    if not source.is_run_folder:
         return None
-    manifest, notes = load_manifest(Path(path))
-    records = _process_groups(Path(path), manifest, notes)
+    manifest, notes = source.manifest()
+    records = _process_groups(source.path, manifest, notes)
     groups, _, _ = job_groups(records)
     evidence = capture_evidence(records)
     known: dict[str, dict[str, Any]] = {
@@ -111,12 +111,13 @@ def recorded_groups(path: str | Path) -> dict[str, dict[str, Any]] | None:
     return known or None
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(source: str | Path | Source) -> Run:
     """Read a run folder whole. Raises InputError when `path` is not a readable run folder. A damaged manifest
     is replaced by the index of the files in the folder, with a note."""
-    path = Path(path)
-    manifest, notes = load_manifest(path)
-    config = read_config(path / CONFIG_NAME, notes)
+    source = as_source(source)
+    path = source.path
+    manifest, notes = source.manifest()
+    config = source.config(notes)
     metrics = list(read_lines(path / METRICS_NAME, StepMetrics, notes))
     flops = [
         r for a in manifest.of_kind(ArtifactKind.FLOPS) if (r := read_json(path / a.path, FlopsReport, notes))
