@@ -85,8 +85,11 @@ def test_the_runs_comm_patterns_join_the_command_lines(tmp_path: Path) -> None:
     assert comm_patterns(tmp_path, ("dispatch",)) == ["dispatch"]  # not a run folder
 
 
-def test_one_analysis_of_a_run_folder_reads_what_it_is_its_manifest_and_its_config_once(
-    two_window_run: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("command", "sides"), [("analyze", 1), ("report", 1), ("diff", 2)], ids=["analyze", "report", "diff"]
+)
+def test_one_command_on_a_run_folder_reads_what_it_is_its_manifest_and_its_config_once(
+    two_window_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, sides: int
 ) -> None:
     # GIVEN calls counted by the function that does the reading, however the caller imported it
     watched = {
@@ -102,13 +105,19 @@ def test_one_analysis_of_a_run_folder_reads_what_it_is_its_manifest_and_its_conf
             if name is not None:
                 calls[name] += 1
 
-    # WHEN the CLI analyses the run folder (its steps: the command line, the listing of the traces, the process
-    # groups' record, the load, the run's own figures)
+    run = str(two_window_run)
+    argv = {
+        "analyze": ["analyze", run, "--json"],
+        "report": ["report", run, "-o", str(tmp_path / "page.html")],
+        "diff": ["diff", run, run, "--json"],
+    }[command]
+    # WHEN the command runs on the run folder (its steps: the command line, the listing of the traces, the process
+    # groups' record, the load, the run's own figures; a diff: for each side)
     sys.setprofile(count)
     try:
-        status = main(["analyze", str(two_window_run), "--json", "--jobs", "1"])
+        status = main([*argv, "--jobs", "1"])
     finally:
         sys.setprofile(None)
-    # THEN what the folder is, its manifest and its config.yaml were each read once
-    assert status == 0 and json.loads(capsys.readouterr().out)["ranks"]
-    assert calls == {"is_run_folder": 1, "load_manifest": 1, "read_config": 1}
+    # THEN what the folder is, its manifest and its config.yaml were each read once (once per side of a diff)
+    assert status == 0 and capsys.readouterr().out
+    assert calls == {"is_run_folder": sides, "load_manifest": sides, "read_config": sides}

@@ -107,7 +107,7 @@ def default_jobs() -> int:
 
 
 def analyze_path(
-    path: str | Path,
+    path: str | Path | Source,
     *,
     step: int | None = None,
     drop_last_step: bool = False,
@@ -130,7 +130,7 @@ def analyze_path(
 
 
 def analyze_input(
-    path: str | Path,
+    path: str | Path | Source,
     *,
     step: int | None = None,
     comm_patterns: Sequence[str] = (),
@@ -156,7 +156,7 @@ def analyze_input(
 
 
 def _analyze_path(
-    path: str | Path,
+    path: str | Path | Source,
     step: int | None,
     options: Options,
     jobs: int | None,

@@ -20,11 +20,12 @@ from stepscope.analysis.analyze import AnalysisResult, analyze, attach_run
 from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
 from stepscope.analysis.rank.summary import Summary, summarize
+from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import RankInfo, TraceTable
 from stepscope.analysis.run.folder import Run, load_run, no_traces_note, recorded_groups, run_facts
 from stepscope.analysis.run.python_samples import Flame, flame
 from stepscope.errors import StepscopeError
-from stepscope.runfolder import ArtifactKind, is_run_folder
+from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import FlopsReport
 
 REPORT_SCHEMA = "stepscope.report/1"
@@ -111,7 +112,7 @@ class ReportData(msgspec.Struct):
 
 
 def collect_report(
-    path: str | Path,
+    path: str | Path | Source,
     *,
     table: TraceTable | None = None,
     step: int | None = None,
@@ -128,14 +129,15 @@ def collect_report(
     from stepscope._version import __version__
     from stepscope.analysis.analyze import SCHEMA
 
-    path = Path(path)
-    run: Run | None = load_run(path) if is_run_folder(path) else None
+    source = as_source(path)
+    path = source.path
+    run: Run | None = load_run(source) if source.is_run_folder else None
     notes: list[str] = []
     infos: list[RankInfo] = []
     summary: Summary | None = None
     if table is not None:
         # a run folder's record of its process groups puts each collective in its group, as analyze's does
-        known = recorded_groups(path) if run is not None else None
+        known = recorded_groups(source) if run is not None else None
         result = analyze(table, comm_patterns=comm_patterns, known_groups=known)
         summary = summarize(table, top=TOP_ROWS)
         infos = [info for _, info in sorted(table.ranks.items())]
@@ -143,7 +145,7 @@ def collect_report(
         from stepscope.analysis.parallel import analyze_input
 
         done = analyze_input(
-            path,
+            source,
             step=step,
             comm_patterns=comm_patterns,
             jobs=jobs,

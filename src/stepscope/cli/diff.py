@@ -69,10 +69,13 @@ def command(
             parse_gate(gate)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--fail-on") from None
-    patterns = resolve_patterns(test, comm_patterns)
+    from stepscope.analysis.read.source import Source
+
+    base_source, test_source = Source(base), Source(test)  # (each side's manifest and config: read once)
+    patterns = resolve_patterns(test_source, comm_patterns)
     result = diff_traces(
-        base,
-        test,
+        base_source,
+        test_source,
         step=step,
         factor=factor,
         comm_patterns=patterns,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from stepscope.analysis.read.source import Source, as_source
 from stepscope.cli._common import comm_pattern_option, jobs_options, step_option
 from stepscope.units import plain
 
@@ -51,13 +52,15 @@ def command(
     from stepscope.cli._common import print_notes
     from stepscope.report.html import render_compare, render_report
 
-    patterns = resolve_patterns(compare if compare is not None else path, comm_patterns)
-    if compare is not None:
+    source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
+    other = Source(compare) if compare is not None else None
+    patterns = resolve_patterns(other if other is not None else source, comm_patterns)
+    if other is not None:
         from stepscope.cli._common import diff_traces
 
         result = diff_traces(
-            path,
-            compare,
+            source,
+            other,
             step=step,
             comm_patterns=patterns,
             jobs=jobs,
@@ -65,20 +68,20 @@ def command(
             scheduler=scheduler,
         )
         html = render_compare(result)
-        target = output or Path(f"{_stem(path)}_vs_{_stem(compare)}.compare.html")
+        target = output or Path(f"{_stem(path)}_vs_{_stem(other.path)}.compare.html")
         print_notes(result.notices)
     else:
         from stepscope.cli._common import report_traces
 
         data = report_traces(
-            path, step=step, comm_patterns=patterns, jobs=jobs, executor=executor, scheduler=scheduler
+            source, step=step, comm_patterns=patterns, jobs=jobs, executor=executor, scheduler=scheduler
         )
         html = render_report(data)
-        target = output or default_output(path)
+        target = output or default_output(source)
         print_notes(data.analysis.notices)
         print_notes(data.notes)
     _write(html, target)
-    if _is_run(path) and target.resolve().parent == path.resolve():
+    if source.is_run_folder and target.resolve().parent == path.resolve():
         _index(path, target)
     click.echo(f"report: {plain(target)}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
     if open_browser:
@@ -94,10 +97,11 @@ def _write(html: str, target: Path) -> None:
     write_output(target, html, "the report")
 
 
-def default_output(path: Path) -> Path:
-    if _is_run(path):
-        return path / "report.html"
-    return Path(f"{_stem(path)}.report.html")
+def default_output(path: Path | Source) -> Path:
+    source = as_source(path)
+    if source.is_run_folder:
+        return source.path / "report.html"
+    return Path(f"{_stem(source.path)}.report.html")
 
 
 def _stem(path: Path) -> str:
@@ -105,12 +109,6 @@ def _stem(path: Path) -> str:
     for suffix in (".gz", ".json"):
         name = name.removesuffix(suffix)
     return name
-
-
-def _is_run(path: Path) -> bool:
-    from stepscope.runfolder import is_run_folder
-
-    return is_run_folder(path)
 
 
 INDEX_LOCK_WAIT_S = 10.0  # the page is written; indexing it never waits longer for another holder of the lock

@@ -143,8 +143,10 @@ def diff_paths(
     `analyze_path` analyses it (`jobs`, `executor`, `scheduler`: where its ranks are analysed), one side after
     the other; `progress()`, where given, opens a context that gives each side's progress callback."""
     from stepscope.analysis.parallel import analyze_input
+    from stepscope.analysis.read.source import as_source
     from stepscope.analysis.run.folder import load_run
-    from stepscope.runfolder import is_run_folder
+
+    base, test = as_source(base), as_source(test)
 
     def side(path: Any) -> _Facts:
         options: dict[str, Any] = dict(
@@ -171,8 +173,8 @@ def diff_paths(
         base_facts,
         test_facts,
         factor,
-        load_run(base) if is_run_folder(base) else None,
-        load_run(test) if is_run_folder(test) else None,
+        load_run(base) if base.is_run_folder else None,
+        load_run(test) if test.is_run_folder else None,
     )
 
 

@@ -14,19 +14,21 @@ if TYPE_CHECKING:
 class Source:
     """PATH of an analysis, with what is read of it kept: pass the same Source to every step of one analysis.
 
-    `str(source)` and `os.fspath(source)` are its path, so a step that only needs the path takes it as one."""
+    `str(source)` and `os.fspath(source)` are its path as given (a trailing slash kept), so a step that only needs
+    the path takes it as one."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._given = str(path)
         self._run: bool | None = None
         self._manifest: tuple[Manifest, list[str]] | None = None
         self._config: tuple[dict[str, Any], list[str]] | None = None
 
     def __fspath__(self) -> str:
-        return str(self.path)
+        return self._given
 
     def __str__(self) -> str:
-        return str(self.path)
+        return self._given
 
     def __repr__(self) -> str:
         return f"Source({str(self.path)!r})"
