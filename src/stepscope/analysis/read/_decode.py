@@ -28,8 +28,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from stepscope.analysis.read._columns import Chunk, ColumnBuilder, FileTable
+from stepscope.analysis.read._columns import Chunk, ColumnBuilder
 from stepscope.analysis.read._numparse import NotANumber, us_texts_to_ns
+from stepscope.analysis.read._parts import FileTable
 from stepscope.analysis.read._values import NO_RARE, get_rare
 from stepscope.analysis.read.table import INT_ARGS, MISSING, RAW_ARGS, STRING_ARGS, SYNC_INT_ARGS, RankInfo
 from stepscope.errors import InputError

@@ -4,7 +4,7 @@ The file is cut near `k * size / parts` at a spot that looks like the gap betwee
 as _stream cuts its pieces). Each stretch is read by _stream's chunk reader in a worker process: the first
 also reads the header keys before the array, the last the end of the array and the keys after it. Each
 writes its columns to a temporary folder as it builds them and sends back its own symbols; the parent joins
-the stretches in file order (_columns.join_parts): the same table one process reading the whole file builds.
+the stretches in file order (_parts.join_parts): the same table one process reading the whole file builds.
 
 Whether a cut really lies between two events is known only once the stretch before it decodes up to it:
 a stretch starts at an event (the first at the array's start, each next at a verified cut), so a last
@@ -24,8 +24,8 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.read._columns import PartTable, join_parts
 from stepscope.analysis.read._decode import HEADER_FIELDS, UNSET, gc_paused, read_header
+from stepscope.analysis.read._parts import PartTable, join_parts
 from stepscope.analysis.read._stream import (
     _CUT,
     CHUNK_BYTES,

@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.read._columns import ColumnBuilder, FileTable
+from stepscope.analysis.read._columns import ColumnBuilder
 from stepscope.analysis.read._decode import (
     BOM,
     DECODERS,
@@ -54,6 +54,7 @@ from stepscope.analysis.read._decode import (
     wrong_type_problem,
 )
 from stepscope.analysis.read._numparse import NotANumber
+from stepscope.analysis.read._parts import FileTable
 from stepscope.analysis.read._text import OUT_BYTES, READ_BYTES, TooLong, TraceText
 from stepscope.analysis.read.limits import (
     DEFAULT_MAX_TRACE_BYTES,

@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 
 from stepscope._version import __version__
-from stepscope.analysis.read._columns import FileTable
+from stepscope.analysis.read._parts import FileTable
 from stepscope.analysis.read.table import RankInfo, SparseColumn, constant_column, constant_value
 
 MAGIC = b"stepscope-table/1\n"
