@@ -42,10 +42,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # analysis commands only (`_group.py`), and taken back by `main`.
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 ANALYSIS_COMMANDS = frozenset({"summary", "analyze", "whatif", "diff", "report", "merge", "memory"})
-# `analyze` prints and writes nothing else, and leaves nothing to finalize (its pools shut down and its temp folders
-# removed by then): its process ends without the interpreter's teardown, which frees every module and array one by
-# one (7% of a whole `analyze --json` of a 15 MB trace, measured paired with and without it).
-EXIT_AT_ONCE = frozenset({"analyze"})
+# Commands that print and write nothing else, and leave nothing to finalize (their pools shut down and their temp
+# folders removed by then): their process ends without the interpreter's teardown, which frees every module and
+# array one by one (5-7% of a whole `analyze`, `summary` or `whatif --json` of a 15 MB trace, measured paired with
+# and without it).
+EXIT_AT_ONCE = frozenset({"analyze", "summary", "whatif"})
 _env_set: list[str] = []
 _commands: list[str] = []  # the subcommand that ran (_group.py)
 
