@@ -72,7 +72,7 @@ def command(
         "executor": executor,
         "scheduler": scheduler,
     }
-    runs = run_folders(source) if path.is_dir() else []  # (a file: none of the run folders' modules)
+    runs = run_folders(source)
     if runs:
         _analyze_runs(path, runs, as_json, comm_patterns, wide, **options)
         return
@@ -103,7 +103,7 @@ def _analyze_one(source: Any, comm_patterns: tuple[str, ...], **options: Any) ->
     """The AnalysisResult of one trace, folder of rank traces or run folder (with what the run measured);
     `source`: its analysis.read.source.Source."""
     patterns = resolve_patterns(source, comm_patterns)
-    if not source.is_run_folder:  # (a trace file: none of the run folders' modules)
+    if not source.is_run_folder:
         return analyze_traces(source, comm_patterns=patterns, **options)
     from stepscope.analysis.analyze import SCHEMA, AnalysisResult, attach_run
     from stepscope.analysis.run.folder import load_run, no_traces_note, run_facts
