@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,26 +20,23 @@ from stepscope.capture.collector import NEVER, Collector, Guard, RunContext, ove
 from stepscope.capture.config import ProfileConfig
 from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.engine import follow_engine, is_deepspeed_engine
-from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter
-from stepscope.capture.schedule import Phase, Schedule
+from stepscope.capture.output.writer import RunWriter
+from stepscope.capture.schedule import Schedule
 from stepscope.capture.startup import make_collectors, open_context
+from stepscope.capture.step_loop import StepLoop, _perf_ns, _thread_id
 from stepscope.errors import ConfigError
 from stepscope.runfolder.payloads import StepMetrics
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NULL_CONTEXT = contextlib.nullcontext()
-# a step's metrics line says monitor_ms from this much on (a window's end: tens of ms and up)
-MONITOR_MS_SHOWN = 1.0
 _monitor_index = itertools.count()
 # The monitor of this process that is recording: torch runs one profiler at a time ("Profiler is already
 # enabled on this thread"), so a second monitor is refused with a warning and records nothing.
 _recording: PerformanceMonitor | None = None
-_perf_ns = time.perf_counter_ns
-_thread_id = threading.get_ident
 
 
-class PerformanceMonitor:
+class PerformanceMonitor(StepLoop):
     """Profiles a training loop on the ranks that record; see `performance_monitor` for the options."""
 
     def __init__(
@@ -450,116 +446,6 @@ class PerformanceMonitor:
             release = getattr(collector, "abandon", None) or collector.close
             release()
         self._rebuild_hooks()
-
-    # --- busy steps -------------------------------------------------------------------------------
-    def _begin_step(self) -> None:
-        self._step_start = _perf_ns()
-        step = self.steps_done
-        if step < self._quiet_until:
-            return
-        if _thread_id() != self._owner:  # the owner's next step end begins one (see _end_busy_step)
-            self._open = None
-            return
-        for hook in self._before:
-            hook(step)
-        self._open = step
-
-    def _step_on_other_thread(self) -> None:
-        """A busy step ended on a thread other than the monitor's: it is counted (a metrics line with its
-        wall time), no collector works at it."""
-        with self._start_lock:  # two threads may get here together: one warns
-            first, self._other_threads = not self._other_threads, True
-        if first:
-            warn_user(
-                f"stepscope: steps end on more than one thread ({threading.current_thread().name} and "
-                f"{self._owner_name}, which started the monitor); torch's profiler records the thread that starts "
-                f"it, so only the steps of {self._owner_name} are profiled; the others are counted (training "
-                "goes on)",
-                StepscopeWarning,
-            )
-        # the owner's step stays open (_open): no step begins here, whatever the next one is
-        self._end_quiet_step(self.steps_done, begin_next=False)
-
-    def _end_quiet_step(self, step: int, begin_next: bool = True) -> None:
-        """Step `step` ended and no collector worked at it: its wall time joins the writer's buffer (the metrics
-        line is formatted at the flush). The next step begins: by the collectors' before_step hooks when it is
-        busy and `begin_next`, else by a clock read alone. The only work of a step while the monitor waits."""
-        now = _perf_ns()
-        quiet = self._quiet
-        quiet.append((step, now - self._step_start))
-        self.steps_done = step = step + 1
-        if len(quiet) >= METRICS_FLUSH_LINES:
-            self._flush_metrics()
-        if step < self._quiet_until or not begin_next:  # the next step is quiet too, or begins elsewhere
-            self._step_start = now
-        else:
-            self._begin_step()
-
-    def _step_failed(self, step: int, exc: BaseException) -> None:
-        for failed in self._failed_hooks:
-            failed(step, exc)
-
-    def _end_busy_step(self) -> None:
-        ended = _perf_ns()
-        wall_ns = ended - self._step_start
-        step = self.steps_done
-        if step < self._quiet_until:  # (start() of a context-manager monitor whose step 0 is quiet)
-            self._quiet.append((step, wall_ns))
-            self.steps_done = step + 1
-            return
-        wall_ms = wall_ns / 1e6
-        phase = self.schedule.phase(step)
-        hook_step = self._owner_step(step) if self._other_threads else step
-        if hook_step is None:  # no collector began this step (another thread ended the one before)
-            self._quiet.append((step, wall_ns))
-            self.steps_done = step + 1
-            return
-        self._open = None
-        fields: dict[str, Any] = {}
-        for hook in self._after:
-            out = hook(hook_step, wall_ms)
-            if out:
-                fields.update(out)
-        self.steps_done = step + 1
-        ctx, writer = self._ctx, self._writer
-        assert ctx is not None and writer is not None
-        ctx.step = self.steps_done
-        window = self._trace.take_window() if self._trace is not None else None
-        if window is not None:
-            for window_hook in self._on_window:
-                window_hook(window)
-        # what the job waited for in stepscope after its step (a window's stop and export, the hooks above)
-        monitor_ms = (_perf_ns() - ended) / 1e6
-        line: StepMetrics | None = None
-        try:
-            line = StepMetrics(
-                step=step, rank=self.rank, wall_ms=wall_ms, phase=phase.value,
-                monitor_ms=round(monitor_ms, 3) if monitor_ms >= MONITOR_MS_SHOWN else None, **fields,
-            )  # fmt: skip
-        except Exception as exc:  # a field a collector returned that the metrics line does not have
-            writer.metrics_failed(exc)
-        if line is not None:
-            for record_hook in self._on_record:
-                record_hook(line)
-            writer.step_line(line)  # (kept only while metrics are on)
-        if writer.pending >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
-            self._flush_metrics()
-        self._quiet_until = self._next_busy(step + 1)
-
-    def _owner_step(self, step: int) -> int | None:
-        """The step the collectors end at the owner's busy step `step` when other threads also end steps: the
-        steps they ended since this one began are not the profiler's, so its window ends at its last step at
-        the latest (its trace is named after it), and a step begun outside the windows ends outside them."""
-        begun = self._open
-        if begun is None:
-            return None
-        if self.schedule.phase(begun) is Phase.NONE:
-            return begun
-        return min(step, self.schedule.window_end(begun))
-
-    def _flush_metrics(self) -> None:
-        if self._writer is not None:
-            self._writer.flush_metrics_or_switch_off()
 
 
 def _release(monitor: PerformanceMonitor) -> None:
