@@ -14,7 +14,7 @@ end together with its own):
 
 Tiny events (--tiny): one file of CPU ops of about 80 bytes each (12.7 M events per GB of JSON, the worst case
 of memory per byte), a ProfilerStep every 10,000 of them; --members N writes a .gz of N gzip members (as pigz
-and bgzip do):
+and bgzip do); --one-step puts them all under one ProfilerStep instead (one nesting group of millions):
 
     .venv/bin/python benchmarks/make_big_trace.py --size 1G --tiny --out /tmp/big/tiny1g.json
 
@@ -181,18 +181,26 @@ def big_file(base: Base, size: int, out: Path) -> None:
 TINY_NAMES = [f"aten::op{i}" for i in range(50)]
 
 
-def tiny_file(size: int, out: Path, members: int) -> None:
-    """A trace of tiny CPU ops (about 80 bytes of JSON each) and a ProfilerStep every 10,000 of them."""
+def tiny_file(size: int, out: Path, members: int, one_step: bool = False) -> None:
+    """A trace of tiny CPU ops (about 80 bytes of JSON each) and a ProfilerStep every 10,000 of them (or one
+    around them all)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     parts = [b'{"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [\n']
     written, events, t = len(parts[0]), 0, 1_000_000
+    if one_step:  # (each op takes more than 2 bytes of JSON for its 2 us: `size` us hold them all)
+        parts.append(
+            b'{"ph":"X","cat":"user_annotation","name":"ProfilerStep#0","pid":1,"tid":1,'
+            + f'"ts":{t},"dur":{size}}},\n'.encode()
+        )
+        written, events = written + len(parts[-1]), 1
     while written < size:
         lines = []
-        lines.append(
-            f'{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{events // 10_000}",'
-            f'"pid":1,"tid":1,"ts":{t},"dur":{2 * 10_000}}}'
-        )
+        if not one_step:
+            lines.append(
+                f'{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{events // 10_000}",'
+                f'"pid":1,"tid":1,"ts":{t},"dur":{2 * 10_000}}}'
+            )
         for i in range(10_000):
             lines.append(
                 f'{{"ph":"X","cat":"cpu_op","name":"{TINY_NAMES[i % 50]}","pid":1,"tid":1,'
@@ -276,11 +284,14 @@ def main(argv: list[str] | None = None) -> int:
         "--tiny", action="store_true", help="tiny CPU ops instead of copies of the base (--size)"
     )
     parser.add_argument(
+        "--one-step", action="store_true", help="every --tiny op under one ProfilerStep (one nesting group)"
+    )
+    parser.add_argument(
         "--members", type=int, default=1, help="gzip members of a --tiny .gz (pigz / bgzip style)"
     )
     args = parser.parse_args(argv)
     if args.tiny and args.size is not None:
-        tiny_file(args.size, args.out, args.members)
+        tiny_file(args.size, args.out, args.members, args.one_step)
         return 0
     if not args.base.is_file():
         where = (

@@ -5,7 +5,9 @@ events.
 Intervals come grouped by thread, each thread's in order of start, longest first. A thread's intervals fall into
 groups: a group begins where an interval starts once every earlier interval of the thread has ended (the stack
 is empty there), so no interval of one group holds one of another. A piece is a run of whole groups of one
-thread, about `PIECE` intervals long where the groups allow; each piece is solved on its own.
+thread, about `PIECE` intervals long where the groups allow; each piece is solved on its own. A group longer than
+that (a whole trace under one step annotation) is solved a stretch at a time, each stretch with the intervals still
+open where it begins (the stack there: the chain of enclosing intervals, a few) put before it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import itertools
 import numpy as np
 
 PIECE = 1 << 16  # intervals per piece, where groups end often enough (a piece is never cut inside a group)
+_DEEPEST = (
+    4096  # the most open intervals a stretch of a long group is solved with (deeper: the group at once)
+)
 
 
 def tree_parents(
@@ -31,7 +36,7 @@ def tree_parents(
         if b - a == 1:
             continue
         s, e = start[a:b], end[a:b]
-        found = nested_parents(s, e)
+        found = nested_parents(s, e) if b - a <= 2 * PIECE else _stretch_parents(s, e)
         if found is None:
             nested = False
             found = parents_loop(s, e)
@@ -118,6 +123,44 @@ def nested_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     same = parent[order][1:] == parent[order][:-1]
     if (e[order[:-1][same]] > s[order[1:][same]]).any():
         return None
+    return parent
+
+
+def _stretch_parents(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
+    """`nested_parents` of one long group, a stretch of `PIECE` intervals at a time: a stretch is solved after
+    the intervals still open at its first start (the stack there, which is the last interval's chain of
+    enclosing intervals less those that ended), so its temporaries are a stretch's, not the group's."""
+    n = len(s)
+    parent = np.full(n, -1, dtype=np.int64)
+    for lo in range(0, n, PIECE):
+        hi = min(lo + PIECE, n)
+        chain: list[int] = []
+        if lo:
+            at = lo - 1
+            while at >= 0 and len(chain) <= _DEEPEST:
+                chain.append(at)
+                at = int(parent[at])
+            if len(chain) > _DEEPEST:  # deeper than a stretch is worth: the group at once
+                return nested_parents(s, e)
+            chain.reverse()  # outermost first, as the stack holds them
+            opened = np.asarray(chain, dtype=np.int64)
+            chain = opened[e[opened] > s[lo]].tolist()
+        if chain:
+            held = np.asarray(chain, dtype=np.int64)
+            found = nested_parents(np.concatenate((s[held], s[lo:hi])), np.concatenate((e[held], e[lo:hi])))
+            if found is None:
+                return None
+            found = found[len(held) :]
+            in_stretch = found >= len(held)
+            held_at = np.flatnonzero((found >= 0) & ~in_stretch)
+            found[in_stretch] += lo - len(held)
+            found[held_at] = held[found[held_at]]
+        else:
+            found = nested_parents(s[lo:hi], e[lo:hi])
+            if found is None:
+                return None
+            found = np.where(found >= 0, found + lo, -1)
+        parent[lo:hi] = found
     return parent
 
 
