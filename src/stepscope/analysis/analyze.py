@@ -7,7 +7,7 @@ docs/analysis.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -22,6 +22,7 @@ from stepscope.analysis.findings.groups import group_across_ranks
 from stepscope.analysis.findings.pipeline import pipeline_findings
 from stepscope.analysis.findings.replayed import ReplaySavings, price_by_replay
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_findings
+from stepscope.analysis.options import AnalysisOptions, with_changes
 from stepscope.analysis.rank.breakdown import (
     KernelTypes,
     Temporal,
@@ -141,32 +142,23 @@ class RankPart(msgspec.Struct, eq=False):
 
 def analyze(
     table: TraceTable,
+    options: AnalysisOptions | None = None,
     *,
-    drop_last_step: bool = False,
-    top: int = 10,
-    comm_patterns: Sequence[str] = (),
-    steps: tuple[int | None, int | None] | None = None,
     known_groups: KnownGroups | None = None,
     critical_path: bool = True,
+    **changes: Any,
 ) -> AnalysisResult:
-    """Analyse every rank of `table` over its profiler-step window (the last step dropped on request).
+    """Analyse every rank of `table` over its profiler-step window (`options`, or the defaults with `changes`:
+    AnalysisOptions' fields; those of the window's rows and the kernels listed are read here).
 
     `comm_patterns`: regexes; GPU kernels whose names match one are communication (docs/analysis.md).
     `steps`: (first, last) step numbers, inclusive (None: open): only those ProfilerSteps form the window;
     InputError when a rank has none of them. `known_groups`: the job's process groups by name, where a record of
     them is at hand (analyze_rank_part). `critical_path=False`: without the job's critical path (combine_ranks)."""
+    options = with_changes(options, changes)
     ranks = table.rank_ids()
     parts = [
-        analyze_rank_part(
-            table,
-            rank,
-            drop_last_step=drop_last_step,
-            top=top,
-            comm_patterns=comm_patterns,
-            known_groups=known_groups,
-            steps=steps,
-            cross_rank=len(ranks) > 1,
-        )
+        analyze_rank_part(table, rank, options, known_groups=known_groups, cross_rank=len(ranks) > 1)
         for rank in ranks
     ]
     return combine_ranks(parts, table.notices, critical_path=critical_path)
@@ -175,29 +167,33 @@ def analyze(
 def analyze_rank_part(
     table: TraceTable,
     rank: int,
+    options: AnalysisOptions | None = None,
     *,
-    drop_last_step: bool = False,
-    top: int = 10,
-    comm_patterns: Sequence[str] = (),
-    steps: tuple[int | None, int | None] | None = None,
     cross_rank: bool = True,
     known_groups: KnownGroups | None = None,
+    **changes: Any,
 ) -> RankPart:
-    """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_path`'s tasks).
+    """Everything `analyze` finds out about one rank on its own (the unit of work of `analyze_path`'s tasks;
+    `options` or the defaults with `changes`, as for `analyze`).
 
     `cross_rank=False`: no other rank will be compared with this one, so its summary leaves out the CPU ops'
     self time per step (only a straggler's cause reads it; on a big trace it is a third of the analysis).
     `known_groups`: the job's process groups by name ({description, ranks, backend, mesh_dim}), where a record
     of them is at hand (rank/comm/groups.py)."""
+    options = with_changes(options, changes)
     data = prepare_rank(
-        table, rank, drop_last_step=drop_last_step, comm_patterns=compile_patterns(comm_patterns), steps=steps
+        table,
+        rank,
+        drop_last_step=options.drop_last_step,
+        comm_patterns=compile_patterns(options.comm_patterns),
+        steps=options.steps,
     )
     # The cross-rank summary first: the nesting of every host op it computes for the ops' self times is needed
     # after it only for the cpu_ops (derived from it now); the table's other derived values are dropped (on a big
     # trace they are a hundred MB or more, which would add to the peaks of what follows)
     summary = summarize_rank(data, ops=cross_rank)
     keep_op_trees(data.table, ("cpu_op",))
-    result = analyze_rank(data, top=top, comm=summary.comm)
+    result = analyze_rank(data, top=options.top, comm=summary.comm)
     world = table.ranks[rank].world_size if rank in table.ranks else None
     instances = rank_instances(data, world, known_groups)
     findings = rank_findings(data, result.temporal, result.communication, summary.comm)

@@ -14,7 +14,6 @@ A single file is loaded and analysed in this process (its columns are the unit o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import msgspec
 
 from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
 from stepscope.analysis.findings.replayed import on_rank
+from stepscope.analysis.options import AnalysisOptions, with_changes
 from stepscope.analysis.rank.summary import SUMMARY_SCHEMA, RankSummary, Summary, summarize
 from stepscope.analysis.rank.totals import RankTotals, rank_totals
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
@@ -54,13 +54,10 @@ EXECUTORS = ("local", "dask")
 POOL_MIN_BYTES = 8 << 20
 
 
-class Options(msgspec.Struct, frozen=True):
+class Task(msgspec.Struct, frozen=True):
     """What every task needs to know besides its file (picklable: it travels to the workers)."""
 
-    drop_last_step: bool = False
-    top: int = 10
-    comm_patterns: tuple[str, ...] = ()
-    steps: tuple[int | None, int | None] | None = None
+    options: AnalysisOptions = msgspec.field(default_factory=AnalysisOptions)
     known_groups: dict[str, dict[str, Any]] | None = None  # the run folder's record of the process groups
     totals: bool = False  # each rank's totals too (rank/totals.py: what a diff needs besides the analysis)
     summary_top: int | None = None  # each rank's summary too, its `top` ops and kernels (what a report shows)
@@ -83,8 +80,8 @@ class RankExtras(msgspec.Struct):
     """What a command needs of a rank besides its analysis, made where the rank is analysed."""
 
     info: RankInfo  # its file's record of itself (source, world size, devices; not its process groups)
-    totals: RankTotals | None = None  # with Options.totals
-    summary: RankSummary | None = None  # with Options.summary_top
+    totals: RankTotals | None = None  # with Task.totals
+    summary: RankSummary | None = None  # with Task.summary_top
 
 
 class PathAnalysis(msgspec.Struct):
@@ -108,82 +105,57 @@ def default_jobs() -> int:
 
 def analyze_path(
     path: str | Path | Source,
+    options: AnalysisOptions | None = None,
     *,
-    step: int | None = None,
-    drop_last_step: bool = False,
-    top: int = 10,
-    comm_patterns: Sequence[str] = (),
-    jobs: int | None = None,
-    executor: str = "local",
-    scheduler: str | None = None,
     progress: ProgressCallback | None = None,
-    steps: tuple[int | None, int | None] | None = None,
+    **changes: Any,
 ) -> AnalysisResult:
-    """Analyse a trace file, a folder of per-rank traces or a run folder (`step`: its window ending there).
+    """Analyse a trace file, a folder of per-rank traces or a run folder with `options` (or the defaults with
+    `changes`: AnalysisOptions' fields).
 
-    `jobs`: worker processes of the local executor (default: all CPUs; none below POOL_MIN_BYTES of JSON). `executor="dask"` sends the per-file
-    tasks to the Dask scheduler at `scheduler` (None: a cluster of this machine's cores). `progress` is called
-    with (bytes done, bytes in all, file at work). `steps`: (first, last) ProfilerStep numbers to analyse (see
-    analyze). Raises InputError (a bad file, or no step in `steps`) or ExecutorError."""
-    options = Options(drop_last_step, top, tuple(comm_patterns), steps)
-    return _analyze_path(path, step, options, jobs, executor, scheduler, progress).result
+    `step`: a run folder's window ending there. `jobs`: worker processes of the local executor (default: all
+    CPUs; none below POOL_MIN_BYTES of JSON). `executor="dask"` sends the per-file tasks to the Dask scheduler
+    at `scheduler` (None: a cluster of this machine's cores). `progress` is called with (bytes done, bytes in
+    all, file at work). `steps`: (first, last) ProfilerStep numbers to analyse (see analyze). Raises InputError
+    (a bad file, or no step in `steps`) or ExecutorError."""
+    return _analyze_path(path, Task(with_changes(options, changes)), progress).result
 
 
 def analyze_input(
     path: str | Path | Source,
+    options: AnalysisOptions | None = None,
     *,
-    step: int | None = None,
-    comm_patterns: Sequence[str] = (),
-    jobs: int | None = None,
-    executor: str = "local",
-    scheduler: str | None = None,
     progress: ProgressCallback | None = None,
     totals: bool = False,
     summary_top: int | None = None,
     critical_path: bool = True,
+    **changes: Any,
 ) -> PathAnalysis:
     """`analyze_path` with what else a command needs of each rank, made where the rank is analysed (never the
     rows of every rank in one process): its file's record, its totals (`totals`: rank/totals.py, a diff's
     side) and its summary of `summary_top` ops and kernels (a report's). `critical_path=False`: without the
     job's critical path across ranks (a diff shows none)."""
-    options = Options(
-        comm_patterns=tuple(comm_patterns),
-        totals=totals,
-        summary_top=summary_top,
-        critical_path=critical_path,
+    task = Task(
+        with_changes(options, changes), totals=totals, summary_top=summary_top, critical_path=critical_path
     )
-    return _analyze_path(path, step, options, jobs, executor, scheduler, progress)
+    return _analyze_path(path, task, progress)
 
 
-def _analyze_path(
-    path: str | Path | Source,
-    step: int | None,
-    options: Options,
-    jobs: int | None,
-    executor: str,
-    scheduler: str | None,
-    progress: ProgressCallback | None,
-) -> PathAnalysis:
+def _analyze_path(path: str | Path | Source, task: Task, progress: ProgressCallback | None) -> PathAnalysis:
+    options = task.options
+    jobs, executor, step = options.jobs, options.executor, options.step
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
     source = as_source(path)
     files, window_notices = find_traces(source, step)
     known = _recorded_groups(source)
-    options = msgspec.structs.replace(options, known_groups=known)
+    task = msgspec.structs.replace(task, known_groups=known)
     if len(files) == 1 and executor == "local":
         workers = jobs if jobs is not None else default_jobs()
         table = load_trace(source, step=step, workers=workers, progress=progress, flows=False)
-        extras = _extras(table, options)
+        extras = _extras(table, task)
         notices = list(table.notices)
-        analysis = analyze(
-            table,
-            drop_last_step=options.drop_last_step,
-            top=options.top,
-            comm_patterns=options.comm_patterns,
-            steps=options.steps,
-            known_groups=known,
-            critical_path=options.critical_path,
-        )
+        analysis = analyze(table, options, known_groups=known, critical_path=task.critical_path)
         return PathAnalysis(analysis, extras, notices)
     skipped = skipping(source)
     sizes = [estimated_json_bytes(f) for f, _ in files]
@@ -191,10 +163,10 @@ def _analyze_path(
         keep_freed_memory()  # (before the workers are forked: they inherit it)
     tasks = [(str(f), hint) for f, hint in files]
     if executor == "dask":
-        results = _run_dask(tasks, sizes, options, scheduler, progress)
+        results = _run_dask(tasks, sizes, task, options.scheduler, progress)
     else:
         workers = jobs if jobs is not None else default_jobs() if sum(sizes) >= POOL_MIN_BYTES else 1
-        results = _run(tasks, sizes, options, workers, progress)
+        results = _run(tasks, sizes, task, workers, progress)
     by_path = {r.path: r for r in results}
     ordered = [by_path[p] for p, _ in tasks]
     for result in ordered:
@@ -203,7 +175,7 @@ def _analyze_path(
     kept = [r for r in ordered if r.problem is None]
     if not kept:
         raise skipped.nothing_left(source.path)
-    return _combine(kept, [*window_notices, *skipped.notices], options.critical_path)
+    return _combine(kept, [*window_notices, *skipped.notices], task.critical_path)
 
 
 def _recorded_groups(source: Source) -> dict[str, dict[str, Any]] | None:
@@ -217,7 +189,7 @@ def _recorded_groups(source: Source) -> dict[str, dict[str, Any]] | None:
 
 
 # --- one task ----------------------------------------------------------------------------------------
-def analyze_file(path: str, hint: int | None, options: Options) -> FileResult:
+def analyze_file(path: str, hint: int | None, task: Task) -> FileResult:
     """Load one file and analyse each of its ranks on its own (the task every executor runs)."""
     from stepscope.analysis.read.loader import load_file
 
@@ -227,13 +199,13 @@ def analyze_file(path: str, hint: int | None, options: Options) -> FileResult:
         return FileResult(path, hint, problem=exc.problem)
     result = FileResult(path, hint, notices=list(file_table.notices))
     try:
-        _analyze_pieces(file_table, options, result)
+        _analyze_pieces(file_table, task, result)
     except InputError as exc:  # (no step in --steps)
         return FileResult(path, hint, problem=exc.problem)
     return result
 
 
-def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> None:
+def _analyze_pieces(file_table: Any, task: Task, result: FileResult) -> None:
     """Each rank of a loaded file (a merged trace holds several) analysed on its own, into `result`."""
     from stepscope.analysis.read.loader import merge_tables
 
@@ -244,29 +216,21 @@ def _analyze_pieces(file_table: Any, options: Options, result: FileResult) -> No
             [piece]
         )  # one rank: its declared rank, else 0 until the parent numbers the files
         rank = table.rank_ids()[0]
-        result.extras.append(_extras(table, options)[rank])
-        part = analyze_rank_part(
-            table,
-            rank,
-            drop_last_step=options.drop_last_step,
-            top=options.top,
-            comm_patterns=options.comm_patterns,
-            steps=options.steps,
-            known_groups=options.known_groups,
-        )
+        result.extras.append(_extras(table, task)[rank])
+        part = analyze_rank_part(table, rank, task.options, known_groups=task.known_groups)
         # (the what-if graph is two thirds of what a part sends back; only the job's critical path reads it)
-        if not options.critical_path:
+        if not task.critical_path:
             part.graph = None
         result.parts.append((declared, part))
 
 
-def _extras(table: TraceTable, options: Options) -> dict[int, RankExtras]:
+def _extras(table: TraceTable, task: Task) -> dict[int, RankExtras]:
     """Each rank's extras (the table's derived values dropped after them: the analysis makes its own)."""
-    totals = rank_totals(table) if options.totals else {}
+    totals = rank_totals(table) if task.totals else {}
     summaries = {}
-    if options.summary_top is not None:
-        summaries = {s.rank: s for s in summarize(table, top=options.summary_top).ranks}
-    if options.totals or options.summary_top is not None:
+    if task.summary_top is not None:
+        summaries = {s.rank: s for s in summarize(table, top=task.summary_top).ranks}
+    if task.totals or task.summary_top is not None:
         table.derived.clear()
     out = {}
     for rank in table.rank_ids():
@@ -343,7 +307,7 @@ def _renumber(part: RankPart, rank: int) -> None:
 def _run(
     tasks: list[tuple[str, int | None]],
     sizes: list[int],
-    options: Options,
+    task: Task,
     jobs: int,
     progress: ProgressCallback | None,
     executor: Any = None,
@@ -351,7 +315,7 @@ def _run(
     """Every file's task on the task runner (local processes, or the caller's executor), in any order."""
     results = run_tasks(
         analyze_file,
-        [(path, hint, options) for path, hint in tasks],
+        [(path, hint, task) for path, hint in tasks],
         workers=jobs,
         weights=sizes,
         labels=[Path(path).name for path, _ in tasks],
@@ -364,7 +328,7 @@ def _run(
 def _run_dask(
     tasks: list[tuple[str, int | None]],
     sizes: list[int],
-    options: Options,
+    task: Task,
     scheduler: str | None,
     progress: ProgressCallback | None,
 ) -> list[FileResult]:
@@ -381,6 +345,6 @@ def _run_dask(
     except (OSError, TimeoutError) as exc:
         raise ExecutorError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
     try:
-        return _run(tasks, sizes, options, len(tasks), progress, client.get_executor(pure=False))
+        return _run(tasks, sizes, task, len(tasks), progress, client.get_executor(pure=False))
     finally:
         client.close()

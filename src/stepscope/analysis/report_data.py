@@ -9,7 +9,6 @@ and snapshots. Series are downsampled so that the page stays small whatever the 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 from stepscope.analysis.analyze import AnalysisResult, analyze, attach_run
 from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
+from stepscope.analysis.options import AnalysisOptions, with_changes
 from stepscope.analysis.rank.summary import Summary, summarize
 from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import RankInfo, TraceTable
@@ -113,22 +113,21 @@ class ReportData(msgspec.Struct):
 
 def collect_report(
     path: str | Path | Source,
+    options: AnalysisOptions | None = None,
     *,
     table: TraceTable | None = None,
-    step: int | None = None,
-    comm_patterns: Sequence[str] = (),
-    jobs: int | None = None,
-    executor: str = "local",
-    scheduler: str | None = None,
     progress: Any = None,
+    **changes: Any,
 ) -> ReportData:
-    """Analyse PATH (a run folder, a trace, or a folder of traces) for the report.
+    """Analyse PATH (a run folder, a trace, or a folder of traces) for the report, with `options` (or the
+    defaults with `changes`: AnalysisOptions' fields).
 
     `table`: the traces, already loaded; otherwise they are analysed as `analyze_path` analyses them, each
-    rank's summary made beside its analysis (`jobs`, `executor`, `scheduler`, `progress`: as there)."""
+    rank's summary made beside its analysis (`progress`: as there)."""
     from stepscope._version import __version__
     from stepscope.analysis.analyze import SCHEMA
 
+    options = with_changes(options, changes)
     source = as_source(path)
     path = source.path
     run: Run | None = load_run(source) if source.is_run_folder else None
@@ -138,22 +137,13 @@ def collect_report(
     if table is not None:
         # a run folder's record of its process groups puts each collective in its group, as analyze's does
         known = recorded_groups(source) if run is not None else None
-        result = analyze(table, comm_patterns=comm_patterns, known_groups=known)
+        result = analyze(table, options, known_groups=known)
         summary = summarize(table, top=TOP_ROWS)
         infos = [info for _, info in sorted(table.ranks.items())]
     elif run is None or run.has_traces:
         from stepscope.analysis.parallel import analyze_input
 
-        done = analyze_input(
-            source,
-            step=step,
-            comm_patterns=comm_patterns,
-            jobs=jobs,
-            executor=executor,
-            scheduler=scheduler,
-            progress=progress,
-            summary_top=TOP_ROWS,
-        )
+        done = analyze_input(source, options, progress=progress, summary_top=TOP_ROWS)
         result, summary = done.result, done.summary(TOP_ROWS)
         infos = [x.info for _, x in sorted(done.ranks.items())]
     else:

@@ -66,18 +66,6 @@ def print_notes(notes: Any) -> None:
     sys.stderr.flush()
 
 
-def step_option(fn):  # type: ignore[no-untyped-def]
-    """`--step S`: for a run folder, analyze the window ending at step S (default: each rank's latest)."""
-    import click
-
-    return click.option(
-        "--step",
-        type=click.IntRange(min=0),
-        default=None,
-        help="Run folders: the profiled window ending at this step (default: each rank's latest).",
-    )(fn)
-
-
 def load_traces(path: Any, *, step: int | None = None) -> Any:
     """`load_trace` with a progress bar on the terminal when loading takes more than a second."""
     from stepscope.analysis.read.loader import load_trace
@@ -87,86 +75,111 @@ def load_traces(path: Any, *, step: int | None = None) -> Any:
         return load_trace(path, step=step, progress=bar)
 
 
-def analyze_traces(path: Any, **options: Any) -> Any:
+def analyze_traces(path: Any, options: Any) -> Any:
     """`analyze_path` with a progress bar on the terminal; an executor that cannot run is a usage error."""
     from stepscope.analysis.parallel import analyze_path
 
-    return _with_progress(analyze_path, path, **options)
+    return _with_progress(analyze_path, path, options)
 
 
-def report_traces(path: Any, **options: Any) -> Any:
+def report_traces(path: Any, options: Any) -> Any:
     """`collect_report` with a progress bar on the terminal; an executor that cannot run is a usage error."""
     from stepscope.analysis.report_data import collect_report
 
-    return _with_progress(collect_report, path, **options)
+    return _with_progress(collect_report, path, options)
 
 
-def diff_traces(base: Any, test: Any, **options: Any) -> Any:
+def diff_traces(base: Any, test: Any, options: Any, *, factor: float) -> Any:
     """`diff_paths` with a progress bar per side on the terminal; an executor that cannot run is a usage
     error."""
     from stepscope.analysis.diff.compare import diff_paths
     from stepscope.cli._progress import ProgressBar
 
-    return _with_progress(diff_paths, base, test, bar=ProgressBar, **options)
+    return _with_progress(diff_paths, base, test, options, bar=ProgressBar, factor=factor)
 
 
-def _with_progress(analysis: Any, *paths: Any, bar: Any = None, **options: Any) -> Any:
-    """`analysis(*paths, progress=..., **options)`: a progress bar (`bar`: a maker of bars the analysis opens
+def _with_progress(analysis: Any, *arguments: Any, bar: Any = None, **more: Any) -> Any:
+    """`analysis(*arguments, progress=..., **more)`: a progress bar (`bar`: a maker of bars the analysis opens
     itself), an ExecutorError as a usage error."""
     from stepscope.analysis.parallel import ExecutorError
     from stepscope.cli._progress import ProgressBar
 
     try:
         if bar is not None:
-            return analysis(*paths, progress=bar, **options)
+            return analysis(*arguments, progress=bar, **more)
         with ProgressBar() as progress:
-            return analysis(*paths, progress=progress, **options)
+            return analysis(*arguments, progress=progress, **more)
     except ExecutorError as exc:
         import click
 
         raise click.UsageError(str(exc)) from None
 
 
-def jobs_options(fn):  # type: ignore[no-untyped-def]
-    """`--jobs N`, `--executor local|dask`, `--scheduler ADDRESS`: where the per-rank analyses run."""
+def analysis_options(command: str):  # type: ignore[no-untyped-def]
+    """The flags of every AnalysisOptions field `command` offers (analysis/options.py: their help, types and
+    defaults are defined there once); the command function takes them as one `options: AnalysisOptions`."""
+    import functools
+
     import click
 
-    fn = click.option(
-        "--scheduler",
-        metavar="ADDRESS",
-        default=None,
-        help="With --executor dask: the scheduler (tcp://host:8786); the workers must see PATH at the same "
-        "path. Default: a local cluster.",
-    )(fn)
-    fn = click.option(
-        "--executor",
-        type=click.Choice(["local", "dask"]),
-        default="local",
-        show_default=True,
-        help="Where the per-rank analyses run: local processes, or a Dask cluster (stepscope[dask]).",
-    )(fn)
-    return click.option(
-        "--jobs",
-        "-j",
-        type=click.IntRange(min=1),
-        default=None,
-        help="Local processes analysing ranks side by side, or reading one big plain-JSON file in stretches "
-        "(default: all CPUs, none for less than 8 MB of JSON; 1: none).",
-    )(fn)
+    from stepscope.analysis.options import AnalysisOptions, fields
+
+    offered = fields(command)
+
+    def decorate(fn):  # type: ignore[no-untyped-def]
+        @functools.wraps(fn)
+        def command_function(**values: Any) -> Any:
+            given = {f.name: values.pop(f.name) for f in offered}
+            return fn(**values, options=AnalysisOptions(**{k: _as_field(v) for k, v in given.items()}))
+
+        for field in reversed(offered):
+            command_function = click.option(*_flag_names(field), **_flag_settings(field))(command_function)
+        return command_function
+
+    return decorate
 
 
-def comm_pattern_option(fn):  # type: ignore[no-untyped-def]
-    """`--comm-pattern REGEX` (repeatable): more GPU kernel names that are communication."""
+def _as_field(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _flag_names(field: Any) -> list[str]:
+    flag = field.flag.flag or "--" + field.name.replace("_", "-")
+    return [n for n in (field.flag.short, flag, field.name) if n]
+
+
+def _flag_settings(field: Any) -> dict[str, Any]:
+    """click.option's settings for a field of AnalysisOptions (see analysis/options.Field)."""
+    import typing
+
     import click
 
-    return click.option(
-        "--comm-pattern",
-        "comm_patterns",
-        multiple=True,
-        metavar="REGEX",
-        help="GPU kernels whose names match REGEX are communication too (repeatable; a run folder's "
-        "config adds its comm_patterns).",
-    )(fn)
+    settings: dict[str, Any] = {"help": field.flag.help, "default": field.default}
+    if field.flag.metavar:
+        settings["metavar"] = field.flag.metavar
+    kind = field.kind
+    if field.flag.parse is not None:
+        parse = field.flag.parse
+
+        def read(ctx: Any, param: Any, value: Any) -> Any:
+            try:
+                return None if value is None else parse(value)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc)) from None
+
+        settings.update(callback=read, type=str)
+    elif kind is bool:
+        settings["is_flag"] = True
+    elif typing.get_origin(kind) is tuple:  # (tuple[str, ...]: a repeatable flag)
+        settings.update(multiple=True, default=())
+    elif typing.get_origin(kind) is typing.Literal:
+        settings.update(type=click.Choice(list(typing.get_args(kind))), show_default=True)
+    elif kind is int:
+        settings["type"] = click.IntRange(min=field.flag.minimum) if field.flag.minimum is not None else int
+        settings["show_default"] = field.default is not None
+    else:
+        settings["type"] = kind
+    return settings
 
 
 def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:

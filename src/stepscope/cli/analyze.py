@@ -7,54 +7,26 @@ from typing import Any
 
 import click
 
+from stepscope.analysis.options import AnalysisOptions
 from stepscope.cli._common import (
+    analysis_options,
     analyze_traces,
-    comm_pattern_option,
     console,
-    jobs_options,
     print_json,
     print_notes,
-    step_option,
     wide_option,
 )
 from stepscope.cli._common import comm_patterns as resolve_patterns
 
 
 @click.command(name="analyze")
-@step_option
 @click.argument("path", type=click.Path(path_type=Path, readable=False))
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.analysis/4").'
 )
-@click.option(
-    "--drop-last-step", is_flag=True, help="Leave the last ProfilerStep out of the window (HTA's default)."
-)
-@click.option(
-    "--steps",
-    "step_range",
-    metavar="A:B",
-    callback=lambda ctx, param, value: _step_range(value),
-    help="Analyse only ProfilerStep#A to #B (inclusive; A: or :B leave one end open).",
-)
-@click.option(
-    "--top", default=10, show_default=True, type=click.IntRange(min=1), help="Kernels to list per rank."
-)
-@comm_pattern_option
-@jobs_options
+@analysis_options("analyze")
 @wide_option
-def command(
-    path: Path,
-    step: int | None,
-    as_json: bool,
-    drop_last_step: bool,
-    step_range: tuple[int | None, int | None] | None,
-    top: int,
-    comm_patterns: tuple[str, ...],
-    jobs: int | None,
-    executor: str,
-    scheduler: str | None,
-    wide: bool,
-) -> None:
+def command(path: Path, as_json: bool, wide: bool, options: AnalysisOptions) -> None:
     """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder).
 
     A run folder adds what the run measured outside its traces: step times over the whole run, FLOPs / MFU,
@@ -63,54 +35,29 @@ def command(
     from stepscope.analysis.read.source import Source
 
     source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
-    options: dict[str, Any] = {
-        "step": step,
-        "drop_last_step": drop_last_step,
-        "top": top,
-        "steps": step_range,
-        "jobs": jobs,
-        "executor": executor,
-        "scheduler": scheduler,
-    }
     runs = run_folders(source)
     if runs:
-        _analyze_runs(path, runs, as_json, comm_patterns, wide, **options)
+        _analyze_runs(path, runs, as_json, wide, options)
         return
-    result = _analyze_one(source, comm_patterns, **options)
+    result = _analyze_one(source, options)
     if as_json:
         print_json(result)
         return
     _print(result, wide)
 
 
-def _step_range(value: str | None) -> tuple[int | None, int | None] | None:
-    """`A:B`, `A:`, `:B` or `A` -> (first, last), inclusive."""
-    if value is None:
-        return None
-    first, sep, last = value.partition(":")
-    try:
-        bounds = (int(first) if first.strip() else None, int(last) if last.strip() else None)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not A:B (step numbers)") from None
-    if not sep:
-        bounds = (bounds[0], bounds[0])
-    if bounds == (None, None) or (None not in bounds and bounds[0] > bounds[1]):  # type: ignore[operator]
-        raise click.BadParameter(f"{value!r}: give A <= B") from None
-    return bounds
-
-
-def _analyze_one(source: Any, comm_patterns: tuple[str, ...], **options: Any) -> Any:
+def _analyze_one(source: Any, options: AnalysisOptions) -> Any:
     """The AnalysisResult of one trace, folder of rank traces or run folder (with what the run measured);
     `source`: its analysis.read.source.Source."""
-    patterns = resolve_patterns(source, comm_patterns)
+    options = options.but(comm_patterns=resolve_patterns(source, options.comm_patterns))
     if not source.is_run_folder:
-        return analyze_traces(source, comm_patterns=patterns, **options)
+        return analyze_traces(source, options)
     from stepscope.analysis.analyze import SCHEMA, AnalysisResult, attach_run
     from stepscope.analysis.run.folder import load_run, no_traces_note, run_facts
 
     run = load_run(source)
     if run.has_traces:
-        result = analyze_traces(source, comm_patterns=patterns, **options)
+        result = analyze_traces(source, options)
     else:
         note = f"{source.path}: {no_traces_note(run)}"
         result = AnalysisResult(SCHEMA, [], None, None, [], [note])
@@ -131,9 +78,7 @@ def _print(result: Any, wide: bool) -> None:
 RUNS_SCHEMA = "stepscope.analysis-runs/1"
 
 
-def _analyze_runs(
-    path: Path, runs: list[Path], as_json: bool, comm_patterns: tuple[str, ...], wide: bool, **options: Any
-) -> None:
+def _analyze_runs(path: Path, runs: list[Path], as_json: bool, wide: bool, options: AnalysisOptions) -> None:
     """PATH holds runs in sub-folders (h100/, mi300/): each is analysed on its own, never mixed as ranks."""
     names = ", ".join(str(r.relative_to(path)) for r in runs)
     notice = (
@@ -141,7 +86,7 @@ def _analyze_runs(
     )
     from stepscope.analysis.read.source import Source
 
-    results = [(run, _analyze_one(Source(run), comm_patterns, **options)) for run in runs]
+    results = [(run, _analyze_one(Source(run), options)) for run in runs]
     if as_json:
         print_json(
             {

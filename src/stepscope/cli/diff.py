@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from stepscope.cli._common import comm_pattern_option, jobs_options, print_json, step_option, wide_option
+from stepscope.analysis.options import AnalysisOptions
+from stepscope.cli._common import analysis_options, print_json, wide_option
 from stepscope.units import plain
 
 EXIT_GATE_BREACHED = 3
@@ -16,7 +17,6 @@ EXIT_GATE_UNDECIDED = 4  # no gate breached, but the data could not decide one o
 @click.command(name="diff")
 @click.argument("base", type=click.Path(path_type=str, readable=False))
 @click.argument("test", type=click.Path(path_type=str, readable=False))
-@step_option
 @click.option("--top", type=int, default=10, show_default=True, help="Rows per table.")
 @click.option(
     "--factor",
@@ -36,23 +36,18 @@ EXIT_GATE_UNDECIDED = 4  # no gate breached, but the data could not decide one o
     "excludes zero) and beyond the threshold, on any rank; exit 4 when no gate breaches but the data cannot "
     "decide one (too few steps, a metric one run lacks).",
 )
-@comm_pattern_option
-@jobs_options
+@analysis_options("diff")
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.diff/3").')
 def command(
     base: str,
     test: str,
-    step: int | None,
     top: int,
     factor: float,
     fail_on: tuple[str, ...],
-    comm_patterns: tuple[str, ...],
-    jobs: int | None,
-    executor: str,
-    scheduler: str | None,
     wide: bool,
     as_json: bool,
+    options: AnalysisOptions,
 ) -> int:
     """Compare BASE and TEST (each a trace, a folder of traces or a run folder): the step time over every plain
     step of run folders, the profiled window's phases per step, findings that appeared, went or changed, kernels
@@ -72,17 +67,8 @@ def command(
     from stepscope.analysis.read.source import Source
 
     base_source, test_source = Source(base), Source(test)  # (each side's manifest and config: read once)
-    patterns = resolve_patterns(test_source, comm_patterns)
-    result = diff_traces(
-        base_source,
-        test_source,
-        step=step,
-        factor=factor,
-        comm_patterns=patterns,
-        jobs=jobs,
-        executor=executor,
-        scheduler=scheduler,
-    )
+    options = options.but(comm_patterns=resolve_patterns(test_source, options.comm_patterns))
+    result = diff_traces(base_source, test_source, options, factor=factor)
     result.gates = evaluate_gates(result, fail_on)
     if as_json:
         print_json(result)

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from stepscope.cli._common import comm_pattern_option, step_option
+from stepscope.analysis.options import AnalysisOptions
+from stepscope.cli._common import analysis_options
 from stepscope.units import plain
 
 
 @click.command(name="merge")
-@step_option
 @click.argument("path", type=click.Path(path_type=Path, readable=False))
 @click.option(
     "-o",
@@ -22,8 +22,8 @@ from stepscope.units import plain
     help="The merged trace (.json.gz or .json), replaced if it exists. Open it at ui.perfetto.dev or with "
     "`stepscope analyze`. Default: merged.json.gz here, or merged-2.json.gz, ... when that exists.",
 )
-@comm_pattern_option
-def command(path: Path, step: int | None, output: Path | None, comm_patterns: tuple[str, ...]) -> None:
+@analysis_options("merge")
+def command(path: Path, output: Path | None, options: AnalysisOptions) -> None:
     """Merge the per-rank traces of PATH (a folder of traces or a run folder) into one trace.
 
     Every rank becomes a process "rank N"; clocks are aligned on the collectives the ranks share (see
@@ -42,9 +42,9 @@ def command(path: Path, step: int | None, output: Path | None, comm_patterns: tu
                 f"note: {DEFAULT_OUTPUT} exists (kept); writing {plain(output)}. -o names the file", err=True
             )
     output_target(output, "the merged trace")  # before the traces are read: a bad -o is said at once
-    patterns = resolve_patterns(path, comm_patterns)
+    patterns = resolve_patterns(path, options.comm_patterns)
     # the events alignment needs, found by streaming each file: memory does not grow with the events
-    table = alignment_table(path, step=step, patterns=compile_patterns(patterns))
+    table = alignment_table(path, step=options.step, patterns=compile_patterns(patterns))
     known = recorded_groups(path) if path.is_dir() else None  # (a run folder's record of its process groups)
     info = merge_traces(table, output, comm_patterns=patterns, known_groups=known)
     for notice in table.notices:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from stepscope.analysis.options import AnalysisOptions
 from stepscope.analysis.read.source import Source, as_source
-from stepscope.cli._common import comm_pattern_option, jobs_options, step_option
+from stepscope.cli._common import analysis_options
 from stepscope.units import plain
 
 
@@ -29,19 +30,9 @@ from stepscope.units import plain
     help="Make the page of the diff of PATH (the base) and TEST instead.",
 )
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
-@step_option
-@comm_pattern_option
-@jobs_options
+@analysis_options("report")
 def command(
-    path: Path,
-    output: Path | None,
-    compare: Path | None,
-    open_browser: bool,
-    step: int | None,
-    comm_patterns: tuple[str, ...],
-    jobs: int | None,
-    executor: str,
-    scheduler: str | None,
+    path: Path, output: Path | None, compare: Path | None, open_browser: bool, options: AnalysisOptions
 ) -> None:
     """Write one HTML page about PATH (a run folder, a trace file or a folder of traces) that works offline:
     findings, step breakdown, kernels and ops, GPU time, communication, ranks, FLOPs, memory, system.
@@ -54,28 +45,20 @@ def command(
 
     source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
     other = Source(compare) if compare is not None else None
-    patterns = resolve_patterns(other if other is not None else source, comm_patterns)
+    patterns = resolve_patterns(other if other is not None else source, options.comm_patterns)
+    options = options.but(comm_patterns=patterns)
     if other is not None:
+        from stepscope.analysis.diff.compare import DEFAULT_FACTOR
         from stepscope.cli._common import diff_traces
 
-        result = diff_traces(
-            source,
-            other,
-            step=step,
-            comm_patterns=patterns,
-            jobs=jobs,
-            executor=executor,
-            scheduler=scheduler,
-        )
+        result = diff_traces(source, other, options, factor=DEFAULT_FACTOR)
         html = render_compare(result)
         target = output or Path(f"{_stem(path)}_vs_{_stem(other.path)}.compare.html")
         print_notes(result.notices)
     else:
         from stepscope.cli._common import report_traces
 
-        data = report_traces(
-            source, step=step, comm_patterns=patterns, jobs=jobs, executor=executor, scheduler=scheduler
-        )
+        data = report_traces(source, options)
         html = render_report(data)
         target = output or default_output(source)
         print_notes(data.analysis.notices)

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import click
 
-from stepscope.cli._common import print_json, step_option, wide_option
+from stepscope.analysis.options import AnalysisOptions
+from stepscope.cli._common import analysis_options, print_json, wide_option
 
 
 @click.command(name="summary")
-@step_option
+@analysis_options("summary")
 @wide_option
 @click.argument("path", type=click.Path(path_type=str, readable=False))
 @click.option("--top", "top", type=int, default=10, show_default=True, help="Rows per table (0: all).")
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.summary/1").'
 )
-def command(path: str, step: int | None, top: int, as_json: bool, wide: bool) -> None:
+def command(path: str, top: int, as_json: bool, wide: bool, options: AnalysisOptions) -> None:
     """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
     from stepscope.analysis.rank.summary import summarize
     from stepscope.cli._common import load_traces
 
-    summary = summarize(load_traces(path, step=step), top=top)
+    summary = summarize(load_traces(path, step=options.step), top=top)
     if as_json:
         print_json(summary)
         return

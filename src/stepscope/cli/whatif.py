@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import click
 
-from stepscope.cli._common import print_json, step_option, wide_option
+from stepscope.analysis.options import AnalysisOptions
+from stepscope.cli._common import analysis_options, print_json, wide_option
 
 _SCALE_HELP = (
     "Scale some work: SELECTOR=FACTOR (repeatable). SELECTOR: data_loader, forward, backward, optimizer, "
@@ -15,7 +16,7 @@ _SCALE_HELP = (
 
 
 @click.command(name="whatif")
-@step_option
+@analysis_options("whatif")
 @wide_option
 @click.argument("path", type=click.Path(path_type=str, readable=False))
 @click.option("--scale", "scale", multiple=True, metavar="SELECTOR=FACTOR", help=_SCALE_HELP)
@@ -23,7 +24,9 @@ _SCALE_HELP = (
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.whatif/1").'
 )
-def command(path: str, step: int | None, scale: tuple[str, ...], top: int, as_json: bool, wide: bool) -> None:
+def command(
+    path: str, scale: tuple[str, ...], top: int, as_json: bool, wide: bool, options: AnalysisOptions
+) -> None:
     """Replay PATH's steps (a trace, a folder of traces or a run folder) and predict the step with --scale."""
     from stepscope.analysis.whatif import SelectorError, parse_selector, whatif
     from stepscope.cli._common import load_traces
@@ -32,7 +35,7 @@ def command(path: str, step: int | None, scale: tuple[str, ...], top: int, as_js
         selectors = [parse_selector(s) for s in scale]
     except SelectorError as exc:
         raise click.BadParameter(str(exc), param_hint="--scale") from None
-    result = whatif(load_traces(path, step=step), selectors, top=top)
+    result = whatif(load_traces(path, step=options.step), selectors, top=top)
     if as_json:
         print_json(result)
         return

@@ -31,6 +31,7 @@ from stepscope.analysis.diff.findings import match_findings as match_findings  #
 from stepscope.analysis.diff.phases import Phase, phase_changes
 from stepscope.analysis.diff.steps import StepComparison, compare_step_times
 from stepscope.analysis.findings.rules import Finding
+from stepscope.analysis.options import AnalysisOptions, with_changes
 from stepscope.analysis.rank.steps import DATALOADER_RE
 from stepscope.analysis.rank.totals import Counts, RankTotals, add_counts, rank_totals
 from stepscope.analysis.read.table import TraceTable
@@ -129,40 +130,31 @@ class Diff(msgspec.Struct):
 def diff_paths(
     base: Any,
     test: Any,
+    options: AnalysisOptions | None = None,
     *,
-    step: int | None = None,
     factor: float = DEFAULT_FACTOR,
-    comm_patterns: Sequence[str] = (),
-    jobs: int | None = None,
-    executor: str = "local",
-    scheduler: str | None = None,
     progress: Callable[[], Any] | None = None,
+    **changes: Any,
 ) -> Diff:
-    """Compare two paths (a trace, a folder of traces or a run folder each): `--step` picks the window of run
-    folders; a run folder's metrics.jsonl gives the step time over its plain steps. Each side is analysed as
-    `analyze_path` analyses it (`jobs`, `executor`, `scheduler`: where its ranks are analysed), one side after
-    the other; `progress()`, where given, opens a context that gives each side's progress callback."""
+    """Compare two paths (a trace, a folder of traces or a run folder each) analysed with `options` (or the
+    defaults with `changes`: AnalysisOptions' fields): `step` picks the window of run folders; a run folder's
+    metrics.jsonl gives the step time over its plain steps. Each side is analysed as `analyze_path` analyses it
+    (`jobs`, `executor`, `scheduler`: where its ranks are analysed), one side after the other; `progress()`,
+    where given, opens a context that gives each side's progress callback."""
     from stepscope.analysis.parallel import analyze_input
     from stepscope.analysis.read.source import as_source
     from stepscope.analysis.run.folder import load_run
 
+    options = with_changes(options, changes)
     base, test = as_source(base), as_source(test)
 
     def side(path: Any) -> _Facts:
-        options: dict[str, Any] = dict(
-            step=step,
-            comm_patterns=comm_patterns,
-            jobs=jobs,
-            executor=executor,
-            scheduler=scheduler,
-            totals=True,
-            critical_path=False,  # (a diff shows none: the ranks' joint replay is a tenth of a side's time)
-        )
+        # (a diff shows no critical path: the ranks' joint replay is a tenth of a side's time)
         if progress is None:
-            done = analyze_input(path, **options)
+            done = analyze_input(path, options, totals=True, critical_path=False)
         else:
             with progress() as bar:
-                done = analyze_input(path, progress=bar, **options)
+                done = analyze_input(path, options, progress=bar, totals=True, critical_path=False)
         totals = {rank: x.totals for rank, x in done.ranks.items() if x.totals is not None}
         return _facts_of(done.result, totals, done.notices, str(path))
 
