@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from stepscope.analysis.analyze import SCHEMA, analyze
-from stepscope.analysis.rank.breakdown import KernelTypeCombo, KernelTypeStat, Temporal
-from stepscope.analysis.rank.idle import StreamIdle
-from stepscope.analysis.rank.overlap import CommOverlap
+from stepscope.analysis.per_rank.breakdown import KernelTypeCombo, KernelTypeStat, Temporal
+from stepscope.analysis.per_rank.idle import StreamIdle
+from stepscope.analysis.per_rank.overlap import CommOverlap
 
 from ._traces import cpu, kernel, launched, runtime, step, table_of
 from .support.synthetic import NCCL, T0, two_step_trace

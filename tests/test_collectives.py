@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from stepscope.analysis.rank.comm.collectives import rank_instances
-from stepscope.analysis.rank.comm.stats import CollectiveStats, collective_stats
-from stepscope.analysis.rank.comm_names import bus_factor, collective_kind, nccl_algorithm
-from stepscope.analysis.rank.kernels import COMMUNICATION
-from stepscope.analysis.rank.prepare import prepare_rank
+from stepscope.analysis.per_rank.comm.collectives import rank_instances
+from stepscope.analysis.per_rank.comm.stats import CollectiveStats, collective_stats
+from stepscope.analysis.per_rank.comm_names import bus_factor, collective_kind, nccl_algorithm
+from stepscope.analysis.per_rank.kernels import COMMUNICATION
+from stepscope.analysis.per_rank.prepare import prepare_rank
 from stepscope.analysis.read.loader import load_trace
 from stepscope.analysis.read.table import TraceTable
 

@@ -242,8 +242,8 @@ def test_exposed_communication_on_cpu_is_the_time_the_training_thread_does_not_c
     tmp_path: Path,
 ) -> None:
     from stepscope.analysis import intervals as iv
-    from stepscope.analysis.rank import exposed_communication, prepare_rank
-    from stepscope.analysis.rank.comm.collectives import communication_intervals
+    from stepscope.analysis.per_rank import exposed_communication, prepare_rank
+    from stepscope.analysis.per_rank.comm.collectives import communication_intervals
 
     from ._traces import load
 

@@ -17,8 +17,8 @@ import pytest
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.analyze import analyze
 from stepscope.analysis.diff.compare import diff_paths
-from stepscope.analysis.rank import _nesting, summary
-from stepscope.analysis.rank.summary import op_tree, self_times, summarize
+from stepscope.analysis.per_rank import _nesting, summary
+from stepscope.analysis.per_rank.summary import op_tree, self_times, summarize
 from stepscope.analysis.read.loader import load_trace
 
 from ._traces import cpu, table_of

@@ -248,7 +248,7 @@ def test_progress_bar_can_be_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_analysis_never_imports_torch() -> None:
     code = (
-        "import sys; import stepscope.analysis.read.loader, stepscope.analysis.rank.summary, stepscope.analysis.diff.compare, "
+        "import sys; import stepscope.analysis.read.loader, stepscope.analysis.per_rank.summary, stepscope.analysis.diff.compare, "
         "stepscope.cli.summary, stepscope.cli.diff; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

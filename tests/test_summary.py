@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepscope.analysis.rank import summary
-from stepscope.analysis.rank.summary import (
+from stepscope.analysis.per_rank import summary
+from stepscope.analysis.per_rank.summary import (
     CPU_OP_CATEGORIES,
     SUMMARY_SCHEMA,
     keep_op_trees,
@@ -18,7 +18,7 @@ from stepscope.analysis.rank.summary import (
     summarize,
     thread_order,
 )
-from stepscope.analysis.rank.summary import _sub_tree as sub_tree
+from stepscope.analysis.per_rank.summary import _sub_tree as sub_tree
 from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 from stepscope.units import short_name as kernel_label

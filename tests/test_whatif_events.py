@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepscope.analysis.rank.prepare import prepare_rank
+from stepscope.analysis.per_rank.prepare import prepare_rank
 from stepscope.analysis.read.loader import load_trace
 from stepscope.analysis.whatif import build_graph, parse_selector, whatif
 from stepscope.analysis.whatif.replay import Scaling, replay

@@ -1,6 +1,6 @@
 """Offline trace analysis. Never imports torch, rich or stepscope.capture; analyzers return plain results.
 
-Subpackages by concern: read/ (traces into a TraceTable), rank/ (one rank), ranks/ (across ranks, merge),
+Subpackages by concern: read/ (traces into a TraceTable), per_rank/ (one rank), cross_rank/ (across ranks, merge),
 findings/ (rules priced in step time), diff/ (two runs), memory/ (snapshots), run/ (the run folder); analyze.py
 runs a whole analysis, report_data.py gathers a report's data, tasks.py runs work in processes.
 
@@ -16,8 +16,9 @@ from stepscope._lazy import lazy_exports
 if TYPE_CHECKING:
     from stepscope.analysis.analyze import AnalysisResult, analyze
     from stepscope.analysis.diff.compare import diff_paths
+    from stepscope.analysis.options import AnalysisOptions
     from stepscope.analysis.parallel import analyze_path
-    from stepscope.analysis.rank.summary import summarize
+    from stepscope.analysis.per_rank.summary import summarize
     from stepscope.analysis.read.loader import load_trace
     from stepscope.analysis.run.folder import load_run
 
@@ -27,11 +28,13 @@ _EXPORTS = {
     "load_trace": "read.loader",
     "load_run": "run.folder",
     "analyze_path": "parallel",
-    "summarize": "rank.summary",
+    "summarize": "per_rank.summary",
+    "AnalysisOptions": "options",
     "diff_paths": "diff.compare",
 }
 
 __all__ = [
+    "AnalysisOptions",
     "AnalysisResult",
     "analyze",
     "analyze_path",

@@ -13,6 +13,10 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.cross_rank.dimensions import Dimensions, dimensions
+from stepscope.analysis.cross_rank.distributed import CrossRank, cross_rank_analysis, summarize_rank
+from stepscope.analysis.cross_rank.pipeline import Pipeline, pipeline_analysis, pipeline_notices
+from stepscope.analysis.cross_rank.straggler import GroupStraggler, GroupWaiting, Straggler
 from stepscope.analysis.findings.comm import comm_findings
 from stepscope.analysis.findings.comm_rank import exposed_comm
 from stepscope.analysis.findings.comm_wait import transfer_only
@@ -23,7 +27,7 @@ from stepscope.analysis.findings.pipeline import pipeline_findings
 from stepscope.analysis.findings.replayed import ReplaySavings, price_by_replay
 from stepscope.analysis.findings.rules import Finding, rank_by_cost, rank_findings, straggler_findings
 from stepscope.analysis.options import AnalysisOptions, with_changes
-from stepscope.analysis.rank.breakdown import (
+from stepscope.analysis.per_rank.breakdown import (
     KernelTypes,
     Temporal,
     TopKernel,
@@ -31,24 +35,20 @@ from stepscope.analysis.rank.breakdown import (
     temporal_breakdown,
     top_kernels,
 )
-from stepscope.analysis.rank.comm.collectives import Instances, rank_instances, wait_intervals
-from stepscope.analysis.rank.comm.groups import KnownGroups
-from stepscope.analysis.rank.comm.stats import CollectiveStats, collective_stats
-from stepscope.analysis.rank.idle import StreamIdle, idle_by_stream
-from stepscope.analysis.rank.kernels import COMMUNICATION, compile_patterns
-from stepscope.analysis.rank.overlap import CommOverlap, comm_compute_overlap
-from stepscope.analysis.rank.overview import StepCategories, add_comm_waiting, step_categories
-from stepscope.analysis.rank.parallelism.expert import Expert, ExpertPart, expert_rank, imbalance
-from stepscope.analysis.rank.parallelism.fsdp import FsdpAnalysis, FsdpRank, combine_fsdp, fsdp_rank
-from stepscope.analysis.rank.parallelism.pipeline import RankPipeline, rank_pipeline
-from stepscope.analysis.rank.parallelism.tensor import Tensor, TensorRank, tensor_rank
-from stepscope.analysis.rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
-from stepscope.analysis.rank.steps import StepRow, ns_to_us, step_table
-from stepscope.analysis.rank.summary import keep_op_trees
-from stepscope.analysis.ranks.dimensions import Dimensions, dimensions
-from stepscope.analysis.ranks.distributed import CrossRank, cross_rank_analysis, summarize_rank
-from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis, pipeline_notices
-from stepscope.analysis.ranks.straggler import GroupStraggler, GroupWaiting, Straggler
+from stepscope.analysis.per_rank.comm.collectives import Instances, rank_instances, wait_intervals
+from stepscope.analysis.per_rank.comm.groups import KnownGroups
+from stepscope.analysis.per_rank.comm.stats import CollectiveStats, collective_stats
+from stepscope.analysis.per_rank.idle import StreamIdle, idle_by_stream
+from stepscope.analysis.per_rank.kernels import COMMUNICATION, compile_patterns
+from stepscope.analysis.per_rank.overlap import CommOverlap, comm_compute_overlap
+from stepscope.analysis.per_rank.overview import StepCategories, add_comm_waiting, step_categories
+from stepscope.analysis.per_rank.parallelism.expert import Expert, ExpertPart, expert_rank, imbalance
+from stepscope.analysis.per_rank.parallelism.fsdp import FsdpAnalysis, FsdpRank, combine_fsdp, fsdp_rank
+from stepscope.analysis.per_rank.parallelism.pipeline import RankPipeline, rank_pipeline
+from stepscope.analysis.per_rank.parallelism.tensor import Tensor, TensorRank, tensor_rank
+from stepscope.analysis.per_rank.prepare import RankData, RankDigest, effective_launch, prepare_rank
+from stepscope.analysis.per_rank.steps import StepRow, ns_to_us, step_table
+from stepscope.analysis.per_rank.summary import keep_op_trees
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.whatif.couple import couple, replay_job
 from stepscope.analysis.whatif.cpu_comm import rank_graph
@@ -179,7 +179,7 @@ def analyze_rank_part(
     `cross_rank=False`: no other rank will be compared with this one, so its summary leaves out the CPU ops'
     self time per step (only a straggler's cause reads it; on a big trace it is a third of the analysis).
     `known_groups`: the job's process groups by name ({description, ranks, backend, mesh_dim}), where a record
-    of them is at hand (rank/comm/groups.py)."""
+    of them is at hand (per_rank/comm/groups.py)."""
     options = with_changes(options, changes)
     data = prepare_rank(
         table,

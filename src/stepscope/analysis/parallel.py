@@ -22,8 +22,8 @@ import msgspec
 from stepscope.analysis.analyze import AnalysisResult, RankPart, analyze, analyze_rank_part, combine_ranks
 from stepscope.analysis.findings.replayed import on_rank
 from stepscope.analysis.options import AnalysisOptions, with_changes
-from stepscope.analysis.rank.summary import SUMMARY_SCHEMA, RankSummary, Summary, summarize
-from stepscope.analysis.rank.totals import RankTotals, rank_totals
+from stepscope.analysis.per_rank.summary import SUMMARY_SCHEMA, RankSummary, Summary, summarize
+from stepscope.analysis.per_rank.totals import RankTotals, rank_totals
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis.read.loader import (
     assign_ranks,
@@ -59,7 +59,9 @@ class Task(msgspec.Struct, frozen=True):
 
     options: AnalysisOptions = msgspec.field(default_factory=AnalysisOptions)
     known_groups: dict[str, dict[str, Any]] | None = None  # the run folder's record of the process groups
-    totals: bool = False  # each rank's totals too (rank/totals.py: what a diff needs besides the analysis)
+    totals: bool = (
+        False  # each rank's totals too (per_rank/totals.py: what a diff needs besides the analysis)
+    )
     summary_top: int | None = None  # each rank's summary too, its `top` ops and kernels (what a report shows)
     critical_path: bool = True  # the job's critical path across ranks (combine_ranks)
 
@@ -132,7 +134,7 @@ def analyze_input(
     **changes: Any,
 ) -> PathAnalysis:
     """`analyze_path` with what else a command needs of each rank, made where the rank is analysed (never the
-    rows of every rank in one process): its file's record, its totals (`totals`: rank/totals.py, a diff's
+    rows of every rank in one process): its file's record, its totals (`totals`: per_rank/totals.py, a diff's
     side) and its summary of `summary_top` ops and kernels (a report's). `critical_path=False`: without the
     job's critical path across ranks (a diff shows none)."""
     task = Task(

@@ -19,7 +19,7 @@ from stepscope.analysis.analyze import AnalysisResult, analyze, attach_run
 from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
 from stepscope.analysis.options import AnalysisOptions, with_changes
-from stepscope.analysis.rank.summary import Summary, summarize
+from stepscope.analysis.per_rank.summary import Summary, summarize
 from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import RankInfo, TraceTable
 from stepscope.analysis.run.folder import Run, load_run, no_traces_note, recorded_groups, run_facts

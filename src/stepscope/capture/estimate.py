@@ -19,8 +19,8 @@ from typing import Any
 
 from stepscope.capture.config import ProfileConfig
 from stepscope.capture.monitor import PerformanceMonitor
+from stepscope.capture.run_script import OptimizerSteps, print_user_traceback, run_as_main
 from stepscope.capture.window.budget import DROPPABLE, MB, TraceSize, measure_trace, steps_fit
-from stepscope.capture.zero import OptimizerSteps, print_user_traceback, run_as_main
 from stepscope.errors import StepscopeError
 from stepscope.runfolder import read_manifest
 from stepscope.units import fmt_mb

@@ -187,7 +187,7 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
     name), after those of the run folder's config when PATH is a run folder."""
     for pattern in given:
         import click
-        import regex  # (the engine the analysis searches them with: analysis/rank/kernels.CommPattern)
+        import regex  # (the engine the analysis searches them with: analysis/per_rank/kernels.CommPattern)
 
         try:
             matches_all = regex.compile(pattern).search("") is not None

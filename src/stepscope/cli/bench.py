@@ -161,7 +161,7 @@ def run_variant(fields: dict[str, Any], search_dir: Path) -> tuple[dict[str, Any
 
 
 def _tops(run_dir: str, calls: int) -> tuple[list[list[Any]], list[list[Any]]]:
-    from stepscope.analysis.rank.summary import summarize
+    from stepscope.analysis.per_rank.summary import summarize
     from stepscope.analysis.read.loader import load_trace
 
     summary = summarize(load_trace(run_dir), top=TOP + 1)  # + the ProfilerStep row, left out

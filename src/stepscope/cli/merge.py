@@ -28,9 +28,9 @@ def command(path: Path, output: Path | None, options: AnalysisOptions) -> None:
 
     Every rank becomes a process "rank N"; clocks are aligned on the collectives the ranks share (see
     docs/analysis.md, "Across ranks"), and flow arrows link each collective across ranks."""
-    from stepscope.analysis.rank.kernels import compile_patterns
-    from stepscope.analysis.ranks.merge import merge_traces
-    from stepscope.analysis.ranks.merge_select import alignment_table
+    from stepscope.analysis.cross_rank.merge import merge_traces
+    from stepscope.analysis.cross_rank.merge_select import alignment_table
+    from stepscope.analysis.per_rank.kernels import compile_patterns
     from stepscope.analysis.run.folder import recorded_groups
     from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._output import output_target

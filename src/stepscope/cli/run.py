@@ -105,7 +105,7 @@ def command(
     if nproc_per_node is not None:
         argv, config_file = _launch_argv(config, target, args, module is not None, nproc_per_node)
         return _run_child(argv, config_file)
-    from stepscope.capture.zero import run_target
+    from stepscope.capture.run_script import run_target
 
     return run_target(target, args, module=module is not None, config=config)
 

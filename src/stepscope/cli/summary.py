@@ -18,7 +18,7 @@ from stepscope.cli._common import analysis_options, print_json, wide_option
 )
 def command(path: str, top: int, as_json: bool, wide: bool, options: AnalysisOptions) -> None:
     """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
-    from stepscope.analysis.rank.summary import summarize
+    from stepscope.analysis.per_rank.summary import summarize
     from stepscope.cli._common import load_traces
 
     summary = summarize(load_traces(path, step=options.step), top=top)

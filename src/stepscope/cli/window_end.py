@@ -24,7 +24,7 @@ from stepscope.errors import StepscopeError
 
 
 def run_job(job: Job) -> Result:
-    from stepscope.analysis.rank.summary import Summary, summarize
+    from stepscope.analysis.per_rank.summary import Summary, summarize
     from stepscope.analysis.read.loader import load_trace
 
     plain = Path(job.plain)

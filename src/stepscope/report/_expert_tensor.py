@@ -10,8 +10,8 @@ from stepscope.report import columns as col
 from stepscope.report.model import Column, Table, table
 
 if TYPE_CHECKING:
-    from stepscope.analysis.rank.parallelism.expert import Expert
-    from stepscope.analysis.rank.parallelism.tensor import Tensor
+    from stepscope.analysis.per_rank.parallelism.expert import Expert
+    from stepscope.analysis.per_rank.parallelism.tensor import Tensor
 
 __all__ = ["expert_table", "tensor_table"]
 

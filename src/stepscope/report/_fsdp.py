@@ -9,7 +9,7 @@ from stepscope.report import columns as col
 from stepscope.report.model import Cell, Table, table
 
 if TYPE_CHECKING:
-    from stepscope.analysis.rank.parallelism.fsdp import FsdpAnalysis
+    from stepscope.analysis.per_rank.parallelism.fsdp import FsdpAnalysis
 
 __all__ = ["fsdp_caption", "fsdp_table"]
 

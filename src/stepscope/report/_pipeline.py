@@ -10,7 +10,7 @@ from stepscope.report.model import Table, table
 from stepscope.units import fmt_pct
 
 if TYPE_CHECKING:
-    from stepscope.analysis.ranks.pipeline import Pipeline
+    from stepscope.analysis.cross_rank.pipeline import Pipeline
 
 
 def pipeline_table(pipeline: Pipeline, *, title: str = "") -> Table:

@@ -11,12 +11,12 @@ from stepscope.units import fmt_members
 
 if TYPE_CHECKING:
     from stepscope.analysis.analyze import RankAnalysis
-    from stepscope.analysis.rank.breakdown import Temporal
-    from stepscope.analysis.rank.comm.stats import CollectiveStats
-    from stepscope.analysis.rank.summary import RankSummary
-    from stepscope.analysis.ranks.dimensions import Dimensions
-    from stepscope.analysis.ranks.distributed import CrossRank
-    from stepscope.analysis.ranks.straggler import GroupStraggler
+    from stepscope.analysis.cross_rank.dimensions import Dimensions
+    from stepscope.analysis.cross_rank.distributed import CrossRank
+    from stepscope.analysis.cross_rank.straggler import GroupStraggler
+    from stepscope.analysis.per_rank.breakdown import Temporal
+    from stepscope.analysis.per_rank.comm.stats import CollectiveStats
+    from stepscope.analysis.per_rank.summary import RankSummary
 
 
 def kernel_table(ranks: Sequence[RankSummary], *, top: int, title: str = "") -> Table:

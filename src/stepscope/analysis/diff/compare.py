@@ -32,8 +32,8 @@ from stepscope.analysis.diff.phases import Phase, phase_changes
 from stepscope.analysis.diff.steps import StepComparison, compare_step_times
 from stepscope.analysis.findings.rules import Finding
 from stepscope.analysis.options import AnalysisOptions, with_changes
-from stepscope.analysis.rank.steps import DATALOADER_RE
-from stepscope.analysis.rank.totals import Counts, RankTotals, add_counts, rank_totals
+from stepscope.analysis.per_rank.steps import DATALOADER_RE
+from stepscope.analysis.per_rank.totals import Counts, RankTotals, add_counts, rank_totals
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.run.folder import Run
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.cross_rank.distributed import Distributed
 from stepscope.analysis.findings.comm_rank import COMM_BOUND
 from stepscope.analysis.findings.pricing import Finding, price_of, price_per_step, priced
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank.comm.collectives import Instances
-from stepscope.analysis.rank.comm_names import algorithm_bytes
-from stepscope.analysis.rank.prepare import RankDigest
-from stepscope.analysis.ranks.distributed import Distributed
+from stepscope.analysis.per_rank.comm.collectives import Instances
+from stepscope.analysis.per_rank.comm_names import algorithm_bytes
+from stepscope.analysis.per_rank.prepare import RankDigest
 from stepscope.analysis.stats import quantile
 from stepscope.units import fmt_ms, fmt_pct
 

@@ -10,11 +10,11 @@ from stepscope.analysis.findings.pricing import (
     priced,
 )
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank.breakdown import Temporal
-from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
-from stepscope.analysis.rank.overlap import CommOverlap
-from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.rank.steps import pct
+from stepscope.analysis.per_rank.breakdown import Temporal
+from stepscope.analysis.per_rank.kernels import COMMUNICATION, COMPUTATION
+from stepscope.analysis.per_rank.overlap import CommOverlap
+from stepscope.analysis.per_rank.prepare import RankData
+from stepscope.analysis.per_rank.steps import pct
 from stepscope.units import fmt_ms
 
 COMM_BOUND = Rule("comm_bound", "communication", "the communication time not hidden behind computation")

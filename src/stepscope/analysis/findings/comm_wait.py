@@ -16,14 +16,14 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.cross_rank.distributed import Distributed
 from stepscope.analysis.findings._common import fmt_p
 from stepscope.analysis.findings.comm import TRACE_ALL, waiting_known
 from stepscope.analysis.findings.comm_rank import COMM_BOUND, COMM_EXPOSED_MIN_PCT, POOR_OVERLAP
 from stepscope.analysis.findings.pricing import FINDING_MIN_PCT, Finding, price_of, priced
 from stepscope.analysis.findings.replayed import by_saving
-from stepscope.analysis.rank.comm.collectives import Instances
-from stepscope.analysis.rank.prepare import RankDigest
-from stepscope.analysis.ranks.distributed import Distributed
+from stepscope.analysis.per_rank.comm.collectives import Instances
+from stepscope.analysis.per_rank.prepare import RankDigest
 from stepscope.units import fmt_ms
 
 JUDGED = {COMM_BOUND.id: COMM_EXPOSED_MIN_PCT, POOR_OVERLAP.id: FINDING_MIN_PCT}

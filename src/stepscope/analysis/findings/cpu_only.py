@@ -23,8 +23,8 @@ from stepscope.analysis.findings.pricing import (
     priced,
 )
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank import host
-from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.per_rank import host
+from stepscope.analysis.per_rank.prepare import RankData
 from stepscope.units import fmt_ms, fmt_ns
 
 PYTHON_OVERHEAD = Rule("python_overhead", "ops", "the host time outside any op (Python)")

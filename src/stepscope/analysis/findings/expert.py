@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from stepscope.analysis.findings.pricing import Finding, price_of, priced
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank.parallelism.expert import ExpertPart, Imbalance
-from stepscope.analysis.rank.prepare import RankDigest
+from stepscope.analysis.per_rank.parallelism.expert import ExpertPart, Imbalance
+from stepscope.analysis.per_rank.prepare import RankDigest
 from stepscope.units import fmt_bytes, fmt_ms, fmt_pct
 
 EP_COMM_EXPOSED = Rule(

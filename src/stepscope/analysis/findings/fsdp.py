@@ -7,8 +7,8 @@ import numpy as np
 from stepscope.analysis.findings._common import code_name, fmt_p
 from stepscope.analysis.findings.pricing import Finding, Price, WindowSteps, priced
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank.parallelism.fsdp import FsdpRank, FsdpUnit
-from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.per_rank.parallelism.fsdp import FsdpRank, FsdpUnit
+from stepscope.analysis.per_rank.prepare import RankData
 from stepscope.analysis.stats import median
 from stepscope.units import fmt_bytes, fmt_ms
 

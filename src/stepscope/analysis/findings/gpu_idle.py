@@ -29,11 +29,11 @@ from stepscope.analysis.findings.pricing import (
     priced,
 )
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank import host
-from stepscope.analysis.rank.kernels import MEMORY, MISSING_TS
-from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.rank.steps import DATALOADER_RE, ns_to_us, pct
-from stepscope.analysis.rank.summary import op_tree
+from stepscope.analysis.per_rank import host
+from stepscope.analysis.per_rank.kernels import MEMORY, MISSING_TS
+from stepscope.analysis.per_rank.prepare import RankData
+from stepscope.analysis.per_rank.steps import DATALOADER_RE, ns_to_us, pct
+from stepscope.analysis.per_rank.summary import op_tree
 from stepscope.analysis.read.table import TraceTable
 from stepscope.units import fmt_ms, fmt_ns
 

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from stepscope.analysis.cross_rank.pipeline import Pipeline, PipelineStage
 from stepscope.analysis.findings.pricing import Finding, Price, WindowSteps, priced
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank.prepare import RankDigest
-from stepscope.analysis.ranks.pipeline import Pipeline, PipelineStage
+from stepscope.analysis.per_rank.prepare import RankDigest
 from stepscope.units import fmt_ms, fmt_pct
 
 PIPELINE_BUBBLE = Rule(

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.prepare import RankData, RankDigest
+from stepscope.analysis.per_rank.prepare import RankData, RankDigest
 from stepscope.analysis.stats import median
 from stepscope.units import fmt_ms, fmt_pct
 

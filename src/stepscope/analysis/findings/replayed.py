@@ -25,7 +25,7 @@ import numpy as np
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.cpu_only import host_stretches
 from stepscope.analysis.findings.pricing import SEVERITY_PCT, Finding, severity_of
-from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.per_rank.prepare import RankData
 from stepscope.analysis.whatif.fidelity import approximate_text, fidelity, limits
 from stepscope.analysis.whatif.graph import RankGraph, build_graph
 from stepscope.analysis.whatif.replay import Replay, Scaling, replay

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.cross_rank.straggler import GroupStraggler
 from stepscope.analysis.findings._common import code_name, fmt_p
 from stepscope.analysis.findings.comm_rank import comm_bound, poor_overlap
 from stepscope.analysis.findings.cpu_only import cpu_only
@@ -39,11 +40,10 @@ from stepscope.analysis.findings.pricing import (
 )
 from stepscope.analysis.findings.replayed import priced_by_rule
 from stepscope.analysis.findings.rule import Rule
-from stepscope.analysis.rank import host
-from stepscope.analysis.rank.breakdown import Temporal
-from stepscope.analysis.rank.overlap import CommOverlap
-from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.ranks.straggler import GroupStraggler
+from stepscope.analysis.per_rank import host
+from stepscope.analysis.per_rank.breakdown import Temporal
+from stepscope.analysis.per_rank.overlap import CommOverlap
+from stepscope.analysis.per_rank.prepare import RankData
 from stepscope.units import fmt_members, fmt_ms, list_ranks
 
 __all__ = [

@@ -74,7 +74,7 @@ def job_groups(records: list[ProcessGroups]) -> tuple[list[GroupFacts], list[Mes
 def capture_evidence(records: list[ProcessGroups]) -> dict[str, dict[str, dict[int, object]]]:
     """Group name -> {"threads": rank -> its gloo worker tids, "windows": rank -> [(first step, last step,
     collectives issued)]}: what each rank's capture saw of the group, for the collectives analysis to put a
-    gloo range in its group (rank/comm/groups.py, rule `capture`)."""
+    gloo range in its group (per_rank/comm/groups.py, rule `capture`)."""
     found: dict[str, dict[str, dict[int, object]]] = {}
     for record in records:
         for group in record.groups:

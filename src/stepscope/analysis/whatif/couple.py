@@ -1,6 +1,6 @@
 """Ranks replayed together: a collective ends on every rank once the last rank has arrived at it.
 
-The collectives matched across ranks (ranks/distributed.py: by process group, step and position; clocks aligned
+The collectives matched across ranks (cross_rank/distributed.py: by process group, step and position; clocks aligned
 on their ends) tie the ranks' graphs: on each rank, a matched collective is an activity (its kernel, or its CPU
 backend's range) that starts when its rank gets to it (its arrival) and ends after the latest arrival of the
 match's ranks plus its own transfer, as measured (its end less the latest arrival, after alignment). The ranks'
@@ -22,8 +22,8 @@ from collections.abc import Generator, Mapping
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.comm.collectives import Instances
-from stepscope.analysis.ranks.distributed import aligned_matches
+from stepscope.analysis.cross_rank.distributed import aligned_matches
+from stepscope.analysis.per_rank.comm.collectives import Instances
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.replay import Coupled, Replay, Scaling, replay_steps
 

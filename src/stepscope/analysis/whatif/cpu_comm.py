@@ -22,10 +22,10 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import distinct_sorted, unique_inverse
-from stepscope.analysis.rank.comm.collectives import Instances
-from stepscope.analysis.rank.comm.exposed import training_compute
-from stepscope.analysis.rank.kernels import COMMUNICATION
-from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.per_rank.comm.collectives import Instances
+from stepscope.analysis.per_rank.comm.exposed import training_compute
+from stepscope.analysis.per_rank.kernels import COMMUNICATION
+from stepscope.analysis.per_rank.prepare import RankData
 from stepscope.analysis.whatif.events import INFER_WINDOW_NS
 from stepscope.analysis.whatif.graph import GpuNodes, RankGraph, SyncNodes, build_graph, previous_on_stream
 

@@ -30,9 +30,9 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import distinct_sorted
-from stepscope.analysis.rank.kernels import COMMUNICATION, MEMORY
-from stepscope.analysis.rank.prepare import RankData, effective_launch
-from stepscope.analysis.rank.steps import assign_phases, region_union
+from stepscope.analysis.per_rank.kernels import COMMUNICATION, MEMORY
+from stepscope.analysis.per_rank.prepare import RankData, effective_launch
+from stepscope.analysis.per_rank.steps import assign_phases, region_union
 from stepscope.analysis.read.table import MISSING
 from stepscope.analysis.whatif.events import INFER_WINDOW_NS, Activities, Edges, read_edges
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.kernels import KIND_NAMES
+from stepscope.analysis.per_rank.kernels import KIND_NAMES
 from stepscope.analysis.whatif.fidelity import ReplayFidelity
 from stepscope.analysis.whatif.graph import COMPILED_PHASE, RankGraph
 from stepscope.analysis.whatif.replay import Replay

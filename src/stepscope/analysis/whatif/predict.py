@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.comm.collectives import Instances, rank_instances
-from stepscope.analysis.rank.prepare import prepare_rank
+from stepscope.analysis.per_rank.comm.collectives import Instances, rank_instances
+from stepscope.analysis.per_rank.prepare import prepare_rank
 from stepscope.analysis.read.table import TraceTable
 from stepscope.analysis.stats import t_quantile
 from stepscope.analysis.whatif.couple import couple, replay_job

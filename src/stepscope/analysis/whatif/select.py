@@ -22,9 +22,9 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import unique_inverse
-from stepscope.analysis.rank.comm.collectives import communication_intervals
-from stepscope.analysis.rank.kernels import COMMUNICATION
-from stepscope.analysis.rank.steps import PHASES, assign_phases, region_union
+from stepscope.analysis.per_rank.comm.collectives import communication_intervals
+from stepscope.analysis.per_rank.kernels import COMMUNICATION
+from stepscope.analysis.per_rank.steps import PHASES, assign_phases, region_union
 from stepscope.analysis.whatif.graph import RankGraph
 from stepscope.analysis.whatif.replay import Scaling
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from stepscope.analysis.rank.kernels import KIND_NAMES
+from stepscope.analysis.per_rank.kernels import KIND_NAMES
 from stepscope.analysis.whatif.graph import COMPILED_PHASE
 from stepscope.analysis.whatif.path import HOST_LANE, PathStep, PathTimeline, Span, TimelineSpan, walk_step
 from stepscope.analysis.whatif.replay import Replay

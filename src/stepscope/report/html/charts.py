@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepscope.analysis.rank.overview import CATEGORIES, CATEGORY_LABELS
+from stepscope.analysis.per_rank.overview import CATEGORIES, CATEGORY_LABELS
 
 Spec = dict[str, Any]
 

@@ -29,9 +29,9 @@ from stepscope.report.terminal import fit_table, fmt_pct, fmt_us, markup_safe, p
 from stepscope.units import fmt_members, fmt_ms, fmt_ranks, fmt_tflops
 
 if TYPE_CHECKING:  # (only run folders have RunFacts: a trace file needs none of the run folder's modules)
-    from stepscope.analysis.rank.breakdown import KernelTypes, TopKernel
-    from stepscope.analysis.rank.idle import StreamIdle
-    from stepscope.analysis.rank.steps import StepRow
+    from stepscope.analysis.per_rank.breakdown import KernelTypes, TopKernel
+    from stepscope.analysis.per_rank.idle import StreamIdle
+    from stepscope.analysis.per_rank.steps import StepRow
     from stepscope.analysis.run import DeepSpeedFacts, RunFacts
     from stepscope.analysis.run.folder import MemoryFacts, SystemFacts
 

@@ -1,4 +1,4 @@
-"""Render a `stepscope.analysis.rank.summary.Summary` in the terminal: the report's top-ops and top-kernels tables
+"""Render a `stepscope.analysis.per_rank.summary.Summary` in the terminal: the report's top-ops and top-kernels tables
 (report/tables.py), per rank."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
-from stepscope.analysis.rank.summary import RankSummary, Summary
+from stepscope.analysis.per_rank.summary import RankSummary, Summary
 from stepscope.report.tables import kernel_table, op_table
 from stepscope.report.terminal import fit_table, fmt_us, plain
 

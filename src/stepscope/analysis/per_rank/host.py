@@ -12,8 +12,8 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import unique_inverse
-from stepscope.analysis.rank.comm_names import cpu_collective
-from stepscope.analysis.rank.steps import (
+from stepscope.analysis.per_rank.comm_names import cpu_collective
+from stepscope.analysis.per_rank.steps import (
     AUTOGRAD_RE,
     BACKWARD_RE,
     DATALOADER_RE,
@@ -22,7 +22,7 @@ from stepscope.analysis.rank.steps import (
     assign_phases,
     region_union,
 )
-from stepscope.analysis.rank.summary import op_tree, self_times
+from stepscope.analysis.per_rank.summary import op_tree, self_times
 from stepscope.analysis.read.table import TraceTable, constant_value
 
 PHASE_LABELS = {

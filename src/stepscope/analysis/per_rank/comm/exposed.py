@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm_names import BACKEND_RANGE, CPU_BACKENDS, cpu_collective
-from stepscope.analysis.rank.kernels import COMMUNICATION
-from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.rank.summary import op_tree
+from stepscope.analysis.per_rank.comm_names import BACKEND_RANGE, CPU_BACKENDS, cpu_collective
+from stepscope.analysis.per_rank.kernels import COMMUNICATION
+from stepscope.analysis.per_rank.prepare import RankData
+from stepscope.analysis.per_rank.summary import op_tree
 from stepscope.analysis.read.table import TraceTable
 
 __all__ = ["communication_category", "exposed_communication", "training_compute"]

@@ -12,8 +12,8 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import unique_inverse
-from stepscope.analysis.rank.kernels import COMPUTATION, KIND_NAMES, GpuEvents
-from stepscope.analysis.rank.steps import ns_to_us, pct
+from stepscope.analysis.per_rank.kernels import COMPUTATION, KIND_NAMES, GpuEvents
+from stepscope.analysis.per_rank.steps import ns_to_us, pct
 
 
 class Temporal(msgspec.Struct):

@@ -7,8 +7,8 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm.collectives import Instances, wait_intervals
-from stepscope.analysis.rank.comm_names import algorithm_bytes, bus_factor
+from stepscope.analysis.per_rank.comm.collectives import Instances, wait_intervals
+from stepscope.analysis.per_rank.comm_names import algorithm_bytes, bus_factor
 
 
 class CollectiveStats(msgspec.Struct):

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.comm_names import async_tp_op, cpu_collective, ep_kernel
+from stepscope.analysis.per_rank.comm_names import async_tp_op, cpu_collective, ep_kernel
 from stepscope.analysis.read.table import GPU_CATEGORIES, MISSING, TraceTable
 from stepscope.errors import InputError
 

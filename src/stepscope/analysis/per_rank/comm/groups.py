@@ -11,7 +11,7 @@
    as many as it issued; a group whose count differs keeps its ranges unknown, with a note.
 3. `only group`: the trace does not name it, but the rank belongs to one process group only (by its
    `pg_config`, else by the known groups): that one.
-4. `matched ranks` (across ranks, ranks/distributed.py): instances still unknown that match across ranks take
+4. `matched ranks` (across ranks, cross_rank/distributed.py): instances still unknown that match across ranks take
    the group of those ranks where no other group could hold them.
 5. `unknown`: otherwise; the group stays null and says so (`group_source`), never guessed.
 

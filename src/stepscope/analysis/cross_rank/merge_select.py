@@ -33,9 +33,9 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.rank.comm_names import cpu_collective
-from stepscope.analysis.rank.kernels import COMMUNICATION, CommPattern, kind_of_name
-from stepscope.analysis.rank.steps import STEP_RE
+from stepscope.analysis.per_rank.comm_names import cpu_collective
+from stepscope.analysis.per_rank.kernels import COMMUNICATION, CommPattern, kind_of_name
+from stepscope.analysis.per_rank.steps import STEP_RE
 from stepscope.analysis.read.event_stream import EventPieces, Piece
 from stepscope.analysis.read.table import (
     GPU_CATEGORIES,

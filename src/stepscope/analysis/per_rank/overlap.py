@@ -9,8 +9,8 @@ from __future__ import annotations
 import msgspec
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION, GpuEvents
-from stepscope.analysis.rank.steps import ns_to_us, pct
+from stepscope.analysis.per_rank.kernels import COMMUNICATION, COMPUTATION, GpuEvents
+from stepscope.analysis.per_rank.steps import ns_to_us, pct
 
 
 class CommOverlap(msgspec.Struct):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.analysis.rank.comm_names import RUN_AS
+from stepscope.analysis.per_rank.comm_names import RUN_AS
 from stepscope.analysis.read.table import MISSING, TraceTable
 
 

@@ -12,7 +12,7 @@ the schedule where the trace shows them, each stage's bubble, and the schedule's
   prev. A rank that exchanges with a third rank besides its prev and next (a ring: context parallelism's
   send / recv) is no stage, unless pipelining's ranges show it running several stages (an interleaved schedule
   loops back from the last rank to the first).
-- Bubble: a stage's wait (its point-to-point time that no compute covers, rank/parallelism/pipeline.py) over its steps'
+- Bubble: a stage's wait (its point-to-point time that no compute covers, per_rank/parallelism/pipeline.py) over its steps'
   time; `theoretical_bubble` = (p - 1) / (v m + p - 1) for p stages, m micro-batches, v stages per rank.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.parallelism.pipeline import RankPipeline
+from stepscope.analysis.per_rank.parallelism.pipeline import RankPipeline
 from stepscope.analysis.stats import median
 
 

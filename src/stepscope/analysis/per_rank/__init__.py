@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING
 from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from stepscope.analysis.rank.breakdown import kernel_type_breakdown, temporal_breakdown
-    from stepscope.analysis.rank.comm.collectives import rank_instances
-    from stepscope.analysis.rank.comm.exposed import exposed_communication
-    from stepscope.analysis.rank.comm.stats import collective_stats
-    from stepscope.analysis.rank.idle import idle_by_stream
-    from stepscope.analysis.rank.overlap import comm_compute_overlap
-    from stepscope.analysis.rank.overview import step_categories
-    from stepscope.analysis.rank.parallelism.fsdp import FsdpAnalysis, fsdp_rank
-    from stepscope.analysis.rank.prepare import RankData, prepare_rank
-    from stepscope.analysis.rank.steps import find_steps, step_table
-    from stepscope.analysis.rank.summary import SUMMARY_SCHEMA, RankSummary, Summary, summarize
+    from stepscope.analysis.per_rank.breakdown import kernel_type_breakdown, temporal_breakdown
+    from stepscope.analysis.per_rank.comm.collectives import rank_instances
+    from stepscope.analysis.per_rank.comm.exposed import exposed_communication
+    from stepscope.analysis.per_rank.comm.stats import collective_stats
+    from stepscope.analysis.per_rank.idle import idle_by_stream
+    from stepscope.analysis.per_rank.overlap import comm_compute_overlap
+    from stepscope.analysis.per_rank.overview import step_categories
+    from stepscope.analysis.per_rank.parallelism.fsdp import FsdpAnalysis, fsdp_rank
+    from stepscope.analysis.per_rank.prepare import RankData, prepare_rank
+    from stepscope.analysis.per_rank.steps import find_steps, step_table
+    from stepscope.analysis.per_rank.summary import SUMMARY_SCHEMA, RankSummary, Summary, summarize
 
 _EXPORTS = {
     "summarize": "summary",

@@ -1,7 +1,7 @@
 """Communication per step by parallel dimension, per rank and for the job: how long each dimension's collectives
 take per step, how many there are, their bytes, and how much of their time is exposed (the step waits on it).
 
-A collective's dimension is its group's (rank/comm/groups.py): the mesh dimension the job named (dp, tp, ...),
+A collective's dimension is its group's (per_rank/comm/groups.py): the mesh dimension the job named (dp, tp, ...),
 else the group's description (default_pg, the job's own), else "unknown". Per rank, a dimension's time is the
 union in time of its instances inside the analysed steps (concurrent collectives count once), divided by the
 steps; its exposed time is the part of that union the rank's exposed communication covers
@@ -16,8 +16,8 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm.collectives import Instances
-from stepscope.analysis.rank.prepare import RankDigest
+from stepscope.analysis.per_rank.comm.collectives import Instances
+from stepscope.analysis.per_rank.prepare import RankDigest
 
 UNKNOWN_DIM = "unknown"
 

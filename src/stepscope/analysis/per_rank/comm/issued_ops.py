@@ -9,11 +9,11 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm.collectives import _backend, _text, cpu_rows
-from stepscope.analysis.rank.comm.issued import IssuedOps
-from stepscope.analysis.rank.comm_names import CPU_BACKENDS, element_bytes
-from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
-from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.per_rank.comm.collectives import _backend, _text, cpu_rows
+from stepscope.analysis.per_rank.comm.issued import IssuedOps
+from stepscope.analysis.per_rank.comm_names import CPU_BACKENDS, element_bytes
+from stepscope.analysis.per_rank.kernels import COMMUNICATION, COMPUTATION
+from stepscope.analysis.per_rank.prepare import RankData
 from stepscope.analysis.read.messages import split_sizes
 from stepscope.analysis.read.table import MISSING
 

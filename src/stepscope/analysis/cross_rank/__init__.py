@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from stepscope._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from stepscope.analysis.ranks.distributed import Straggler, cross_rank_analysis
-    from stepscope.analysis.ranks.merge import merge_traces
-    from stepscope.analysis.ranks.merge_select import alignment_table
-    from stepscope.analysis.ranks.pipeline import Pipeline, pipeline_analysis
-    from stepscope.analysis.ranks.straggler import GroupStraggler
+    from stepscope.analysis.cross_rank.distributed import Straggler, cross_rank_analysis
+    from stepscope.analysis.cross_rank.merge import merge_traces
+    from stepscope.analysis.cross_rank.merge_select import alignment_table
+    from stepscope.analysis.cross_rank.pipeline import Pipeline, pipeline_analysis
+    from stepscope.analysis.cross_rank.straggler import GroupStraggler
 
 _EXPORTS = {
     "cross_rank_analysis": "distributed",

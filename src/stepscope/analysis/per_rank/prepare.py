@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from stepscope.analysis.rank.kernels import MISSING_TS, CommPattern, GpuEvents, gpu_events
-from stepscope.analysis.rank.steps import StepSpans, find_steps
+from stepscope.analysis.per_rank.kernels import MISSING_TS, CommPattern, GpuEvents, gpu_events
+from stepscope.analysis.per_rank.steps import StepSpans, find_steps
 from stepscope.analysis.read.table import TraceTable
 from stepscope.errors import InputError
 

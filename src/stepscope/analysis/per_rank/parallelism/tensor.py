@@ -16,11 +16,11 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm.issued_ops import IssuedOp, issued_ops
-from stepscope.analysis.rank.comm_names import FUNCTIONAL_PREFIXES, async_tp_op
-from stepscope.analysis.rank.kernels import COMMUNICATION, COMPUTATION
-from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.rank.steps import assign_phases
+from stepscope.analysis.per_rank.comm.issued_ops import IssuedOp, issued_ops
+from stepscope.analysis.per_rank.comm_names import FUNCTIONAL_PREFIXES, async_tp_op
+from stepscope.analysis.per_rank.kernels import COMMUNICATION, COMPUTATION
+from stepscope.analysis.per_rank.prepare import RankData
+from stepscope.analysis.per_rank.steps import assign_phases
 from stepscope.analysis.read.table import MISSING
 
 MODULE_PREFIX = "nn.Module: "

@@ -10,10 +10,10 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm.issued_ops import issued_ops
-from stepscope.analysis.rank.comm_names import ep_kernel
-from stepscope.analysis.rank.kernels import COMPUTATION
-from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.per_rank.comm.issued_ops import issued_ops
+from stepscope.analysis.per_rank.comm_names import ep_kernel
+from stepscope.analysis.per_rank.kernels import COMPUTATION
+from stepscope.analysis.per_rank.prepare import RankData
 
 ALL_TO_ALL = frozenset({"all_to_all"})
 

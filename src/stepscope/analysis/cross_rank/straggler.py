@@ -26,9 +26,15 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.prepare import RankDigest
-from stepscope.analysis.rank.steps import StepRow, pct
-from stepscope.analysis.ranks.lateness import MAGNITUDE_ALPHA, MAGNITUDE_MIN_SHARE, Arrivals, Lateness, judge
+from stepscope.analysis.cross_rank.lateness import (
+    MAGNITUDE_ALPHA,
+    MAGNITUDE_MIN_SHARE,
+    Arrivals,
+    Lateness,
+    judge,
+)
+from stepscope.analysis.per_rank.prepare import RankDigest
+from stepscope.analysis.per_rank.steps import StepRow, pct
 from stepscope.analysis.stats import median
 
 STRAGGLER_MIN_PCT = 5.0  # delay per step, % of the mean step time ...
@@ -80,7 +86,7 @@ class GroupStraggler(msgspec.Struct):
     group: str | None  # process-group name; null: unknown (the traces name none)
     dim: str | None  # its mesh dimension, else its description, else null
     ranks: list[int]  # its ranks where known, else the ranks whose instances of it were matched
-    group_source: str  # how the group is known (rank/comm/groups.py's GROUP_SOURCES)
+    group_source: str  # how the group is known (per_rank/comm/groups.py's GROUP_SOURCES)
     rank: int
     delay_ms_per_step: float  # mean over the group's matched steps of the time its other members wait for it
     delay_pct: float  # of the mean step time

@@ -37,18 +37,8 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import unique_inverse
-from stepscope.analysis.rank.comm.collectives import (
-    Instances,
-    communication_intervals,
-    wait_intervals,
-)
-from stepscope.analysis.rank.comm.exposed import communication_category, exposed_communication
-from stepscope.analysis.rank.comm_names import cpu_collective
-from stepscope.analysis.rank.prepare import RankData, RankDigest
-from stepscope.analysis.rank.steps import STEP_RE, StepRow, pct
-from stepscope.analysis.rank.summary import CPU_OP_CATEGORIES, self_times
-from stepscope.analysis.ranks.lateness import Arrivals
-from stepscope.analysis.ranks.straggler import (
+from stepscope.analysis.cross_rank.lateness import Arrivals
+from stepscope.analysis.cross_rank.straggler import (
     GroupKey,
     GroupStraggler,
     GroupWaiting,
@@ -57,6 +47,16 @@ from stepscope.analysis.ranks.straggler import (
     group_stragglers,
     job_straggler,
 )
+from stepscope.analysis.per_rank.comm.collectives import (
+    Instances,
+    communication_intervals,
+    wait_intervals,
+)
+from stepscope.analysis.per_rank.comm.exposed import communication_category, exposed_communication
+from stepscope.analysis.per_rank.comm_names import cpu_collective
+from stepscope.analysis.per_rank.prepare import RankData, RankDigest
+from stepscope.analysis.per_rank.steps import STEP_RE, StepRow, pct
+from stepscope.analysis.per_rank.summary import CPU_OP_CATEGORIES, self_times
 from stepscope.analysis.stats import median, quantile
 from stepscope.units import list_ranks
 

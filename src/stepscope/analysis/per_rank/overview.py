@@ -18,9 +18,9 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.kernels import COMMUNICATION
-from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.rank.steps import DATALOADER_RE, StepSpans, ns_to_us
+from stepscope.analysis.per_rank.kernels import COMMUNICATION
+from stepscope.analysis.per_rank.prepare import RankData
+from stepscope.analysis.per_rank.steps import DATALOADER_RE, StepSpans, ns_to_us
 from stepscope.analysis.read.table import MISSING, TraceTable
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "data_loader", "cpu_exec", "other")

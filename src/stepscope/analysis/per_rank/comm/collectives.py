@@ -26,10 +26,10 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm.exposed import exposed_communication
-from stepscope.analysis.rank.comm.groups import GroupResolver, KnownGroups, parse_ranks
-from stepscope.analysis.rank.comm.issued import IssuedOps
-from stepscope.analysis.rank.comm_names import (
+from stepscope.analysis.per_rank.comm.exposed import exposed_communication
+from stepscope.analysis.per_rank.comm.groups import GroupResolver, KnownGroups, parse_ranks
+from stepscope.analysis.per_rank.comm.issued import IssuedOps
+from stepscope.analysis.per_rank.comm_names import (
     BACKEND_RANGE,
     CPU_BACKENDS,
     collective_kind,
@@ -38,15 +38,15 @@ from stepscope.analysis.rank.comm_names import (
     kernel_collective,
     nccl_algorithm,
 )
-from stepscope.analysis.rank.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
-from stepscope.analysis.rank.prepare import RankData
-from stepscope.analysis.rank.steps import find_steps
+from stepscope.analysis.per_rank.kernels import COMMUNICATION, CONTEXT_CATEGORIES, MISSING_TS, GpuEvents
+from stepscope.analysis.per_rank.prepare import RankData
+from stepscope.analysis.per_rank.steps import find_steps
 from stepscope.analysis.read.table import MISSING, TraceTable
 
 __all__ = [
     "Instances",
     "communication_intervals",
-    "exposed_communication",  # (rank/comm/exposed.py; importable from here as before)
+    "exposed_communication",  # (per_rank/comm/exposed.py; importable from here as before)
     "rank_instances",
     "wait_intervals",
 ]

@@ -29,10 +29,10 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm.collectives import Instances, cpu_rows
-from stepscope.analysis.rank.comm.exposed import exposed_communication
-from stepscope.analysis.rank.comm.issued import IssuedOps
-from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.per_rank.comm.collectives import Instances, cpu_rows
+from stepscope.analysis.per_rank.comm.exposed import exposed_communication
+from stepscope.analysis.per_rank.comm.issued import IssuedOps
+from stepscope.analysis.per_rank.prepare import RankData
 from stepscope.analysis.read.table import MISSING, TraceTable
 
 __all__ = ["FsdpAnalysis", "FsdpRank", "FsdpStep", "FsdpUnit", "combine_fsdp", "fsdp_rank"]

@@ -22,11 +22,16 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.rank.comm.collectives import Instances, rank_instances
-from stepscope.analysis.rank.comm.groups import KnownGroups
-from stepscope.analysis.rank.kernels import compile_patterns
-from stepscope.analysis.rank.prepare import prepare_rank
-from stepscope.analysis.ranks.distributed import ClockAlignment, Matching, cross_rank_analysis, summarize_rank
+from stepscope.analysis.cross_rank.distributed import (
+    ClockAlignment,
+    Matching,
+    cross_rank_analysis,
+    summarize_rank,
+)
+from stepscope.analysis.per_rank.comm.collectives import Instances, rank_instances
+from stepscope.analysis.per_rank.comm.groups import KnownGroups
+from stepscope.analysis.per_rank.kernels import compile_patterns
+from stepscope.analysis.per_rank.prepare import prepare_rank
 from stepscope.analysis.read.event_stream import iter_event_batches
 from stepscope.analysis.read.table import GPU_CATEGORIES, OLD_CATEGORIES, TraceTable
 from stepscope.compress import open_gzip

@@ -18,7 +18,7 @@ Definitions (docs/analysis.md, "Pipeline parallel"):
   those waits: 15.2% and 14.9%). The waits on sends are left out: the bubble is the stage's waiting to receive.
 
 Peers come from the ops' recorded inputs (`args_peer`, record_shapes=True): a rank in the op's process group,
-turned into a global rank across ranks (ranks/pipeline.py). Without them, an op of a rank that belongs to one
+turned into a global rank across ranks (cross_rank/pipeline.py). Without them, an op of a rank that belongs to one
 group of two takes the other member; and where capture recorded the rank's pipelining stage (its index, the stage
 count, every stage's rank), the stage's neighbours come from that record.
 """
@@ -32,11 +32,11 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.comm.collectives import Instances
-from stepscope.analysis.rank.comm.groups import KnownGroups, parse_ranks
-from stepscope.analysis.rank.comm_names import BACKEND_RANGE, cpu_collective
-from stepscope.analysis.rank.kernels import COMMUNICATION
-from stepscope.analysis.rank.prepare import RankData
+from stepscope.analysis.per_rank.comm.collectives import Instances
+from stepscope.analysis.per_rank.comm.groups import KnownGroups, parse_ranks
+from stepscope.analysis.per_rank.comm_names import BACKEND_RANGE, cpu_collective
+from stepscope.analysis.per_rank.kernels import COMMUNICATION
+from stepscope.analysis.per_rank.prepare import RankData
 from stepscope.analysis.read.messages import P2P_OPS
 from stepscope.analysis.read.table import MISSING, TraceTable
 

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis.codes import unique_inverse
-from stepscope.analysis.rank._nesting import tree_parents
+from stepscope.analysis.per_rank._nesting import tree_parents
 from stepscope.analysis.read.derived import THREAD_KEYS, OpTree, is_constant, new_thread_mask
 from stepscope.analysis.read.table import TraceTable
 

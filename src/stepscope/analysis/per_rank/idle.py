@@ -13,9 +13,9 @@ import numpy as np
 
 from stepscope.analysis import intervals as iv
 from stepscope.analysis.codes import unique_inverse
-from stepscope.analysis.rank.kernels import MISSING_TS, GpuEvents
-from stepscope.analysis.rank.steps import ns_to_us
-from stepscope.analysis.rank.summary import thread_order
+from stepscope.analysis.per_rank.kernels import MISSING_TS, GpuEvents
+from stepscope.analysis.per_rank.steps import ns_to_us
+from stepscope.analysis.per_rank.summary import thread_order
 
 # Gaps shorter than this between an already-queued activity and the previous one are launch overhead. HTA's
 # default is 30 in trace units (its docstring says ns, but HTA compares against microsecond timestamps).

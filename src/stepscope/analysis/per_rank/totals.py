@@ -12,8 +12,8 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
-from stepscope.analysis.rank.steps import find_steps
-from stepscope.analysis.rank.summary import (
+from stepscope.analysis.per_rank.steps import find_steps
+from stepscope.analysis.per_rank.summary import (
     CPU_OP_CATEGORIES,
     KERNEL_CATEGORY,
     _group_codes,
