@@ -142,19 +142,3 @@ class Schedule:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-    def to_torch(self):  # type: ignore[no-untyped-def]
-        """The schedule as torch.profiler expects it: step -> ProfilerAction."""
-        from torch.profiler import ProfilerAction
-
-        actions = {
-            Phase.NONE: ProfilerAction.NONE,
-            Phase.WARMUP: ProfilerAction.WARMUP,
-            Phase.RECORD: ProfilerAction.RECORD,
-            Phase.RECORD_AND_SAVE: ProfilerAction.RECORD_AND_SAVE,
-        }
-
-        def schedule_fn(step: int) -> ProfilerAction:
-            return actions[self.phase(step)]
-
-        return schedule_fn

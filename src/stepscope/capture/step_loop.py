@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from stepscope.capture.collector import RunContext
-from stepscope.capture.config import ProfileConfig
 from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter
 from stepscope.capture.schedule import Phase, Schedule
@@ -26,7 +25,6 @@ _thread_id = threading.get_ident
 class StepLoop:
     """The steps of a monitor (see the module's doc); the state it reads is the monitor's."""
 
-    config: ProfileConfig
     schedule: Schedule
     rank: int
     steps_done: int
