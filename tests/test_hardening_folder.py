@@ -669,6 +669,8 @@ def test_a_hostile_run_folder_file_is_a_note_not_a_traceback(tmp_path: Path, how
         assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
         if command[0] in ("analyze", "report"):  # (those that read what was spoiled say so)
             assert said in done.stderr + done.stdout, (command, done.stderr[-2000:])
+        notes = [line for line in done.stderr.splitlines() if line.startswith("stepscope: note:")]
+        assert len(notes) == len(set(notes)), (command, done.stderr[-2000:])  # (each said once)
 
 
 # --- issue 47 item 12: bounds of a run folder's records ------------------------------------------------------

@@ -447,7 +447,20 @@ def test_the_progress_bar_shows_a_file_name_as_text(
         assert "evil.example" in err or name == "[/]"
 
 
-@pytest.mark.parametrize("command", ["analyze", "summary", "whatif", "diff"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "analyze",
+        "summary",
+        "whatif",
+        "diff",
+        "analyze --json",
+        "summary --json",
+        "whatif --json",
+        "diff --json",
+    ]
+    + ["merge"],
+)
 def test_a_reader_that_goes_away_ends_the_command_with_0(tmp_path: Path, command: str) -> None:
     # GIVEN a trace whose report is many lines, and a reader that goes away (`| head -1` once it has its line)
     import subprocess
@@ -463,9 +476,16 @@ def test_a_reader_that_goes_away_ends_the_command_with_0(tmp_path: Path, command
                 launched(f"kernel_{i}", k * 1000 + i * 20 + 1, k * 1000 + i * 20 + 5, 8, k * 100 + i + 1)
             )
     path = write_trace(tmp_path / "t.json", events)
-    args = [path, path] if command == "diff" else [path]
+    name, *flags = command.split()
+    args = (
+        [path, path]
+        if name == "diff"
+        else [path, "-o", tmp_path / "m.json.gz"]
+        if name == "merge"
+        else [path]
+    )
     job = subprocess.Popen(
-        [sys.executable, "-m", "stepscope", command, *map(str, args)],
+        [sys.executable, "-m", "stepscope", name, *map(str, args), *flags],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "80"},
     )  # fmt: skip
     assert job.stdout is not None

@@ -251,6 +251,9 @@ def test_a_per_step_sync_removed_is_predicted(tmp_path: Path) -> None:
     [
         ("data_loader@" + "1" * 5000 + "=0", "ranks of up to 9 digits"),
         ("data_loader@\u00b2=0", "bad ranks '\u00b2'"),
+        ("kernel:.@\u00b2=0.5", "bad ranks '\u00b2'"),
+        ("op:aten@0,\u00b2=0.5", "bad ranks '0,\u00b2'"),
+        ("kernel:.@\uff11=0.5", "bad ranks '\uff11'"),
         ("kernel:.=1e12", "the factor must be a number from 0 to 1,000"),
         ("kernel:.=1e308", "the factor must be a number from 0 to 1,000"),
         ("kernel:.=nan", "the factor must be a number from 0 to 1,000"),
@@ -265,6 +268,12 @@ def test_hostile_selectors_are_refused_in_one_line(tmp_path: Path, scale: str, s
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and said in lines[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "RuntimeWarning" not in done.stderr
+
+
+def test_an_at_sign_that_is_not_followed_by_ranks_is_part_of_the_regex() -> None:
+    sel = parse_selector("kernel:foo@bar=0.5")
+    assert sel.ranks is None and sel.pattern is not None and sel.pattern.pattern == "foo@bar"
+    assert parse_selector("kernel:foo@1-2=0.5").ranks == ((1, 2),)
 
 
 def test_a_rank_range_of_a_billion_is_two_numbers() -> None:

@@ -155,7 +155,7 @@ def collect_report(
         attach_run(result, run_facts(run))
         versions = {**dict(run.manifest.versions), "report": __version__}
         title = run.manifest.run_name or title
-        notes.extend(run.notes)
+        notes.extend(n for n in run.notes if n not in result.notices)  # (a note the loader gave too: once)
     return ReportData(
         schema=REPORT_SCHEMA,
         source=str(path),

@@ -80,6 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(exc), exc.exit_code)
     except BrokenPipeError:
         return 0
+    except SystemExit as exc:
+        # click ends a command whose write met a reader that went away (`analyze --json | head -1`: EPIPE) with
+        # SystemExit(1) and nothing said; the reader took what it wanted: 0, as the console's commands end
+        if exc.code == 1 and _reader_gone():
+            return 0
+        raise
     except OSError as exc:  # a file or folder the command met on its way (a folder without search permission)
         where = f"{exc.filename}: " if exc.filename is not None else ""
         return _error(f"{where}{exc.strerror or exc}", 2)
@@ -93,6 +99,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         while _env_set:
             os.environ.pop(_env_set.pop(), None)
     return result if isinstance(result, int) else 0
+
+
+def _reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(1, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # (no poll on this platform, or no fd 1)
+        return False
 
 
 def _stand_in_for_closed_streams() -> None:

@@ -66,9 +66,9 @@ def parse_selector(text: str) -> Selector:
         )
     ranks: tuple[tuple[int, int], ...] | None = None
     at = re.search(r"@([^@]*)$", what)
-    if at is not None and (
-        not what.startswith(("kernel:", "op:")) or re.fullmatch(r"[\d,\-\s]+", at.group(1))
-    ):
+    # (after kernel: or op:, an @ is part of the regex unless what follows it reads as ranks: digits of any
+    # script, commas, dashes, spaces; ranks of other digits than ASCII are then refused, not searched for)
+    if at is not None and (not what.startswith(("kernel:", "op:")) or _reads_as_ranks(at.group(1))):
         what, spec = what[: at.start()], at.group(1)
         ranks = _ranks(text, spec)
     if what.startswith(("kernel:", "op:")):
@@ -85,6 +85,10 @@ def parse_selector(text: str) -> Selector:
             f"{text!r}: unknown selector {what!r}; one of {', '.join(KINDS)}, kernel:REGEX, op:REGEX"
         )
     return Selector(text, what, None, ranks, factor)
+
+
+def _reads_as_ranks(spec: str) -> bool:
+    return any(c.isdigit() for c in spec) and all(c.isdigit() or c in ",- \t" for c in spec)
 
 
 def _ranks(text: str, spec: str) -> tuple[tuple[int, int], ...]:
