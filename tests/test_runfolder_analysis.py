@@ -86,7 +86,9 @@ def test_the_runs_comm_patterns_join_the_command_lines(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("command", "sides"), [("analyze", 1), ("report", 1), ("diff", 2)], ids=["analyze", "report", "diff"]
+    ("command", "sides"),
+    [("analyze", 1), ("report", 1), ("diff", 2), ("summary", 1), ("whatif", 1), ("merge", 1)],
+    ids=["analyze", "report", "diff", "summary", "whatif", "merge"],
 )
 def test_one_command_on_a_run_folder_reads_what_it_is_its_manifest_and_its_config_once(
     two_window_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, sides: int
@@ -107,17 +109,22 @@ def test_one_command_on_a_run_folder_reads_what_it_is_its_manifest_and_its_confi
 
     run = str(two_window_run)
     argv = {
-        "analyze": ["analyze", run, "--json"],
-        "report": ["report", run, "-o", str(tmp_path / "page.html")],
-        "diff": ["diff", run, run, "--json"],
+        "analyze": ["analyze", run, "--json", "--jobs", "1"],
+        "report": ["report", run, "-o", str(tmp_path / "page.html"), "--jobs", "1"],
+        "diff": ["diff", run, run, "--json", "--jobs", "1"],
+        "summary": ["summary", run, "--json"],
+        "whatif": ["whatif", run, "--json"],
+        "merge": ["merge", run, "-o", str(tmp_path / "merged.json.gz")],
     }[command]
     # WHEN the command runs on the run folder (its steps: the command line, the listing of the traces, the process
     # groups' record, the load, the run's own figures; a diff: for each side)
     sys.setprofile(count)
     try:
-        status = main([*argv, "--jobs", "1"])
+        status = main(argv)
     finally:
         sys.setprofile(None)
     # THEN what the folder is, its manifest and its config.yaml were each read once (once per side of a diff)
     assert status == 0 and capsys.readouterr().out
-    assert calls == {"is_run_folder": sides, "load_manifest": sides, "read_config": sides}
+    config = 0 if command in ("summary", "whatif") else sides  # (neither reads the run's comm_patterns)
+    expected = Counter(is_run_folder=sides, load_manifest=sides, read_config=config)
+    assert +calls == +expected

@@ -42,10 +42,13 @@ def command(path: Path, output: Path | None, options: AnalysisOptions) -> None:
                 f"note: {DEFAULT_OUTPUT} exists (kept); writing {plain(output)}. -o names the file", err=True
             )
     output_target(output, "the merged trace")  # before the traces are read: a bad -o is said at once
-    patterns = resolve_patterns(path, options.comm_patterns)
+    from stepscope.analysis.read.source import Source
+
+    source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
+    patterns = resolve_patterns(source, options.comm_patterns)
     # the events alignment needs, found by streaming each file: memory does not grow with the events
-    table = alignment_table(path, step=options.step, patterns=compile_patterns(patterns))
-    known = recorded_groups(path) if path.is_dir() else None  # (a run folder's record of its process groups)
+    table = alignment_table(source, step=options.step, patterns=compile_patterns(patterns))
+    known = recorded_groups(source)  # (a run folder's record of its process groups; None for traces)
     info = merge_traces(table, output, comm_patterns=patterns, known_groups=known)
     for notice in table.notices:
         click.echo(f"note: {plain(notice)}", err=True)

@@ -19,9 +19,10 @@ from stepscope.cli._common import analysis_options, print_json, wide_option
 def command(path: str, top: int, as_json: bool, wide: bool, options: AnalysisOptions) -> None:
     """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
     from stepscope.analysis.per_rank.summary import summarize
+    from stepscope.analysis.read.source import Source
     from stepscope.cli._common import load_traces
 
-    summary = summarize(load_traces(path, step=options.step), top=top)
+    summary = summarize(load_traces(Source(path), step=options.step), top=top)
     if as_json:
         print_json(summary)
         return

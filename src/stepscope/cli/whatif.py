@@ -28,6 +28,7 @@ def command(
     path: str, scale: tuple[str, ...], top: int, as_json: bool, wide: bool, options: AnalysisOptions
 ) -> None:
     """Replay PATH's steps (a trace, a folder of traces or a run folder) and predict the step with --scale."""
+    from stepscope.analysis.read.source import Source
     from stepscope.analysis.whatif import SelectorError, parse_selector, whatif
     from stepscope.cli._common import load_traces
 
@@ -35,7 +36,7 @@ def command(
         selectors = [parse_selector(s) for s in scale]
     except SelectorError as exc:
         raise click.BadParameter(str(exc), param_hint="--scale") from None
-    result = whatif(load_traces(path, step=options.step), selectors, top=top)
+    result = whatif(load_traces(Source(path), step=options.step), selectors, top=top)
     if as_json:
         print_json(result)
         return

@@ -37,6 +37,7 @@ from stepscope.analysis.per_rank.comm_names import cpu_collective
 from stepscope.analysis.per_rank.kernels import COMMUNICATION, CommPattern, kind_of_name
 from stepscope.analysis.per_rank.steps import STEP_RE
 from stepscope.analysis.read.event_stream import EventPieces, Piece
+from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import (
     GPU_CATEGORIES,
     MISSING,
@@ -259,7 +260,7 @@ def _small_trace(sel: _Selection, reader: EventPieces) -> bytes:
 
 
 def alignment_table(
-    path: str | Path, *, step: int | None = None, patterns: Sequence[CommPattern] = ()
+    path: str | Path | Source, *, step: int | None = None, patterns: Sequence[CommPattern] = ()
 ) -> TraceTable:
     """The trace(s) at `path` as `load_trace` reads them (files, ranks, notices), but holding only the events
     that aligning the ranks and linking their collectives needs (see the module doc); each rank's `source` is
@@ -267,8 +268,9 @@ def alignment_table(
     from stepscope.analysis.read import loader
     from stepscope.analysis.read.loader import load_file
 
-    files, window_notices = loader.find_traces(Path(path), step)
-    skipped = loader.Skipped(Path(path).is_dir() and not loader.is_run_folder(path))
+    source = as_source(path)
+    files, window_notices = loader.find_traces(source, step)
+    skipped = loader.skipping(source)  # (as analyze leaves files out: a damaged rank of a run, a non-trace)
     tables = []
     with tempfile.TemporaryDirectory(prefix="stepscope-merge-") as tmp:
         small = Path(tmp) / "events.json"
@@ -288,7 +290,7 @@ def alignment_table(
             table.notices = [n.replace(str(small), str(file)) for n in table.notices]
             tables.append(table)
     if not tables:
-        raise InputError(path, "directory has no chrome traces (JSON with traceEvents)")
+        raise skipped.nothing_left(source.path)
     merged = loader.merge_tables(tables)
     merged.notices[:0] = window_notices + skipped.notices
     return merged

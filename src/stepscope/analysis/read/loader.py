@@ -272,12 +272,6 @@ def load_trace(
     return table
 
 
-def is_run_folder(path: str | Path) -> bool:
-    from stepscope.runfolder import is_run_folder
-
-    return is_run_folder(path)
-
-
 class Skipped:
     """Files that are left out with a notice instead of an error: in a plain folder, JSON files that are not
     chrome traces; in a run folder, a rank's trace that cannot be read (a damaged artifact never stops the
