@@ -447,20 +447,10 @@ def test_the_progress_bar_shows_a_file_name_as_text(
         assert "evil.example" in err or name == "[/]"
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        "analyze",
-        "summary",
-        "whatif",
-        "diff",
-        "analyze --json",
-        "summary --json",
-        "whatif --json",
-        "diff --json",
-    ]
-    + ["merge"],
-)
+_READERS = ["analyze", "summary", "whatif", "diff", "merge"]
+
+
+@pytest.mark.parametrize("command", [*_READERS, *(f"{c} --json" for c in _READERS if c != "merge")])
 def test_a_reader_that_goes_away_ends_the_command_with_0(tmp_path: Path, command: str) -> None:
     # GIVEN a trace whose report is many lines, and a reader that goes away (`| head -1` once it has its line)
     import subprocess

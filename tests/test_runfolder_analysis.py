@@ -128,3 +128,17 @@ def test_one_command_on_a_run_folder_reads_what_it_is_its_manifest_and_its_confi
     config = 0 if command in ("summary", "whatif") else sides  # (neither reads the run's comm_patterns)
     expected = Counter(is_run_folder=sides, load_manifest=sides, read_config=config)
     assert +calls == +expected
+
+
+def test_the_service_answers_what_analyze_prints(
+    two_window_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the CLI parses, checks and prints; the run folder's own figures and config come from the service
+    import msgspec
+
+    from stepscope.analysis import analyze_source
+
+    assert main(["analyze", str(two_window_run), "--json", "--step", "3"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    answered = json.loads(msgspec.json.encode(analyze_source(two_window_run, step=3)))
+    assert printed == answered and answered["run"] is not None

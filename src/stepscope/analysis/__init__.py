@@ -2,7 +2,8 @@
 
 Subpackages by concern: read/ (traces into a TraceTable), per_rank/ (one rank), cross_rank/ (across ranks, merge),
 findings/ (rules priced in step time), diff/ (two runs), memory/ (snapshots), run/ (the run folder); analyze.py
-runs a whole analysis, report_data.py gathers a report's data, tasks.py runs work in processes.
+runs a whole analysis, service.py answers each command for one input and its options, report_data.py gathers a
+report's data, tasks.py runs work in processes.
 
 The names below are this package's public API, imported on first use (importing the package costs nothing).
 """
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.per_rank.summary import summarize
     from stepscope.analysis.read.loader import load_trace
     from stepscope.analysis.run.folder import load_run
+    from stepscope.analysis.service import analyze_source
 
 _EXPORTS = {
     "analyze": "analyze",
@@ -30,6 +32,7 @@ _EXPORTS = {
     "analyze_path": "parallel",
     "summarize": "per_rank.summary",
     "AnalysisOptions": "options",
+    "analyze_source": "service",
     "diff_paths": "diff.compare",
 }
 
@@ -38,6 +41,7 @@ __all__ = [
     "AnalysisResult",
     "analyze",
     "analyze_path",
+    "analyze_source",
     "diff_paths",
     "load_run",
     "load_trace",

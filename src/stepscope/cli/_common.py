@@ -75,18 +75,11 @@ def load_traces(path: Any, *, step: int | None = None) -> Any:
         return load_trace(path, step=step, progress=bar)
 
 
-def analyze_traces(path: Any, options: Any) -> Any:
-    """`analyze_path` with a progress bar on the terminal; an executor that cannot run is a usage error."""
-    from stepscope.analysis.parallel import analyze_path
-
-    return _with_progress(analyze_path, path, options)
-
-
 def report_traces(path: Any, options: Any) -> Any:
     """`collect_report` with a progress bar on the terminal; an executor that cannot run is a usage error."""
     from stepscope.analysis.report_data import collect_report
 
-    return _with_progress(collect_report, path, options)
+    return with_progress(collect_report, path, options)
 
 
 def diff_traces(base: Any, test: Any, options: Any, *, factor: float) -> Any:
@@ -95,10 +88,10 @@ def diff_traces(base: Any, test: Any, options: Any, *, factor: float) -> Any:
     from stepscope.analysis.diff.compare import diff_paths
     from stepscope.cli._progress import ProgressBar
 
-    return _with_progress(diff_paths, base, test, options, bar=ProgressBar, factor=factor)
+    return with_progress(diff_paths, base, test, options, bar=ProgressBar, factor=factor)
 
 
-def _with_progress(analysis: Any, *arguments: Any, bar: Any = None, **more: Any) -> Any:
+def with_progress(analysis: Any, *arguments: Any, bar: Any = None, **more: Any) -> Any:
     """`analysis(*arguments, progress=..., **more)`: a progress bar (`bar`: a maker of bars the analysis opens
     itself), an ExecutorError as a usage error."""
     from stepscope.analysis.parallel import ExecutorError
@@ -182,13 +175,14 @@ def _flag_settings(field: Any) -> dict[str, Any]:
     return settings
 
 
-def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
-    """The patterns of `--comm-pattern` (checked: a usage error when one is not a regex or matches every
-    name), after those of the run folder's config when PATH is a run folder."""
-    for pattern in given:
-        import click
-        import regex  # (the engine the analysis searches them with: analysis/per_rank/kernels.CommPattern)
+def check_patterns(given: tuple[str, ...]) -> None:
+    """The patterns of `--comm-pattern`, checked: a usage error when one is not a regex or matches every name."""
+    if not given:
+        return
+    import click
+    import regex  # (the engine the analysis searches them with: analysis/per_rank/kernels.CommPattern)
 
+    for pattern in given:
         try:
             matches_all = regex.compile(pattern).search("") is not None
         except regex.error as exc:
@@ -197,23 +191,12 @@ def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
         if matches_all:
             message = f"{pattern!r} matches every kernel name (it matches the empty string)"
             raise click.BadParameter(message, param_hint="--comm-pattern")
-    from stepscope.analysis.read.source import as_source
-
-    source = as_source(path)
-    if not source.is_run_folder:
-        return list(given)
-    patterns = source.config([]).get("comm_patterns")
-    configured = (
-        [p for p in patterns if isinstance(p, str) and _compiles(p)] if isinstance(patterns, list) else []
-    )
-    return configured + list(given)
 
 
-def _compiles(pattern: str) -> bool:
-    import regex
+def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
+    """The patterns of `--comm-pattern` (checked: a usage error when one is not a regex or matches every
+    name), after those of the run folder's config when PATH is a run folder."""
+    from stepscope.analysis.service import run_comm_patterns
 
-    try:
-        regex.compile(pattern)
-    except regex.error:
-        return False
-    return True
+    check_patterns(given)
+    return list(run_comm_patterns(path, given))

@@ -10,13 +10,13 @@ import click
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.cli._common import (
     analysis_options,
-    analyze_traces,
+    check_patterns,
     console,
     print_json,
     print_notes,
     wide_option,
+    with_progress,
 )
-from stepscope.cli._common import comm_patterns as resolve_patterns
 
 
 @click.command(name="analyze")
@@ -49,20 +49,10 @@ def command(path: Path, as_json: bool, wide: bool, options: AnalysisOptions) -> 
 def _analyze_one(source: Any, options: AnalysisOptions) -> Any:
     """The AnalysisResult of one trace, folder of rank traces or run folder (with what the run measured);
     `source`: its analysis.read.source.Source."""
-    options = options.but(comm_patterns=resolve_patterns(source, options.comm_patterns))
-    if not source.is_run_folder:
-        return analyze_traces(source, options)
-    from stepscope.analysis.analyze import SCHEMA, AnalysisResult, attach_run
-    from stepscope.analysis.run.folder import load_run, no_traces_note, run_facts
+    from stepscope.analysis.service import analyze_source
 
-    run = load_run(source)
-    if run.has_traces:
-        result = analyze_traces(source, options)
-    else:
-        note = f"{source.path}: {no_traces_note(run)}"
-        result = AnalysisResult(SCHEMA, [], None, None, [], [note])
-    attach_run(result, run_facts(run))
-    return result
+    check_patterns(options.comm_patterns)
+    return with_progress(analyze_source, source, options)
 
 
 def _print(result: Any, wide: bool) -> None:
