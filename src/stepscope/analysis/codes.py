@@ -39,7 +39,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def distinct_sorted(values: np.ndarray) -> np.ndarray:
     """The distinct values of a 1-d array, ascending (np.unique without its return arrays, which in numpy 2.4
-    imports numpy.ma on first use: a tenth of a second of analyze's start)."""
+    imports numpy.ma on first use: 10-11 ms of analyze's start, measured with `python -X importtime`)."""
     ordered = np.sort(np.asarray(values).reshape(-1))
     if len(ordered) < 2:
         return ordered
