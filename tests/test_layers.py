@@ -54,12 +54,13 @@ def test_runfolder_imports_no_other_layer(path: Path) -> None:
 @pytest.mark.parametrize("path", modules_of("report"), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_report_never_imports_capture_and_reporters_never_import_each_other(path: Path) -> None:
     bad = bad_imports(path, "stepscope.capture", "stepscope.cli", "torch")
-    # shared: the report model with its labels and shared tables (report.model, .columns, .tables and the private
-    # table builders report._*), and the two renderers' packages (report.terminal, report.html); the page's own
-    # sections (report.html.*) only inside the page
+    # shared: what a page shows (report.data), the report model with its labels and shared tables (report.model,
+    # .columns, .tables and the private table builders report._*), and the two renderers' packages
+    # (report.terminal, report.html); the page's own sections (report.html.*) only inside the page
     shared = {
         "stepscope.report",
         "stepscope.report.columns",
+        "stepscope.report.data",
         "stepscope.report.html",
         "stepscope.report.model",
         "stepscope.report.tables",

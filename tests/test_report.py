@@ -330,7 +330,7 @@ def test_a_report_of_rank_files_is_the_same_on_workers(tmp_path: Path) -> None:
     import msgspec
 
     from stepscope.analysis.read.loader import load_trace
-    from stepscope.analysis.report_data import collect_report
+    from stepscope.report.data import collect_report
 
     from ._truth import Job, write_job
 

@@ -224,7 +224,7 @@ def test_the_stall_of_a_windows_end_is_in_the_metrics_and_the_report(
 
     import torch
 
-    from stepscope.analysis.report_data import collect_report
+    from stepscope.report.data import collect_report
 
     real = torch.profiler.profile.export_chrome_trace
 

@@ -2,8 +2,8 @@
 
 Subpackages by concern: read/ (traces into a TraceTable), per_rank/ (one rank), cross_rank/ (across ranks, merge),
 findings/ (rules priced in step time), diff/ (two runs), memory/ (snapshots), run/ (the run folder); analyze.py
-runs a whole analysis, service.py answers each command for one input and its options, report_data.py gathers a
-report's data, tasks.py runs work in processes.
+runs a whole analysis, service.py answers each command for one input and its options, tasks.py runs work in
+processes. (What a report page shows is gathered by stepscope.report.data.)
 
 The names below are this package's public API, imported on first use (importing the package costs nothing).
 """

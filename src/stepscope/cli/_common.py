@@ -77,7 +77,7 @@ def load_traces(path: Any, *, step: int | None = None) -> Any:
 
 def report_traces(path: Any, options: Any) -> Any:
     """`collect_report` with a progress bar on the terminal; an executor that cannot run is a usage error."""
-    from stepscope.analysis.report_data import collect_report
+    from stepscope.report.data import collect_report
 
     return with_progress(collect_report, path, options)
 

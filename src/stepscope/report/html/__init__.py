@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.report_data import ReportData
 from stepscope.report._savings import combined_lines
+from stepscope.report.data import ReportData
 from stepscope.report.html import compare
 from stepscope.report.html import findings as findings_section
 from stepscope.report.html import sections as build

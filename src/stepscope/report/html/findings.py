@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from stepscope.analysis.findings import Finding, section_of
-from stepscope.analysis.report_data import ReportData
 from stepscope.report._savings import saving_text
+from stepscope.report.data import ReportData
 from stepscope.report.model import SECTION_TITLES
 from stepscope.units import fmt_ms, fmt_pct, fmt_ranks
 

@@ -3,8 +3,8 @@ tracemalloc's allocation sites (growing ones first). Formatting only."""
 
 from __future__ import annotations
 
-from stepscope.analysis.report_data import ReportData
 from stepscope.report import columns as col
+from stepscope.report.data import ReportData
 from stepscope.report.html import charts
 from stepscope.report.model import SECTION_TITLES, Charts, Section, table
 from stepscope.units import fmt_bytes

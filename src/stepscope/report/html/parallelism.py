@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stepscope.analysis.report_data import ReportData
 from stepscope.report._expert_tensor import expert_table, tensor_table
 from stepscope.report._fsdp import fsdp_table
 from stepscope.report._pipeline import pipeline_page_table
+from stepscope.report.data import ReportData
 from stepscope.report.html import charts
 from stepscope.report.model import SECTION_TITLES, Charts, Section, Table
 from stepscope.report.tables import dimensions_table

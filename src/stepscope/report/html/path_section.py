@@ -7,8 +7,8 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.report_data import ReportData
 from stepscope.report._critical_path import KIND_LABELS, job_path_table, path_line
+from stepscope.report.data import ReportData
 from stepscope.report.html import charts
 from stepscope.report.model import SECTION_TITLES, Charts, Section
 from stepscope.units import fmt_ms

@@ -7,8 +7,8 @@ import heapq
 from collections import Counter
 from typing import Any
 
-from stepscope.analysis.report_data import ReportData
 from stepscope.report import columns as col
+from stepscope.report.data import ReportData
 from stepscope.report.html import charts
 from stepscope.report.model import SECTION_TITLES, Charts, Section, table
 from stepscope.runfolder.payloads import (

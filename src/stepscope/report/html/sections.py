@@ -9,9 +9,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from stepscope.analysis.report_data import ReportData
 from stepscope.report import columns as col
 from stepscope.report._deepspeed import section as ds_section
+from stepscope.report.data import ReportData
 from stepscope.report.html import charts, host_section, run_sections
 from stepscope.report.html.parallelism import parallelism
 from stepscope.report.html.path_section import critical_path
