@@ -29,10 +29,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from tests.support.traces import SHARED_TRACES  # noqa: E402
 
 from _results import write_result  # noqa: E402
-from _traces import SHARED_TRACES  # noqa: E402
 from compare_hta import trace_units  # noqa: E402
 
 KINDS = ("host", "compute", "communication", "memory", "launch", "gap", "sync")

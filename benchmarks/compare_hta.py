@@ -21,10 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the one trace-loading adapter lives in tests/_traces.py
+sys.path.insert(0, str(ROOT))  # the one trace-loading adapter lives in tests/support/traces.py
+
+from tests.support.traces import SHARED_TRACES, load  # noqa: E402
 
 from _results import write_result  # noqa: E402
-from _traces import SHARED_TRACES, load  # noqa: E402
 from stepscope.analysis.analyze import analyze  # noqa: E402
 
 TOLERANCE_PP = 1.0

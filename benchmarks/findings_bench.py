@@ -1,6 +1,6 @@
-"""The findings bench as a table: for every case of tests/findings_cases.py (small CPU jobs with one injected
-problem, and the real GPU traces of ../shared/traces), the expected first finding, what fired, and any unexpected
-HIGH finding. Prints the Markdown table of docs/analysis.md ("The findings bench").
+"""The findings bench as a table: for every case of tests/support/findings_cases.py (small CPU jobs with one
+injected problem, and the real GPU traces of ../shared/traces), the expected first finding, what fired, and any
+unexpected HIGH finding. Prints the Markdown table of docs/analysis.md ("The findings bench").
 
     .venv/bin/python benchmarks/findings_bench.py
 """
@@ -11,10 +11,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.findings_cases import CASES, run_jobs
 
 from _results import write_markdown_result
-from findings_cases import CASES, run_jobs
 from stepscope.analysis.analyze import analyze
 from stepscope.analysis.read.loader import load_trace
 

@@ -2,7 +2,7 @@
 
 `OPTION_ROWS` is the table: each row names the `ProfileConfig` fields it measures, what it measures and the
 reference it is divided by. `IDLE_DURING_STEPS` names the fields that do no work during a step, each with the
-reason; tests/test_hardening_opts.py checks that every field of the config is in one of the two, so an option
+reason; tests/capture/test_option_overhead.py checks that every field of the config is in one of the two, so an option
 added later (`PLANNED` names those announced) fails that test until it has its row.
 
 Every variant runs as a block of steps on one fresh monitor (torch runs one profiler per process, and a sampler

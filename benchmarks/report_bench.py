@@ -6,7 +6,7 @@
   round by round (the order flipping each round), after one warm-up round of each; the medians and the median of
   the paired ratios report / analyze (target: <= 1.25);
 - size of the page (target: <= 5 MB);
-- first paint in headless Chromium (Debian's /usr/bin/chromium, the flags of tests/_browser.py, a fresh
+- first paint in headless Chromium (Debian's /usr/bin/chromium, the flags of tests/support/browser.py, a fresh
   profile per load), read from the page's own paint timings, and the time until every chart is drawn; the
   median of `--loads` loads (target: first paint <= 2 s).
 """
@@ -51,10 +51,9 @@ def timed(cmd: list[str]) -> float:
 
 
 def paint(page: Path, loads: int) -> tuple[list[float], list[float]]:
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT))
     from playwright.sync_api import sync_playwright
-
-    from _browser import CHROMIUM_ARGS, chromium_path  # type: ignore[import-not-found]
+    from tests.support.browser import CHROMIUM_ARGS, chromium_path
 
     firsts, charts = [], []
     exe = chromium_path()

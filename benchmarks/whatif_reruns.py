@@ -3,7 +3,7 @@ without that slowness (with its interval), and the job rerun without it.
 
     .venv/bin/python benchmarks/whatif_reruns.py [--runs 3] [--ranks 4] [--delay-ms 50]
 
-tests/_ddp_job.py under `stepscope run --nproc-per-node RANKS --profiled-ranks all` (gloo, this machine's cores):
+tests/support/jobs/ddp.py under `stepscope run --nproc-per-node RANKS --profiled-ranks all` (gloo, this machine's cores):
 rank 2's DataLoader sleeps DELAY ms per step in its collate_fn, so the other ranks wait for it in the all-reduces.
 Each of RUNS rounds runs the slow job and the same job without the sleep, one after the other. Then
 `whatif SLOW_RUN --scale 'data_loader@2=0'` predicts each slow run's step without the slow loader, and `whatif
@@ -24,7 +24,7 @@ from typing import Any
 
 from _results import ROOT, write_result
 
-JOB = ROOT / "tests" / "_ddp_job.py"
+JOB = ROOT / "tests" / "support" / "jobs" / "ddp.py"
 SCALE = "data_loader@2=0"
 
 

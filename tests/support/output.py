@@ -3,6 +3,7 @@ report page's charts (and the page made, with what a browser must not see on it)
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -70,3 +71,20 @@ def assert_clean(seen: object) -> None:
     assert not seen.console_errors, seen.console_errors  # type: ignore[attr-defined]
     assert not seen.remote_requests, seen.remote_requests  # type: ignore[attr-defined]
     assert not seen.dialogs, seen.dialogs  # type: ignore[attr-defined]
+
+
+def load_chrome_trace(path: Path) -> dict[str, Any]:
+    """Open a written trace the way a user's viewer would: gzip + JSON with traceEvents."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    assert isinstance(data, dict) and isinstance(data.get("traceEvents"), list), path
+    return data
+
+
+def profiler_steps(path: Path) -> list[int]:
+    """The N of every ProfilerStep#N span in a written trace, sorted."""
+    events = load_chrome_trace(path)["traceEvents"]
+    return sorted(
+        int(e["name"].split("#")[1]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._traces import cpu, kernel, launched, runtime, step, write_trace
+from .traces import cpu, kernel, launched, runtime, step, write_trace
 
 T0 = 1_700_000_000_000  # us, a realistic trace clock
 

@@ -1,5 +1,5 @@
 """Small statistics without numpy or `statistics`: np.median, np.quantile and np.unique import numpy.ma on their
-first call (10-11 ms here, `python -X importtime`, of an analyze process of 350 ms; tests/test_speed_imports.py
+first call (10-11 ms here, `python -X importtime`, of an analyze process of 350 ms; tests/cli/test_speed_imports.py
 keeps it out), `statistics` imports random, fractions and decimal (3-4 ms)."""
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def critical_rank(n: int, m: int) -> int:
     """K such that the 95% interval of the shift is [D(K+1), D(nm-K)] of the nm sorted differences (0-based:
     pairs[K] and pairs[nm-1-K]); -1 when no interval at 95% exists. The Mann-Whitney U statistic's normal
     approximation with a continuity correction: against the exact distribution of U it is never narrower for
-    any n, m from 2 to 40 and at most one rank wider (tests/test_diff_stats.py checks it)."""
+    any n, m from 2 to 40 and at most one rank wider (tests/analysis/test_diff_stats.py checks it)."""
     mean = n * m / 2
     sd = math.sqrt(n * m * (n + m + 1) / 12)
     return math.floor(mean - 0.5 - Z_975 * sd)

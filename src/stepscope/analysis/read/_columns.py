@@ -10,7 +10,7 @@ table.constant_column), not a row each.
 Events come from a strict decoder (ints where ints are expected, so numpy converts without a type scan) or,
 for odd files, from a permissive one (any JSON value; every column then checks its types). Both give the
 same columns for the same events: the table is defined by the reference builder of the tests
-(tests/_reference.py).
+(tests/support/reference.py).
 
 Precision: times become integer ns, exactly for what Kineto writes (microseconds with up to three decimals).
 Integers are multiplied by 1000. Floats below 2^43 us (~100 days: durations, relative timestamps) are

@@ -332,7 +332,7 @@ class TraceCollector(Collector):
         if self._distributed:
             # A collective's range ends on the backend's thread *after* the step saw it complete (gloo runs
             # the future's callbacks after waking the waiter); stopping the profiler while that thread still
-            # records has corrupted the heap (tests/test_multirank.py, 1 run in ~40). Let it finish first.
+            # records has corrupted the heap (tests/jobs/test_two_ranks_one_run_folder.py, 1 run in ~40). Let it finish first.
             time.sleep(COMM_SETTLE_S)
         try:
             prof.stop_trace()
