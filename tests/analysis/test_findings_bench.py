@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stepscope.analysis.analyze import AnalysisResult, analyze
+from stepscope.analysis.findings.gpu_idle import DATALOADER_MIN_PCT
 from stepscope.analysis.findings.rules import Finding
 from stepscope.analysis.read.loader import load_trace
 from stepscope.units import fmt_ms
@@ -93,17 +94,31 @@ def test_the_qwen_synchronize_is_no_alarm() -> None:
 
 @pytest.mark.slow
 def test_a_stall_in_one_of_three_steps_is_no_high(jobs_dir: Path) -> None:
-    # GIVEN 3 traced steps whose DataLoader waits 30 ms in the second only (as a preempted read would)
+    # GIVEN 3 traced steps whose DataLoader waits 30 ms in the second only (as a preempted read would), and
+    # takes less than the rule's share of the other two (on a loaded machine their ~1 ms of collating can pass
+    # 5% of a short step: then the job is run again, at most twice, rather than the case judged as it is not)
     (case,) = [c for c in CASES if c.name == "loader_once"]
     result = analysis_of(case, jobs_dir)
+    for attempt in range(2):
+        if _loader_holds_in_one_step(result):
+            break
+        again = jobs_dir.parent / f"{jobs_dir.name}_again{attempt}"
+        run_jobs(again, ["loader_once"])
+        result = analysis_of(case, again)
     loader_us = [s.dataloader_us or 0.0 for s in result.ranks[0].steps]
     assert len(loader_us) == 3 and sorted(loader_us)[-1] >= 30_000 > 5 * sorted(loader_us)[1]
+    assert _loader_holds_in_one_step(result), [(s.dataloader_us, s.dur_us) for s in result.ranks[0].steps]
     # THEN the stall is LOW, priced by the median step (not a HIGH from the mean), and says it is one step's
     stall = by_id(result.findings, "data_loader_stall")
     assert (stall.severity, stall.steps_held, stall.steps) == ("low", 1, 3)
     assert stall.cost_ms_per_step == round(sorted(loader_us)[1] / 1000, 3)
     assert ", in 1 of 3 steps only (the median step: " in stall.message
     assert f"waits {fmt_ms(max(loader_us) / 1000)} per step" in stall.message
+
+
+def _loader_holds_in_one_step(result: AnalysisResult) -> bool:
+    shares = sorted(100.0 * (s.dataloader_us or 0.0) / s.dur_us for s in result.ranks[0].steps)
+    return len(shares) == 3 and shares[-1] >= DATALOADER_MIN_PCT > shares[1]
 
 
 def by_id(findings: list[Finding], id_: str) -> Finding:

@@ -108,9 +108,10 @@ CASES = [
 ]
 
 
-def run_jobs(out: Path) -> None:
-    """Run every CPU job of CASES into `out` (one subprocess; a failure raises with its output)."""
-    jobs = [c.name for c in CASES if c.source == "job"]
+def run_jobs(out: Path, names: list[str] | None = None) -> None:
+    """Run every CPU job of CASES (or those `names`) into `out` (one subprocess; a failure raises with its
+    output)."""
+    jobs = [c.name for c in CASES if c.source == "job" and (names is None or c.name in names)]
     done = subprocess.run(
         [sys.executable, str(JOBS_SCRIPT), str(out), *jobs], capture_output=True, text=True, timeout=600
     )
