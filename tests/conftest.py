@@ -21,6 +21,14 @@ def require_shared_traces() -> Path:
     pytest.skip(f"needs the shared trace set ../shared/traces ({where}), absent here")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_cache_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The suite's kept tables and answers go to a folder of its own, empty at the start: never the user's, and
+    never one a run of other code filled."""
+    if "STEPSCOPE_CACHE_DIR" not in os.environ:
+        os.environ["STEPSCOPE_CACHE_DIR"] = str(tmp_path_factory.mktemp("stepscope-cache"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # before the test's fixtures: one that builds on a shared trace must not run (and fail) without it

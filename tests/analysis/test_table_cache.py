@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -41,7 +42,10 @@ def a_trace(path: Path, steps: int = 3) -> Path:
 
 
 def analyze(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> dict:
+    """`analyze --json` of `path`, its kept answer let go after it: the next command reads the table again (as
+    a command whose answer is not kept, or another command, would)."""
     assert main([*flags, "analyze", str(path), "--json"]) == 0
+    shutil.rmtree(Path(os.environ["STEPSCOPE_CACHE_DIR"]) / "results", ignore_errors=True)
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
 
 

@@ -16,10 +16,15 @@ def print_json(document: Any) -> None:
     """Print one JSON document (msgspec Structs, dataclasses and plain containers all encode)."""
     # (escaped while compact, and each copy let go before the next is made: the indented text of a job of
     # thousands of ranks is hundreds of MB, and a copy more of it was the command's peak)
+    from stepscope.cli._kept import recording_now
+
     text = escape_json_controls(msgspec.json.encode(document))
     text = msgspec.json.format(text, indent=2)
     out = sys.stdout.buffer
     out.write(text)
+    record = recording_now()  # (the command's answer is being kept: analyze / summary / whatif --json)
+    if record is not None:
+        record.add(text + b"\n")
     del text
     out.write(b"\n")
     sys.stdout.flush()
@@ -61,8 +66,14 @@ def wide_option(fn):  # type: ignore[no-untyped-def]
 
 def print_notes(notes: Any) -> None:
     """Notes and notices go to stderr, one line each, so that stdout holds only the answer."""
+    from stepscope.cli._kept import recording_now
+
+    record = recording_now()
     for note in notes:
-        sys.stderr.write(f"stepscope: note: {plain(note)}\n")
+        line = f"stepscope: note: {plain(note)}\n"
+        sys.stderr.write(line)
+        if record is not None:
+            record.kept.stderr += line
     sys.stderr.flush()
 
 

@@ -17,6 +17,7 @@ from stepscope.cli._common import (
     wide_option,
     with_progress,
 )
+from stepscope.cli._kept import kept_json
 
 
 @click.command(name="analyze")
@@ -26,6 +27,7 @@ from stepscope.cli._common import (
 )
 @analysis_options("analyze")
 @wide_option
+@kept_json("analyze")
 def command(path: Path, as_json: bool, wide: bool, options: AnalysisOptions) -> None:
     """Analyze PATH (a trace file, a folder of per-rank traces, or a run folder).
 

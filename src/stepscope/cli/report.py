@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -39,12 +40,48 @@ def command(
 
     With --compare TEST, the page shows what changed from PATH to TEST. The ranks of a folder are analysed as
     `analyze` does (`--jobs`, `--executor`)."""
-    from stepscope.cli._common import comm_patterns as resolve_patterns
+    from stepscope.cli import _kept
     from stepscope.cli._common import print_notes
-    from stepscope.report.html import render_compare, render_report
 
     source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
     other = Source(compare) if compare is not None else None
+    if other is not None:
+        target = output or Path(f"{_stem(path)}_vs_{_stem(other.path)}.compare.html")
+    else:
+        target = output or default_output(source)
+    inputs = [path] if compare is None else [path, compare]
+    params = {"path": path, "compare": compare, "options": options}  # (not where it goes: the same page)
+    name = _kept.key("report", inputs, exclude=target, **params)  # (the page kept for the same input, if any)
+    kept = _kept.get(name)
+    made_now = kept is None
+    if kept is None:
+        kept = _page(source, other, options)
+        page = kept.page or b""
+    else:
+        page = _kept.page_now(kept)
+    print_notes(kept.notes)
+    _write(page, target)
+    if source.is_run_folder and target.resolve().parent == path.resolve():
+        _index(path, target)
+    if made_now:
+        _kept.keep(name, kept)
+    if source.is_run_folder:  # (and under the folder as it is now that the page is indexed in it)
+        after = _kept.key("report", inputs, exclude=target, **params)
+        if after != name:
+            _kept.keep(after, kept)
+    click.echo(f"report: {plain(target)}  ({len(page) / 1e6:.2f} MB)")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(target.resolve().as_uri())
+
+
+def _page(source: Source, other: Source | None, options: AnalysisOptions) -> Any:
+    """The page of `source` (or of its diff with `other`) and its notes, as a `_kept.Kept`."""
+    from stepscope.cli._common import comm_patterns as resolve_patterns
+    from stepscope.cli._kept import Kept
+    from stepscope.report.html import render_compare, render_report
+
     patterns = resolve_patterns(other if other is not None else source, options.comm_patterns)
     options = options.but(comm_patterns=patterns)
     if other is not None:
@@ -52,28 +89,15 @@ def command(
         from stepscope.cli._common import diff_traces
 
         result = diff_traces(source, other, options, factor=DEFAULT_FACTOR)
-        html = render_compare(result)
-        target = output or Path(f"{_stem(path)}_vs_{_stem(other.path)}.compare.html")
-        print_notes(result.notices)
-    else:
-        from stepscope.cli._common import report_traces
+        return Kept(page=render_compare(result).encode("utf-8"), notes=[str(n) for n in result.notices])
+    from stepscope.cli._common import report_traces
 
-        data = report_traces(source, options)
-        html = render_report(data)
-        target = output or default_output(source)
-        print_notes(data.analysis.notices)
-        print_notes(data.notes)
-    _write(html, target)
-    if source.is_run_folder and target.resolve().parent == path.resolve():
-        _index(path, target)
-    click.echo(f"report: {plain(target)}  ({len(html.encode('utf-8')) / 1e6:.2f} MB)")
-    if open_browser:
-        import webbrowser
-
-        webbrowser.open(target.resolve().as_uri())
+    data = report_traces(source, options)
+    notes = [str(n) for n in (*data.analysis.notices, *data.notes)]
+    return Kept(page=render_report(data).encode("utf-8"), notes=notes, generated=data.generated)
 
 
-def _write(html: str, target: Path) -> None:
+def _write(html: bytes, target: Path) -> None:
     """Write the page: one line and exit 2 for a target that is not a regular file, or that cannot be written."""
     from stepscope.cli._output import write_output
 

@@ -6,6 +6,7 @@ import click
 
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.cli._common import analysis_options, print_json, wide_option
+from stepscope.cli._kept import kept_json
 
 
 @click.command(name="summary")
@@ -16,6 +17,7 @@ from stepscope.cli._common import analysis_options, print_json, wide_option
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.summary/1").'
 )
+@kept_json("summary")
 def command(path: str, top: int, as_json: bool, wide: bool, options: AnalysisOptions) -> None:
     """Top CPU ops and GPU kernels of PATH: a trace, a folder of traces or a run folder."""
     from stepscope.analysis.per_rank.summary import summarize

@@ -7,6 +7,7 @@ import click
 
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.cli._common import analysis_options, print_json, wide_option
+from stepscope.cli._kept import kept_json
 
 _SCALE_HELP = (
     "Scale some work: SELECTOR=FACTOR (repeatable). SELECTOR: data_loader, forward, backward, optimizer, "
@@ -24,6 +25,7 @@ _SCALE_HELP = (
 @click.option(
     "--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.whatif/1").'
 )
+@kept_json("whatif")
 def command(
     path: str, scale: tuple[str, ...], top: int, as_json: bool, wide: bool, options: AnalysisOptions
 ) -> None:

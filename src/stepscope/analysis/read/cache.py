@@ -7,8 +7,9 @@ header, the header (symbol tables, the rank's facts, each column's kind, dtype a
 bytes, each at a 64-byte boundary, mapped read-only (columns are read-only to the analyses anyway). Only numeric
 dtypes are written or read.
 
-A file is known by its key: its absolute path, size, modification time, the stepscope version, the loader's
-options (rank hint, flows) and a hash of its first and last 64 KiB. A changed file gets a new key; a cache file
+A file is known by its key (`cache_folder`'s): its absolute path, size, modification time and a hash of its
+first and last 64 KiB, the code that reads it (stepscope's files and version) and the loader's options (rank
+hint, flows). A changed file gets a new key; a cache file
 that does not read back whole (a wrong magic, a header that does not decode, a column past the end, a dtype that
 is not numeric) is removed and the trace decoded again. The folder is kept under STEPSCOPE_CACHE_MAX_MB (default
 2048): the least recently used files go first. STEPSCOPE_NO_CACHE=1 (`--no-cache`) neither reads nor writes it.
@@ -18,7 +19,6 @@ Nothing here ever fails a load: a cache that cannot be written or read is skippe
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import mmap
 import os
 from collections.abc import Callable
@@ -28,17 +28,24 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from stepscope._version import __version__
 from stepscope.analysis.read._parts import FileTable
+from stepscope.analysis.read.cache_folder import (
+    MAX_ENV,
+    NO_CACHE_ENV,
+    base,
+    blake2b,
+    code_key,
+    enabled,
+    evict,
+    hash_file,
+    max_bytes,
+)
 from stepscope.analysis.read.table import RankInfo, SparseColumn, constant_column, constant_value
 
 MAGIC = b"stepscope-table/1\n"
 _ALIGN = 64
-_EDGE = 64 << 10  # bytes of the file's head and tail hashed into its key
-DEFAULT_MAX_MB = 2048
 _NUMERIC = frozenset("biuf")  # numpy dtype kinds written and read
-NO_CACHE_ENV = "STEPSCOPE_NO_CACHE"
-MAX_ENV = "STEPSCOPE_CACHE_MAX_MB"
+__all__ = ["MAX_ENV", "NO_CACHE_ENV", "cached_load", "enabled", "file_key", "folder", "read", "write"]
 
 
 class _Column(msgspec.Struct, forbid_unknown_fields=True):
@@ -62,18 +69,8 @@ class _Header(msgspec.Struct, forbid_unknown_fields=True):
     columns: list[_Column]
 
 
-def enabled() -> bool:
-    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in ("1", "true", "yes")
-
-
 def folder() -> Path:
-    configured = os.environ.get("STEPSCOPE_CACHE_DIR")
-    if configured:
-        base = Path(configured)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "stepscope"
-    return base / "tables"
+    return base() / "tables"
 
 
 def cached_load(path: Path, rank_hint: int | None, flows: bool, load: Callable[[], FileTable]) -> FileTable:
@@ -100,21 +97,14 @@ def cached_load(path: Path, rank_hint: int | None, flows: bool, load: Callable[[
     table = load()
     with contextlib.suppress(Exception):  # a cache that cannot be written is no reason to fail a load
         if write(table, where):
-            evict(where.parent, _max_bytes())
+            evict(where.parent, max_bytes(), ".table")
     return table
 
 
 def file_key(path: Path, rank_hint: int | None, flows: bool) -> str:
-    st = path.stat()
-    digest = hashlib.blake2b(digest_size=20)
-    digest.update(
-        f"{__version__}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{rank_hint}|{flows}|".encode()
-    )
-    with open(path, "rb") as fh:
-        digest.update(fh.read(_EDGE))
-        if st.st_size > _EDGE:
-            fh.seek(max(st.st_size - _EDGE, _EDGE))
-            digest.update(fh.read(_EDGE))
+    digest = blake2b(digest_size=20)
+    digest.update(f"{code_key()}|{path.resolve()}|{rank_hint}|{flows}|".encode())
+    hash_file(digest, path, path.stat())
     return digest.hexdigest()
 
 
@@ -221,26 +211,3 @@ def _read(fh: Any) -> FileTable:
     return FileTable(
         header.path, header.names, header.cats, columns, header.info, header.declared_rank, header.notices
     )
-
-
-def _max_bytes() -> int:
-    try:
-        return max(int(float(os.environ.get(MAX_ENV, DEFAULT_MAX_MB)) * (1 << 20)), 0)
-    except ValueError:
-        return DEFAULT_MAX_MB << 20
-
-
-def evict(where: Path, most: int) -> None:
-    """Remove the least recently used tables of `where` until they hold at most `most` bytes."""
-    entries = []
-    for entry in os.scandir(where):
-        if entry.name.endswith(".table") and entry.is_file(follow_symlinks=False):
-            st = entry.stat(follow_symlinks=False)
-            entries.append((st.st_mtime_ns, st.st_size, entry.path))
-    total = sum(size for _, size, _ in entries)
-    for _, size, path in sorted(entries):
-        if total <= most:
-            break
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-            total -= size

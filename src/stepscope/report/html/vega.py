@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import sys
 from pathlib import Path
 
@@ -23,11 +22,9 @@ _BUNDLE_END = "window.vegaLite=__default1;"
 def cache_dir() -> Path:
     """The user's cache folder for stepscope (compiled templates): STEPSCOPE_CACHE_DIR, else
     $XDG_CACHE_HOME/stepscope, else ~/.cache/stepscope."""
-    configured = os.environ.get("STEPSCOPE_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "stepscope"
+    from stepscope.analysis.read.cache_folder import base
+
+    return base()
 
 
 @functools.cache

@@ -1,0 +1,202 @@
+"""A command's answer kept for the same command on the same input (issue 48, item 5): the second `analyze --json`,
+`summary --json`, `whatif --json` or `report` of an input prints or writes what the first did without analysing
+again; anything that changes the answer (the input, an option, a rank's file) makes it analyse again; a damaged
+kept answer, `--no-cache` and a failing command each do what a user would expect."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from stepscope.cli import main
+
+from ..support.traces import cpu, kernel, launched, step, write_trace
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("STEPSCOPE_CACHE_DIR", str(folder))
+    monkeypatch.delenv("STEPSCOPE_NO_CACHE", raising=False)
+    return folder / "results"
+
+
+def a_trace(path: Path, steps: int = 3, rank: int = 0, slow: float = 0.0) -> Path:
+    events = []
+    t = 0.0
+    for k in range(steps):
+        events.append(step(k + 1, t, 1000.0 + slow))
+        events.append(cpu("forward", t + 10, 400.0, cat="user_annotation"))
+        events += launched("gemm_A", t + 20, t + 30, 300.0 + slow, 100 + k, stream=7)
+        events.append(kernel("ncclDevKernel_AllReduce", t + 400 + slow, 200.0, stream=20, corr=200 + k))
+        t += 1000.0 + slow
+    write_trace(path, events, rank, world_size=2)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[str, str]:
+    assert main(list(args)) == 0
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+@pytest.fixture
+def no_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any analysis from here on fails the test: the answer must come from what was kept."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("analysed again")
+
+    import stepscope.analysis.read.loader as loader
+    import stepscope.analysis.service as service
+
+    for name in ("load_trace", "load_file", "cached_load"):
+        monkeypatch.setattr(loader, name, refuse)
+    monkeypatch.setattr(service, "analyze_source", refuse)
+
+
+@pytest.mark.parametrize("command", ["analyze", "summary", "whatif"])
+def test_a_second_json_answer_is_the_kept_one(
+    tmp_path: Path,
+    cache_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    first, _ = run(capsys, command, str(trace), "--json")
+    assert len(list(cache_dir.glob("*.result"))) == 1
+    request.getfixturevalue("no_analysis")
+    second, _ = run(capsys, command, str(trace), "--json")
+    assert second == first and json.loads(second)
+
+
+def test_the_terminal_view_is_not_kept(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    run(capsys, "analyze", str(trace))
+    assert not cache_dir.exists()
+
+
+def test_a_changed_input_or_option_is_analysed_again(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = a_trace(tmp_path / "t.json", steps=3)
+    out, _ = run(capsys, "analyze", str(trace), "--json")
+    assert len(json.loads(out)["ranks"][0]["steps"]) == 3
+    st = trace.stat()
+    a_trace(trace, steps=4)  # written again, its time put back
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+    out, _ = run(capsys, "analyze", str(trace), "--json")
+    assert len(json.loads(out)["ranks"][0]["steps"]) == 4
+    out, _ = run(capsys, "analyze", str(trace), "--json", "--steps", "2:3")
+    assert [s["step"] for s in json.loads(out)["ranks"][0]["steps"]] == [2, 3]
+    assert len(list(cache_dir.glob("*.result"))) == 3
+
+
+def test_a_folder_with_one_rank_changed_is_analysed_again(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in (0, 1):
+        a_trace(folder / f"rank{rank}.json", rank=rank)
+    first, _ = run(capsys, "analyze", str(folder), "--json")
+    assert run(capsys, "analyze", str(folder), "--json")[0] == first
+    a_trace(folder / "rank1.json", rank=1, slow=500.0)
+    changed, _ = run(capsys, "analyze", str(folder), "--json")
+    steps = {r["rank"]: r["steps"][0]["dur_us"] for r in json.loads(changed)["ranks"]}
+    assert steps[1] > steps[0] and changed != first
+
+
+def test_no_cache_neither_reads_nor_keeps(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    first, _ = run(capsys, "--no-cache", "analyze", str(trace), "--json")
+    assert not cache_dir.exists()
+    run(capsys, "analyze", str(trace), "--json")
+    (kept,) = cache_dir.glob("*.result")
+    kept.write_bytes(kept.read_bytes().replace(b'"ranks"', b'"RANKS"'))  # (a kept answer a test can tell)
+    assert '"RANKS"' in run(capsys, "analyze", str(trace), "--json")[0]
+    assert run(capsys, "--no-cache", "analyze", str(trace), "--json")[0] == first
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: b"\xc1" + b[1:], lambda b: b""])
+def test_a_damaged_kept_answer_is_removed_and_the_command_runs(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str], damage: object
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    first, _ = run(capsys, "analyze", str(trace), "--json")
+    (kept,) = cache_dir.glob("*.result")
+    kept.write_bytes(damage(kept.read_bytes()))  # type: ignore[operator]
+    assert run(capsys, "analyze", str(trace), "--json")[0] == first
+    assert run(capsys, "analyze", str(trace), "--json")[0] == first  # (kept again, whole)
+
+
+def test_a_failing_command_keeps_nothing(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    assert main(["analyze", str(bad), "--json"]) == 2
+    assert not list(cache_dir.glob("*.result"))
+
+
+def _without_time(page: str) -> str:
+    return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "TIME", page)
+
+
+def test_a_second_report_writes_the_kept_page_saying_when(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    out1, _ = run(capsys, "report", str(trace), "-o", str(tmp_path / "one.html"))
+    first = (tmp_path / "one.html").read_text()
+    time.sleep(1.1)
+    import stepscope.report.html as html
+
+    monkeypatch.setattr(html, "render_report", lambda *a, **k: pytest.fail("rendered again"))
+    out2, _ = run(capsys, "report", str(trace), "-o", str(tmp_path / "two.html"))
+    second = (tmp_path / "two.html").read_text()
+    assert "two.html" in out2 and "one.html" in out1
+    assert _without_time(second) == _without_time(first)
+    stamp = re.compile(r"generated</dt><dd>([^<]+)</dd>")
+    assert stamp.search(first)[1] < stamp.search(second)[1]  # type: ignore[index]
+    assert f"Made by stepscope on {stamp.search(second)[1]}." in second  # type: ignore[index]
+
+
+def test_a_run_folders_second_report_is_kept_and_indexed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ..support.train import profiled_run
+
+    folder = profiled_run(tmp_path / "runs", 8, wait=1, warmup=1, active=2)
+    capsys.readouterr()  # (the console table the monitor printed)
+    _, err1 = run(capsys, "report", str(folder))
+    first = (folder / "report.html").read_text()
+    shutil.copy(folder / "report.html", tmp_path / "first.html")
+    import stepscope.report.html as html
+
+    monkeypatch.setattr(html, "render_report", lambda *a, **k: pytest.fail("rendered again"))
+    for _ in range(2):  # (the page the first wrote and indexed in the folder does not change what it answers)
+        _, err = run(capsys, "report", str(folder))
+        assert _without_time((folder / "report.html").read_text()) == _without_time(first)
+        assert err == err1  # the same notes
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert [a["path"] for a in manifest["artifacts"] if a["kind"] == "report"] == ["report.html"]
+    monkeypatch.undo()
+    (folder / "metrics.jsonl").write_text((folder / "metrics.jsonl").read_text() + "\n")  # the run changed
+    import stepscope.cli.report as report
+
+    made = []
+    monkeypatch.setattr(report, "_page", lambda *a, _page=report._page: made.append(1) or _page(*a))
+    run(capsys, "report", str(folder))
+    assert made == [1]
