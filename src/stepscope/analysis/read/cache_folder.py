@@ -8,8 +8,8 @@ quarter of it the kept results, the least recently used going first.
 
 A file is known by its absolute path, size, modification time and a hash of its first and last 64 KiB: a file
 written again gets a new key even where its size and time were put back. A folder is known by every file under
-it (at most `MAX_FILES`), and the code that answers by stepscope's own files and the versions of what it reads
-with.
+it (at most `MAX_FILES`), and the code that answers by stepscope's own files (in a checkout; an installed wheel
+by its record of files) and the versions of what it reads with.
 """
 
 from __future__ import annotations
@@ -122,14 +122,24 @@ def code_key() -> str:
     digest = blake2b(digest_size=20)
     digest.update(f"{__version__}|{sys.version}|".encode())
     package = Path(__file__).resolve().parents[2]
-    for folder, dirs, names in os.walk(package):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(names):
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            st = os.stat(os.path.join(folder, name))
-            digest.update(f"{os.path.relpath(os.path.join(folder, name), package)}|{st.st_size}|".encode())
-            digest.update(f"{st.st_mtime_ns}|".encode())
+    record = _installed_record(package)
+    if record is not None:  # an installed wheel: its record of files changes with every install
+        st = os.stat(record)
+        digest.update(f"{record}|{st.st_size}|{st.st_mtime_ns}|".encode())
+        folders = []
+    else:  # a checkout (an editable install): every file, as it is now
+        folders = [str(package)]
+    files: list[str] = []
+    while folders:  # (os.scandir, not os.walk: a few ms of the answer printed from the cache)
+        for entry in os.scandir(folders.pop()):
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    folders.append(entry.path)
+            elif not entry.name.endswith((".pyc", ".pyo")):
+                st = entry.stat()
+                files.append(f"{entry.path}|{st.st_size}|{st.st_mtime_ns}")
+    files.sort()
+    digest.update("\n".join(files).encode())
     for library in ("numpy", "msgspec", "jinja2", "click"):
         spec = importlib.util.find_spec(library)  # (a top-level package: found, not imported)
         origin = spec.origin if spec is not None else None
@@ -137,3 +147,15 @@ def code_key() -> str:
             st = os.stat(origin)  # type: ignore[arg-type]
             digest.update(f"{library}|{origin}|{st.st_size}|{st.st_mtime_ns}|".encode())
     return digest.hexdigest()
+
+
+def _installed_record(package: Path) -> Path | None:
+    """The RECORD of the wheel that installed `package` into a site-packages folder, else None."""
+    if package.parent.name not in ("site-packages", "dist-packages"):
+        return None
+    for entry in os.scandir(package.parent):
+        if entry.name.startswith(f"{package.name}-") and entry.name.endswith(".dist-info"):
+            record = Path(entry.path, "RECORD")
+            if record.is_file():
+                return record
+    return None
