@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from stepscope.analysis.read import cache
+from stepscope.analysis.read.cache import tables
 from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 
@@ -102,7 +103,7 @@ def test_a_damaged_cache_file_is_rebuilt(
     (kept,) = cache_dir.glob("*.table")
     kept.write_bytes(damage(kept.read_bytes()))  # type: ignore[operator]
     assert analyze(trace, capsys) == first
-    assert cache.read(kept) is not None  # written anew, whole
+    assert tables.read(kept) is not None  # written anew, whole
 
 
 def test_no_cache_neither_reads_nor_writes(

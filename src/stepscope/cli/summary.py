@@ -6,7 +6,7 @@ import click
 
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.cli._common import analysis_options, print_json, wide_option
-from stepscope.cli._kept import kept_json
+from stepscope.cli._output import kept_json
 
 
 @click.command(name="summary")

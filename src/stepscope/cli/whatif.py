@@ -7,7 +7,7 @@ import click
 
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.cli._common import analysis_options, print_json, wide_option
-from stepscope.cli._kept import kept_json
+from stepscope.cli._output import kept_json
 
 _SCALE_HELP = (
     "Scale some work: SELECTOR=FACTOR (repeatable). SELECTOR: data_loader, forward, backward, optimizer, "

@@ -15,7 +15,7 @@ from typing import Any
 
 from stepscope.analysis.read._split import load_file_split
 from stepscope.analysis.read._stream import FileTable, load_file
-from stepscope.analysis.read.cache import cached_load
+from stepscope.analysis.read.cache.tables import cached_load
 from stepscope.analysis.read.combine import assign_ranks, merge_tables, split_merged
 from stepscope.analysis.read.heap import HEAP_TUNING_MIN_BYTES, keep_freed_memory
 from stepscope.analysis.read.source import Source, as_source

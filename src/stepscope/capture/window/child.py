@@ -27,7 +27,7 @@ import msgspec
 CHILD_COMMAND = (sys.executable, "-m", "stepscope.cli.window_end")
 # The child's numeric libraries run on one thread: it works beside training, on the cores training leaves idle.
 CHILD_THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-# It reads each window's temp file once: the cache of decoded tables (analysis/read/cache.py) would write a table
+# It reads each window's temp file once: the cache of decoded tables (analysis/read/cache/tables.py) would write a table
 # no one reads again, beside training
 CHILD_ENV = {**CHILD_THREADS, "STEPSCOPE_NO_CACHE": "1"}
 LOWEST_NICE = 19

@@ -22,7 +22,7 @@ _BUNDLE_END = "window.vegaLite=__default1;"
 def cache_dir() -> Path:
     """The user's cache folder for stepscope (compiled templates): STEPSCOPE_CACHE_DIR, else
     $XDG_CACHE_HOME/stepscope, else ~/.cache/stepscope."""
-    from stepscope.analysis.read.cache_folder import base
+    from stepscope.analysis.read.cache import base
 
     return base()
 

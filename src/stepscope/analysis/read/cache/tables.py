@@ -7,7 +7,7 @@ header, the header (symbol tables, the rank's facts, each column's kind, dtype a
 bytes, each at a 64-byte boundary, mapped read-only (columns are read-only to the analyses anyway). Only numeric
 dtypes are written or read.
 
-A file is known by its key (`cache_folder`'s): its absolute path, size, modification time and a hash of its
+A file is known by its key (`read/cache`'s): its absolute path, size, modification time and a hash of its
 first and last 64 KiB, the code that reads it (stepscope's files and version) and the loader's options (rank
 hint, flows). A changed file gets a new key; a cache file
 that does not read back whole (a wrong magic, a header that does not decode, a column past the end, a dtype that
@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis.read._parts import FileTable
-from stepscope.analysis.read.cache_folder import (
+from stepscope.analysis.read.cache import (
     MAX_ENV,
     NO_CACHE_ENV,
     base,

@@ -1,5 +1,5 @@
-"""The user's cache folder and what its entries are keyed by: the kept tables (`read/cache.py`) and the kept
-results of commands (`cli/_kept.py`). Nothing here imports numpy: a command answered from the cache never
+"""The user's cache folder and what its entries are keyed by: the kept tables (`tables.py` here) and the kept
+results of commands (`cli/_output.py`). Nothing here imports numpy: a command answered from the cache never
 loads it.
 
 The folder: STEPSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/stepscope, else ~/.cache/stepscope. STEPSCOPE_NO_CACHE=1
