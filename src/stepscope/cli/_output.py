@@ -199,16 +199,31 @@ def recording(name: str | None) -> Iterator[Recording | None]:
         keep_answer(name, record.kept)
 
 
-def page_now(kept: Kept) -> bytes:
-    """A kept page, saying it was written now (the time in its header and footer)."""
-    page = kept.page or b""
-    if kept.generated:
-        import time
+_STAMPED = (
+    ("generated</dt><dd>", "</dd>"),
+    ("Made by stepscope on ", "."),
+)  # where a page says when it was made
 
-        old, new = kept.generated, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        for a, b in (("generated</dt><dd>", "</dd>"), ("Made by stepscope on ", ".")):
-            page = page.replace(f"{a}{old}{b}".encode(), f"{a}{new}{b}".encode())
-    return page
+
+def page_now(kept: Kept) -> bytes:
+    """A kept page, saying it was written now (the time in its header and footer), in one copy of its bytes."""
+    page = kept.page or b""
+    if not kept.generated:
+        return page
+    import time
+
+    old, new = kept.generated, time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    places = []
+    for before, after in _STAMPED:
+        at = page.find(f"{before}{old}{after}".encode())
+        if at >= 0:
+            places.append(at + len(before.encode()))
+    view, parts, start = memoryview(page), [], 0
+    for at in sorted(places):
+        parts.append(view[start:at])
+        start = at + len(old.encode())
+    parts.append(view[start:])
+    return new.encode().join(parts)
 
 
 def replay_answer(kept: Kept) -> None:
