@@ -45,6 +45,25 @@ def test_analyze_json_of_a_trace_file_imports_only_what_it_needs(shared_traces: 
 
 
 @pytest.mark.shared
+@pytest.mark.parametrize(
+    "trace",
+    [
+        # collectives (their args read once: np.unique imported numpy.ma there) and inferred waits (whatif's)
+        "hta_ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+        "hta_nccl_parser_config/nccl_data.json.gz",
+        "tracelens_qwen1.5_h100_mi300/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        "hta_trace_filter",
+    ],
+)
+def test_analyze_json_of_the_other_shared_traces_imports_no_numpy_ma(
+    shared_traces: Path, tmp_path: Path, trace: str
+) -> None:
+    result = _analyze(tmp_path, str(shared_traces / trace), "--json")
+    assert result["status"] == 0 and json.loads(str(result["out"]))["ranks"]
+    assert "numpy.ma" not in result["modules"]  # type: ignore[operator]
+
+
+@pytest.mark.shared
 def test_analyze_in_the_terminal_of_a_trace_file_imports_only_what_it_needs(
     shared_traces: Path, tmp_path: Path
 ) -> None:

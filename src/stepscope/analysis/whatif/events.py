@@ -182,7 +182,7 @@ def _infer_waits(
     )
     launch_tid = np.where(has_call, cols["tid"][calls.rows[at]] if len(calls.corr) else -1, -1)
     consumers: set[int] = set()
-    for tid in np.unique(cols["tid"][rows]).tolist():
+    for tid in distinct_sorted(cols["tid"][rows]).tolist():  # (not np.unique: it imports numpy.ma)
         mine = np.flatnonzero(launch_tid == tid)
         if not len(mine):
             continue

@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from stepscope.analysis import intervals as iv
+from stepscope.analysis.codes import distinct_sorted
 from stepscope.analysis.per_rank.comm.exposed import exposed_communication
 from stepscope.analysis.per_rank.comm.groups import GroupResolver, KnownGroups, parse_ranks
 from stepscope.analysis.per_rank.comm.issued import IssuedOps
@@ -208,7 +209,7 @@ class _Args:
     row costs a Python call each: thousands of collectives read ten columns each)."""
 
     def __init__(self, table: TraceTable, rows: np.ndarray) -> None:
-        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        rows = distinct_sorted(np.asarray(rows, dtype=np.int64))  # (not np.unique: it imports numpy.ma)
         rows = rows[rows != MISSING]
         self.names = table.names
         self.at = dict(zip(rows.tolist(), range(len(rows)), strict=True))
