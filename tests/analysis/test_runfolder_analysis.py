@@ -85,6 +85,43 @@ def test_the_runs_comm_patterns_join_the_command_lines(tmp_path: Path) -> None:
     assert comm_patterns(tmp_path, ("dispatch",)) == ["dispatch"]  # not a run folder
 
 
+def _with_gpu_trace(run: Path, where: Path, patterns: list[str]) -> Path:
+    """A copy of `run` whose latest window's trace is a GPU trace with a kernel named `my_exchange_kernel`, and
+    whose config.yaml gives `patterns` as its communication patterns."""
+    import gzip
+    import shutil
+
+    from ..support.traces import launched, step, trace
+
+    shutil.copytree(run, where)
+    events, t = [], 0.0
+    for k in range(4):
+        events.append(step(k + 1, t, 1000.0))
+        events += launched("gemm_A", t + 20, t + 30, 300.0, 100 + k, stream=7)
+        events += launched("my_exchange_kernel", t + 400, t + 410, 200.0, 200 + k, stream=20)
+        t += 1000.0
+    with gzip.open(where / "traces" / "rank0_step7.json.gz", "wt") as fh:
+        json.dump(trace(events, 0, world_size=1), fh)
+    config = where / "config.yaml"
+    listed = "".join(f"\n- {p}" for p in patterns) if patterns else " []"
+    config.write_text(config.read_text().replace("comm_patterns: []", f"comm_patterns:{listed}"))
+    return where
+
+
+def test_each_side_of_a_diff_counts_communication_by_its_own_runs_patterns(
+    two_window_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN two runs of the same trace: one configured to call my_exchange_kernel communication, one not
+    named = _with_gpu_trace(two_window_run, tmp_path / "named", ["my_exchange"])
+    plain = _with_gpu_trace(two_window_run, tmp_path / "plain", [])
+    # WHEN they are compared both ways
+    for base, test, base_ms, test_ms in ((named, plain, 0.2, None), (plain, named, None, 0.2)):
+        assert main(["diff", str(base), str(test), "--json"]) == 0
+        phases = {p["name"]: p for p in json.loads(capsys.readouterr().out)["phases"]}
+        # THEN each side's communication is what its own run says (the test side's patterns once served both)
+        assert (phases["communication"]["base_ms"], phases["communication"]["test_ms"]) == (base_ms, test_ms)
+
+
 @pytest.mark.parametrize(
     ("command", "sides"),
     [("analyze", 1), ("report", 1), ("diff", 2), ("summary", 1), ("whatif", 1), ("merge", 1)],

@@ -16,26 +16,6 @@ from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.tasks import ProgressCallback
 
 
-def run_comm_patterns(source: str | Path | Source, given: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The communication patterns of an analysis of `source`: a run folder's (its config.yaml's comm_patterns,
-    those that compile), then `given`."""
-    source = as_source(source)
-    if not source.is_run_folder:
-        return tuple(given)
-    import regex  # (the engine the analysis searches them with: per_rank/kernels.CommPattern)
-
-    patterns = source.config([]).get("comm_patterns")
-    configured = []
-    for pattern in patterns if isinstance(patterns, list) else []:
-        if isinstance(pattern, str):
-            try:
-                regex.compile(pattern)
-            except regex.error:
-                continue
-            configured.append(pattern)
-    return (*configured, *given)
-
-
 def analyze_source(
     source: str | Path | Source,
     options: AnalysisOptions | None = None,
@@ -48,7 +28,7 @@ def analyze_source(
     `options`' (or the defaults with `changes`)."""
     source = as_source(source)
     options = with_changes(options, changes)
-    options = options.but(comm_patterns=run_comm_patterns(source, options.comm_patterns))
+    options = options.but(comm_patterns=source.comm_patterns(options.comm_patterns))
     if not source.is_run_folder:
         return analyze_path(source, options, progress=progress)
     from stepscope.analysis.run.folder import load_run, no_traces_note, run_facts

@@ -207,7 +207,7 @@ def check_patterns(given: tuple[str, ...]) -> None:
 def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
     """The patterns of `--comm-pattern` (checked: a usage error when one is not a regex or matches every
     name), after those of the run folder's config when PATH is a run folder."""
-    from stepscope.analysis.service import run_comm_patterns
+    from stepscope.analysis.read.source import as_source
 
     check_patterns(given)
-    return list(run_comm_patterns(path, given))
+    return list(as_source(path).comm_patterns(given))

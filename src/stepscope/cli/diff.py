@@ -54,8 +54,7 @@ def command(
     and ops. `--step` picks the window of run folders; each side's ranks are analysed as `analyze` does
     (`--jobs`, `--executor`)."""
     from stepscope.analysis.diff.gates import evaluate_gates, parse_gate
-    from stepscope.cli._common import comm_patterns as resolve_patterns
-    from stepscope.cli._common import diff_traces, print_notes
+    from stepscope.cli._common import check_patterns, diff_traces, print_notes
 
     if factor <= 1:
         raise click.BadParameter("must be greater than 1", param_hint="--factor")
@@ -67,7 +66,7 @@ def command(
     from stepscope.analysis.read.source import Source
 
     base_source, test_source = Source(base), Source(test)  # (each side's manifest and config: read once)
-    options = options.but(comm_patterns=resolve_patterns(test_source, options.comm_patterns))
+    check_patterns(options.comm_patterns)
     result = diff_traces(base_source, test_source, options, factor=factor)
     result.gates = evaluate_gates(result, fail_on)
     if as_json:

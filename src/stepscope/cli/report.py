@@ -80,12 +80,11 @@ def command(
 
 def _page(source: Source, other: Source | None, options: AnalysisOptions) -> Any:
     """The page of `source` (or of its diff with `other`) and its notes, as a `Kept` (cli/_output.py)."""
-    from stepscope.cli._common import comm_patterns as resolve_patterns
+    from stepscope.cli._common import check_patterns
     from stepscope.cli._output import Kept
     from stepscope.report.html import render_compare, render_report
 
-    patterns = resolve_patterns(other if other is not None else source, options.comm_patterns)
-    options = options.but(comm_patterns=patterns)
+    check_patterns(options.comm_patterns)  # (each input's run folder patterns are added by the analysis)
     if other is not None:
         from stepscope.analysis.diff.compare import DEFAULT_FACTOR
         from stepscope.cli._common import diff_traces

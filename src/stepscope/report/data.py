@@ -120,7 +120,8 @@ def collect_report(
     **changes: Any,
 ) -> ReportData:
     """Analyse PATH (a run folder, a trace, or a folder of traces) for the report, with `options` (or the
-    defaults with `changes`: AnalysisOptions' fields).
+    defaults with `changes`: AnalysisOptions' fields) and a run folder's config.yaml patterns before their
+    `comm_patterns`.
 
     `table`: the traces, already loaded; otherwise they are analysed as `analyze_path` analyses them, each
     rank's summary made beside its analysis (`progress`: as there)."""
@@ -129,6 +130,7 @@ def collect_report(
 
     options = with_changes(options, changes)
     source = as_source(path)
+    options = options.but(comm_patterns=source.comm_patterns(options.comm_patterns))  # (a run folder's first)
     path = source.path
     run: Run | None = load_run(source) if source.is_run_folder else None
     notes: list[str] = []

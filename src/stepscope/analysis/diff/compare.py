@@ -137,7 +137,8 @@ def diff_paths(
     **changes: Any,
 ) -> Diff:
     """Compare two paths (a trace, a folder of traces or a run folder each) analysed with `options` (or the
-    defaults with `changes`: AnalysisOptions' fields): `step` picks the window of run folders; a run folder's
+    defaults with `changes`: AnalysisOptions' fields), each run folder's config.yaml patterns added to its side's
+    `comm_patterns`: `step` picks the window of run folders; a run folder's
     metrics.jsonl gives the step time over its plain steps. Each side is analysed as `analyze_path` analyses it
     (`jobs`, `executor`, `scheduler`: where its ranks are analysed), one side after the other; `progress()`,
     where given, opens a context that gives each side's progress callback."""
@@ -149,12 +150,14 @@ def diff_paths(
     base, test = as_source(base), as_source(test)
 
     def side(path: Any) -> _Facts:
-        # (a diff shows no critical path: the ranks' joint replay is a tenth of a side's time)
+        # (a diff shows no critical path: the ranks' joint replay is a tenth of a side's time); each side with its
+        # own run folder's communication patterns before the command line's
+        mine = options.but(comm_patterns=path.comm_patterns(options.comm_patterns))
         if progress is None:
-            done = analyze_input(path, options, totals=True, critical_path=False)
+            done = analyze_input(path, mine, totals=True, critical_path=False)
         else:
             with progress() as bar:
-                done = analyze_input(path, options, progress=bar, totals=True, critical_path=False)
+                done = analyze_input(path, mine, progress=bar, totals=True, critical_path=False)
         totals = {rank: x.totals for rank, x in done.ranks.items() if x.totals is not None}
         return _facts_of(done.result, totals, done.notices, str(path))
 

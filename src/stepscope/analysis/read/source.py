@@ -68,6 +68,24 @@ class Source:
         notes.extend(said)
         return dict(config)
 
+    def comm_patterns(self, given: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The communication patterns of an analysis of this input: a run folder's (its config.yaml's
+        comm_patterns, those that compile), then `given` (the command line's)."""
+        if not self.is_run_folder:
+            return tuple(given)
+        import regex  # (the engine the analysis searches them with: per_rank/kernels.CommPattern)
+
+        patterns = self.config([]).get("comm_patterns")
+        configured = []
+        for pattern in patterns if isinstance(patterns, list) else []:
+            if isinstance(pattern, str):
+                try:
+                    regex.compile(pattern)
+                except regex.error:
+                    continue
+                configured.append(pattern)
+        return (*configured, *given)
+
 
 def as_source(path: str | Path | Source) -> Source:
     """`path` as a Source: itself when it is one (what was read of it is kept), else a new one."""
