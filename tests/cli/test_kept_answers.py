@@ -200,3 +200,24 @@ def test_a_run_folders_second_report_is_kept_and_indexed(
     monkeypatch.setattr(report, "_page", lambda *a, _page=report._page: made.append(1) or _page(*a))
     run(capsys, "report", str(folder))
     assert made == [1]
+
+
+def test_a_second_diff_gives_the_kept_answer_and_exit_code(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = a_trace(tmp_path / "base.json", steps=12)
+    test = a_trace(tmp_path / "test.json", steps=12, slow=300.0)
+    args = ["diff", str(base), str(test), "--json", "--fail-on", "step_time>+5%", "--fail-on", "new_high>0"]
+    code = main(args)
+    first = capsys.readouterr()
+    assert code == 3 and "step_time>+5% breached" in first.err
+    import stepscope.analysis.diff.compare as compare
+
+    monkeypatch.setattr(compare, "diff_paths", lambda *a, **k: pytest.fail("compared again"))
+    assert main(args) == 3
+    second = capsys.readouterr()
+    assert (second.out, second.err) == (first.out, first.err)
+    monkeypatch.undo()
+    a_trace(test, steps=12)  # TEST written again as the base: no gate breaches
+    assert main(args) == 0
+    assert [g["outcome"] for g in json.loads(capsys.readouterr().out)["gates"]] == ["pass", "pass"]

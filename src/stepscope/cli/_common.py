@@ -64,6 +64,17 @@ def wide_option(fn):  # type: ignore[no-untyped-def]
     )(fn)
 
 
+def print_line(line: str) -> None:
+    """One line on stderr (a gate's verdict), as print_notes prints notes."""
+    from stepscope.cli._output import recording_now
+
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    record = recording_now()
+    if record is not None:
+        record.kept.stderr += line + "\n"
+
+
 def print_notes(notes: Any) -> None:
     """Notes and notices go to stderr, one line each, so that stdout holds only the answer."""
     from stepscope.cli._output import recording_now

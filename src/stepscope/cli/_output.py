@@ -7,8 +7,8 @@ points to a file or nowhere: writing through it would change a file elsewhere, a
 turn the link into a file. A device, a FIFO or a folder is refused too (a rename would replace /dev/null with a
 plain file).
 
-**Kept answers** (issue 48, item 5): `analyze --json`, `summary --json`, `whatif --json` and `report` print or
-write what they did the last time, without loading anything, when nothing they read has changed. An answer is
+**Kept answers** (issue 48, item 5): `analyze --json`, `summary --json`, `whatif --json`, `diff --json` and `report`
+print or write what they did the last time, without loading anything, when nothing they read has changed. An answer is
 keyed by the command and all its options as given, the working folder, every input (each file's path, size, time
 and the hash of its head and tail: `analysis.read.cache.input_key`), the code that made it (stepscope's files,
 Python, the libraries' versions) and every STEPSCOPE_ variable but the cache's own. What is kept: the bytes
@@ -79,6 +79,7 @@ class Kept(msgspec.Struct, kw_only=True):
     stderr: str = ""  # the lines the command printed on stderr (its notes)
     notes: list[str] = msgspec.field(default_factory=list)  # report: the page's notes
     page: bytes | None = None  # report: the page's bytes
+    code: int = 0  # the exit code the command returned (diff's gates)
     generated: str | None = None  # report: the page's time of writing (a kept page says when it is written)
 
 
@@ -238,24 +239,29 @@ def replay_answer(kept: Kept) -> None:
         sys.stdout.flush()
 
 
-def kept_json(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def kept_json(
+    command: str, inputs: tuple[str, ...] = ("path",)
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command's callback whose `--json` answer is kept: with `as_json`, the answer kept for the same
-    options (all but `wide`) and input (`path`) is printed again, else the command runs and its answer is
-    kept."""
+    options (all but `wide`) and inputs (the parameters named in `inputs`) is printed again and its exit code
+    returned, else the command runs and its answer (and the code it returns) is kept."""
 
-    def decorate(callback: Callable[..., None]) -> Callable[..., None]:
+    def decorate(callback: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(callback)
-        def run(**params: Any) -> None:
+        def run(**params: Any) -> Any:
             if not params.get("as_json"):
-                callback(**params)
-                return
-            name = answer_key(command, [params["path"]], **{k: v for k, v in params.items() if k != "wide"})
+                return callback(**params)
+            paths = [params[name] for name in inputs]
+            name = answer_key(command, paths, **{k: v for k, v in params.items() if k != "wide"})
             kept = kept_answer(name)
             if kept is not None:
                 replay_answer(kept)
-                return
-            with recording(name):
-                callback(**params)
+                return kept.code or None
+            with recording(name) as record:
+                code = callback(**params)
+                if record is not None:
+                    record.kept.code = code if isinstance(code, int) else 0
+            return code
 
         return run
 

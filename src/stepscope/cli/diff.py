@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.cli._common import analysis_options, print_json, wide_option
+from stepscope.cli._output import kept_json
 from stepscope.units import plain
 
 EXIT_GATE_BREACHED = 3
@@ -39,6 +38,7 @@ EXIT_GATE_UNDECIDED = 4  # no gate breached, but the data could not decide one o
 @analysis_options("diff")
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.diff/3").')
+@kept_json("diff", inputs=("base", "test"))
 def command(
     base: str,
     test: str,
@@ -54,7 +54,7 @@ def command(
     and ops. `--step` picks the window of run folders; each side's ranks are analysed as `analyze` does
     (`--jobs`, `--executor`)."""
     from stepscope.analysis.diff.gates import evaluate_gates, parse_gate
-    from stepscope.cli._common import check_patterns, diff_traces, print_notes
+    from stepscope.cli._common import check_patterns, diff_traces, print_line, print_notes
 
     if factor <= 1:
         raise click.BadParameter("must be greater than 1", param_hint="--factor")
@@ -80,7 +80,7 @@ def command(
     breached = [g for g in result.gates if g.outcome == "breach"]
     undecided = [g for g in result.gates if g.outcome == "undecided"]
     for g in undecided:
-        sys.stderr.write(plain(f"stepscope: --fail-on {g.expression} undecided: {g.reason}") + "\n")
+        print_line(plain(f"stepscope: --fail-on {g.expression} undecided: {g.reason}"))
     for g in breached:
-        sys.stderr.write(plain(f"stepscope: --fail-on {g.expression} breached: {g.reason}") + "\n")
+        print_line(plain(f"stepscope: --fail-on {g.expression} breached: {g.reason}"))
     return EXIT_GATE_BREACHED if breached else EXIT_GATE_UNDECIDED if undecided else 0
