@@ -221,3 +221,25 @@ def test_a_second_diff_gives_the_kept_answer_and_exit_code(
     a_trace(test, steps=12)  # TEST written again as the base: no gate breaches
     assert main(args) == 0
     assert [g["outcome"] for g in json.loads(capsys.readouterr().out)["gates"]] == ["pass", "pass"]
+
+
+@pytest.mark.parametrize("where", ["cli/_output.py", "report/templates/base.html.j2", "analysis/analyze.py"])
+def test_a_changed_file_anywhere_in_a_checkouts_package_is_new_code(where: str) -> None:
+    from stepscope import _version
+    from stepscope.analysis.read import cache
+
+    package = Path(_version.__file__).resolve().parent
+    if package.parent.name in ("site-packages", "dist-packages"):
+        pytest.skip("an installed wheel is known by its record of files")
+    changed = package / where
+    st = changed.stat()
+    cache.code_key.cache_clear()
+    before = cache.code_key()
+    try:
+        os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # (as an edit would)
+        cache.code_key.cache_clear()
+        after = cache.code_key()
+    finally:
+        os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns))
+        cache.code_key.cache_clear()
+    assert after != before

@@ -26,6 +26,7 @@ try:  # (the same hash as hashlib's, without loading OpenSSL: 5-25 ms of a comma
 except ImportError:  # pragma: no cover - a Python without the built-in module
     from hashlib import blake2b
 
+from stepscope import _version
 from stepscope._version import __version__
 
 NO_CACHE_ENV = "STEPSCOPE_NO_CACHE"
@@ -121,15 +122,26 @@ def code_key() -> str:
 
     digest = blake2b(digest_size=20)
     digest.update(f"{__version__}|{sys.version}|".encode())
-    package = Path(__file__).resolve().parents[2]
+    package = Path(_version.__file__).resolve().parent  # (stepscope's own folder)
     record = _installed_record(package)
     if record is not None:  # an installed wheel: its record of files changes with every install
         st = os.stat(record)
         digest.update(f"{record}|{st.st_size}|{st.st_mtime_ns}|".encode())
-        folders = []
     else:  # a checkout (an editable install): every file, as it is now
-        folders = [str(package)]
+        digest.update("\n".join(package_files(package)).encode())
+    for library in ("numpy", "msgspec", "jinja2", "click"):
+        spec = importlib.util.find_spec(library)  # (a top-level package: found, not imported)
+        origin = spec.origin if spec is not None else None
+        with contextlib.suppress(OSError, TypeError):
+            st = os.stat(origin)  # type: ignore[arg-type]
+            digest.update(f"{library}|{origin}|{st.st_size}|{st.st_mtime_ns}|".encode())
+    return digest.hexdigest()
+
+
+def package_files(package: Path) -> list[str]:
+    """Every file of the package folder but bytecode, each as 'path|size|mtime_ns', sorted."""
     files: list[str] = []
+    folders = [str(package)]
     while folders:  # (os.scandir, not os.walk: a few ms of the answer printed from the cache)
         for entry in os.scandir(folders.pop()):
             if entry.is_dir(follow_symlinks=False):
@@ -138,15 +150,7 @@ def code_key() -> str:
             elif not entry.name.endswith((".pyc", ".pyo")):
                 st = entry.stat()
                 files.append(f"{entry.path}|{st.st_size}|{st.st_mtime_ns}")
-    files.sort()
-    digest.update("\n".join(files).encode())
-    for library in ("numpy", "msgspec", "jinja2", "click"):
-        spec = importlib.util.find_spec(library)  # (a top-level package: found, not imported)
-        origin = spec.origin if spec is not None else None
-        with contextlib.suppress(OSError, TypeError):
-            st = os.stat(origin)  # type: ignore[arg-type]
-            digest.update(f"{library}|{origin}|{st.st_size}|{st.st_mtime_ns}|".encode())
-    return digest.hexdigest()
+    return sorted(files)
 
 
 def _installed_record(package: Path) -> Path | None:
