@@ -225,10 +225,10 @@ def test_a_second_diff_gives_the_kept_answer_and_exit_code(
 
 @pytest.mark.parametrize("where", ["cli/_output.py", "report/templates/base.html.j2", "analysis/analyze.py"])
 def test_a_changed_file_anywhere_in_a_checkouts_package_is_new_code(where: str) -> None:
-    from stepscope import _version
+    import stepscope
     from stepscope.analysis.read import cache
 
-    package = Path(_version.__file__).resolve().parent
+    package = Path(stepscope.__file__).resolve().parent
     if package.parent.name in ("site-packages", "dist-packages"):
         pytest.skip("an installed wheel is known by its record of files")
     changed = package / where

@@ -26,7 +26,6 @@ try:  # (the same hash as hashlib's, without loading OpenSSL: 5-25 ms of a comma
 except ImportError:  # pragma: no cover - a Python without the built-in module
     from hashlib import blake2b
 
-from stepscope import _version
 from stepscope._version import __version__
 
 NO_CACHE_ENV = "STEPSCOPE_NO_CACHE"
@@ -122,7 +121,7 @@ def code_key() -> str:
 
     digest = blake2b(digest_size=20)
     digest.update(f"{__version__}|{sys.version}|".encode())
-    package = Path(_version.__file__).resolve().parent  # (stepscope's own folder)
+    package = Path(__file__).resolve().parents[3]  # (stepscope/: this file is analysis/read/cache/...)
     record = _installed_record(package)
     if record is not None:  # an installed wheel: its record of files changes with every install
         st = os.stat(record)
