@@ -343,6 +343,9 @@ def call_cost_ns(out_dir: str, repeat: int = 7) -> dict[str, float]:
         ) - both["bare"] + out["bare no-op call"]  # fmt: skip
     # on_demand=True, waiting for a trigger: one stat() of the request file every trigger_poll_steps (10) steps
     step_cost("on-demand monitor waiting for a trigger, call + step()", on_demand=True)
+    # watch=True, nothing slow (issue #45: <= 1 us over the wait phase): a comparison per step, and every
+    # trigger_poll_steps steps a check (the steps learned, the slow bound refreshed, a stat() of the request file)
+    step_cost("watching monitor, nothing slow, call + step()", wait=10**9, warmup=1, active=1, watch=True)
     return out
 
 

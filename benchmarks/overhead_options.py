@@ -67,6 +67,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("monitor, wait phase", WAIT),
     Variant("rank not profiled", WAIT, {"profiled_ranks": [1]}),
     Variant("on_demand, waiting", WAIT, {"on_demand": True}),
+    Variant("watch, nothing slow", WAIT, {"watch": True}),
     Variant("memory_log_every=1", WAIT, {"memory_log_every": 1, "console": True}),
     Variant("memory_log_every=1, console=False", WAIT, {"memory_log_every": 1}),
     Variant(
@@ -105,6 +106,12 @@ OPTION_ROWS: tuple[Row, ...] = (
         ("on_demand", "trigger_poll_steps"),
         "on_demand, waiting: a stat() every 10 steps",
         "on_demand, waiting",
+        "monitor, wait phase",
+    ),
+    Row(
+        ("watch", "watch_windows_per_hour", "watch_cooldown_steps", "watch_max_mb"),
+        "watch=True, nothing slow: a comparison per step, a check (a stat()) every 10 steps",
+        "watch, nothing slow",
         "monitor, wait phase",
     ),
     Row(

@@ -157,8 +157,8 @@ def test_trigger_bad_input_is_one_line(tmp_path: Path) -> None:
         plain.step()
     for target, problem in [
         (tmp_path / "nothing", "no such file or folder"),
-        (plain.run_dir, "was not started with on_demand=True"),
-        (tmp_path / "plain", "no run folder of an on-demand monitor"),
+        (plain.run_dir, "started with neither on_demand=True nor watch=True"),
+        (tmp_path / "plain", "no run folder of an on-demand (on_demand=True) or watching"),
     ]:
         done = subprocess.run(
             [sys.executable, "-m", "stepscope", "trigger", str(target)],

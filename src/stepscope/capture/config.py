@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from stepscope.capture.console import warn_user
 from stepscope.errors import ConfigError, InputError
@@ -131,6 +131,22 @@ class ProfileConfig(BaseModel):
         ge=1,
         description="With on_demand: look for a trigger request every N steps (one stat() of a file).",
     )
+    watch: bool = Field(
+        False,
+        description="Watch every step's time and record a window by itself, on every profiled rank from the "
+        "same step, when steps turn slower than the job's own noise allows (docs/capture.md: the watch).",
+    )
+    watch_windows_per_hour: int = Field(
+        4, ge=1, description="With watch: the most windows the watch opens on a rank in an hour."
+    )
+    watch_cooldown_steps: int = Field(
+        100, ge=0, description="With watch: steps after a window's last step before the watch opens another."
+    )
+    watch_max_mb: float = Field(
+        1000.0,
+        gt=0,
+        description="With watch: no more windows once this rank's traces in the run folder take this many MB.",
+    )
     comm_patterns: list[str] = Field(
         default_factory=list,
         description="Regexes naming more GPU kernels as communication when the run is analysed "
@@ -154,6 +170,20 @@ class ProfileConfig(BaseModel):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
+        return value
+
+    @field_validator("watch")
+    @classmethod
+    def _watch_needs_an_end(cls, value: bool, info: ValidationInfo) -> bool:
+        if not value:
+            return value
+        if not info.data.get("trace", True):
+            raise ValueError("the watch records windows: it needs trace=True")
+        if info.data.get("repeat") == 0 and not info.data.get("on_demand"):
+            raise ValueError(
+                "the watch opens windows once the scheduled ones are over; with repeat=0 they never are (set "
+                "repeat >= 1, or on_demand=True)"
+            )
         return value
 
     # --- construction -----------------------------------------------------------------------------
@@ -251,6 +281,7 @@ SCRIPT_FLAGS: list[tuple[str, str, str]] = [
     ("--python-sampling", "python_sampling", "flag"),
     ("--host-memory", "host_memory", "flag"),
     ("--profiler-trace-budget-mb", "trace_budget_mb", "float"),
+    ("--profiler-watch", "watch", "flag"),
     ("--profiler-tensorboard", "tensorboard", "flag"),
     ("--profiler-wandb", "wandb", "flag"),
 ]

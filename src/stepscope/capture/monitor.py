@@ -47,10 +47,11 @@ class PerformanceMonitor(StepLoop):
         self.schedule = Schedule(
             wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat, skip_first=c.skip_first
         )
-        if c.on_demand:
+        if c.on_demand or c.watch:
             from stepscope.capture.window.trigger import install_sigusr2_handler, never_schedule
 
-            self.schedule = never_schedule(self.schedule)
+            if c.on_demand:
+                self.schedule = never_schedule(self.schedule)
             # here, where the monitor is made (mostly the main thread): its first step may run on another
             # thread, where no signal handler can be installed, and a SIGUSR2 would then kill the job
             install_sigusr2_handler()
@@ -258,6 +259,9 @@ class PerformanceMonitor(StepLoop):
             if window is not None:
                 for hook in self._on_window:
                     hook(window)
+        if self._auto is not None:
+            with contextlib.suppress(Exception):
+                self._auto.close()
         for collector in self._collectors:
             if collector is trace or collector.name in self._guard.failed:
                 continue
@@ -377,6 +381,8 @@ class PerformanceMonitor(StepLoop):
         for collector in self._collectors:
             self._guard.call(collector, "start")
         self._rebuild_hooks()
+        if self.config.watch:
+            self._start_watch()
         nsight = next((c for c in self._live() if c.name == "nsight"), None)
         if nsight is not None and getattr(nsight, "cuda", False):
             from stepscope.capture.collectors.nsight import nvtx_region
@@ -384,6 +390,40 @@ class PerformanceMonitor(StepLoop):
             self._nvtx = nvtx_region
         self._quiet_until = self._next_busy(self.steps_done)
         atexit.register(self.close)
+
+    def _start_watch(self) -> None:
+        """The watch (config watch=True): it looks for requests itself, at its checks (capture/window/auto.py)."""
+        from stepscope.capture.window.auto import AutoWindows
+        from stepscope.capture.window.trigger import TriggerCollector
+
+        live = self._live()
+        trigger = next((c for c in live if isinstance(c, TriggerCollector)), None)
+        if trigger is None or self._trace is None or self._trace not in live:
+            warn_user(
+                "stepscope: watch: the trace collector did not start, so the watch has no window to open; it is "
+                "off for this run, training goes on",
+                StepscopeWarning,
+            )
+            return
+        assert self._ctx is not None
+        self._auto = AutoWindows(self._ctx, trigger, self._trace)
+        trigger.polled_by_watch = True
+        self._watch_at = self._auto.next_check
+
+    def _watch_failed(self, exc: BaseException) -> None:
+        auto, self._auto = self._auto, None
+        self._watch_ns = self._watch_at = NEVER
+        if auto is None:
+            return
+        auto.trigger.polled_by_watch = False  # an on-demand run still answers requests
+        with contextlib.suppress(Exception):
+            auto.close()
+        self._quiet_until = min(self._quiet_until, self._next_busy(self.steps_done))
+        warn_user(
+            f"stepscope: the watch failed ({type(exc).__name__}: {exc}); it is switched off for this run, "
+            "training goes on",
+            StepscopeWarning,
+        )
 
     def _live(self) -> list[Collector]:
         return [c for c in self._collectors if c.name not in self._guard.failed]

@@ -71,7 +71,7 @@ def make_collectors(
                 "it is switched off for this run, training goes on",
                 StepscopeWarning,
             )
-    if config.on_demand:
+    if config.on_demand or config.watch:
         from stepscope.capture.window.trigger import TriggerCollector
 
         collectors.append(TriggerCollector(ctx, replan, requesters))

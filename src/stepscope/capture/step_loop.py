@@ -44,6 +44,11 @@ class StepLoop:
     _other_threads: bool
     _open: int | None
     _start_lock: threading.Lock
+    # the watch (config watch=True, capture/window/auto.py): a quiet step slower than _watch_ns, and the step
+    # _watch_at, are handed to it; without a watch both are out of reach
+    _auto: Any = None
+    _watch_ns: int = 1 << 62
+    _watch_at: int = 1 << 62
 
     def _next_busy(self, step: int) -> int:
         raise NotImplementedError  # (the monitor's: the first step >= `step` at which a collector works)
@@ -81,9 +86,13 @@ class StepLoop:
         line is formatted at the flush). The next step begins: by the collectors' before_step hooks when it is
         busy and `begin_next`, else by a clock read alone. The only work of a step while the monitor waits."""
         now = _perf_ns()
+        wall = now - self._step_start
         quiet = self._quiet
-        quiet.append((step, now - self._step_start))
-        self.steps_done = step = step + 1
+        quiet.append((step, wall))
+        self.steps_done = step + 1
+        if wall > self._watch_ns or step >= self._watch_at:
+            self._watch_step(step, wall)
+        step += 1
         if len(quiet) >= METRICS_FLUSH_LINES:
             self._flush_metrics()
         if step < self._quiet_until or not begin_next:  # the next step is quiet too, or begins elsewhere
@@ -140,7 +149,22 @@ class StepLoop:
             writer.step_line(line)  # (kept only while metrics are on)
         if writer.pending >= METRICS_FLUSH_LINES or phase is Phase.RECORD_AND_SAVE:
             self._flush_metrics()
+        if step >= self._watch_at:  # (a busy step is not judged: its collectors' work is in its time)
+            self._watch_step(step, 0)
         self._quiet_until = self._next_busy(step + 1)
+
+    def _watch_step(self, step: int, wall_ns: int) -> None:
+        """Hand step `step` to the watch; a window it plans begins at the next step at the soonest."""
+        auto = self._auto
+        try:
+            if auto.step(step, wall_ns, self._quiet):
+                self._quiet_until = self._next_busy(step + 1)
+            self._watch_ns, self._watch_at = auto.over_ns, auto.next_check
+        except Exception as exc:
+            self._watch_failed(exc)
+
+    def _watch_failed(self, exc: BaseException) -> None:
+        raise NotImplementedError  # (the monitor's: the watch is switched off, said once)
 
     def _owner_step(self, step: int) -> int | None:
         """The step the collectors end at the owner's busy step `step` when other threads also end steps: the

@@ -19,7 +19,8 @@ def _on_demand_config(run_dir: Path) -> dict | None:
     from stepscope.runfolder import CONFIG_NAME
 
     config = read_config(run_dir / CONFIG_NAME, [])
-    return config if config.get("on_demand") else None
+    # a watching run (watch=True) listens too: its windows come from requests as an on-demand run's do
+    return config if config.get("on_demand") or config.get("watch") else None
 
 
 def not_listening(run_dir: Path) -> str | None:
@@ -64,7 +65,9 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
         config = _on_demand_config(path)
         if config is None:
             raise InputError(
-                path, "this run was not started with on_demand=True, so nothing there listens for a trigger"
+                path,
+                "this run was started with neither on_demand=True nor watch=True, so nothing there listens for "
+                "a trigger",
             )
         ended = not_listening(path)
         if ended is not None:
@@ -79,7 +82,10 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
             if config is not None:
                 candidates.append((child.stat().st_mtime, child.name, child, config))
     if not candidates:
-        raise InputError(path, "no run folder of an on-demand monitor (on_demand=True) in this folder")
+        raise InputError(
+            path,
+            "no run folder of an on-demand (on_demand=True) or watching (watch=True) monitor in this folder",
+        )
     candidates.sort()
     running = [c for c in candidates if not_listening(c[2]) is None]
     if not running:
@@ -115,7 +121,7 @@ def resolve_run(path: Path) -> tuple[Path, dict]:
     help="Wait up to SECONDS (not steps) for every profiled rank's trace of the window and print their paths.",
 )
 def command(path: Path, active: int | None, wait_s: float) -> int:
-    """Make every profiled rank of a running on-demand job (on_demand=True) record the next window.
+    """Make every profiled rank of a running on-demand job (on_demand=True, or watch=True) record the next window.
 
     PATH is the job's run folder, or the out_dir that holds it (the newest running on-demand job there is
     taken). A job that has finished, or was killed, cannot record a window: that is an error, and nothing is

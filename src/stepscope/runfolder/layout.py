@@ -44,6 +44,7 @@ class ArtifactKind(str, enum.Enum):
     DEEPSPEED = "deepspeed"  # DeepSpeedEngineInfo (JSON): a DeepSpeed engine's configuration, per rank
     DS_FLOPS = "ds_flops"  # DsFlopsProfile (JSON): DeepSpeed's flops profiler at the counted step
     DS_COMMS = "ds_comms"  # DsCommsSummary (JSON): DeepSpeed's comms logger over one window
+    WATCH = "watch"  # WatchRecord lines (JSONL): the decisions of a rank's watch (config watch=True)
 
     def __str__(self) -> str:
         return self.value
@@ -73,6 +74,7 @@ TEMPLATES: dict[ArtifactKind, str] = {
     ArtifactKind.DEEPSPEED: "deepspeed/rank{rank}_engine.json",
     ArtifactKind.DS_FLOPS: "deepspeed/rank{rank}_step{step}_flops.json",
     ArtifactKind.DS_COMMS: "deepspeed/rank{rank}_step{step}_comms.json",
+    ArtifactKind.WATCH: "watch/rank{rank}.jsonl",
 }
 # A second file of the memory_snapshot kind: the snapshot taken when a step ran out of memory.
 OOM_SNAPSHOT_TEMPLATE = "memory_snapshot/rank{rank}_step{step}_oom.pickle"

@@ -20,6 +20,7 @@ HOST_MEMORY_SCHEMA = "stepscope.host_memory/1"
 DEEPSPEED_SCHEMA = "stepscope.deepspeed/1"
 DS_FLOPS_SCHEMA = "stepscope.ds_flops/1"
 DS_COMMS_SCHEMA = "stepscope.ds_comms/1"
+WATCH_SCHEMA = "stepscope.watch/1"
 
 
 class StepMetrics(msgspec.Struct, omit_defaults=True):
@@ -390,6 +391,30 @@ class DsCommsSummary(msgspec.Struct, kw_only=True):
     ops: list[DsCommOp]
 
 
+class WatchRecord(msgspec.Struct, omit_defaults=True):
+    """One decision of a rank's watch (capture/window/auto.py), a line of watch/rank{R}.jsonl.
+
+    `decision`: "window" (this rank asked for a window: the anomaly's), "joined" (its own anomaly, and the window
+    another rank or a request had already claimed), "planned" (slow steps that recur: a window claimed ahead, from
+    the next occurrence's first step), "reference" (an on-demand run's plain window, asked for once the
+    watch has learned the job's steps, to compare the anomaly windows with), "skipped" (`reason` says why no window
+    was opened). `first`..`last`: the slow steps seen (the anomaly), `factor` the slowest of them over the
+    median step `median_ms`; `window`: the active steps every profiled rank records, when one was planned."""
+
+    step: int  # the step at whose end the watch decided
+    rank: int
+    decision: str
+    why: str
+    unix_time: float
+    first: int | None = None
+    last: int | None = None
+    factor: float | None = None
+    median_ms: float | None = None
+    slow_ms: float | None = None  # the slow bound then: median + the margin the job's noise set
+    window: tuple[int, int] | None = None
+    reason: str | None = None
+
+
 # Schema of each kind's payload, as the manifest records it.
 KIND_SCHEMAS = {
     "metrics": METRICS_SCHEMA,
@@ -403,4 +428,5 @@ KIND_SCHEMAS = {
     "deepspeed": DEEPSPEED_SCHEMA,
     "ds_flops": DS_FLOPS_SCHEMA,
     "ds_comms": DS_COMMS_SCHEMA,
+    "watch": WATCH_SCHEMA,
 }

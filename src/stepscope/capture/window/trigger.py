@@ -149,9 +149,10 @@ class TriggerCollector(Collector):
         self._profiled = profiled
         self._seen: set[str] = set()
         self._last_stat: tuple[int, int, int] | None = None
-        self._busy_until = -1  # last step of the planned window: no polling before it is over
+        self.busy_until = -1  # last step of the planned window: no polling before it is over
         self._current: str | None = None  # the request whose window is planned or recording
         self._planned = 0  # windows planned so far
+        self.polled_by_watch = False  # the watch looks for requests at its checks (capture/window/auto.py)
 
     def start(self) -> None:
         # The handler first: once the listener file says the job listens, a SIGUSR2 may come at any moment.
@@ -166,41 +167,69 @@ class TriggerCollector(Collector):
         atomic_write_bytes(self.listener_path, msgspec.json.encode(listener))
 
     def next_busy(self, step: int) -> int:
-        step = max(step, self._busy_until + 1)
+        if self.polled_by_watch:
+            return NEVER
+        step = max(step, self.busy_until + 1)
         return -(-step // self.poll) * self.poll
 
     def before_step(self, step: int) -> None:
-        if step % self.poll or step <= self._busy_until:
+        if step % self.poll or step <= self.busy_until:
             return
+        self.look(step, step + 1)
+
+    def look(self, step: int, earliest: int) -> bool:
+        """Look for a request (one stat()) at `step` and plan its window, starting at `earliest` at the soonest
+        (step + 1 from before_step: the step has begun; `step` itself from the watch, between two steps). True
+        when a window was planned."""
+        if step <= self.busy_until:
+            return False
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return
+            return False
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key == self._last_stat:
-            return
+            return False
         self._last_stat = key
         request = read_request(self.path)
         if request is None or request.id in self._seen:
-            return
+            return False
+        self._take(request, step, earliest, step + (1 if self._profiled <= 1 else self.poll + 1))
+        return True
+
+    def ask(self, step: int, start: int, warmup: int, source: str) -> TriggerClaim | None:
+        """The watch's request (capture/window/auto.py), made at `step` (between two steps: the window may begin
+        at `step`) for a window whose warmup begins at `start`: the claim every profiled rank follows, which
+        is another rank's when one claimed first; None when a request already seen is still pending."""
+        _, request = request_window(self.ctx.run_dir, source=source)
+        if request.id in self._seen:
+            return None
+        self._last_stat = None
+        return self._take(request, step, step, start, warmup)
+
+    def _take(
+        self, request: TriggerRequest, step: int, earliest: int, start: int, warmup: int | None = None
+    ) -> TriggerClaim:
         self._seen.add(request.id)
-        claim = self._claim(request, step)
+        claim = self._claim(request, start, warmup)
         schedule = claim.schedule()
         note = ""
-        if claim.start <= step:
-            late = step + 1
+        if claim.start < earliest:
             note = (
                 f"rank {self.ctx.rank} saw the request {request.id} at step {step}, after the agreed start "
-                f"{claim.start}; its window starts at {late} instead"
+                f"{claim.start}; its window starts at {earliest} instead"
             )
             warn_user(f"stepscope: {note}", StepscopeWarning)
-            schedule = Schedule(wait=0, warmup=claim.warmup, active=claim.active, repeat=1, skip_first=late)
-        self._busy_until = schedule.first_window_end
+            schedule = Schedule(
+                wait=0, warmup=claim.warmup, active=claim.active, repeat=1, skip_first=earliest
+            )
+        self.busy_until = schedule.first_window_end
         self._current = request.id
         self._replan(schedule)
-        self._note_window(schedule, note)
+        self._note_window(schedule, note, request.source)
+        return claim
 
-    def _note_window(self, schedule: Schedule, note: str) -> None:
+    def _note_window(self, schedule: Schedule, note: str, source: str) -> None:
         """The planned window as a note of the manifest (the first profiled rank's), after a late rank's note.
         The manifest's schedule stays the run's own: a window's schedule there would hide the windows before
         it (the steps' phases in metrics.jsonl and these notes list them all)."""
@@ -210,19 +239,18 @@ class TriggerCollector(Collector):
         if self.ctx.is_first_profiled_rank:
             notes.append(
                 f"on-demand window {self._planned}: warmup from step {schedule.skip_first}, active "
-                f"steps {first}-{last}"
+                f"steps {first}-{last} (asked by {source})"
             )
         if notes:
             with contextlib.suppress(Exception):  # the notes say which window; the traces are what matter
                 self.ctx.writer.update(notes=notes)
 
-    def _claim(self, request: TriggerRequest, step: int) -> TriggerClaim:
+    def _claim(self, request: TriggerRequest, start: int, warmup: int | None) -> TriggerClaim:
         config = self.ctx.config
-        margin = 1 if self._profiled <= 1 else self.poll + 1
         mine = TriggerClaim(
             id=request.id,
-            start=step + margin,
-            warmup=config.warmup,
+            start=start,
+            warmup=config.warmup if warmup is None else warmup,
             active=_bounded(request.active, config.active, f"the request {request.id}"),
             claimed_by=self.ctx.rank,
         )
@@ -239,7 +267,7 @@ class TriggerCollector(Collector):
         return theirs
 
     def on_window(self, window: Window) -> None:
-        if self._current is None or window.last_step < self._busy_until:
+        if self._current is None or window.last_step < self.busy_until:
             return
         done, self._current = self._current, None
         if self.ctx.is_first_profiled_rank:

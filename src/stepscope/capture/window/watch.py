@@ -153,6 +153,11 @@ class StepWatch:
         return anomaly
 
     # --- periodic slowness ---------------------------------------------------------------------------------
+    @property
+    def starts(self) -> list[int]:
+        """The first steps of the last slow stretches (at most `in_a_row` + 1), oldest first."""
+        return list(self._starts)
+
     def period(self) -> tuple[int, int] | None:
         """(period, the next occurrence's first step) when the last `in_a_row` + 1 stretches of slow steps began
         equally spaced (within one step), else None."""

@@ -144,6 +144,13 @@ class WindowEndWorker:
         self._summaries_off = False  # a child failed: the rest of the run's windows are only gzipped
         self._backlog_said = False
         self._child = Child()  # (started at the first window, kept for the later ones)
+        self._submitted = 0
+        self._finished = 0  # (counted on the worker's thread)
+
+    @property
+    def busy(self) -> bool:
+        """Windows are in hand: their end work (gzip, summary, index) still runs."""
+        return self._finished < self._submitted
 
     def submit(self, work: WindowWork) -> None:
         if self._thread is None:
@@ -151,6 +158,7 @@ class WindowEndWorker:
             self._thread.start()
             # A trace collector switched off is never closed: its windows in hand still finish at exit.
             atexit.register(self.close)
+        self._submitted += 1
         self._work.put(work)
 
     def close(self, timeout: float = CLOSE_WAIT_S) -> bool:
@@ -181,6 +189,7 @@ class WindowEndWorker:
                     os.unlink(work.job.plain)
                 work.top_ops.set_result(top)
             self.outcomes.put(outcome)
+            self._finished += 1
 
     def _finish(self, work: WindowWork) -> tuple[TopOps | None, Outcome]:
         job, steps = work.job, _steps(work)
