@@ -213,3 +213,12 @@ DS_MAX_MA = Column("Max_MA", "bytes")
 DS_CA = Column("CA", "bytes")
 DS_MAX_CA = Column("Max_CA", "bytes")
 DS_VM_USED = Column("CPU virtual memory used", "bytes")
+
+# the windows the watch opened (analyze's "Windows the watch opened"): each rank over the slow steps
+ROLE = Column("role")
+PLAIN_WINDOW_STEP = Column("plain", "ms")
+SLOW_STEP = Column("slow", "ms")
+EXTRA_MS = Column("extra", "ms")
+OWN_PHASE = Column("own phase")
+OWN_PHASE_EXTRA = Column("+own", "ms")
+COMM_EXTRA = Column("+comm", "ms")

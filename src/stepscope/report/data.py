@@ -127,6 +127,7 @@ def collect_report(
     rank's summary made beside its analysis (`progress`: as there)."""
     from stepscope._version import __version__
     from stepscope.analysis.analyze import SCHEMA
+    from stepscope.analysis.service import attach_anomalies
 
     options = with_changes(options, changes)
     source = as_source(path)
@@ -154,7 +155,9 @@ def collect_report(
     versions = {"stepscope": __version__}
     title = path.name or str(path)
     if run is not None:
-        attach_run(result, run_facts(run))
+        facts = run_facts(run)
+        attach_anomalies(source, run, facts, options, result)
+        attach_run(result, facts)
         versions = {**dict(run.manifest.versions), "report": __version__}
         title = run.manifest.run_name or title
         notes.extend(n for n in run.notes if n not in result.notices)  # (a note the loader gave too: once)

@@ -20,6 +20,7 @@ NAME_WIDTH = (
 MAX_TABLE_RANKS = 8  # ranks whose ops and kernels are listed
 
 SECTION_TITLES = {
+    "anomalies": "Windows the watch opened",  # only for a watching run's (watch=True) windows
     "findings": "Findings",
     "overview": "Overview",
     "critical-path": "Critical path",

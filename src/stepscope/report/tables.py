@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stepscope.report import columns as col
 from stepscope.report.model import Table, pct_cell, table, us_cell
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.per_rank.breakdown import Temporal
     from stepscope.analysis.per_rank.comm.stats import CollectiveStats
     from stepscope.analysis.per_rank.summary import RankSummary
+    from stepscope.analysis.run.anomaly import AnomalyWindow
 
 
 def kernel_table(ranks: Sequence[RankSummary], *, top: int, title: str = "") -> Table:
@@ -226,3 +227,34 @@ def dimensions_table(dims: Dimensions, *, title: str = "") -> Table:
         "average the ranks and sum their calls and bytes.",
         title=title,
     )
+
+
+def anomaly_table(window: AnomalyWindow) -> Table:
+    """Each rank over the slow steps of a window the watch opened, against the run's plain window: its step, the
+    extra time, its largest phase other than communication and its extra communication."""
+    short = {"rest": "other code"}
+
+    def own(phases: Sequence[Any]) -> Any:
+        return max((p for p in phases if p.phase != "communication"), key=lambda p: p.extra_ms)
+
+    def comm(phases: Sequence[Any]) -> float:
+        return next(p.extra_ms for p in phases if p.phase == "communication")
+
+    return table(
+        f"anomaly-{window.last}",
+        [col.RANK, col.ROLE, col.PLAIN_WINDOW_STEP, col.SLOW_STEP, col.EXTRA_MS, col.OWN_PHASE,
+         col.OWN_PHASE_EXTRA, col.COMM_EXTRA],
+        (
+            [r.rank, r.role, r.reference_ms, r.slow_ms, r.extra_ms, short.get(own(r.phases).phase, own(r.phases).phase.replace('_', ' ')),
+             own(r.phases).extra_ms, comm(r.phases)]
+            for r in window.ranks
+        ),
+        caption=(
+            f"Steps {window.first}-{window.last}, opened by the watch: each rank's mean slow step (slow: steps "
+            f"{', '.join(map(str, window.slow_steps))}) against its median step in the plain window (plain"
+            + ("" if window.reference is None else f": steps {window.reference[0]}-{window.reference[1]}")
+            + "), both profiled; extra: their difference, +own: in the rank's largest phase other than "
+            "communication, +comm: in communication (ms per step)"
+        ),
+        title=f"Window {window.first}-{window.last}, opened by the watch",
+    )  # fmt: skip

@@ -1,13 +1,14 @@
 """Every finding a rule can raise: its id, the report section that shows its evidence, and what its price
 measures. Each family of rules declares its own (`RULES` in gpu_idle.py, comm_rank.py, cpu_only.py, comm.py,
-expert.py, fsdp.py, pipeline.py, rules.py and
-python.py); `all_rules()` gathers them, and the report asks `section_of` where a finding's evidence is shown."""
+expert.py, fsdp.py, pipeline.py, rules.py,
+python.py and anomaly.py); `all_rules()` gathers them, and the report asks `section_of` where a finding's evidence is shown."""
 
 from __future__ import annotations
 
 from functools import cache
 
 from stepscope.analysis.findings import (
+    anomaly,
     comm,
     comm_rank,
     cpu_only,
@@ -29,7 +30,7 @@ DEFAULT_SECTION = "overview"
 def all_rules() -> dict[str, Rule]:
     """Every rule of every family, by id."""
     out: dict[str, Rule] = {}
-    for family in (gpu_idle, comm_rank, cpu_only, comm, expert, fsdp, pipeline, rules, python):
+    for family in (gpu_idle, comm_rank, cpu_only, comm, expert, fsdp, pipeline, rules, python, anomaly):
         for rule in family.RULES:
             if out.setdefault(rule.id, rule) is not rule:
                 raise ValueError(f"finding id {rule.id!r} declared twice")

@@ -22,6 +22,7 @@ import msgspec
 from stepscope.analysis.read.records import SAMPLES_MAX_BYTES, read_json, read_lines
 from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.run._trend import MIN_TREND_PCT, MIN_TREND_STEPS, TREND_P_VALUE, Trend, step_trend
+from stepscope.analysis.run.anomaly import AnomalyWindow
 from stepscope.analysis.run.deepspeed import DeepSpeedFacts, DeepSpeedRecords, deepspeed_facts, read_deepspeed
 from stepscope.analysis.run.groups import GroupFacts, MeshFacts, capture_evidence, job_groups
 from stepscope.analysis.run.hostmem import HostMemoryFacts, host_memory_facts
@@ -39,6 +40,7 @@ from stepscope.runfolder.payloads import (
     PythonSamples,
     StepMetrics,
     SystemRow,
+    WatchRecord,
 )
 
 T = TypeVar("T")
@@ -63,6 +65,7 @@ class Run:
     python_samples: list[PythonSamples] = field(default_factory=list)  # py-spy's, one per rank and window
     host_memory: list[HostMemory] = field(default_factory=list)  # tracemalloc's, one per rank and window
     deepspeed: DeepSpeedRecords | None = None  # a DeepSpeed engine's records; None: the job had no engine
+    watch: list[WatchRecord] = field(default_factory=list)  # the decisions of the ranks' watch (watch=True)
 
     @property
     def has_traces(self) -> bool:
@@ -149,9 +152,14 @@ def load_run(source: str | Path | Source) -> Run:
     samples.sort(key=lambda p: (p.rank, p.last_step))
     heap.sort(key=lambda h: (h.rank, h.last_step))
     deepspeed = read_deepspeed(path, manifest, lambda file, kind: read_json(file, kind, notes))
+    watch = [
+        w for a in manifest.of_kind(ArtifactKind.WATCH) for w in read_lines(path / a.path, WatchRecord, notes)
+    ]
+    watch.sort(key=lambda w: (w.step, w.rank))
     return Run(
-        path, manifest, config, metrics, flops, comm, memory, system, notes, groups, samples, heap, deepspeed
-    )
+        path, manifest, config, metrics, flops, comm, memory, system, notes, groups, samples, heap, deepspeed,
+        watch,
+    )  # fmt: skip
 
 
 def _process_groups(path: Path, manifest: Manifest, notes: list[str]) -> list[ProcessGroups]:
@@ -265,6 +273,8 @@ class RunFacts(msgspec.Struct):
     deepspeed: DeepSpeedFacts | None = (
         None  # a DeepSpeed engine's job: its configuration, FLOPs, comms, memory
     )
+    # the windows the watch opened by itself (watch=True), each against a plain window (analysis/run/anomaly.py)
+    anomalies: list[AnomalyWindow] = []
 
 
 def run_facts(run: Run) -> RunFacts:

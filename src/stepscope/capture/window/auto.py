@@ -31,7 +31,7 @@ from typing import Any
 
 from stepscope.capture.collector import RunContext
 from stepscope.capture.schedule import NEVER_STEP
-from stepscope.capture.window.trigger import TriggerClaim, TriggerCollector
+from stepscope.capture.window.trigger import WATCH_SOURCE, TriggerClaim, TriggerCollector
 from stepscope.capture.window.watch import Anomaly, StepWatch
 from stepscope.runfolder.layout import ArtifactKind, artifact_path
 from stepscope.runfolder.payloads import WatchRecord
@@ -62,7 +62,7 @@ class AutoWindows:
         self._planned_for = -1  # the recurring slow step a window is claimed for
         self._period: tuple[int, int] | None = None  # slow steps that recur: (every, first step mod every)
         self._records: Any = None  # watch/rank{R}.jsonl, opened at the first decision
-        self.source = f"the watch of rank {self.rank}"
+        self.source = f"{WATCH_SOURCE} {self.rank}"
 
     # --- the step loop's calls ----------------------------------------------------------------------------
     def step(self, step: int, wall_ns: int, buffer: list[tuple[int, int]]) -> bool:

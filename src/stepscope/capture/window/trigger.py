@@ -43,6 +43,7 @@ from stepscope.runfolder.layout import LISTENER_TEMPLATE
 TRIGGER_NAME = "trigger.json"
 CLAIM_TEMPLATE = ".trigger-{id}.json"
 TRIGGER_FILE_BYTES = 1 << 16  # a request, a claim, a listener: about 100 bytes each
+WATCH_SOURCE = "the watch of rank"  # a request's source when a rank's watch made it (capture/window/auto.py)
 
 
 class TriggerRequest(msgspec.Struct, omit_defaults=True):
@@ -153,6 +154,8 @@ class TriggerCollector(Collector):
         self._current: str | None = None  # the request whose window is planned or recording
         self._planned = 0  # windows planned so far
         self.polled_by_watch = False  # the watch looks for requests at its checks (capture/window/auto.py)
+        self._done: str | None = None  # the request whose window the first profiled rank exported last
+        self._remove_at: int | None = None  # the step from which that request is removed (the watch's)
 
     def start(self) -> None:
         # The handler first: once the listener file says the job listens, a SIGUSR2 may come at any moment.
@@ -183,6 +186,8 @@ class TriggerCollector(Collector):
         when a window was planned."""
         if step <= self.busy_until:
             return False
+        if self._remove_at is not None and step >= self._remove_at:
+            self._remove_request()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -194,6 +199,14 @@ class TriggerCollector(Collector):
         request = read_request(self.path)
         if request is None or request.id in self._seen:
             return False
+        if request.source.startswith(WATCH_SOURCE):
+            # a watch's request: the rank that asked sets the start (the slow steps may last a few steps only)
+            claim = read_claim(self.ctx.run_dir, request.id)
+            if claim is None:
+                self._last_stat = None  # (not claimed yet: look again at the next look)
+                return False
+            self._take(request, step, earliest, claim.start, claim.warmup)
+            return True
         self._take(request, step, earliest, step + (1 if self._profiled <= 1 else self.poll + 1))
         return True
 
@@ -270,15 +283,30 @@ class TriggerCollector(Collector):
         if self._current is None or window.last_step < self.busy_until:
             return
         done, self._current = self._current, None
-        if self.ctx.is_first_profiled_rank:
-            pending = read_request(self.path)
-            if pending is not None and pending.id == done:
-                with contextlib.suppress(FileNotFoundError):
-                    self.path.unlink()
+        if not self.ctx.is_first_profiled_rank:
+            return
+        self._done = done
+        if self.polled_by_watch:
+            # A watch's window starts at once, so a rank that saw no slow step itself reads the request at its
+            # next check only: it stays two checks longer (removed at a look, or at close)
+            self._remove_at = window.last_step + 2 * self.poll
+        else:
+            self._remove_request()
+
+    def _remove_request(self) -> None:
+        """The request whose window is done, once (a newer request in its place stays)."""
+        self._remove_at = None
+        pending = read_request(self.path)
+        if pending is not None and pending.id == self._done:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.listener_path.unlink()
+        if self._remove_at is not None:
+            with contextlib.suppress(InputError, OSError):
+                self._remove_request()
         # The claims only agree the ranks on a window while its request is pending; none is read after the job
         # (`stepscope trigger --wait` reads one while the job runs), so none is left in the run folder.
         for request_id in self._seen:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope.report import columns as col
 from stepscope.report.data import ReportData
 from stepscope.report.html import charts
 from stepscope.report.model import SECTION_TITLES, Charts, Section, table
+from stepscope.report.tables import anomaly_table
 from stepscope.runfolder.payloads import (
     FLOPS_BACKWARD,
     FLOPS_OUTSIDE_MODEL,
@@ -18,6 +19,9 @@ from stepscope.runfolder.payloads import (
     FlopsReport,
 )
 from stepscope.units import fmt_bytes, fmt_flops, fmt_tflops
+
+if TYPE_CHECKING:
+    from stepscope.analysis.run import RunFacts
 
 # the FLOPs table's modules, the costliest (a page of every module of a huge model is MBs)
 MAX_MODULE_ROWS = 2000
@@ -28,6 +32,24 @@ def _section(sid: str) -> Section:
 
 
 # ------------------------------------------------------------------------------------------------ FLOPs
+def anomalies(run: RunFacts) -> Section:
+    """The windows a watching run opened by itself, first on the page: what the watch saw, what slowed the
+    steps, each rank's share, how it was checked."""
+    s = _section("anomalies")
+    s.paragraphs.append(
+        "The watch (watch=True) opened these windows when steps turned slower than the job's own noise allows; "
+        "each is compared with a plain window of the run, both profiled."
+    )
+    for window in run.anomalies:
+        asked = "" if window.asked_by is None else f"rank {window.asked_by}'s watch saw: "
+        s.paragraphs.append(f"Steps {window.first}-{window.last} ({asked}{window.why}). {window.message}.")
+        s.paragraphs.append(f"Checked: {window.check}.")
+        if window.ranks:
+            s.tables.append(anomaly_table(window))
+        s.items.extend(window.notes)
+    return s
+
+
 def flops(data: ReportData, pc: Charts) -> Section:
     s = _section("flops")
     run = data.analysis.run

@@ -58,7 +58,9 @@ def header_facts(data: ReportData) -> list[tuple[str, str]]:
 def sections(data: ReportData, pc: Charts) -> list[Section]:
     run = data.analysis.run
     deepspeed = [ds_section(run.deepspeed)] if run is not None and run.deepspeed is not None else []
+    anomalies = [run_sections.anomalies(run)] if run is not None and run.anomalies else []
     return [
+        *anomalies,
         _overview(data, pc),
         critical_path(data, pc),
         _ops(data),

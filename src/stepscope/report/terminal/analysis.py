@@ -19,6 +19,7 @@ from stepscope.report._pipeline import pipeline_line, pipeline_table
 from stepscope.report._savings import combined_lines, saving_text
 from stepscope.report.model import Table, table
 from stepscope.report.tables import (
+    anomaly_table,
     collectives_table,
     dimensions_table,
     gpu_time_split_table,
@@ -299,6 +300,8 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
     """The run as a whole: step times, FLOPs / MFU, memory and system samples (from outside the traces)."""
     ranks = ", ".join(str(r) for r in run.profiled_ranks) or "-"
     yield f"[bold]Run[/bold] {markup_safe(run.run_name)}  [dim]world size {run.world_size}, profiled ranks {ranks}[/dim]"
+    if run.anomalies:
+        yield from _anomaly_parts(run)
     if run.step_times:
         yield fit_table(
             table(
@@ -369,6 +372,21 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
             if sy.note:
                 yield Text(f"  rank {sy.rank}: {plain(sy.note)}", style="dim")
     yield Text("")
+
+
+def _anomaly_parts(run: RunFacts) -> Iterator[RenderableType]:
+    """The windows the watch opened by itself, first: what it saw, what slowed the steps, how that was checked."""
+    yield "[bold]Windows the watch opened[/bold] [dim](watch=True: steps slower than the job's own noise)[/dim]"
+    for window in run.anomalies:
+        asked = "" if window.asked_by is None else f"rank {window.asked_by}'s watch: "
+        yield f"[bold]steps {window.first}-{window.last}[/bold] [dim]({asked}{markup_safe(window.why)})[/dim]"
+        yield markup_safe(window.message)
+        if window.ranks:
+            yield fit_table(anomaly_table(window))
+        yield f"[dim]checked: {markup_safe(window.check)}[/dim]"
+        for note in window.notes:
+            yield f"[dim]{markup_safe(note)}[/dim]"
+        yield Text("")
 
 
 def _run_memory_table(memory: Sequence[MemoryFacts]) -> Table:
