@@ -31,7 +31,7 @@ from typing import Any
 
 from stepscope.capture.collector import RunContext
 from stepscope.capture.schedule import NEVER_STEP
-from stepscope.capture.window.trigger import WATCH_SOURCE, TriggerClaim, TriggerCollector
+from stepscope.capture.window.trigger import REFERENCE_SOURCE, WATCH_SOURCE, TriggerClaim, TriggerCollector
 from stepscope.capture.window.watch import Anomaly, StepWatch
 from stepscope.runfolder.layout import ArtifactKind, artifact_path
 from stepscope.runfolder.payloads import WatchRecord
@@ -98,8 +98,8 @@ class AutoWindows:
             self._learn(buffer)
         self._learned = step
         # a request (a user's, another rank's) is answered while the last window's end work still runs too
-        if self._windows_over(step) and self.trigger.look(step + 1, step + 1):
-            self._planned(step)
+        if self._windows_over(step) and (request := self.trigger.look(step + 1, step + 1)) is not None:
+            self._planned(step, request.source)
             return True
         if not busy and not self._has_reference and self.over_ns < NEVER_NS:
             return self._ask_reference(step)
@@ -126,8 +126,8 @@ class AutoWindows:
     def _slow(self, step: int, wall_ns: int) -> bool:
         anomaly = self.watch.slow(step, wall_ns)
         if anomaly is None:  # a slow step, not (yet) an anomaly: another rank may have asked already
-            if self.trigger.look(step + 1, step + 1):
-                self._planned(step)
+            if (request := self.trigger.look(step + 1, step + 1)) is not None:
+                self._planned(step, request.source)
                 return True
             return False
         recurring = self.watch.period()
@@ -207,7 +207,7 @@ class AutoWindows:
     def _ask_reference(self, step: int) -> bool:
         # one check later than the soonest: the other ranks, which check at the same steps, see it in time
         start = step + 1 + self.every
-        claim = self.trigger.ask(step + 1, start, self.ctx.config.warmup, f"{self.source} (a reference)")
+        claim = self.trigger.ask(step + 1, start, self.ctx.config.warmup, f"{self.source} {REFERENCE_SOURCE}")
         self._has_reference = True
         if claim is None:
             return False
@@ -218,17 +218,18 @@ class AutoWindows:
         self._decided(step, claim, "reference", None, why=why)
         return True
 
-    def _planned(self, step: int) -> None:
-        """A window was planned from a request (a user's, or another rank's watch): judge nothing until it is
-        over and written."""
+    def _planned(self, step: int, source: str) -> None:
+        """A window was planned from a request (`source`: a user's, a rank's watch): judge nothing until it is
+        over and written; after an anomaly's window (not a user's, not a reference), the cool-down."""
         self.over_ns = NEVER_NS
-        self._free_from = self.trigger.busy_until + 1 + self._cooldown
+        if source.startswith(WATCH_SOURCE) and not source.endswith(REFERENCE_SOURCE):
+            self._free_from = self.trigger.busy_until + 1 + self._cooldown
         self._has_reference = True  # (any window this rank records serves, when none was there)
 
     def _decided(
         self, step: int, claim: TriggerClaim, decision: str, anomaly: Anomaly | None, why: str = ""
     ) -> None:
-        self._planned(step)
+        self._planned(step, self.source if decision != "reference" else f"{self.source} {REFERENCE_SOURCE}")
         if decision != "reference":
             self._asked.append(time.monotonic())
         last = self.trigger.busy_until  # (a rank that read the claim late records later steps)

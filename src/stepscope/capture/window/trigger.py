@@ -44,6 +44,9 @@ TRIGGER_NAME = "trigger.json"
 CLAIM_TEMPLATE = ".trigger-{id}.json"
 TRIGGER_FILE_BYTES = 1 << 16  # a request, a claim, a listener: about 100 bytes each
 WATCH_SOURCE = "the watch of rank"  # a request's source when a rank's watch made it (capture/window/auto.py)
+REFERENCE_SOURCE = (
+    "(a reference)"  # ... ending a request for a plain window (no anomaly: no cool-down after it)
+)
 
 
 class TriggerRequest(msgspec.Struct, omit_defaults=True):
@@ -176,39 +179,39 @@ class TriggerCollector(Collector):
         return -(-step // self.poll) * self.poll
 
     def before_step(self, step: int) -> None:
-        if step % self.poll or step <= self.busy_until:
+        if self.polled_by_watch or step % self.poll or step <= self.busy_until:
             return
         self.look(step, step + 1)
 
-    def look(self, step: int, earliest: int) -> bool:
+    def look(self, step: int, earliest: int) -> TriggerRequest | None:
         """Look for a request (one stat()) at `step` and plan its window, starting at `earliest` at the soonest
-        (step + 1 from before_step: the step has begun; `step` itself from the watch, between two steps). True
-        when a window was planned."""
+        (step + 1 from before_step: the step has begun; `step` itself from the watch, between two steps). The
+        request whose window was planned, None when none was."""
         if step <= self.busy_until:
-            return False
+            return None
         if self._remove_at is not None and step >= self._remove_at:
             self._remove_request()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return False
+            return None
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key == self._last_stat:
-            return False
+            return None
         self._last_stat = key
         request = read_request(self.path)
         if request is None or request.id in self._seen:
-            return False
+            return None
         if request.source.startswith(WATCH_SOURCE):
             # a watch's request: the rank that asked sets the start (the slow steps may last a few steps only)
             claim = read_claim(self.ctx.run_dir, request.id)
             if claim is None:
                 self._last_stat = None  # (not claimed yet: look again at the next look)
-                return False
+                return None
             self._take(request, step, earliest, claim.start, claim.warmup)
-            return True
+            return request
         self._take(request, step, earliest, step + (1 if self._profiled <= 1 else self.poll + 1))
-        return True
+        return request
 
     def ask(self, step: int, start: int, warmup: int, source: str) -> TriggerClaim | None:
         """The watch's request (capture/window/auto.py), made at `step` (between two steps: the window may begin
