@@ -85,7 +85,9 @@ def test_a_burst_of_slow_steps_is_recorded_on_every_rank(tmp_path: Path, ranks: 
     assert anomaly["waited"] == [r for r in range(ranks) if r != 1], anomaly["message"]
     assert doc["findings"][0]["id"] == "anomaly_window" and doc["findings"][0]["rank"] == 1
     # AND the report's first section is that window, before the overview
-    subprocess.run([sys.executable, "-m", "stepscope", "report", str(run_dir)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "stepscope", "report", str(run_dir)], check=True, capture_output=True
+    )
     page = (run_dir / "report.html").read_text()
     assert page.index('id="anomalies"') < page.index('id="overview"')
     assert "rank 1&#39;s data loading" in page or "rank 1's data loading" in page
