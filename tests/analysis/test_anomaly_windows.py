@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,8 @@ PHASES = ("dataloader_us", "forward_us", "backward_us", "optimizer_us")
 class Rank:
     rank: int
     steps: list[StepRow]
+    collectives: list[Any] = field(default_factory=list)
+    top_kernels: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -133,3 +137,34 @@ def test_without_a_reference_record_the_last_plain_window_before_the_watchs_is_t
     assert fallback_reference(windows, spans) == [148, 150]
     assert fallback_reference(windows, [(203, 205), (258, 260)]) == [258, 260]
     assert fallback_reference(windows, [(203, 205)]) is None
+
+
+def test_the_collectives_and_kernels_that_grew_are_listed_per_step_of_the_window() -> None:
+    # GIVEN rank 0 waiting 100 ms more at its all-reduce over a window of 3 steps, and a kernel 30 ms longer
+    def coll(time: float, wait: float) -> Any:
+        return SimpleNamespace(kind="all_reduce", group="0", time_ms=time, wait_ms=wait)
+
+    def kernel(total_ms: float) -> Any:
+        return SimpleNamespace(name="gemm", total_us=total_ms * 1e3)
+
+    slow = {
+        320: {0: {"comm_us": 50.0}, 1: {"dataloader_us": 50.0}},
+        321: {0: {"comm_us": 50.0}, 1: {"dataloader_us": 50.0}},
+    }
+    anomaly = window(2, range(320, 323), slow)
+    reference = window(2, range(42, 45), {}, 9)
+    anomaly.ranks[0].collectives = [coll(109.0, 103.0)]
+    reference.ranks[0].collectives = [coll(9.0, 3.0)]
+    anomaly.ranks[0].top_kernels = [kernel(33.0)]
+    reference.ranks[0].top_kernels = [kernel(3.0)]
+    found = compare(PLANNED, anomaly.ranks, reference.ranks, [42, 44])
+    # THEN per step of the window: the all-reduce +33.3 ms (its waiting too), the kernel +10 ms
+    (rank0,) = [r for r in found.ranks if r.rank == 0]
+    assert [(w.kind, w.name) for w in rank0.work] == [
+        ("collective", "all_reduce, group 0"),
+        ("kernel", "gemm"),
+    ]
+    assert rank0.work[0].extra_ms == pytest.approx(100 / 3, abs=0.01)
+    assert rank0.work[0].wait_extra_ms == pytest.approx(100 / 3, abs=0.01)
+    assert rank0.work[1].extra_ms == pytest.approx(10.0, abs=0.01)
+    assert [r.work for r in found.ranks if r.rank == 1] == [[]]

@@ -9,7 +9,8 @@ slowest step at least, on some rank; every rank is compared over those steps, pe
 
 - each rank's extra step time, and the extra time of its phases: data loading, forward, backward, optimizer,
   communication (the union of its collectives: in a CPU job the time the rank waits at them), and the rest of the
-  step (code outside the annotated phases);
+  step (code outside the annotated phases); beside them, the collectives (with their waiting) and GPU kernels
+  whose time grew most, per step of the whole window;
 - the *cause*: the ranks whose extra time lies in a phase other than communication, each at least half the job's
   extra (the median over ranks), the largest first; the ranks whose extra time is mostly communication *waited*
   for them;
@@ -50,6 +51,8 @@ CAUSE_SHARE = 0.5  # a cause rank's own extra (not communication) is at least th
 AGREE_SHARE = 0.25
 ALL_PCT = 95.0  # "all of the extra time" from this share on (a cause over 100%: the others' steps gained less)  # the waits and the cause agree when within this share of the cause
 ANOMALY_DECISIONS = ("window", "joined", "planned")
+TOP_WORK = 3  # collectives and kernels listed per rank
+MIN_WORK_MS = 0.1  # ... that grew by this much per step at least
 LATE_STEPS = 64  # a rank's window this many steps after the asker's at most is the same request's, read late
 
 
@@ -58,6 +61,17 @@ class PhaseExtra(msgspec.Struct):
     reference_ms: float  # median over the reference window's steps
     slow_ms: float  # mean over the slow steps
     extra_ms: float
+
+
+class WorkExtra(msgspec.Struct):
+    """A collective or a GPU kernel whose time per step of the window grew against the reference window."""
+
+    kind: str  # "collective" or "kernel"
+    name: str  # the collective's kind and group ("all_reduce, group 0"), the kernel's name
+    reference_ms: float  # per step of the reference window
+    window_ms: float  # per step of the window (all its steps, not only the slow ones)
+    extra_ms: float
+    wait_extra_ms: float | None = None  # of a collective: the growth of its waiting for the last rank
 
 
 class RankExtra(msgspec.Struct):
@@ -69,6 +83,9 @@ class RankExtra(msgspec.Struct):
     extra_ms: float
     phases: list[PhaseExtra]  # the largest extra first
     role: str  # "cause", "waited" (mostly communication) or "other"
+    work: list[
+        WorkExtra
+    ] = []  # the collectives and kernels that grew most (TOP_WORK), per step of the window
 
 
 class PlannedWindow(msgspec.Struct):
@@ -190,6 +207,8 @@ def compare(
 
     mine = {r.rank: r.steps for r in anomaly if r.steps}
     theirs = {r.rank: r.steps for r in reference if r.steps} if reference is not None else {}
+    whole = {r.rank: r for r in anomaly}
+    base_whole = {r.rank: r for r in reference} if reference is not None else {}
     ranks = sorted(set(mine) & set(theirs))
     missing = sorted(set(mine) - set(theirs))
     if missing:
@@ -221,6 +240,8 @@ def compare(
             check=f"every step of the window within half of the reference's median step ({SLOW_MIN_MS:g} ms at least)",
         )  # fmt: skip
     extras = [_rank_extra(r, mine[r], theirs[r], slow) for r in ranks]
+    for e in extras:
+        e.work = _work_extra(whole[e.rank], base_whole[e.rank])
     job_extra = statistics.median(e.extra_ms for e in extras)
     factor = statistics.median(e.slow_ms for e in extras) / max(
         statistics.median(e.reference_ms for e in extras), 1e-9
@@ -275,6 +296,39 @@ def _rank_extra(rank: int, steps: Sequence[Any], reference: Sequence[Any], slow:
     return RankExtra(rank, round(ref_ms, 3), round(slow_ms, 3), round(slow_ms - ref_ms, 3), phases, "other")
 
 
+def _work_extra(window: Any, reference: Any) -> list[WorkExtra]:
+    """The collectives (by kind and group) and GPU kernels of a rank whose time per step grew most, from the
+    two windows' totals (RankAnalysis `collectives`, `top_kernels`; any missing attribute: none)."""
+    n, m = max(len(window.steps), 1), max(len(reference.steps), 1)
+
+    def collectives(rank: Any, steps: int) -> dict[str, tuple[float, float | None]]:
+        out: dict[str, tuple[float, float | None]] = {}
+        for c in getattr(rank, "collectives", None) or []:
+            name = f"{c.kind}, group {c.group}" if c.group is not None else c.kind
+            time, wait = out.get(name, (0.0, None))
+            waited = None if c.wait_ms is None else (wait or 0.0) + c.wait_ms / steps
+            out[name] = (time + (c.time_ms or 0.0) / steps, waited)
+        return out
+
+    def kernels(rank: Any, steps: int) -> dict[str, float]:
+        return {k.name: k.total_us / 1e3 / steps for k in getattr(rank, "top_kernels", None) or []}
+
+    found = []
+    now, before = collectives(window, n), collectives(reference, m)
+    for name, (time, wait) in now.items():
+        was, was_wait = before.get(name, (0.0, None))
+        waited = None if wait is None or was_wait is None else round(wait - was_wait, 3)
+        found.append(
+            WorkExtra("collective", name, round(was, 3), round(time, 3), round(time - was, 3), waited)
+        )
+    now_k, before_k = kernels(window, n), kernels(reference, m)
+    for name, time in now_k.items():
+        was = before_k.get(name, 0.0)
+        found.append(WorkExtra("kernel", name, round(was, 3), round(time, 3), round(time - was, 3)))
+    found.sort(key=lambda w: -w.extra_ms)
+    return [w for w in found if w.extra_ms >= MIN_WORK_MS][:TOP_WORK]
+
+
 def _part(step: Any, phase: str) -> float:
     """ms of `phase` in a step row; "rest": the step less its phases and its communication (at least 0)."""
     if phase == "communication":
@@ -292,6 +346,18 @@ def _phase(extra: RankExtra, phase: str) -> float:
 def _own(extra: RankExtra) -> tuple[str, float]:
     best = max((p for p in extra.phases if p.phase != "communication"), key=lambda p: p.extra_ms)
     return best.phase, best.extra_ms
+
+
+def work_line(window: AnomalyWindow) -> str:
+    """The collectives and kernels that grew most on each rank, in words ("" when none did)."""
+    parts = []
+    for rank in window.ranks:
+        for w in rank.work[:1]:
+            wait = "" if w.wait_extra_ms is None else f", waiting {w.wait_extra_ms:+.1f}"
+            parts.append(f"rank {rank.rank} {w.name} {w.extra_ms:+.1f} ms{wait}")
+    if not parts:
+        return ""
+    return "grew most, per step of the window: " + "; ".join(parts)
 
 
 def _listed(ranks: Sequence[int]) -> str:
@@ -366,4 +432,12 @@ def _check(
     return "; ".join(parts)
 
 
-__all__ = ["AnomalyWindow", "PlannedWindow", "RankExtra", "compare", "fallback_reference", "watch_windows"]
+__all__ = [
+    "AnomalyWindow",
+    "PlannedWindow",
+    "RankExtra",
+    "WorkExtra",
+    "compare",
+    "fallback_reference",
+    "watch_windows",
+]

@@ -35,6 +35,8 @@ def _section(sid: str) -> Section:
 def anomalies(run: RunFacts) -> Section:
     """The windows a watching run opened by itself, first on the page: what the watch saw, what slowed the
     steps, each rank's share, how it was checked."""
+    from stepscope.analysis.run.anomaly import work_line
+
     s = _section("anomalies")
     s.paragraphs.append(
         "The watch (watch=True) opened these windows when steps turned slower than the job's own noise allows; "
@@ -46,6 +48,8 @@ def anomalies(run: RunFacts) -> Section:
         s.paragraphs.append(f"Checked: {window.check}.")
         if window.ranks:
             s.tables.append(anomaly_table(window))
+        if line := work_line(window):
+            s.paragraphs.append(line[0].upper() + line[1:] + ".")
         s.items.extend(window.notes)
     return s
 

@@ -376,6 +376,8 @@ def _run_parts(run: RunFacts) -> Iterator[RenderableType]:
 
 def _anomaly_parts(run: RunFacts) -> Iterator[RenderableType]:
     """The windows the watch opened by itself, first: what it saw, what slowed the steps, how that was checked."""
+    from stepscope.analysis.run.anomaly import work_line
+
     yield "[bold]Windows the watch opened[/bold] [dim](watch=True: steps slower than the job's own noise)[/dim]"
     for window in run.anomalies:
         asked = "" if window.asked_by is None else f"rank {window.asked_by}'s watch: "
@@ -383,6 +385,8 @@ def _anomaly_parts(run: RunFacts) -> Iterator[RenderableType]:
         yield markup_safe(window.message)
         if window.ranks:
             yield fit_table(anomaly_table(window))
+        if line := work_line(window):
+            yield f"[dim]{markup_safe(line)}[/dim]"
         yield f"[dim]checked: {markup_safe(window.check)}[/dim]"
         for note in window.notes:
             yield f"[dim]{markup_safe(note)}[/dim]"
