@@ -82,7 +82,32 @@ def test_slowness_of_every_ranks_own_code_names_every_rank() -> None:
     )
     assert found.slow_steps == [300] and found.cause_ranks in ([0, 1], [1, 0]) and found.cause_phase == "rest"
     assert found.waited == []
-    assert "Step 300 was" in found.message and "one slow step" in found.check
+    assert "Step 300 took" in found.message and "one slow step" in found.check
+
+
+def test_a_wait_inside_the_users_backward_region_is_waiting_not_the_cause() -> None:
+    # GIVEN rank 1's forward 38 ms heavier, and rank 0 waiting as long at an all-reduce that runs inside its
+    # backward region (DDP under `monitor.region("backward")`: the wait counts in backward and in communication)
+    slow = {s: {0: {"backward_us": 38.0, "comm_us": 38.0}, 1: {"forward_us": 38.0}} for s in (231, 232, 233)}
+    anomaly = window(2, range(231, 234), slow)
+    # (the step's length: the wait once, not twice)
+    for row in anomaly.ranks[0].steps:
+        row.dur_us -= 38e3
+    found = compare(PLANNED, anomaly.ranks, window(2, range(42, 45), {}, 4).ranks, [42, 44])
+    # THEN rank 1's forward is the cause, and rank 0 waited
+    assert found.cause_ranks == [1] and found.cause_phase == "forward", found.message
+    assert found.waited == [0]
+    assert "rank 1's forward (+38" in found.message
+
+
+def test_causes_in_different_phases_are_each_named_with_their_own() -> None:
+    slow = {300: {0: {"optimizer_us": 40.0}, 1: {"forward_us": 40.0}}}
+    found = compare(
+        PLANNED, window(2, range(300, 303), slow).ranks, window(2, range(42, 45), {}, 6).ranks, None
+    )
+    assert "rank 0's optimizer +40" in found.message and "rank 1's forward +40" in found.message, (
+        found.message
+    )
 
 
 def test_waits_that_do_not_match_any_own_work_are_said_to_be_communication() -> None:

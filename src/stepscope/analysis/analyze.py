@@ -291,7 +291,7 @@ def attach_run(result: AnalysisResult, facts: RunFacts) -> AnalysisResult:
     """`result` with what its run folder measured outside the traces (`facts`): `run`, a notice where the
     profiled steps are much slower than the plain ones (run/overhead.py), and the findings that come from it
     (the Python functions py-spy sampled in the host-side findings, python_hotspot, host_memory_growth), ranked
-    again with the others."""
+    again with the others; the watch's windows (`facts.anomalies`) first."""
     from stepscope.analysis.findings.python import host_memory_findings, python_findings
     from stepscope.analysis.run.overhead import profiler_overhead_notice
     from stepscope.analysis.stats import median
@@ -299,9 +299,27 @@ def attach_run(result: AnalysisResult, facts: RunFacts) -> AnalysisResult:
     result.run = facts
     profiled = {r.rank: [s.dur_us / 1000 for s in r.steps] for r in result.ranks}
     overhead = profiler_overhead_notice(profiled, facts.step_times)
+    watched = [
+        a for a in facts.anomalies if {a.last, *a.also} & {r.steps[-1].step for r in result.ranks if r.steps}
+    ]
+    if overhead is not None and watched:
+        # (the analysed window is one the watch opened: its steps are slow for what it caught, not the profiler)
+        w = watched[0]
+        overhead = (
+            f"the analysed window, steps {w.first}-{w.last}, is one the watch opened for slow steps: its steps are "
+            "slower than the plain ones for what it caught, not only for the profiler's overhead (see the watch's "
+            "windows; --step picks another window)"
+        )
     if overhead is not None:
         result.notices.append(overhead)
+    if facts.anomalies:
+        from stepscope.analysis.findings.anomaly import anomaly_findings
+
+        first = anomaly_findings(facts.anomalies)
+    else:
+        first = []
     if not facts.python_samples and not facts.host_memory:
+        result.findings[:0] = first
         return result
     steps = {r.rank: [s.step for s in r.steps] for r in result.ranks}
     step_ms = {rank: median(ms) for rank, ms in profiled.items() if ms}
@@ -309,7 +327,7 @@ def attach_run(result: AnalysisResult, facts: RunFacts) -> AnalysisResult:
     new = [f for f in findings if f.id == "python_hotspot"]
     kept = [f for f in findings if f.id != "python_hotspot"]
     new.extend(host_memory_findings(facts.host_memory))
-    result.findings = rank_by_cost(kept + group_across_ranks(new))
+    result.findings = first + rank_by_cost(kept + group_across_ranks(new))
     return result
 
 

@@ -47,15 +47,11 @@ def analyze_source(
 def attach_anomalies(
     source: Source, run: Any, facts: Any, options: AnalysisOptions, result: AnalysisResult
 ) -> None:
-    """A watching run's windows compared with a plain one (`facts.anomalies`), and a finding for each, first
-    among `result`'s findings; nothing when the run's watch opened none, or `options.step` picks one window."""
+    """A watching run's windows compared with a plain one (`facts.anomalies`: attach_run makes a finding of each,
+    first among `result`'s); nothing when the run's watch opened none, or `options.step` picks one window."""
     if not run.watch or not run.has_traces or options.step is not None:
         return
     facts.anomalies = anomaly_windows(source, run, facts, options, result)
-    if facts.anomalies:
-        from stepscope.analysis.findings.anomaly import anomaly_findings
-
-        result.findings[:0] = anomaly_findings(facts.anomalies)
 
 
 # the newest windows of the watch compared with a plain window, at most (each is an analysis of the run's traces)

@@ -394,11 +394,11 @@ class DsCommsSummary(msgspec.Struct, kw_only=True):
 class WatchRecord(msgspec.Struct, omit_defaults=True):
     """One decision of a rank's watch (capture/window/auto.py), a line of watch/rank{R}.jsonl.
 
-    `decision`: "window" (this rank asked for a window: the anomaly's), "joined" (its own anomaly, and the window
-    another rank or a request had already claimed), "planned" (slow steps that recur: a window claimed ahead, from
-    the next occurrence's first step), "reference" (an on-demand run's plain window, asked for once the
-    watch has learned the job's steps, to compare the anomaly windows with), "skipped" (`reason` says why no window
-    was opened). `first`..`last`: the slow steps seen (the anomaly), `factor` the slowest of them over the
+    `decision`: "window" (this rank asked for a window: the anomaly's), "joined" (the window of another rank's
+    watch: for an anomaly of its own too when `first` is set), "planned" (slow steps that recur: a window claimed
+    ahead, from the next occurrence's first step), "reference" (an on-demand run's plain window, asked for once the
+    watch has learned the job's steps, to compare the anomaly windows with), "requested" (a window a user asked
+    for: `stepscope trigger`, SIGUSR2), "skipped" (`reason` says why no window was opened). `first`..`last`: the slow steps seen (the anomaly), `factor` the slowest of them over the
     median step `median_ms`; `window`: the active steps every profiled rank records, when one was planned."""
 
     step: int  # the step at whose end the watch decided

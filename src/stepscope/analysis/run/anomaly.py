@@ -124,6 +124,7 @@ class AnomalyWindow(msgspec.Struct):
     message: str
     check: str  # how the figures were checked against each other, and what is not known
     notes: list[str] = []
+    also: list[int] = []  # the last steps of the windows of ranks that read the request late
 
 
 def watch_windows(
@@ -202,7 +203,7 @@ def compare(
     def made(**rest: Any) -> AnomalyWindow:
         return AnomalyWindow(
             first=window.first, last=window.last, why=window.why, decision=window.decision,
-            asked_by=window.asked_by, reference=reference_steps, notes=notes, **rest,
+            asked_by=window.asked_by, reference=reference_steps, notes=notes, also=list(window.also), **rest,
         )  # fmt: skip
 
     mine = {r.rank: r.steps for r in anomaly if r.steps}
@@ -247,17 +248,17 @@ def compare(
         statistics.median(e.reference_ms for e in extras), 1e-9
     )
     own = {e.rank: _own(e) for e in extras}  # the largest phase other than communication
-    causes = sorted(
-        (e for e in extras if own[e.rank][1] >= CAUSE_SHARE * max(job_extra, 1e-9)),
-        key=lambda e: -own[e.rank][1],
-    )
+    # a rank whose extra time is mostly communication waited, whatever phase holds the wait (a collective inside
+    # the user's backward region counts in both); the others' own phases are the candidates
     waited = [
         e.rank
         for e in extras
-        if e not in causes
-        and _phase(e, "communication") >= CAUSE_SHARE * max(e.extra_ms, 1e-9)
-        and e.extra_ms > 0
+        if e.extra_ms > 0 and _phase(e, "communication") >= CAUSE_SHARE * max(e.extra_ms, 1e-9)
     ]
+    causes = sorted(
+        (e for e in extras if e.rank not in waited and own[e.rank][1] >= CAUSE_SHARE * max(job_extra, 1e-9)),
+        key=lambda e: -own[e.rank][1],
+    )
     for e in extras:
         e.role = "cause" if e in causes else "waited" if e.rank in waited else "other"
     if causes:
@@ -377,8 +378,7 @@ def _message(
     )
     if len(extras) == 1:
         where = f"on rank {extras[0].rank}"
-    verb = "was" if len(slow_steps) == 1 else "were"
-    head = f"{steps} {verb} {factor:.1f}x slower {where} than the reference window's steps (+{job_extra:.1f} ms per step)"
+    head = f"{steps} took {factor:.1f}x as long {where} as the reference window's steps (+{job_extra:.1f} ms per step)"
     head = head[0].upper() + head[1:]
     if not causes:
         worst = max(extras, key=lambda e: _phase(e, "communication"))
@@ -391,9 +391,14 @@ def _message(
     if len(causes) == 1:
         part = "all" if share is None or share >= ALL_PCT else f"{share:.0f}%"
         text = f"{head}: {part} of the extra time is rank {lead.rank}'s {PHASE_WORDS[phase]} (+{ms:.1f} ms)"
-    else:
+    elif len({own[e.rank][0] for e in causes}) == 1:
         each = ", ".join(f"rank {e.rank} +{own[e.rank][1]:.1f} ms" for e in causes)
         text = f"{head}: the ranks' own {PHASE_WORDS[phase]} ({each})"
+    else:
+        each = ", ".join(
+            f"rank {e.rank}'s {PHASE_WORDS[own[e.rank][0]]} +{own[e.rank][1]:.1f} ms" for e in causes
+        )
+        text = f"{head}: the ranks' own work ({each})"
     if waited:
         who = "the others" if len(waited) + len(causes) == len(extras) else f"ranks {_listed(waited)}"
         text += f"; {who} waited for it in communication"

@@ -99,7 +99,7 @@ class AutoWindows:
         self._learned = step
         # a request (a user's, another rank's) is answered while the last window's end work still runs too
         if self._windows_over(step) and (request := self.trigger.look(step + 1, step + 1)) is not None:
-            self._planned(step, request.source)
+            self._followed(step, request.source)
             return True
         if not busy and not self._has_reference and self.over_ns < NEVER_NS:
             return self._ask_reference(step)
@@ -127,7 +127,7 @@ class AutoWindows:
         anomaly = self.watch.slow(step, wall_ns)
         if anomaly is None:  # a slow step, not (yet) an anomaly: another rank may have asked already
             if (request := self.trigger.look(step + 1, step + 1)) is not None:
-                self._planned(step, request.source)
+                self._followed(step, request.source)
                 return True
             return False
         recurring = self.watch.period()
@@ -225,6 +225,16 @@ class AutoWindows:
         if source.startswith(WATCH_SOURCE) and not source.endswith(REFERENCE_SOURCE):
             self._free_from = self.trigger.busy_until + 1 + self._cooldown
         self._has_reference = True  # (any window this rank records serves, when none was there)
+
+    def _followed(self, step: int, source: str) -> None:
+        """A window planned from a request this rank read (another rank's watch, a user's): recorded as such."""
+        self._planned(step, source)
+        if source.startswith(WATCH_SOURCE):
+            decision = "reference" if source.endswith(REFERENCE_SOURCE) else "joined"
+        else:
+            decision = "requested"
+        window = self.ctx.schedule.windows()[0]
+        self._record(step, decision, None, window=window, why=f"the request of {source}")
 
     def _decided(
         self, step: int, claim: TriggerClaim, decision: str, anomaly: Anomaly | None, why: str = ""

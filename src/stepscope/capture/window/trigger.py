@@ -253,10 +253,9 @@ class TriggerCollector(Collector):
         first, last = schedule.windows()[0]
         notes = [note] if note else []
         if self.ctx.is_first_profiled_rank:
-            notes.append(
-                f"on-demand window {self._planned}: warmup from step {schedule.skip_first}, active "
-                f"steps {first}-{last} (asked by {source})"
-            )
+            kind = "on-demand window" if self.ctx.config.on_demand else "requested window"
+            warmup = f"warmup from step {schedule.skip_first}, " if schedule.warmup else "no warmup, "
+            notes.append(f"{kind} {self._planned}: {warmup}active steps {first}-{last} (asked by {source})")
         if notes:
             with contextlib.suppress(Exception):  # the notes say which window; the traces are what matter
                 self.ctx.writer.update(notes=notes)

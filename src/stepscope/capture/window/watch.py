@@ -133,7 +133,7 @@ class StepWatch:
         median_ms = self.median_ns / 1e6
         every = self._period(self.in_a_row + 1)
         if wall_ns > self._big_ns:
-            why = f"step {step} took {wall_ns / self.median_ns:.1f}x the median step ({median_ms:.1f} ms)"
+            why = f"step {step} took {wall_ns / self.median_ns:.1f}x the median step of {median_ms:.1f} ms"
         elif length >= self.in_a_row:
             span = self._run_last - self._run_first + 1
             why = (
