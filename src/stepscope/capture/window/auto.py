@@ -142,11 +142,11 @@ class AutoWindows:
         return self._open_now(step, anomaly)
 
     # --- decisions --------------------------------------------------------------------------------------
-    def _refused(self, step: int, start: int) -> str | None:
+    def _refused(self, step: int, start: int, cooldown: bool = True) -> str | None:
         """Why no window may start at `start` (asked at the end of `step`), None when one may."""
         if not self._windows_over(step):
             return "a window is already planned"
-        if start < self._free_from:
+        if cooldown and start < self._free_from:
             return (
                 f"cool-down until step {self._free_from} (watch_cooldown_steps={self._cooldown} after the last "
                 "window)"
@@ -189,7 +189,9 @@ class AutoWindows:
             occurrence += period
         if occurrence == self._planned_for:
             return False
-        reason = self._refused(step, occurrence - warmup)
+        # the first window from a recurrence's first step is not held back by the cool-down (of a window opened
+        # at one of its occurrences, too late to record it)
+        reason = self._refused(step, occurrence - warmup, cooldown=self._planned_for >= 0)
         if reason is not None:
             self._record(step, "skipped", anomaly, reason=reason)
             return False
