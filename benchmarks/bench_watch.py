@@ -195,6 +195,9 @@ def every(runs: int) -> list[dict[str, Any]]:
                 "run": i + 1, "ranks_from_a_slow_step": sum(1 for s in starts.values() if s),
                 "first_slow_start": min((s[0] for s in starts.values() if s), default=None),
                 "cause": hit[-1]["message"] if hit else None,
+                # (what happened, rank by rank: the windows recorded and the watch's decisions)
+                "windows": {str(r): [[w[0], w[-1]] for w in found] for r, found in windows_by_rank(run_dir).items()},
+                "decisions": [(r["rank"], r["step"], r["decision"], r.get("reason")) for r in watch_records(run_dir)],
             }  # fmt: skip
             print(f"every 50 steps, run {i + 1}: {row['ranks_from_a_slow_step']}/2 ranks from a slow step")
             out.append(row)

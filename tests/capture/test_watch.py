@@ -106,6 +106,18 @@ def test_a_slow_step_every_50_steps_is_learned_with_its_next_first_step() -> Non
     assert w.period() == (50, slow[-1] + 50)
 
 
+def test_a_stretch_that_began_a_step_early_does_not_shift_the_next_occurrence() -> None:
+    # GIVEN a slow step every 50 steps, the fourth one's stretch beginning a step early (noise just over the bound)
+    walls = steady(400, 6, 1.0, 0.1, stalls=0.0)
+    for step in (60, 110, 160, 210):
+        walls[step] += 30 * MS
+    walls[209] += 30 * MS
+    w, found = watch(walls)
+    assert [a.first for _, a in found][-1:] == [209]
+    # THEN the next occurrence is still predicted at its own first step
+    assert w.period() == (50, 260)
+
+
 def test_a_lasting_change_is_one_anomaly_and_then_the_norm() -> None:
     walls = steady(1000, 4, 10.0, 0.05, stalls=0.0)
     walls[500:] = [2 * w for w in walls[500:]]

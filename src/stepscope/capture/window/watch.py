@@ -163,9 +163,15 @@ class StepWatch:
 
     def period(self) -> tuple[int, int] | None:
         """(period, the next occurrence's first step) when the last `in_a_row` + 1 stretches of slow steps began
-        equally spaced (within one step), else None."""
+        equally spaced (within one step), else None. The next occurrence keeps the phase most of them share: a
+        stretch that began a step early (a step of noise just over the bound) does not shift it."""
         every = self._period(self.in_a_row + 1)
-        return None if every is None else (every, self._starts[-1] + every)
+        if every is None:
+            return None
+        last = self._starts[-1]
+        # each start's offset from the last one's phase, in (-every/2, every/2]
+        offsets = sorted(((s - last) + every // 2) % every - every // 2 for s in self._starts)
+        return every, last + round(_median(offsets)) + every
 
     def _period(self, count: int) -> int | None:
         starts = list(self._starts)[-count:]
