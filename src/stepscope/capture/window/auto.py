@@ -112,6 +112,7 @@ class AutoWindows:
             if at <= learned:
                 break
             new.append(wall)
+        new.reverse()  # (oldest first: the history keeps the newest steps)
         self.watch.learn_many(new)
         self._unrefreshed += len(new)
         if self._unrefreshed >= self.watch.every or self.over_ns == NEVER_NS:
