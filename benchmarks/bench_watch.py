@@ -27,6 +27,9 @@ from typing import Any
 
 from _results import ROOT, write_result
 
+sys.path.insert(0, str(ROOT))
+from tests.support.windows import recorded_windows as windows_by_rank
+
 JOB = ROOT / "tests" / "support" / "jobs" / "watch.py"
 PYTHON = sys.executable
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -60,24 +63,6 @@ def watch_records(run_dir: Path) -> list[dict[str, Any]]:
         for path in sorted((run_dir / "watch").glob("rank*.jsonl"))
         for line in path.read_text().splitlines()
     ]
-
-
-def windows_by_rank(run_dir: Path) -> dict[int, list[list[int]]]:
-    steps: dict[int, list[int]] = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["phase"] in ("record", "record_and_save"):
-            steps.setdefault(row["rank"], []).append(row["step"])
-    out: dict[int, list[list[int]]] = {}
-    for rank, found in steps.items():
-        runs: list[list[int]] = []
-        for step in sorted(found):
-            if runs and runs[-1][-1] == step - 1:
-                runs[-1].append(step)
-            else:
-                runs.append([step])
-        out[rank] = runs
-    return out
 
 
 def analyze(run_dir: Path) -> dict[str, Any]:

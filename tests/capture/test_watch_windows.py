@@ -7,7 +7,6 @@ whatever else runs, so the steps' own noise is the OS's."""
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import warnings
@@ -23,6 +22,8 @@ from stepscope.cli import main
 from stepscope.errors import ConfigError
 from stepscope.runfolder import read_manifest
 from stepscope.runfolder.payloads import WatchRecord
+
+from ..support.windows import recorded_windows
 
 STEP_S = 0.004
 SLOW_S = 0.05
@@ -53,18 +54,7 @@ def records(run_dir: Path) -> list[WatchRecord]:
 
 def windows(run_dir: Path) -> list[list[int]]:
     """Each window's active steps, from metrics.jsonl's phases."""
-    recorded = sorted(
-        line["step"]
-        for line in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-        if line["phase"] in ("record", "record_and_save")
-    )
-    out: list[list[int]] = []
-    for step in recorded:
-        if out and out[-1][-1] == step - 1:
-            out[-1].append(step)
-        else:
-            out.append([step])
-    return out
+    return recorded_windows(run_dir).get(0, [])
 
 
 def traced_windows(run_dir: Path) -> list[int]:

@@ -22,7 +22,7 @@ from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.engine import follow_engine, is_deepspeed_engine
 from stepscope.capture.output.writer import RunWriter
 from stepscope.capture.schedule import Schedule
-from stepscope.capture.startup import make_collectors, open_context
+from stepscope.capture.startup import make_collectors, make_watch, open_context
 from stepscope.capture.step_loop import StepLoop, _perf_ns, _thread_id
 from stepscope.errors import ConfigError
 from stepscope.runfolder.payloads import StepMetrics
@@ -382,7 +382,9 @@ class PerformanceMonitor(StepLoop):
             self._guard.call(collector, "start")
         self._rebuild_hooks()
         if self.config.watch:
-            self._start_watch()
+            assert self._ctx is not None
+            self._auto = make_watch(self._ctx, self._live(), self._trace)
+            self._watch_at = self._auto.next_check if self._auto is not None else NEVER
         nsight = next((c for c in self._live() if c.name == "nsight"), None)
         if nsight is not None and getattr(nsight, "cuda", False):
             from stepscope.capture.collectors.nsight import nvtx_region
@@ -390,40 +392,6 @@ class PerformanceMonitor(StepLoop):
             self._nvtx = nvtx_region
         self._quiet_until = self._next_busy(self.steps_done)
         atexit.register(self.close)
-
-    def _start_watch(self) -> None:
-        """The watch (config watch=True): it looks for requests itself, at its checks (capture/window/auto.py)."""
-        from stepscope.capture.window.auto import AutoWindows
-        from stepscope.capture.window.trigger import TriggerCollector
-
-        live = self._live()
-        trigger = next((c for c in live if isinstance(c, TriggerCollector)), None)
-        if trigger is None or self._trace is None or self._trace not in live:
-            warn_user(
-                "stepscope: watch: the trace collector did not start, so the watch has no window to open; it is "
-                "off for this run, training goes on",
-                StepscopeWarning,
-            )
-            return
-        assert self._ctx is not None
-        self._auto = AutoWindows(self._ctx, trigger, self._trace)
-        trigger.polled_by_watch = True
-        self._watch_at = self._auto.next_check
-
-    def _watch_failed(self, exc: BaseException) -> None:
-        auto, self._auto = self._auto, None
-        self._watch_ns = self._watch_at = NEVER
-        if auto is None:
-            return
-        auto.trigger.polled_by_watch = False  # an on-demand run still answers requests
-        with contextlib.suppress(Exception):
-            auto.close()
-        self._quiet_until = min(self._quiet_until, self._next_busy(self.steps_done))
-        warn_user(
-            f"stepscope: the watch failed ({type(exc).__name__}: {exc}); it is switched off for this run, "
-            "training goes on",
-            StepscopeWarning,
-        )
 
     def _live(self) -> list[Collector]:
         return [c for c in self._collectors if c.name not in self._guard.failed]

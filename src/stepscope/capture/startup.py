@@ -76,3 +76,21 @@ def make_collectors(
 
         collectors.append(TriggerCollector(ctx, replan, requesters))
     return collectors, next((c for c in collectors if isinstance(c, TraceCollector)), None)
+
+
+def make_watch(ctx: RunContext, live: list[Collector], trace: Any) -> Any:
+    """The watch of a monitor with watch=True (capture/window/auto.py), which looks for requests itself at its
+    checks; None, said once, when the trace collector (`trace`, among the `live` collectors) did not start."""
+    from stepscope.capture.window.auto import AutoWindows
+    from stepscope.capture.window.trigger import TriggerCollector
+
+    trigger = next((c for c in live if isinstance(c, TriggerCollector)), None)
+    if trigger is None or trace is None or trace not in live:
+        warn_user(
+            "stepscope: watch: the trace collector did not start, so the watch has no window to open; it is "
+            "off for this run, training goes on",
+            StepscopeWarning,
+        )
+        return None
+    trigger.polled_by_watch = True
+    return AutoWindows(ctx, trigger, trace)

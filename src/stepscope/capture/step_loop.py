@@ -5,6 +5,7 @@ hooks' lists are made there."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from typing import Any
 from stepscope.capture.collector import RunContext
 from stepscope.capture.console import StepscopeWarning, warn_user
 from stepscope.capture.output.writer import METRICS_FLUSH_LINES, RunWriter
-from stepscope.capture.schedule import Phase, Schedule
+from stepscope.capture.schedule import NEVER_STEP, Phase, Schedule
 from stepscope.runfolder.payloads import StepMetrics
 
 # a step's metrics line says monitor_ms from this much on (a window's end: tens of ms and up)
@@ -47,8 +48,8 @@ class StepLoop:
     # the watch (config watch=True, capture/window/auto.py): a quiet step slower than _watch_ns, and the step
     # _watch_at, are handed to it; without a watch both are out of reach
     _auto: Any = None
-    _watch_ns: int = 1 << 62
-    _watch_at: int = 1 << 62
+    _watch_ns: int = NEVER_STEP
+    _watch_at: int = NEVER_STEP
 
     def _next_busy(self, step: int) -> int:
         raise NotImplementedError  # (the monitor's: the first step >= `step` at which a collector works)
@@ -164,7 +165,20 @@ class StepLoop:
             self._watch_failed(exc)
 
     def _watch_failed(self, exc: BaseException) -> None:
-        raise NotImplementedError  # (the monitor's: the watch is switched off, said once)
+        """The watch raised: it is switched off, said once (an on-demand run still answers requests)."""
+        auto, self._auto = self._auto, None
+        self._watch_ns = self._watch_at = NEVER_STEP
+        if auto is None:
+            return
+        auto.trigger.polled_by_watch = False
+        with contextlib.suppress(Exception):
+            auto.close()
+        self._quiet_until = min(self._quiet_until, self._next_busy(self.steps_done))
+        warn_user(
+            f"stepscope: the watch failed ({type(exc).__name__}: {exc}); it is switched off for this run, "
+            "training goes on",
+            StepscopeWarning,
+        )
 
     def _owner_step(self, step: int) -> int | None:
         """The step the collectors end at the owner's busy step `step` when other threads also end steps: the
