@@ -110,6 +110,27 @@ def test_causes_in_different_phases_are_each_named_with_their_own() -> None:
     )
 
 
+def test_many_cause_ranks_make_one_line_naming_the_largest_and_counting_the_rest() -> None:
+    # GIVEN 64 ranks: ranks 0-39 each 40-79 ms longer in their forward, ranks 40-63 waiting at a collective
+    ranks = 64
+    slow = {
+        s: {r: ({"forward_us": 40.0 + r} if r < 40 else {"comm_us": 60.0}) for r in range(ranks)}
+        for s in (320, 321)
+    }
+    found = compare(
+        PLANNED,
+        window(ranks, range(320, 323), slow).ranks,
+        window(ranks, range(42, 45), {}, 7).ranks,
+        [42, 44],
+    )
+    assert sorted(found.cause_ranks) == list(range(40))
+    # THEN the largest four causes are named, the other 36 counted, the waiting ranks said as one range
+    assert "rank 39 +79" in found.message and "rank 36 +76" in found.message, found.message
+    assert "rank 35 +" not in found.message and "and 36 more ranks" in found.message
+    assert "the others waited" in found.message
+    assert len(found.message) < 400
+
+
 def test_waits_that_do_not_match_any_own_work_are_said_to_be_communication() -> None:
     slow = {s: {r: {"comm_us": 40.0} for r in range(4)} for s in (320, 321, 322)}
     found = compare(

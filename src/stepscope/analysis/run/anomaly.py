@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from stepscope.runfolder.payloads import WatchRecord
+from stepscope.units import fmt_ranks
 
 PHASE_WORDS = {
     "data_loader": "data loading",
@@ -48,8 +49,10 @@ SLOW_SHARE = 0.5  # a slow step: over the reference's median by half of it, and 
 SLOW_MIN_MS = 5.0
 PEAK_SHARE = 0.5  # ... and over half of the extra time of the rank's slowest step in the window
 CAUSE_SHARE = 0.5  # a cause rank's own extra (not communication) is at least this share of the job's extra
-AGREE_SHARE = 0.25
-ALL_PCT = 95.0  # "all of the extra time" from this share on (a cause over 100%: the others' steps gained less)  # the waits and the cause agree when within this share of the cause
+AGREE_SHARE = 0.25  # the waits and the cause agree when within this share of the cause
+# "all of the extra time" from this share on (a cause over 100%: the others' steps gained less)
+ALL_PCT = 95.0
+SHOWN_CAUSES = 4  # cause ranks named one by one in the message; the rest are counted
 ANOMALY_DECISIONS = ("window", "joined", "planned")
 TOP_WORK = 3  # collectives and kernels listed per rank
 MIN_WORK_MS = 0.1  # ... that grew by this much per step at least
@@ -362,7 +365,14 @@ def work_line(window: AnomalyWindow) -> str:
 
 
 def _listed(ranks: Sequence[int]) -> str:
-    return ", ".join(map(str, ranks))
+    return fmt_ranks(sorted(ranks))
+
+
+def _each(causes: list[RankExtra], part: Any) -> str:
+    """The causes' parts, the largest SHOWN_CAUSES of them and how many more: a line however many ranks."""
+    shown = ", ".join(part(e) for e in causes[:SHOWN_CAUSES])
+    more = len(causes) - SHOWN_CAUSES
+    return shown + (f" and {more} more rank{'s' if more > 1 else ''}" if more > 0 else "")
 
 
 def _message(
@@ -392,11 +402,11 @@ def _message(
         part = "all" if share is None or share >= ALL_PCT else f"{share:.0f}%"
         text = f"{head}: {part} of the extra time is rank {lead.rank}'s {PHASE_WORDS[phase]} (+{ms:.1f} ms)"
     elif len({own[e.rank][0] for e in causes}) == 1:
-        each = ", ".join(f"rank {e.rank} +{own[e.rank][1]:.1f} ms" for e in causes)
+        each = _each(causes, lambda e: f"rank {e.rank} +{own[e.rank][1]:.1f} ms")
         text = f"{head}: the ranks' own {PHASE_WORDS[phase]} ({each})"
     else:
-        each = ", ".join(
-            f"rank {e.rank}'s {PHASE_WORDS[own[e.rank][0]]} +{own[e.rank][1]:.1f} ms" for e in causes
+        each = _each(
+            causes, lambda e: f"rank {e.rank}'s {PHASE_WORDS[own[e.rank][0]]} +{own[e.rank][1]:.1f} ms"
         )
         text = f"{head}: the ranks' own work ({each})"
     if waited:
