@@ -46,9 +46,9 @@ if importlib.util.find_spec("stepscope") is None:  # run from a checkout without
 import stepscope
 from _gpu_workload import CPU_SIZES, GPU_SIZES, Gemm, Sizes, batches, build_training, make_train_step
 from bench_overhead import STALL_SCHEDULE, VARIANTS, measure_round, window_end_stall
-from stepscope.capture.collectors.peaks import device_key, lookup_peak
 from stepscope.capture.console import StepscopeWarning
 from stepscope.capture.schedule import Schedule
+from stepscope.devices import device_key, lookup_peak
 from stepscope.runfolder import read_manifest
 from stepscope.runfolder.atomic import atomic_write_text
 

@@ -133,18 +133,19 @@ def test_capture_packages_export_their_names_without_importing_torch(package: st
 
 def test_top_level_holds_only_entry_points() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    # _lazy.py, _version.py, compress.py, errors.py and units.py are leaves every layer may use: they import
-    # nothing of stepscope
+    # _lazy.py, _version.py, compress.py, devices.py (the accelerators' peaks), errors.py and units.py are
+    # leaves every layer may use: they import nothing of stepscope
     assert top == [
         "__init__.py",
         "__main__.py",
         "_lazy.py",
         "_version.py",
         "compress.py",
+        "devices.py",
         "errors.py",
         "units.py",
     ]
-    for leaf in ("_lazy.py", "_version.py", "compress.py", "errors.py", "units.py"):
+    for leaf in ("_lazy.py", "_version.py", "compress.py", "devices.py", "errors.py", "units.py"):
         assert not {m for m in imported_modules(PACKAGE / leaf) if m.startswith("stepscope")}
     layers = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
     assert layers == ["analysis", "capture", "cli", "integrations", "report", "runfolder"]

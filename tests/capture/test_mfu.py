@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from stepscope.capture.collectors import mfu
 from stepscope.capture.collectors._instrument import planned_steps, untraced_step_from
 from stepscope.capture.collectors.flops import peak_format
-from stepscope.capture.collectors.peaks import (
+from stepscope.capture.schedule import Schedule
+from stepscope.devices import (
     DTYPES,
     PEAK_SOURCES,
     PEAK_TFLOPS,
@@ -17,7 +18,6 @@ from stepscope.capture.collectors.peaks import (
     lookup_peak,
     no_peak_reason,
 )
-from stepscope.capture.schedule import Schedule
 from stepscope.units import fmt_flops, fmt_tflops
 
 

@@ -43,7 +43,8 @@ class Flag(NamedTuple):
     parse: Callable[[str], Any] | None = None  # text -> value (ValueError: a usage error)
 
 
-_TRACES = ("analyze", "report", "diff", "merge", "summary", "whatif")  # every command that reads traces
+# every command that reads traces
+_TRACES = ("analyze", "report", "diff", "merge", "summary", "whatif", "ops")
 _POOLED = ("analyze", "report", "diff")  # the commands whose ranks are analysed by a pool of tasks
 
 
@@ -104,6 +105,24 @@ class AnalysisOptions(msgspec.Struct, frozen=True, kw_only=True):
             "Default: a local cluster.",
             _POOLED,
             metavar="ADDRESS",
+        ),
+    ] = None
+
+    peak_tflops: Annotated[
+        float | None,
+        Flag(
+            "The device's peak dense TFLOP/s, for every number format (default: the peak table, by the trace's "
+            "device name; a CPU has none).",
+            ("ops",),
+            metavar="TFLOPS",
+        ),
+    ] = None
+    peak_tbps: Annotated[
+        float | None,
+        Flag(
+            "The device memory's peak bandwidth in TB/s (default: the peak table, by the trace's device name).",
+            ("ops",),
+            metavar="TBPS",
         ),
     ] = None
 

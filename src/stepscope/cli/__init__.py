@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "whatif",
         "Replay the steps from the trace; predict the step with some work scaled (--scale).",
     ),
+    "ops": ("ops", "Each op's FLOPs, bytes and efficiency against the device's roofline (record_shapes)."),
     "merge": ("merge", "Every rank in one trace for Perfetto: clocks aligned, collectives linked."),
     "memory": ("memory", "Analyze a CUDA memory snapshot (never unpickles arbitrary objects)."),
     "run": ("run", "Profile an unmodified script: stepscope run [options] train.py args (or -m module)."),
@@ -41,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # never call BLAS, and on 2 busy cores those threads' start and spin cost ~50 ms of a 0.2 s analyze. Set for the
 # analysis commands only (`_group.py`), and taken back by `main`.
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
-ANALYSIS_COMMANDS = frozenset({"summary", "analyze", "whatif", "diff", "report", "merge", "memory"})
+ANALYSIS_COMMANDS = frozenset({"summary", "analyze", "whatif", "diff", "report", "merge", "memory", "ops"})
 # Commands that print and write nothing else, and leave nothing to finalize (their pools shut down and their temp
 # folders removed by then): their process ends without the interpreter's teardown, which frees every module and
 # array one by one (5-7% of a whole `analyze`, `summary` or `whatif --json` of a 15 MB trace, measured paired with

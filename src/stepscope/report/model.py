@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepscope.units import fmt_bytes, fmt_flops, fmt_ms, fmt_pct, fmt_us, short_name
+from stepscope.units import fmt_bytes, fmt_flops, fmt_ms, fmt_pct, fmt_us, short_name, significant
 
 NAME_WIDTH = (
     90  # characters of a name shown in a page's table cell (the full name is a click or a hover away)
@@ -74,8 +74,8 @@ def bytes_cell(n: int | None) -> Cell:
     return Cell(fmt_bytes(n), n if n is not None else -1)
 
 
-def flops_cell(n: int) -> Cell:
-    return Cell(fmt_flops(n), n)
+def flops_cell(n: float | None) -> Cell:
+    return Cell(fmt_flops(n), n if n is not None else -1)
 
 
 def ratio_cell(ratio: float | None) -> Cell:
@@ -84,6 +84,11 @@ def ratio_cell(ratio: float | None) -> Cell:
 
 def gbps_cell(gbps: float | None) -> Cell:
     return Cell("-" if gbps is None else f"{gbps:.2f}", gbps or -1.0)
+
+
+def rate_cell(rate: float | None) -> Cell:
+    """A rate (TFLOP/s, TB/s) with three significant digits."""
+    return Cell("-" if rate is None else significant(rate, 3), rate if rate is not None else -1.0)
 
 
 def yes_no_cell(flag: bool) -> Cell:
@@ -103,6 +108,7 @@ _KINDS: dict[str, tuple[Callable[[Any], Cell], bool]] = {
     "flops": (flops_cell, True),
     "ratio": (ratio_cell, True),
     "gbps": (gbps_cell, True),
+    "rate": (rate_cell, True),
 }
 
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.cross_rank.dimensions import Dimensions
     from stepscope.analysis.cross_rank.distributed import CrossRank
     from stepscope.analysis.cross_rank.straggler import GroupStraggler
+    from stepscope.analysis.ops import RankOps
     from stepscope.analysis.per_rank.breakdown import Temporal
     from stepscope.analysis.per_rank.comm.stats import CollectiveStats
     from stepscope.analysis.per_rank.summary import RankSummary
@@ -258,3 +259,52 @@ def anomaly_table(window: AnomalyWindow) -> Table:
         ),
         title=f"Window {window.first}-{window.last}, opened by the watch",
     )  # fmt: skip
+
+
+def ops_table(rank: RankOps, *, top: int, title: str = "") -> Table:
+    """A rank's op groups (an op with one set of input shapes) against the roofline, by time."""
+    groups = rank.groups[:top] if top else rank.groups
+    time = "device time" if rank.time_kind == "device" else "wall time (a CPU trace)"
+    return table(
+        "ops-roofline",
+        [
+            col.OP,
+            col.OP_SHAPES,
+            col.OP_FORMAT,
+            col.CALLS,
+            col.TOTAL,
+            col.SHARE,
+            col.OP_FLOPS,
+            col.OP_BYTES,
+            col.OP_TFLOPS,
+            col.OP_TBPS,
+            col.OP_BOUND,
+            col.OP_EFFICIENCY,
+            col.OP_SAVING,
+        ],
+        (
+            [
+                g.name + (" (causal)" if g.causal else ""),
+                g.shapes,
+                g.dtype,
+                g.calls,
+                g.time_us,
+                100 * g.share,
+                g.flops,
+                g.bytes,
+                g.tflops,
+                g.tbps,
+                g.bound,
+                None if g.efficiency is None else 100 * g.efficiency,
+                g.saving_us,
+            ]
+            for g in groups
+        ),
+        caption=(
+            f"Ops grouped by name and input shapes, by {time} (top {len(groups)} of {len(rank.groups)}). "
+            "'of roof': the achieved rate over the roofline at the op's FLOPs per byte (GEMMs, convolutions, "
+            "attention) or over the memory's bandwidth (the others); 'saving': the time over what a realistic "
+            "efficiency would take."
+        ),
+        title=title,
+    )

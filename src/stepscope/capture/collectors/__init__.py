@@ -1,5 +1,5 @@
-"""The collectors a recording rank runs beside the trace: FLOPs and MFU (`flops`, with `flop_split`, `mfu`,
-`peaks`), collectives (`comm`), py-spy's Python samples (`pysampling`), tracemalloc's host memory (`hostmem`), a DeepSpeed engine (`deepspeed`: its configuration and comms logger;
+"""The collectors a recording rank runs beside the trace: FLOPs and MFU (`flops`, with `flop_split`, `mfu`;
+the peak table is `stepscope.devices`), collectives (`comm`), py-spy's Python samples (`pysampling`), tracemalloc's host memory (`hostmem`), a DeepSpeed engine (`deepspeed`: its configuration and comms logger;
 `ds_flops`: its flops profiler), the job's process groups and device meshes (`process_groups`), memory (`memory`: periodic log, timelines, CUDA history and snapshots), the
 system sampler (`system`), Nsight ranges (`nsight`) and the sinks beyond metrics.jsonl (`sinks`: TensorBoard,
 Weights & Biases). `_instrument` holds what the collectors that instrument one step share.
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
         MemoryTimelineCollector,
     )
     from stepscope.capture.collectors.nsight import NsightCollector, nvtx_region
-    from stepscope.capture.collectors.peaks import Peak, lookup_peak
     from stepscope.capture.collectors.process_groups import ProcessGroupCollector
     from stepscope.capture.collectors.pysampling import PythonSamplingCollector
     from stepscope.capture.collectors.sinks import SinkCollector
@@ -44,12 +43,10 @@ _EXPORTS = {
     "MemorySnapshotCollector": "memory",
     "MemoryTimelineCollector": "memory",
     "NsightCollector": "nsight",
-    "Peak": "peaks",
     "ProcessGroupCollector": "process_groups",
     "PythonSamplingCollector": "pysampling",
     "SinkCollector": "sinks",
     "SystemCollector": "system",
-    "lookup_peak": "peaks",
     "nvtx_region": "nsight",
 }
 
@@ -63,13 +60,11 @@ __all__ = [
     "MemorySnapshotCollector",
     "MemoryTimelineCollector",
     "NsightCollector",
-    "Peak",
     "ProcessGroupCollector",
     "PythonSamplingCollector",
     "SinkCollector",
     "SystemCollector",
     "collector_classes",
-    "lookup_peak",
     "nvtx_region",
 ]
 

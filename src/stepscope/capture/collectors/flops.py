@@ -23,8 +23,8 @@ from stepscope.capture.collectors._instrument import (
     quiet_module_tracker,
 )
 from stepscope.capture.collectors.flop_split import FlopSplit, ModuleBook, split_mode
-from stepscope.capture.collectors.peaks import Peak, lookup_peak, no_peak_reason
 from stepscope.capture.console import StepscopeWarning, capture_console, warn_user
+from stepscope.devices import Peak, lookup_peak, no_peak_reason
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import (

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from stepscope.capture.collectors.peaks import Peak
+from stepscope.devices import Peak
 from stepscope.units import fmt_tflops
 
 FORMULA = "MFU = achieved TFLOP/s / peak TFLOP/s; achieved = counted FLOPs per step / median step time"

@@ -1,4 +1,5 @@
-"""Peak dense FLOP/s of accelerators by number format, for MFU (no torch here: analysis may use it too).
+"""The accelerators' peaks: dense FLOP/s by number format (MFU, the per-op roofline) and memory bandwidth (the
+roofline's slope). A leaf, without torch: capture and analysis both read it.
 
 Numbers are the vendors' datasheet figures without structured sparsity, in TFLOP/s per device; where a
 datasheet prints only the with-sparsity figure (NVIDIA marks them with an asterisk and a footnote that dense
@@ -29,6 +30,8 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "V100 SXM2": {"fp32": 15.7, "fp16": 125.0},
     "V100 PCIe": {"fp32": 14.0, "fp16": 112.0},
     "T4": {"fp32": 8.1, "fp16": 65.0},
+    "MI250X": {"fp32": 95.7, "bf16": 383.0, "fp16": 383.0},
+    "MI250": {"fp32": 90.5, "bf16": 362.1, "fp16": 362.1},
     "MI300X": {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
     "MI325X": {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
 }
@@ -48,9 +51,37 @@ PEAK_SOURCES: dict[str, str] = {
     "V100 SXM2": "NVIDIA Tesla V100 datasheet (SXM2 column; fp16 = tensor performance)",
     "V100 PCIe": "NVIDIA Tesla V100 datasheet (PCIe column; fp16 = tensor performance)",
     "T4": "NVIDIA T4 Tensor Core GPU datasheet (fp16 = mixed-precision tensor performance)",
+    "MI250X": "AMD Instinct MI250X accelerator data sheet (peak matrix figures)",
+    "MI250": "AMD Instinct MI250 accelerator data sheet (peak matrix figures)",
     "MI300X": "AMD Instinct MI300X accelerator data sheet (peak dense matrix figures)",
     "MI325X": "AMD Instinct MI325X accelerator data sheet (peak dense matrix figures)",
 }
+
+# device key -> peak memory bandwidth in TB/s (10^12 bytes/s), from the same datasheets. A100 and H100 PCIe come
+# in two memory sizes with different bandwidths: the larger part's figure is `BANDWIDTH_BIG` where the device's
+# memory is over 60 GiB (deviceProperties' totalGlobalMem).
+PEAK_TBPS: dict[str, float] = {
+    "H100 SXM": 3.35,
+    "H100 PCIe": 2.0,
+    "H100 NVL": 3.9,
+    "H200 SXM": 4.8,
+    "H200 NVL": 4.8,
+    "A100": 1.555,
+    "B200": 8.0,
+    "GB200": 8.0,
+    "L4": 0.3,
+    "L40S": 0.864,
+    "A10": 0.6,
+    "V100 SXM2": 0.9,
+    "V100 PCIe": 0.9,
+    "T4": 0.32,
+    "MI250X": 3.2768,
+    "MI250": 3.2768,
+    "MI300X": 5.3,
+    "MI325X": 6.0,
+}
+BANDWIDTH_BIG: dict[str, float] = {"A100": 2.039}  # the 80 GB A100 SXM
+BIG_MEMORY_BYTES = 60 << 30
 
 # (pattern on the upper-cased device name, device key), first match wins: specific variants before the family.
 _DEVICE_PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -72,6 +103,8 @@ _DEVICE_PATTERNS: list[tuple[re.Pattern[str], str]] = [
         (r"\bT4\b", "T4"),
         (r"\bMI325X\b", "MI325X"),
         (r"\bMI300X\b", "MI300X"),
+        (r"\bMI250X\b", "MI250X"),
+        (r"\bMI250\b", "MI250"),
     ]
 ]
 
@@ -97,6 +130,17 @@ def device_key(device_name: str) -> str | None:
         if pattern.search(upper):
             return key
     return None
+
+
+def lookup_bandwidth(device_name: str, memory_bytes: int | None = None) -> float | None:
+    """The peak memory bandwidth of `device_name` in TB/s; None when not in the table. `memory_bytes` (the
+    device's memory) picks the larger part's figure where a family has two."""
+    key = device_key(device_name)
+    if key is None:
+        return None
+    if memory_bytes is not None and memory_bytes > BIG_MEMORY_BYTES and key in BANDWIDTH_BIG:
+        return BANDWIDTH_BIG[key]
+    return PEAK_TBPS.get(key)
 
 
 def lookup_peak(device_name: str, dtype: str) -> Peak | None:

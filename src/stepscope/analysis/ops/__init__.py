@@ -1,0 +1,59 @@
+"""How close each op runs to the hardware (`stepscope ops`): FLOPs and bytes per op from the shapes a trace
+recorded (`model`), the counted calls of a trace file with their time (`calls`), each op group against its
+device's roofline, with findings priced in time (`roofline`). Per rank: every file is its own story.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from stepscope.analysis.ops.calls import read_calls
+from stepscope.analysis.ops.roofline import OPS_SCHEMA, OpFinding, OpGroup, RankOps, Roofline, rank_ops
+from stepscope.analysis.options import AnalysisOptions
+from stepscope.analysis.read.loader import find_traces
+from stepscope.analysis.read.source import Source, as_source
+
+__all__ = ["OPS_SCHEMA", "OpFinding", "OpGroup", "OpsResult", "RankOps", "Roofline", "ops_source"]
+
+
+class OpsResult(msgspec.Struct):
+    """Every rank's ops against its roofline (schema `stepscope.ops/1`)."""
+
+    path: str
+    ranks: list[RankOps]
+    notices: list[str]
+    schema: str = OPS_SCHEMA
+
+
+def ops_source(
+    path: str | Path | Source,
+    options: AnalysisOptions | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> OpsResult:
+    """The ops of every trace of PATH (a trace, a folder of traces or a run folder), a rank per file: the
+    manifest's rank, else the file's distributedInfo, else the lowest rank no other file has."""
+    options = options or AnalysisOptions()
+    source = as_source(path)
+    files, notices = find_traces(source, options.step)
+    read = []
+    for i, (file, given) in enumerate(files):
+        found = read_calls(file)
+        read.append((given if given is not None else found.rank, found))
+        if progress is not None:
+            progress(i + 1, len(files), "trace files read")
+    taken = {r for r, _ in read if r is not None}
+    free = (n for n in range(len(read) + len(taken) + 1) if n not in taken)
+    ranks = []
+    seen: set[int] = set()
+    for rank, found in read:
+        if rank is None or rank in seen:
+            if rank is not None:
+                notices.append(f"{found.path}: rank {rank} again: numbered as the lowest free rank")
+            rank = next(free)
+        seen.add(rank)
+        ranks.append(rank_ops(found, rank, peak_tflops=options.peak_tflops, tbps=options.peak_tbps))
+    ranks.sort(key=lambda r: r.rank)
+    return OpsResult(str(source.path), ranks, notices)

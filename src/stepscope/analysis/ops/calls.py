@@ -1,0 +1,318 @@
+"""The modelled op calls of one trace file, each with its cost and the time it took.
+
+One pass over the file's events (`read.event_stream`, a batch at a time) keeps only what the model needs: the
+ops of a modelled family with their recorded inputs, the runtime's launches and the device's kernels, copies and
+fills by correlation id. Then, per thread, the ops are nested by time:
+
+- an op is counted when it has a cost and no op of its family inside it has one (`aten::linear` is counted as
+  the `aten::mm` or `aten::addmm` it calls; an attention that runs as products, as those products);
+- its time is the device time of the work launched inside it (kernels, copies, fills), or on a trace without
+  device work its own wall time (a CPU job).
+
+A convolution whose recorded arguments do not give its output size (2021 traces record no stride or padding)
+takes the output of its layer's backward (same input and weight shapes) where the trace has one.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from stepscope.analysis.ops.model import (
+    COMPUTE_FAMILIES,
+    Cost,
+    OpInputs,
+    conv_backward_shapes,
+    conv_forward_shapes,
+    cost_of,
+    family_of,
+)
+from stepscope.analysis.read.event_stream import EventPieces
+
+__all__ = ["OpCall", "TraceOps", "read_calls"]
+
+OP_CATEGORIES = frozenset({"cpu_op", "Operator"})
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "Runtime", "cuda_driver"})
+DEVICE_CATEGORIES = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
+STEP_PREFIX = "ProfilerStep#"
+STEP_CATEGORIES = frozenset({"cpu_op", "Operator", "user_annotation"})
+_HOST = ("HtoD", "DtoH", "Pageable", "Pinned")  # a copy between the host and the device
+# the parts of a 2021 convolution backward: which gradients it computed (its output mask is not recorded)
+_CONV_PARTS = ("_backward_input", "_backward_weight")
+
+
+class OpCall(msgspec.Struct):
+    """One counted call: its op, recorded inputs, cost, and time (device time on a GPU trace, else wall)."""
+
+    name: str
+    inputs: OpInputs
+    cost: Cost
+    time_us: float
+    kernels: int  # device activities launched inside it (0 on a CPU trace)
+
+
+class TraceOps(msgspec.Struct):
+    """What one trace file gives the op model."""
+
+    path: str
+    rank: int | None  # distributedInfo's rank, where the file gives one
+    device: str | None  # the device its kernels ran on (deviceProperties' name); None: no device work
+    device_memory: int | None
+    steps: int  # ProfilerStep ranges in the file (0: none)
+    calls: list[OpCall]
+    shaped: int  # ops with recorded inputs (0: record_shapes was off)
+    uncounted: dict[str, int]  # modelled ops left without a cost, by name (what they lacked is in `missing`)
+    missing: dict[str, str]
+
+
+class _Op:
+    __slots__ = (
+        "children",
+        "cost",
+        "covered",
+        "device_us",
+        "dur",
+        "end",
+        "host",
+        "inner_us",
+        "inputs",
+        "kernels",
+        "name",
+        "ts",
+    )
+
+    def __init__(self, name: str, ts: float, dur: float, inputs: OpInputs) -> None:
+        self.name, self.ts, self.dur, self.end, self.inputs = name, ts, dur, ts + dur, inputs
+        self.cost: Cost | None = None
+        self.covered = False
+        self.device_us = 0.0
+        self.kernels = 0
+        self.host = False
+        self.inner_us = 0.0  # wall time of the counted ops of other families inside it
+        self.children: set[str] | None = None
+
+
+def read_calls(path: str | Path) -> TraceOps:
+    """The counted op calls of the trace at `path` (InputError when it cannot be read as a trace)."""
+    pieces = EventPieces(path)
+    ops: dict[tuple[Any, Any], list[_Op]] = collections.defaultdict(list)
+    marks: dict[tuple[Any, Any], list[tuple[float, str]]] = collections.defaultdict(
+        list
+    )  # conv backward parts
+    launches: dict[tuple[Any, Any], list[tuple[float, int]]] = collections.defaultdict(list)
+    device: dict[int, tuple[float, int]] = {}  # correlation -> (device time, activities)
+    device_ids: collections.Counter[Any] = collections.Counter()
+    host: set[int] = set()  # correlations of copies between the host and the device
+    steps = shaped = 0
+    for piece in pieces:
+        for e in piece.events:
+            if not isinstance(e, dict) or e.get("ph") != "X":
+                continue
+            cat = e.get("cat")
+            raw = e.get("args")
+            args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            if cat in STEP_CATEGORIES and str(e.get("name", "")).startswith(STEP_PREFIX):
+                steps += 1
+            if cat in OP_CATEGORIES:
+                name = e.get("name")
+                if not isinstance(name, str):
+                    continue
+                dims = args.get("Input Dims")
+                if dims is not None:
+                    shaped += 1
+                key = (e.get("pid"), e.get("tid"))
+                if name.endswith(_CONV_PARTS):
+                    marks[key].append((_num(e.get("ts")), name))
+                if family_of(name) is None or not isinstance(dims, list):
+                    continue
+                types = args.get("Input type")
+                concrete = args.get("Concrete Inputs")
+                inputs = OpInputs(
+                    dims,
+                    [t if isinstance(t, str) else "" for t in types] if isinstance(types, list) else [],
+                    [c if isinstance(c, str) else "" for c in concrete] if isinstance(concrete, list) else [],
+                )
+                ops[key].append(_Op(name, _num(e.get("ts")), _num(e.get("dur")), inputs))
+            elif cat in LAUNCH_CATEGORIES:
+                corr = args.get("correlation")
+                if isinstance(corr, int):
+                    launches[(e.get("pid"), e.get("tid"))].append((_num(e.get("ts")), corr))
+            elif cat in DEVICE_CATEGORIES:
+                corr = args.get("correlation")
+                if isinstance(corr, int):
+                    dur, n = device.get(corr, (0.0, 0))
+                    device[corr] = (dur + _num(e.get("dur")), n + 1)
+                    device_ids[args.get("device")] += 1
+                    if cat in ("gpu_memcpy", "Memcpy") and any(h in str(e.get("name")) for h in _HOST):
+                        host.add(corr)
+    head = {**pieces.head, **pieces.tail}
+    _nest(ops, marks, launches, device, host)
+    calls, uncounted, missing = _count(ops, bool(device))
+    name, memory = _device(head, device_ids)
+    return TraceOps(
+        path=str(path),
+        rank=_rank(head),
+        device=name if device else None,
+        device_memory=memory if device else None,
+        steps=steps,
+        calls=calls,
+        shaped=shaped,
+        uncounted=uncounted,
+        missing=missing,
+    )
+
+
+def _num(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _nest(
+    ops: dict[tuple[Any, Any], list[_Op]],
+    marks: dict[tuple[Any, Any], list[tuple[float, str]]],
+    launches: dict[tuple[Any, Any], list[tuple[float, int]]],
+    device: dict[int, tuple[float, int]],
+    host: set[int],
+) -> None:
+    """Per thread, in time order: each op's cost (a 2021 convolution's output from its backward), which ops
+    hold a costed op inside them, and whose launches are whose."""
+    conv_out = _conv_outputs(ops)
+    for key, thread in ops.items():
+        thread.sort(key=lambda o: (o.ts, -o.dur))
+        # (ts, kind, item): ops first at a tie, so that a launch at an op's first microsecond is inside it
+        timeline: list[tuple[float, int, Any]] = [(o.ts, 0, o) for o in thread]
+        timeline += [(ts, 1, name) for ts, name in marks.get(key, ())]
+        timeline += [(ts, 2, corr) for ts, corr in launches.get(key, ()) if corr in device]
+        timeline.sort(key=lambda t: (t[0], t[1]))
+        stack: list[_Op] = []
+        for ts, kind, item in timeline:
+            while stack and stack[-1].end <= ts:
+                stack.pop()
+            if kind == 0:
+                stack.append(item)
+            elif kind == 1:
+                for op in reversed(stack):
+                    if op.name.endswith("convolution_backward"):
+                        op.children = (op.children or set()) | {item}
+                        break
+            elif stack:
+                dur, n = device[item]
+                stack[-1].device_us += dur
+                stack[-1].kernels += n
+                stack[-1].host = stack[-1].host or item in host
+        # costs, then cover: an op with a costed op inside it is not counted itself
+        for op in thread:
+            shape = conv_forward_shapes(op.name, op.inputs)
+            op.cost = cost_of(op.name, _with_parts(op), conv_output=conv_out.get(shape) if shape else None)
+        _cover(thread)
+
+
+def _with_parts(op: _Op) -> OpInputs:
+    """A 2021 convolution backward's inputs with the output mask its parts tell (it records none)."""
+    if op.children is None or any("True" in c or "False" in c for c in op.inputs.concrete):
+        return op.inputs
+    mask = f"[{any(c.endswith('_input') for c in op.children)}, {any(c.endswith('_weight') for c in op.children)}]"
+    concrete = [*op.inputs.concrete, *[""] * (11 - len(op.inputs.concrete))]
+    concrete[10] = mask
+    return OpInputs(op.inputs.dims, op.inputs.types, concrete)
+
+
+def _cover(thread: list[_Op]) -> None:
+    """An op of a family with a costed op of the same family inside it is counted as that one (`aten::linear`
+    as its `aten::mm`; the compute families are one here: see _kind); an op of another family inside a costed one (an `aten::copy_` of the bias inside a CPU
+    `aten::addmm`) is counted too, and its wall time is taken off the outer op's."""
+    stack: list[_Op] = []
+    for op in thread:
+        while stack and stack[-1].end <= op.ts:
+            stack.pop()
+        if op.cost is not None:
+            for outer in reversed(stack):
+                if outer.cost is None:
+                    continue
+                if _kind(outer.cost.family) == _kind(op.cost.family):
+                    outer.covered = True
+                    continue
+                outer.inner_us += op.dur
+                break
+        stack.append(op)
+
+
+def _kind(family: str) -> str:
+    """Families that cover one another: the compute families are one (attention's math path is counted as the
+    products it runs), each other family is its own."""
+    return "compute" if family in COMPUTE_FAMILIES else family
+
+
+def _conv_outputs(ops: dict[tuple[Any, Any], list[_Op]]) -> dict[tuple[Any, Any], list[int]]:
+    out: dict[tuple[Any, Any], list[int]] = {}
+    for thread in ops.values():
+        for op in thread:
+            found = conv_backward_shapes(op.name, op.inputs)
+            if found is not None:
+                out[(found[0], found[1])] = found[2]
+    return out
+
+
+def _count(
+    ops: dict[tuple[Any, Any], list[_Op]], on_device: bool
+) -> tuple[list[OpCall], dict[str, int], dict[str, str]]:
+    calls: list[OpCall] = []
+    uncounted: collections.Counter[str] = collections.Counter()
+    missing: dict[str, str] = {}
+    for thread in ops.values():
+        for op in thread:
+            if op.covered:
+                continue
+            if op.cost is None:
+                uncounted[op.name] += 1
+                missing.setdefault(op.name, _lacks(op))
+                continue
+            if on_device and op.kernels == 0:
+                continue  # no device work of its own (a view, or work another op launched)
+            time_us = op.device_us if on_device else max(op.dur - op.inner_us, 0.0)
+            cost = op.cost
+            if op.host:  # a copy over the host's link, not the device memory's
+                cost = msgspec.structs.replace(cost, family="transfer", flops=None, dtype=None)
+            calls.append(OpCall(op.name, op.inputs, cost, time_us, op.kernels))
+    return calls, dict(uncounted), missing
+
+
+def _lacks(op: _Op) -> str:
+    if family_of(op.name) == "conv" and conv_forward_shapes(op.name, op.inputs) is not None:
+        return "its stride and padding (not recorded, and no backward of the same layer in the trace)"
+    return "the shapes of its tensors"
+
+
+def _rank(head: dict[str, Any]) -> int | None:
+    raw = head.get("distributedInfo")
+    try:
+        info = msgspec.json.decode(bytes(raw)) if raw is not None else None
+    except msgspec.DecodeError:
+        return None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) and rank >= 0 else None
+
+
+def _device(head: dict[str, Any], device_ids: collections.Counter[Any]) -> tuple[str | None, int | None]:
+    """The name and memory of the device most of the kernels ran on (deviceProperties)."""
+    raw = head.get("deviceProperties")
+    try:
+        props = msgspec.json.decode(bytes(raw)) if raw is not None else None
+    except msgspec.DecodeError:
+        return None, None
+    if not isinstance(props, list) or not props:
+        return None, None
+    wanted = device_ids.most_common(1)[0][0] if device_ids else None
+    chosen = next((p for p in props if isinstance(p, dict) and p.get("id") == wanted), props[0])
+    if not isinstance(chosen, dict):
+        return None, None
+    name = chosen.get("name")
+    memory = chosen.get("totalGlobalMem")
+    return (name if isinstance(name, str) else None), (memory if isinstance(memory, int) else None)

@@ -1,0 +1,547 @@
+"""What one op call computes and moves, from the inputs a trace recorded (`record_shapes=True`: Kineto's
+`Input Dims`, `Input type`, `Concrete Inputs`): its FLOPs and the bytes it must read and write at least.
+
+Formulas are written from the ops' definitions (docs/analysis.md, "Ops against the roofline", lists them):
+
+- GEMMs: 2·M·K·N per product (a batch multiplies it); bytes: the operands read and the product written.
+- Convolutions: 2·N·C_out·prod(output spatial)·(C_in/groups)·prod(kernel); a backward computes the input's and
+  the weight's gradients (each one forward's FLOPs) where its output mask asks for them.
+- Attention (scaled dot product): 2·B·H·L·S·(E + E_v) forward, 2·B·H·L·S·(3E + 2E_v) backward (the scores
+  computed again, then four gradient products); a causal call counts half (the kernel skips the masked half),
+  the `causal` flag says so.
+- Normalizations, softmax, elementwise, reductions, copies, embeddings, foreach and fused optimizer ops: the
+  bytes of their tensors (inputs read, outputs written) and a FLOP per element where the op computes one.
+
+A model needs the shapes: an op whose shapes the trace does not hold has no cost (`None`), and `missing` says
+what was missing. No torch: the dtypes are the trace's names.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import msgspec
+
+__all__ = ["FAMILIES", "Cost", "OpInputs", "cost_of", "family_of"]
+
+FAMILIES = (
+    "gemm",
+    "conv",
+    "attention",
+    "norm",
+    "softmax",
+    "elementwise",
+    "reduction",
+    "copy",
+    "embedding",
+    "optimizer",
+    "transfer",  # a copy between the host and the device (told by its device activity, not its name)
+)
+# The families whose time is arithmetic on tensor cores (or the CPU's vector units): judged against the peak
+# FLOP/s of their number format; the others run on the memory's bandwidth.
+COMPUTE_FAMILIES = frozenset({"gemm", "conv", "attention"})
+
+# Bytes per element of the trace's dtype names (new and 2021 schemas).
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4,
+    "double": 8,
+    "c10::half": 2,
+    "c10::bfloat16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "long int": 8,
+    "long": 8,
+    "int": 4,
+    "short int": 2,
+    "short": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
+    "c10::float8_e4m3fnuz": 1,
+    "c10::float8_e5m2fnuz": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+}
+# The number format of a dtype for the peak table (devices.DTYPES); others have no peak.
+DTYPE_FORMAT: dict[str, str] = {
+    "float": "fp32",
+    "c10::bfloat16": "bf16",
+    "bfloat16": "bf16",
+    "c10::half": "fp16",
+    "half": "fp16",
+    "c10::float8_e4m3fn": "fp8",
+    "c10::float8_e5m2": "fp8",
+    "c10::float8_e4m3fnuz": "fp8",
+    "c10::float8_e5m2fnuz": "fp8",
+}
+# torch's ScalarType codes, as a `dtype` argument is recorded in `Concrete Inputs` (aten::_to_copy): bytes.
+SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1}
+
+
+class OpInputs(msgspec.Struct, frozen=True):
+    """An op call's recorded inputs, as the trace lists them (one entry per argument)."""
+
+    dims: list[Any]
+    types: list[str]
+    concrete: list[str] = msgspec.field(default_factory=list)
+
+
+class Cost(msgspec.Struct, frozen=True):
+    """What one call computes and moves. `flops` None: the family has no FLOP count (copies, embeddings,
+    optimizers); `dtype`: the number format its FLOPs run in (the peak it is judged against)."""
+
+    family: str
+    flops: float | None
+    bytes: float
+    dtype: str | None
+    causal: bool = False
+
+
+# --- the families --------------------------------------------------------------------------------------
+# op name -> (family, positions of the tensors the formula reads): GEMMs (a, b) and their bias
+_GEMMS: dict[str, tuple[int, int]] = {
+    "aten::mm": (0, 1),
+    "aten::addmm": (1, 2),
+    "aten::bmm": (0, 1),
+    "aten::baddbmm": (1, 2),
+    "aten::addbmm": (1, 2),
+    "aten::matmul": (0, 1),
+    "aten::linear": (0, 1),
+    "aten::_scaled_mm": (0, 1),
+    "aten::mv": (0, 1),
+    "aten::addmv": (1, 2),
+}
+# convolutions: op -> index of (stride, padding, dilation, transposed) in its arguments (-1: absent); the
+# groups are in the weight's shape (its second dimension is C_in / groups)
+_CONVS: dict[str, tuple[int, int, int, int]] = {
+    "aten::conv1d": (3, 4, 5, -1),
+    "aten::conv2d": (3, 4, 5, -1),
+    "aten::conv3d": (3, 4, 5, -1),
+    "aten::convolution": (3, 4, 5, 6),
+    "aten::_convolution": (3, 4, 5, 6),
+    "aten::cudnn_convolution": (3, 2, 4, -1),
+    "aten::miopen_convolution": (4, 3, 5, -1),
+    "aten::mkldnn_convolution": (4, 3, 5, -1),
+}
+# convolution backwards: op -> (grad_output, input, weight positions, output mask position)
+_CONV_BACKWARDS: dict[str, tuple[int, int, int, int]] = {
+    "aten::convolution_backward": (0, 1, 2, 10),
+    "aten::cudnn_convolution_backward": (1, 0, 2, 10),
+    "aten::miopen_convolution_backward": (1, 0, 2, 9),
+}
+# attention: op -> (index of q, index of is_causal, backward, layout "bhld" or "blhd")
+_ATTENTION: dict[str, tuple[int, int, bool, str]] = {
+    "aten::scaled_dot_product_attention": (0, 5, False, "bhld"),
+    "aten::_scaled_dot_product_flash_attention": (0, 4, False, "bhld"),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (0, 4, False, "bhld"),
+    "aten::_scaled_dot_product_efficient_attention": (0, 6, False, "bhld"),
+    "aten::_scaled_dot_product_cudnn_attention": (0, 6, False, "bhld"),
+    "aten::_flash_attention_forward": (0, 8, False, "blhd"),
+    "aten::_efficient_attention_forward": (0, 9, False, "blhd"),
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 11, True, "bhld"),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 7, True, "bhld"),
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 11, True, "bhld"),
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, -1, True, "bhld"),
+}
+_NORMS = {
+    "aten::native_layer_norm",
+    "aten::layer_norm",
+    "aten::native_batch_norm",
+    "aten::batch_norm",
+    "aten::_batch_norm_impl_index",
+    "aten::cudnn_batch_norm",
+    "aten::miopen_batch_norm",
+    "aten::_native_batch_norm_legit",
+    "aten::_native_batch_norm_legit_no_training",
+    "aten::native_group_norm",
+    "aten::group_norm",
+    "aten::rms_norm",
+    "aten::_fused_rms_norm",
+}
+_NORM_BACKWARDS = {
+    "aten::native_layer_norm_backward",
+    "aten::native_batch_norm_backward",
+    "aten::cudnn_batch_norm_backward",
+    "aten::miopen_batch_norm_backward",
+    "aten::native_group_norm_backward",
+    "aten::_fused_rms_norm_backward",
+}
+_SOFTMAX = {"aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax"}
+_SOFTMAX_BACKWARDS = {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"}
+_REDUCTIONS = {
+    "aten::sum",
+    "aten::mean",
+    "aten::amax",
+    "aten::amin",
+    "aten::max",
+    "aten::min",
+    "aten::prod",
+    "aten::norm",
+    "aten::linalg_vector_norm",
+    "aten::var",
+    "aten::std",
+    "aten::var_mean",
+    "aten::argmax",
+    "aten::argmin",
+    "aten::all",
+    "aten::any",
+    "aten::logsumexp",
+}
+_COPIES = {"aten::copy_", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat", "aten::stack"}
+_FILLS = {"aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_", "aten::bernoulli_"}
+_EMBEDDINGS = {"aten::embedding", "aten::embedding_dense_backward", "aten::embedding_backward"}
+_COMPARISONS = re.compile(r"^aten::(eq|ne|lt|le|gt|ge|isnan|isinf|isfinite|logical_\w+)_?$")
+# elementwise: one FLOP per output element (arithmetic, activations and their backwards)
+_ELEMENTWISE = re.compile(
+    r"^aten::(add|sub|rsub|mul|div|neg|exp|exp2|expm1|log|log1p|log2|sqrt|rsqrt|pow|abs|sign|reciprocal|"
+    r"relu|relu6|silu|gelu|sigmoid|tanh|hardswish|hardsigmoid|leaky_relu|elu|mish|softplus|erf|sin|cos|"
+    r"clamp|clamp_min|clamp_max|clip|where|masked_fill|lerp|addcmul|addcdiv|maximum|minimum|floor|ceil|round|"
+    r"trunc|remainder|fmod|bitwise_and|bitwise_or|bitwise_xor|bitwise_not|threshold|threshold_backward|"
+    r"gelu_backward|silu_backward|sigmoid_backward|tanh_backward|hardswish_backward|native_dropout|dropout|"
+    r"native_dropout_backward|square|eq|ne|lt|le|gt|ge|isnan|isinf|isfinite|logical_and|logical_or|"
+    r"logical_not|logical_xor)_?$"
+)
+_FOREACH = re.compile(r"^aten::_foreach_\w+$")
+_FUSED_OPTIMIZERS = re.compile(r"^aten::_fused_(adam|adamw|sgd|adagrad)_?$")
+
+
+# op name -> family, for the families named op by op
+_BY_NAME: dict[str, str] = {
+    name: family
+    for family, names in (
+        ("gemm", _GEMMS),
+        ("conv", {*_CONVS, *_CONV_BACKWARDS}),
+        ("attention", _ATTENTION),
+        ("norm", _NORMS | _NORM_BACKWARDS),
+        ("softmax", _SOFTMAX | _SOFTMAX_BACKWARDS),
+        ("reduction", _REDUCTIONS),
+        ("copy", _COPIES | _FILLS),
+        ("embedding", _EMBEDDINGS),
+    )
+    for name in names
+}
+
+
+def family_of(name: str) -> str | None:
+    """The family of an op by its name; None for ops the model does not cover (views, metadata, ...)."""
+    family = _BY_NAME.get(name)
+    if family is not None:
+        return family
+    if _FOREACH.match(name) or _FUSED_OPTIMIZERS.match(name):
+        return "optimizer"
+    return "elementwise" if _ELEMENTWISE.match(name) else None
+
+
+# --- reading the recorded inputs -----------------------------------------------------------------------
+def _is_shape(d: Any) -> bool:
+    return isinstance(d, list) and all(isinstance(x, int) for x in d)
+
+
+def _tensor(inputs: OpInputs, i: int) -> tuple[list[int], str] | None:
+    """Argument `i` as (shape, dtype name) when it is a tensor the trace gives the shape of."""
+    if i < 0 or i >= len(inputs.dims) or i >= len(inputs.types):
+        return None
+    d, t = inputs.dims[i], inputs.types[i].lower()
+    if not _is_shape(d) or t not in DTYPE_BYTES:
+        return None
+    return d, t
+
+
+def _tensors(inputs: OpInputs) -> list[tuple[list[int], str]]:
+    """Every tensor argument (a tensor list's members too)."""
+    out = []
+    for i, d in enumerate(inputs.dims):
+        t = inputs.types[i].lower() if i < len(inputs.types) else ""
+        if _is_shape(d) and t in DTYPE_BYTES:
+            out.append((d, t))
+        elif isinstance(d, list) and d and all(_is_shape(x) for x in d):
+            # a TensorList: its members' dtype is not recorded; the list's neighbours' is the best guess
+            out.extend((x, _list_dtype(inputs)) for x in d)
+    return out
+
+
+def _list_dtype(inputs: OpInputs) -> str:
+    for t in inputs.types:
+        if t.lower() in DTYPE_BYTES:
+            return t.lower()
+    return "float"
+
+
+def _numel(shape: list[int]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def _nbytes(shape: list[int], dtype: str) -> float:
+    return float(_numel(shape) * DTYPE_BYTES[dtype])
+
+
+def _ints(text: str) -> list[int] | None:
+    """A recorded list of ints (`"[1, 1]"`) or one int (`"2"`); None when it is neither."""
+    text = text.strip()
+    if not text:
+        return None
+    found = re.findall(r"-?\d+", text)
+    if text.startswith("["):
+        return [int(x) for x in found]
+    try:
+        return [int(text)]
+    except ValueError:
+        return None
+
+
+def _flag(inputs: OpInputs, i: int) -> bool | None:
+    if i < 0 or i >= len(inputs.concrete):
+        return None
+    text = inputs.concrete[i].strip()
+    return {"True": True, "False": False, "1": True, "0": False}.get(text)
+
+
+def _broadcast(shapes: list[list[int]]) -> list[int]:
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for j, n in enumerate(s):
+            at = rank - len(s) + j
+            out[at] = max(out[at], n) if n != 1 else out[at]
+    return out
+
+
+# --- the formulas --------------------------------------------------------------------------------------
+def cost_of(name: str, inputs: OpInputs, *, conv_output: list[int] | None = None) -> Cost | None:
+    """The cost of one call of `name` with these inputs; None where the family is not modelled or the trace
+    lacks what the formula needs. `conv_output`: a convolution's output shape where its arguments do not give
+    it (old traces record no stride or padding; the backward of the same layer gives it)."""
+    family = family_of(name)
+    if family is None:
+        return None
+    if family == "gemm":
+        return _gemm(name, inputs)
+    if family == "conv":
+        return _conv_backward(name, inputs) if name in _CONV_BACKWARDS else _conv(name, inputs, conv_output)
+    if family == "attention":
+        return _attention(name, inputs)
+    if family == "embedding":
+        return _embedding(name, inputs)
+    return _memory_bound(name, family, inputs)
+
+
+def _gemm(name: str, inputs: OpInputs) -> Cost | None:
+    ia, ib = _GEMMS[name]
+    a, b = _tensor(inputs, ia), _tensor(inputs, ib)
+    if a is None or b is None:
+        return None
+    (sa, ta), (sb, tb) = a, b
+    if name == "aten::linear":  # x [..., k] · w[n, k]^T
+        if len(sb) != 2 or not sa or sa[-1] != sb[1]:
+            return None
+        m, k, n, batch = _numel(sa[:-1]), sa[-1], sb[0], 1
+        out_shape = [*sa[:-1], n]
+    else:
+        if not sa or not sb:
+            return None
+        # matmul's rules: a vector is a row (a) or a column (b); the batch dimensions broadcast
+        sa2 = [1, sa[0]] if len(sa) == 1 else sa
+        sb2 = [sb[0], 1] if len(sb) == 1 else sb
+        if sa2[-1] != sb2[-2]:
+            return None
+        m, k, n = sa2[-2], sa2[-1], sb2[-1]
+        batch_shape = _broadcast([sa2[:-2], sb2[:-2]])
+        batch = _numel(batch_shape)
+        out_shape = [*batch_shape, m, n]
+        if name == "aten::addbmm":  # the batch is summed into one [m, n]
+            out_shape = [m, n]
+    flops = 2.0 * batch * m * k * n
+    out_bytes = DTYPE_BYTES[ta] if name != "aten::_scaled_mm" else 2  # fp8 products are written in 16 bits
+    read = _nbytes(sa, ta) + _nbytes(sb, tb)
+    bias = _tensor(inputs, ia - 1) if ia > 0 else _tensor(inputs, 2) if name == "aten::linear" else None
+    if bias is not None:
+        read += _nbytes(*bias)
+    return Cost("gemm", flops, read + _numel(out_shape) * out_bytes, DTYPE_FORMAT.get(ta))
+
+
+def _conv(name: str, inputs: OpInputs, conv_output: list[int] | None) -> Cost | None:
+    x, w = _tensor(inputs, 0), _tensor(inputs, 1)
+    if x is None or w is None or len(x[0]) < 3 or len(w[0]) != len(x[0]):
+        return None
+    (sx, tx), (sw, _) = x, w
+    i_stride, i_pad, i_dil, i_transposed = _CONVS[name]
+    transposed = _flag(inputs, i_transposed) if i_transposed >= 0 else False
+    spatial = len(sx) - 2
+    out = conv_output
+    if out is None:
+        if transposed:
+            return None  # (its output size needs output_padding too; the input's size is what FLOPs need)
+        stride = _param(inputs, i_stride, spatial)
+        pad = _param(inputs, i_pad, spatial)
+        dil = _param(inputs, i_dil, spatial)
+        if stride is None or pad is None or dil is None:
+            return None
+        k = sw[2:]
+        size = [(sx[2 + j] + 2 * pad[j] - dil[j] * (k[j] - 1) - 1) // stride[j] + 1 for j in range(spatial)]
+        out = [sx[0], sw[0], *size]
+    if transposed:  # the FLOPs of a transposed convolution run over its input's positions
+        flops = 2.0 * sx[0] * _numel(sx[2:]) * _numel(sw)
+    else:
+        flops = 2.0 * out[0] * _numel(out[2:]) * _numel(sw)
+    bias = _tensor(inputs, 2)
+    read = _nbytes(sx, tx) + _nbytes(*w) + (_nbytes(*bias) if bias is not None and len(bias[0]) == 1 else 0)
+    return Cost("conv", flops, read + _numel(out) * DTYPE_BYTES[tx], DTYPE_FORMAT.get(tx))
+
+
+def _param(inputs: OpInputs, i: int, spatial: int) -> list[int] | None:
+    """A convolution's stride / padding / dilation as recorded (`"[2, 2]"`, or one value for every side)."""
+    if i < 0 or i >= len(inputs.concrete):
+        return None
+    values = _ints(inputs.concrete[i])
+    if not values:
+        return None
+    return values * spatial if len(values) == 1 else values if len(values) == spatial else None
+
+
+def _conv_backward(name: str, inputs: OpInputs) -> Cost | None:
+    i_grad, i_x, i_w, i_mask = _CONV_BACKWARDS[name]
+    g, x, w = _tensor(inputs, i_grad), _tensor(inputs, i_x), _tensor(inputs, i_w)
+    if g is None or x is None or w is None:
+        return None
+    mask = _mask(inputs, i_mask)
+    one = 2.0 * g[0][0] * _numel(g[0][2:]) * _numel(w[0])
+    grads = mask[0] + mask[1]
+    written = mask[0] * _nbytes(*x) + mask[1] * _nbytes(*w)
+    read = _nbytes(*g) + _nbytes(*x) + _nbytes(*w)
+    return Cost("conv", one * grads, read + written, DTYPE_FORMAT.get(x[1]))
+
+
+def _mask(inputs: OpInputs, i: int) -> tuple[int, int]:
+    """Which of (the input's, the weight's) gradients a backward computes: its recorded output mask
+    (`"[True, True, False]"`), else both."""
+    if 0 <= i < len(inputs.concrete):
+        flags = re.findall(r"True|False", inputs.concrete[i])
+        if len(flags) >= 2:
+            return int(flags[0] == "True"), int(flags[1] == "True")
+    return 1, 1
+
+
+def conv_backward_shapes(
+    name: str, inputs: OpInputs
+) -> tuple[tuple[int, ...], tuple[int, ...], list[int]] | None:
+    """(input shape, weight shape, output shape) of a convolution backward: what its forward's FLOPs need when
+    the forward's own arguments do not give its output."""
+    if name not in _CONV_BACKWARDS:
+        return None
+    i_grad, i_x, i_w, _ = _CONV_BACKWARDS[name]
+    g, x, w = _tensor(inputs, i_grad), _tensor(inputs, i_x), _tensor(inputs, i_w)
+    if g is None or x is None or w is None:
+        return None
+    return tuple(x[0]), tuple(w[0]), g[0]
+
+
+def conv_forward_shapes(name: str, inputs: OpInputs) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(input shape, weight shape) of a convolution forward."""
+    if name not in _CONVS:
+        return None
+    x, w = _tensor(inputs, 0), _tensor(inputs, 1)
+    return None if x is None or w is None else (tuple(x[0]), tuple(w[0]))
+
+
+def _attention(name: str, inputs: OpInputs) -> Cost | None:
+    iq, i_causal, backward, layout = _ATTENTION[name]
+    q, k, v = _tensor(inputs, iq), _tensor(inputs, iq + 1), _tensor(inputs, iq + 2)
+    if q is None or k is None or v is None or len(q[0]) != 4 or len(k[0]) != 4 or len(v[0]) != 4:
+        return None
+    if layout == "bhld":
+        b, h, lq, e = q[0]
+        s, ev = k[0][2], v[0][3]
+    else:  # [batch, length, heads, dim]
+        b, lq, h, e = q[0]
+        s, ev = k[0][1], v[0][3]
+    # forward: scores (q·k^T) and their product with v; backward: the scores again, then the gradients of the
+    # scores, v, q and k (five products, as torch.utils.flop_counter counts it)
+    flops = 2.0 * b * h * lq * s * ((3 * e + 2 * ev) if backward else (e + ev))
+    causal = bool(_flag(inputs, i_causal))
+    if causal:
+        flops /= 2.0
+    read = _nbytes(*q) + _nbytes(*k) + _nbytes(*v)
+    out = float(b * h * lq * ev * DTYPE_BYTES[q[1]])
+    # backward: reads the output's gradient and the output besides q, k and v; writes their gradients
+    total = 2 * read + 2 * out if backward else read + out
+    return Cost("attention", flops, total, DTYPE_FORMAT.get(q[1]), causal)
+
+
+def _embedding(name: str, inputs: OpInputs) -> Cost | None:
+    if name == "aten::embedding":
+        w, idx = _tensor(inputs, 0), _tensor(inputs, 1)
+        if w is None or idx is None or len(w[0]) != 2:
+            return None
+        rows = _numel(idx[0]) * w[0][1] * DTYPE_BYTES[w[1]]
+        return Cost("embedding", None, _nbytes(*idx) + 2.0 * rows, None)  # rows read, the output written
+    g, idx = _tensor(inputs, 0), _tensor(inputs, 1)
+    n = _ints(inputs.concrete[2]) if len(inputs.concrete) > 2 else None
+    if g is None or idx is None or not g[0] or not n:
+        return None
+    written = n[0] * g[0][-1] * DTYPE_BYTES[g[1]]
+    return Cost("embedding", None, _nbytes(*g) + _nbytes(*idx) + float(written), None)
+
+
+def _memory_bound(name: str, family: str, inputs: OpInputs) -> Cost | None:
+    tensors = _tensors(inputs)
+    if not tensors:
+        return None
+    shaped = [t for t in tensors if t[0]]  # 0-d tensors (a Python number wrapped) do not shape the output
+    first = (shaped or tensors)[0]
+    read = sum(_nbytes(s, t) for s, t in tensors)
+    if family == "optimizer":
+        # a foreach op writes one list (its first, in place); a fused optimizer its params and its state
+        lists = [d for d in inputs.dims if isinstance(d, list) and d and all(_is_shape(x) for x in d)]
+        sizes = [sum(_numel(x) for x in d) * DTYPE_BYTES[_list_dtype(inputs)] for d in lists]
+        if not sizes:
+            return None
+        written = sizes[0] if "_foreach_" in name else sizes[0] + sum(sizes[2:4])
+        flops = float(sum(_numel(x) for x in lists[0])) if "_foreach_" in name else None
+        return Cost("optimizer", flops, read + float(written), None)
+    if name in _FILLS:  # writes its tensor, reads nothing of it
+        return Cost("copy", None, _nbytes(*first), None)
+    if name == "aten::copy_":
+        src = _tensor(inputs, 1)
+        return Cost("copy", None, _nbytes(*first) + (_nbytes(*src) if src else 0.0), None)
+    if name == "aten::_to_copy":
+        code = _ints(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
+        size = SCALAR_TYPE_BYTES.get(code[0], DTYPE_BYTES[first[1]]) if code else DTYPE_BYTES[first[1]]
+        return Cost("copy", None, _nbytes(*first) + float(_numel(first[0]) * size), None)
+    if name in ("aten::cat", "aten::stack"):
+        return Cost("copy", None, 2.0 * read, None)
+    if name in ("aten::clone", "aten::contiguous"):
+        return Cost("copy", None, 2.0 * _nbytes(*first), None)
+    if family == "norm":
+        if name in _NORM_BACKWARDS:  # the input's gradient and the weight's (and bias's) written
+            params = sum(_nbytes(s, t) for s, t in tensors if len(s) == 1 and s != first[0])
+            return Cost("norm", 8.0 * _numel(first[0]), read + _nbytes(*first) + params, None)
+        stats = 2.0 * 4 * _numel(first[0][:1] if name.endswith("batch_norm") else first[0][:-1])
+        return Cost("norm", 5.0 * _numel(first[0]), read + _nbytes(*first) + stats, None)
+    if family == "softmax":
+        size = DTYPE_BYTES[first[1]]
+        if name in _SOFTMAX and _flag(inputs, 2):  # half_to_float
+            size = 4
+        return Cost("softmax", 5.0 * _numel(first[0]), read + float(_numel(first[0]) * size), None)
+    if family == "reduction":
+        return Cost("reduction", float(_numel(first[0])), read + _reduced_bytes(inputs, first), None)
+    # elementwise: the output broadcasts the tensor inputs; a comparison writes bools; in place writes `self`
+    out_shape = _broadcast([s for s, _ in shaped]) if shaped else []
+    size = 1 if _COMPARISONS.match(name) else max(DTYPE_BYTES[t] for s, t in (shaped or tensors))
+    out = float(_numel(out_shape) * size)
+    if name in ("aten::native_dropout",):  # its mask too
+        out += _numel(out_shape)
+    return Cost("elementwise", float(_numel(out_shape)), read + out, None)
+
+
+def _reduced_bytes(inputs: OpInputs, first: tuple[list[int], str]) -> float:
+    """A reduction's output: the input without its reduced dimensions (all of them when none is given)."""
+    shape, dtype = first
+    dims = _ints(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
+    if not dims or not shape:
+        return float(DTYPE_BYTES[dtype])
+    kept = [n for j, n in enumerate(shape) if j not in {d % len(shape) for d in dims}]
+    return float(_numel(kept) * DTYPE_BYTES[dtype])

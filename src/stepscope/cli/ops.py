@@ -1,0 +1,34 @@
+"""`stepscope ops PATH`: each op's FLOPs, bytes, achieved rates and efficiency against the device's roofline."""
+
+from __future__ import annotations
+
+import click
+
+from stepscope.analysis.options import AnalysisOptions
+from stepscope.cli._common import analysis_options, print_json, wide_option
+
+
+@click.command(name="ops")
+@analysis_options("ops")
+@wide_option
+@click.argument("path", type=click.Path(path_type=str, readable=False))
+@click.option("--top", "top", type=int, default=20, show_default=True, help="Op groups per rank (0: all).")
+@click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.ops/1").')
+def command(path: str, top: int, as_json: bool, wide: bool, options: AnalysisOptions) -> None:
+    """How close each op of PATH (a trace, a folder of traces or a run folder) runs to its device's roofline:
+    ops grouped by name and input shapes, with their FLOPs and bytes (from the shapes the trace recorded),
+    achieved TFLOP/s and TB/s, bound and efficiency, and findings priced in time."""
+    from stepscope.analysis.ops import ops_source
+    from stepscope.analysis.read.source import Source
+    from stepscope.cli._progress import ProgressBar
+
+    with ProgressBar() as bar:
+        result = ops_source(Source(path), options, progress=bar)
+    if as_json:
+        print_json(result)
+        return
+    from stepscope.cli._common import console, print_notes
+    from stepscope.report.terminal.ops import OpsReport
+
+    print_notes(result.notices)
+    console(wide).print(OpsReport(result, top=top, wide=wide))

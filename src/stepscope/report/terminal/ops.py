@@ -1,0 +1,51 @@
+"""Render `stepscope ops` (analysis/ops: each op against its device's roofline) in the terminal, per rank."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.text import Text
+
+from stepscope.analysis.ops import OpsResult, RankOps
+from stepscope.report.tables import ops_table
+from stepscope.report.terminal import fit_table, fmt_us, plain
+
+
+class OpsReport:
+    """Per rank: the device and its roof, time per family, the op groups' table, then the findings."""
+
+    def __init__(self, result: OpsResult, *, top: int, wide: bool = False) -> None:
+        self.result = result
+        self.top = top
+        self.wide = wide
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for i, rank in enumerate(self.result.ranks):
+            if i:
+                yield Text("")
+            yield from _rank(rank, self.top, self.wide)
+
+
+def _rank(r: RankOps, top: int, wide: bool) -> Iterator[RenderableType]:
+    yield Text(f"rank {r.rank}  {plain(r.path)}", style="bold")
+    roof = r.roofline
+    peaks = ", ".join(f"{fmt} {v:g}" for fmt, v in roof.peak_tflops.items()) or "-"
+    yield Text(
+        f"device {plain(r.device or 'CPU')} · peak TFLOP/s {peaks} · memory "
+        f"{'-' if roof.tbps is None else f'{roof.tbps:g} TB/s'}"
+    )
+    yield Text(f"roof: {plain(roof.source)}", style="dim")
+    kind = "device time" if r.time_kind == "device" else "wall time"
+    families = " · ".join(f"{name} {fmt_us(us)}" for name, us in r.families.items())
+    yield Text(f"counted ops' {kind} {fmt_us(r.op_time_us)}: {families or 'none'}")
+    for note in r.notes:
+        yield Text(f"note: {plain(note)}", style="yellow")
+    if r.groups:
+        yield fit_table(ops_table(r, top=top, title="Ops against the roofline"), wide=wide)
+    for f in r.findings:
+        yield Text("")
+        yield Text(f"finding: {plain(f.message)}", style="bold")
+        yield Text(f"  do: {plain(f.action)}")
+        per_step = "" if f.saving_per_step_us is None else f" ({fmt_us(f.saving_per_step_us)} per step)"
+        yield Text(f"  saves about {fmt_us(f.saving_us)}{per_step}: {plain(f.how_priced)}", style="dim")

@@ -1,0 +1,200 @@
+"""The op model (`stepscope ops`): FLOPs per GEMM, convolution and attention call against torch's own FLOP
+counter, bytes of elementwise and normalization ops against the tensors the dispatcher sees, on traces recorded
+here; the grouping, the roofline and what the model says when the trace lacks shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepscope.analysis.ops import ops_source
+from stepscope.analysis.ops.calls import read_calls
+from stepscope.analysis.ops.model import OpInputs, cost_of
+from stepscope.analysis.options import AnalysisOptions
+
+from ..support.ops import counted_flops, record, tensor_bytes
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _flop_cases() -> dict[str, Callable[[], Any]]:
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape: int, grad: bool = False) -> Any:
+        return torch.randn(*shape, generator=g).requires_grad_(grad)
+
+    a, b, bias = r(96, 80), r(80, 72), r(72)
+    x3, w = r(4, 24, 40), r(56, 40)
+    bm1, bm2, bb = r(3, 20, 36), r(3, 36, 28), r(3, 20, 28)
+    img, ker = r(2, 6, 30, 34), r(12, 3, 5, 5)
+    img_g, ker_g = r(2, 4, 17, 17, grad=True), r(8, 4, 3, 3, grad=True)
+    q, k, v = r(2, 4, 48, 16), r(2, 4, 40, 16), r(2, 4, 40, 24)
+    qg, kg, vg = r(2, 3, 32, 16, grad=True), r(2, 3, 32, 16, grad=True), r(2, 3, 32, 16, grad=True)
+
+    def conv_backward() -> None:
+        F.conv2d(img_g, ker_g, stride=2, padding=1).sum().backward()
+
+    def sdpa_backward() -> None:
+        F.scaled_dot_product_attention(qg, kg, vg).sum().backward()
+
+    return {
+        "mm": lambda: torch.mm(a, b),
+        "addmm": lambda: torch.addmm(bias, a, b),
+        "linear 3-d": lambda: F.linear(x3, w),
+        "linear with bias": lambda: F.linear(x3, w, r(56)),
+        "matmul broadcast": lambda: torch.matmul(x3, w.t()),
+        "bmm": lambda: torch.bmm(bm1, bm2),
+        "baddbmm": lambda: torch.baddbmm(bb, bm1, bm2),
+        "conv2d stride 2 pad 3 groups 2": lambda: F.conv2d(img, ker, stride=2, padding=3, groups=2),
+        "conv2d dilation 2": lambda: F.conv2d(img, ker[:, :3].repeat(1, 2, 1, 1), dilation=2),
+        "conv2d forward and backward": conv_backward,
+        "attention": lambda: F.scaled_dot_product_attention(q, k, v),
+        "attention forward and backward": sdpa_backward,
+    }
+
+
+def _counted(trace: Path, families: set[str]) -> tuple[float, list[str]]:
+    found = read_calls(trace)
+    calls = [c for c in found.calls if c.cost.family in families]
+    return sum(c.cost.flops or 0.0 for c in calls), [c.name for c in calls]
+
+
+@pytest.mark.parametrize("case", list(_flop_cases()))
+def test_flops_of_gemms_convolutions_and_attention_agree_with_torchs_flop_counter(
+    case: str, tmp_path: Path
+) -> None:
+    fn = _flop_cases()[case]
+    trace = record(fn, tmp_path / "trace.json")
+    ours, names = _counted(trace, {"gemm", "conv", "attention"})
+    if "attention" in case:
+        # torch's counter has no formula for the CPU's flash attention op: its formula for the same shapes
+        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+        q, k, v = ((2, 4, 48, 16), (2, 4, 40, 16), (2, 4, 40, 24))
+        expected = sdpa_flop_count(q, k, v)
+        if "backward" in case:
+            q = k = v = (2, 3, 32, 16)
+            expected = sdpa_flop_count(q, k, v) + sdpa_backward_flop_count(q, q, k, v)
+    else:
+        expected = counted_flops(fn)
+    assert expected > 0
+    assert abs(ours - expected) <= 0.01 * expected, (case, ours, expected, names)
+
+
+def test_a_causal_attention_counts_half_of_the_full_product(tmp_path: Path) -> None:
+    q = torch.randn(1, 2, 64, 32)
+    full, _ = _counted(
+        record(lambda: F.scaled_dot_product_attention(q, q, q), tmp_path / "a.json"), {"attention"}
+    )
+    causal_trace = record(
+        lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), tmp_path / "b.json"
+    )
+    causal, _ = _counted(causal_trace, {"attention"})
+    assert causal == pytest.approx(full / 2)
+    (call,) = [c for c in read_calls(causal_trace).calls if c.cost.family == "attention"]
+    assert call.cost.causal
+
+
+def _byte_cases() -> dict[str, tuple[Callable[[], Any], set[str]]]:
+    x = torch.randn(64, 96)
+    y = torch.randn(96)
+    h = torch.randn(8, 12, 40, dtype=torch.bfloat16)
+    ln_w, ln_b = torch.randn(40, dtype=torch.bfloat16), torch.randn(40, dtype=torch.bfloat16)
+    img = torch.randn(4, 6, 10, 10)
+    bn = torch.nn.BatchNorm2d(6)
+    return {
+        "add broadcast": (lambda: x + y, {"aten::add"}),
+        "mul in place": (lambda: x.clone().mul_(2.0), {"aten::mul_"}),
+        "relu": (lambda: F.relu(x), {"aten::relu"}),
+        "silu bf16": (lambda: F.silu(h), {"aten::silu"}),
+        "layer norm bf16": (lambda: F.layer_norm(h, (40,), ln_w, ln_b), {"aten::native_layer_norm"}),
+        "batch norm": (lambda: bn(img), {"aten::native_batch_norm", "aten::_native_batch_norm_legit"}),
+        "softmax": (lambda: torch.softmax(x, dim=-1), {"aten::_softmax"}),
+        "to bf16": (lambda: x.to(torch.bfloat16), {"aten::_to_copy"}),
+    }
+
+
+# the op the dispatcher sees, counted as the op of the same family it runs inside (its kernel's call)
+_COUNTED_AS = {
+    "aten::_to_copy": "aten::copy_",
+    "aten::relu": "aten::clamp_min",
+    "aten::_native_batch_norm_legit": "aten::native_batch_norm",
+}
+
+
+@pytest.mark.parametrize("case", list(_byte_cases()))
+def test_bytes_of_elementwise_and_normalization_ops_agree_with_their_tensors(
+    case: str, tmp_path: Path
+) -> None:
+    fn, ops = _byte_cases()[case]
+    found = read_calls(record(fn, tmp_path / "trace.json"))
+    ours = sum(c.cost.bytes for c in found.calls if c.name in ops | {_COUNTED_AS.get(o, o) for o in ops})
+    expected = tensor_bytes(fn, ops)
+    assert expected > 0
+    assert abs(ours - expected) <= 0.05 * expected, (case, ours, expected, [c.name for c in found.calls])
+
+
+def test_a_linear_is_counted_once_as_the_product_it_runs(tmp_path: Path) -> None:
+    x, w, b = torch.randn(16, 32), torch.randn(24, 32), torch.randn(24)
+    found = read_calls(record(lambda: F.linear(x, w, b), tmp_path / "t.json"))
+    gemms = [c for c in found.calls if c.cost.family == "gemm"]
+    assert len(gemms) == 1 and gemms[0].cost.flops == 2 * 16 * 32 * 24
+
+
+def test_ops_group_calls_by_shape_and_rank_a_badly_shaped_product_lower_given_a_roof(tmp_path: Path) -> None:
+    # GIVEN a CPU job of good (64-aligned) and bad (65) products, several calls each, with a roof given
+    good = (torch.randn(256, 256), torch.randn(256, 256))
+    bad = (torch.randn(255, 257), torch.randn(257, 255))
+
+    def job() -> None:
+        for _ in range(3):
+            torch.mm(*good)
+            torch.mm(*bad)
+
+    trace = record(job, tmp_path / "job.json")
+    result = ops_source(trace, AnalysisOptions(peak_tflops=1.0, peak_tbps=0.05))
+    (rank,) = result.ranks
+    mms = {g.shapes: g for g in rank.groups if g.name == "aten::mm"}
+    assert set(mms) == {"[256, 256] x [256, 256]", "[255, 257] x [257, 255]"}
+    assert all(g.calls == 3 for g in mms.values())
+    assert rank.time_kind == "wall" and rank.device is None
+    g = mms["[256, 256] x [256, 256]"]
+    assert g.flops == 3 * 2 * 256**3
+    assert g.tflops == pytest.approx(g.flops / (g.time_us * 1e-6) / 1e12)
+    assert g.efficiency is not None and g.bound == "compute"
+    assert "given" in rank.roofline.source
+
+
+def test_without_a_roof_a_cpu_trace_gives_rates_and_says_how_to_get_one(tmp_path: Path) -> None:
+    a = torch.randn(64, 64)
+    result = ops_source(record(lambda: torch.mm(a, a), tmp_path / "t.json"))
+    (rank,) = result.ranks
+    (g,) = [g for g in rank.groups if g.name == "aten::mm"]
+    assert g.tflops is not None and g.efficiency is None and g.bound is None
+    assert any("--peak-tflops" in n for n in rank.notes)
+
+
+def test_a_trace_without_recorded_shapes_says_so(tmp_path: Path) -> None:
+    import torch.profiler as tp
+
+    a = torch.randn(64, 64)
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=False) as prof:
+        torch.mm(a, a)
+    path = tmp_path / "t.json"
+    prof.export_chrome_trace(str(path))
+    (rank,) = ops_source(path).ranks
+    assert rank.groups == []
+    assert any("record_shapes=True" in n for n in rank.notes)
+
+
+def test_the_model_needs_the_shapes_it_names() -> None:
+    # a product whose inner sizes disagree, a convolution without stride or padding, a tensor list of nothing
+    assert cost_of("aten::mm", OpInputs([[4, 5], [6, 7]], ["float", "float"])) is None
+    conv = OpInputs([[1, 3, 8, 8], [4, 3, 3, 3], [], [], [], [], []], ["float", "float", "", "", "", "", ""])
+    assert cost_of("aten::conv2d", conv) is None
+    assert cost_of("aten::conv2d", conv, conv_output=[1, 4, 6, 6]) is not None
+    assert cost_of("aten::view", OpInputs([[4, 5]], ["float"])) is None
