@@ -198,3 +198,53 @@ def test_the_model_needs_the_shapes_it_names() -> None:
     assert cost_of("aten::conv2d", conv) is None
     assert cost_of("aten::conv2d", conv, conv_output=[1, 4, 6, 6]) is not None
     assert cost_of("aten::view", OpInputs([[4, 5]], ["float"])) is None
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(32, 64)
+        self.down = torch.nn.Linear(64, 32)
+
+    def forward(self, x: Any) -> Any:
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_stacks_name_the_users_own_code_and_modules_hold_their_forward_and_backward(tmp_path: Path) -> None:
+    # GIVEN two blocks of the same class trained a step under with_stack and with_modules
+    model = torch.nn.Sequential(_Block(), _Block())
+    x = torch.randn(16, 32)
+
+    def train_step() -> None:
+        model(x).sum().backward()
+
+    train_step()
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=True, with_modules=True) as p:
+        train_step()
+    trace = tmp_path / "t.json"
+    p.export_chrome_trace(str(trace))
+    (rank,) = ops_source(trace).ranks
+    # THEN the costliest products were issued from this test's train_step (the user's own frame)
+    assert rank.stacks and all(s.user for s in rank.stacks)
+    assert any(any("train_step" in f for f in s.frames) for s in rank.stacks)
+    assert not any("torch/" in f for s in rank.stacks for f in s.frames)
+    # AND the module tree holds each block's products, forward and backward, its instances also as one type
+    by_name = {m.name: m for m in rank.modules}
+    assert {"Sequential_0", "_Block_0", "_Block_1", "Linear_0", "Linear_3"} <= set(by_name)
+    block = by_name["_Block_0"]
+    assert block.forward_us > 0 and block.backward_us > 0
+    # five products of 2·16·32·64 (two forward; the first layer's weight gradient, the input needs none; the
+    # second layer's input and weight gradients), the relu and its backward, the two bias gradients' sums
+    assert block.flops == 5 * 2 * 16 * 32 * 64 + 16 * 64 * 3 + 16 * 32
+    types = {m.path: m for m in rank.module_types}
+    assert types["Sequential/_Block"].calls == by_name["_Block_0"].calls + by_name["_Block_1"].calls
+    assert not [n for n in rank.notes if "with_stack" in n or "with_modules" in n]
+
+
+def test_without_stacks_or_modules_the_views_say_what_records_them(tmp_path: Path) -> None:
+    a = torch.randn(64, 64)
+    (rank,) = ops_source(record(lambda: torch.mm(a, a), tmp_path / "t.json")).ranks
+    assert rank.stacks == [] and rank.modules == []
+    notes = " ".join(rank.notes)
+    assert "with_stack=True" in notes and "with_modules=True" in notes

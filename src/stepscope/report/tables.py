@@ -308,3 +308,49 @@ def ops_table(rank: RankOps, *, top: int, title: str = "") -> Table:
         ),
         title=title,
     )
+
+
+STACK_FRAMES = 3  # the innermost frames a stack row shows (JSON has them all)
+
+
+def op_stacks_table(rank: RankOps, *, title: str = "") -> Table:
+    """The stacks that issued the costliest op groups: the user's own frames, innermost first."""
+    return table(
+        "ops-stacks",
+        [col.OP, col.OP_SHAPES, col.CALLS, col.TOTAL, col.SHARE, col.OP_USER, col.OP_STACK],
+        (
+            [
+                s.name,
+                s.shapes,
+                s.calls,
+                s.time_us,
+                100 * s.share,
+                s.user,
+                " <- ".join(reversed(s.frames[-STACK_FRAMES:])),
+            ]
+            for s in rank.stacks
+        ),
+        caption=(
+            "The stacks that issued the costliest op groups, by their time; frames of Python and of the "
+            "libraries (torch, transformers, ...) left out where the stack has the user's own ('own code': no "
+            "means it has none, and its innermost frames are shown)."
+        ),
+        title=title,
+    )
+
+
+def module_table(rank: RankOps, *, depth: int, top: int, title: str = "") -> Table:
+    """Time and FLOPs by module type (a module's instances as one), as a tree down to `depth`, its first `top`
+    rows in tree order."""
+    rows = [m for m in rank.module_types if m.depth < depth][:top] if top else rank.module_types
+    return table(
+        "ops-modules",
+        [col.MODULE, col.CALLS, col.MODULE_FORWARD, col.MODULE_BACKWARD, col.OP_FLOPS],
+        ([("  " * m.depth) + m.name, m.calls, m.forward_us, m.backward_us, m.flops] for m in rows),
+        caption=(
+            f"The counted ops' time and FLOPs by nn.Module type (with_modules; the instances of a module as "
+            f"one), a tree to depth {depth}: a module holds its submodules' ops; backward ops take the module of "
+            "the forward op that made their autograd node. --json has every instance too."
+        ),
+        title=title,
+    )

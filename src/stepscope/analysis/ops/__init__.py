@@ -1,6 +1,7 @@
 """How close each op runs to the hardware (`stepscope ops`): FLOPs and bytes per op from the shapes a trace
-recorded (`model`), the counted calls of a trace file with their time (`calls`), each op group against its
-device's roofline, with findings priced in time (`roofline`). Per rank: every file is its own story.
+recorded (`model`), the counted calls of a trace file with their time (`calls`) and where each was issued
+(`where`), each op group against its device's roofline, with findings priced in time (`roofline`), and the
+stacks of the costliest ops and time by module (`views`). Per rank: every file is its own story.
 """
 
 from __future__ import annotations
@@ -12,11 +13,22 @@ import msgspec
 
 from stepscope.analysis.ops.calls import read_calls
 from stepscope.analysis.ops.roofline import OPS_SCHEMA, OpFinding, OpGroup, RankOps, Roofline, rank_ops
+from stepscope.analysis.ops.views import ModuleRow, StackRow
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.analysis.read.loader import find_traces
 from stepscope.analysis.read.source import Source, as_source
 
-__all__ = ["OPS_SCHEMA", "OpFinding", "OpGroup", "OpsResult", "RankOps", "Roofline", "ops_source"]
+__all__ = [
+    "OPS_SCHEMA",
+    "ModuleRow",
+    "OpFinding",
+    "OpGroup",
+    "OpsResult",
+    "RankOps",
+    "Roofline",
+    "StackRow",
+    "ops_source",
+]
 
 
 class OpsResult(msgspec.Struct):

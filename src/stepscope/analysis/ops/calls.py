@@ -30,6 +30,7 @@ from stepscope.analysis.ops.model import (
     cost_of,
     family_of,
 )
+from stepscope.analysis.ops.where import Frames
 from stepscope.analysis.read.event_stream import EventPieces
 
 __all__ = ["OpCall", "TraceOps", "read_calls"]
@@ -52,6 +53,9 @@ class OpCall(msgspec.Struct):
     cost: Cost
     time_us: float
     kernels: int  # device activities launched inside it (0 on a CPU trace)
+    stack: tuple[str, ...] | None = None  # the Python frames it was issued from, outermost first
+    module: tuple[str, ...] | None = None  # its nn.Module path (with_modules), outermost first
+    backward: bool = False  # it ran inside an autograd node
 
 
 class TraceOps(msgspec.Struct):
@@ -64,12 +68,15 @@ class TraceOps(msgspec.Struct):
     steps: int  # ProfilerStep ranges in the file (0: none)
     calls: list[OpCall]
     shaped: int  # ops with recorded inputs (0: record_shapes was off)
+    python_frames: int  # python_function events (0: with_stack was off)
     uncounted: dict[str, int]  # modelled ops left without a cost, by name (what they lacked is in `missing`)
     missing: dict[str, str]
 
 
 class _Op:
     __slots__ = (
+        "backward",
+        "call_stack",
         "children",
         "cost",
         "covered",
@@ -80,7 +87,9 @@ class _Op:
         "inner_us",
         "inputs",
         "kernels",
+        "module",
         "name",
+        "stack",
         "ts",
     )
 
@@ -93,6 +102,10 @@ class _Op:
         self.host = False
         self.inner_us = 0.0  # wall time of the counted ops of other families inside it
         self.children: set[str] | None = None
+        self.call_stack: str | None = None  # a 2021 trace's `Call stack` argument
+        self.stack: tuple[str, ...] | None = None
+        self.module: tuple[str, ...] | None = None
+        self.backward = False
 
 
 def read_calls(path: str | Path) -> TraceOps:
@@ -106,7 +119,8 @@ def read_calls(path: str | Path) -> TraceOps:
     device: dict[int, tuple[float, int]] = {}  # correlation -> (device time, activities)
     device_ids: collections.Counter[Any] = collections.Counter()
     host: set[int] = set()  # correlations of copies between the host and the device
-    steps = shaped = 0
+    frames = Frames()
+    steps = shaped = python = 0
     for piece in pieces:
         for e in piece.events:
             if not isinstance(e, dict) or e.get("ph") != "X":
@@ -124,6 +138,9 @@ def read_calls(path: str | Path) -> TraceOps:
                 if dims is not None:
                     shaped += 1
                 key = (e.get("pid"), e.get("tid"))
+                seq = args.get("Sequence number")
+                if isinstance(seq, int):
+                    frames.sequenced_op(key, _num(e.get("ts")), _num(e.get("dur")), seq, name)
                 if name.endswith(_CONV_PARTS):
                     marks[key].append((_num(e.get("ts")), name))
                 if family_of(name) is None or not isinstance(dims, list):
@@ -135,7 +152,17 @@ def read_calls(path: str | Path) -> TraceOps:
                     [t if isinstance(t, str) else "" for t in types] if isinstance(types, list) else [],
                     [c if isinstance(c, str) else "" for c in concrete] if isinstance(concrete, list) else [],
                 )
-                ops[key].append(_Op(name, _num(e.get("ts")), _num(e.get("dur")), inputs))
+                op = _Op(name, _num(e.get("ts")), _num(e.get("dur")), inputs)
+                stack = args.get("Call stack")
+                op.call_stack = stack if isinstance(stack, str) else None
+                ops[key].append(op)
+            elif cat == "python_function":
+                name = e.get("name")
+                if isinstance(name, str):
+                    python += 1
+                    frames.python_frame(
+                        (e.get("pid"), e.get("tid")), _num(e.get("ts")), _num(e.get("dur")), name
+                    )
             elif cat in LAUNCH_CATEGORIES:
                 corr = args.get("correlation")
                 if isinstance(corr, int):
@@ -150,6 +177,7 @@ def read_calls(path: str | Path) -> TraceOps:
                         host.add(corr)
     head = {**pieces.head, **pieces.tail}
     _nest(ops, marks, launches, device, host)
+    frames.place(ops)
     calls, uncounted, missing = _count(ops, bool(device))
     name, memory = _device(head, device_ids)
     return TraceOps(
@@ -160,6 +188,7 @@ def read_calls(path: str | Path) -> TraceOps:
         steps=steps,
         calls=calls,
         shaped=shaped,
+        python_frames=python,
         uncounted=uncounted,
         missing=missing,
     )
@@ -280,7 +309,9 @@ def _count(
             cost = op.cost
             if op.host:  # a copy over the host's link, not the device memory's
                 cost = msgspec.structs.replace(cost, family="transfer", flops=None, dtype=None)
-            calls.append(OpCall(op.name, op.inputs, cost, time_us, op.kernels))
+            calls.append(
+                OpCall(op.name, op.inputs, cost, time_us, op.kernels, op.stack, op.module, op.backward)
+            )
     return calls, dict(uncounted), missing
 
 

@@ -43,40 +43,35 @@ FAMILIES = (
 # FLOP/s of their number format; the others run on the memory's bandwidth.
 COMPUTE_FAMILIES = frozenset({"gemm", "conv", "attention"})
 
-# Bytes per element of the trace's dtype names (new and 2021 schemas).
+# Bytes per element of a tensor's dtype as the trace names it (case matters: the 2021 schema names its scalar
+# arguments "Int", "Double", "Bool", and only lower-case names are tensors there).
 DTYPE_BYTES: dict[str, int] = {
     "float": 4,
     "double": 8,
-    "c10::half": 2,
-    "c10::bfloat16": 2,
-    "half": 2,
-    "bfloat16": 2,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
     "long int": 8,
-    "long": 8,
     "int": 4,
     "short int": 2,
-    "short": 2,
     "signed char": 1,
     "unsigned char": 1,
     "bool": 1,
-    "c10::float8_e4m3fn": 1,
-    "c10::float8_e5m2": 1,
-    "c10::float8_e4m3fnuz": 1,
-    "c10::float8_e5m2fnuz": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
     "c10::complex<float>": 8,
     "c10::complex<double>": 16,
 }
 # The number format of a dtype for the peak table (devices.DTYPES); others have no peak.
 DTYPE_FORMAT: dict[str, str] = {
     "float": "fp32",
-    "c10::bfloat16": "bf16",
-    "bfloat16": "bf16",
-    "c10::half": "fp16",
-    "half": "fp16",
-    "c10::float8_e4m3fn": "fp8",
-    "c10::float8_e5m2": "fp8",
-    "c10::float8_e4m3fnuz": "fp8",
-    "c10::float8_e5m2fnuz": "fp8",
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "c10::Float8_e4m3fn": "fp8",
+    "c10::Float8_e5m2": "fp8",
+    "c10::Float8_e4m3fnuz": "fp8",
+    "c10::Float8_e5m2fnuz": "fp8",
 }
 # torch's ScalarType codes, as a `dtype` argument is recorded in `Concrete Inputs` (aten::_to_copy): bytes.
 SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1}
@@ -245,7 +240,7 @@ def _tensor(inputs: OpInputs, i: int) -> tuple[list[int], str] | None:
     """Argument `i` as (shape, dtype name) when it is a tensor the trace gives the shape of."""
     if i < 0 or i >= len(inputs.dims) or i >= len(inputs.types):
         return None
-    d, t = inputs.dims[i], inputs.types[i].lower()
+    d, t = inputs.dims[i], inputs.types[i]
     if not _is_shape(d) or t not in DTYPE_BYTES:
         return None
     return d, t
@@ -255,7 +250,7 @@ def _tensors(inputs: OpInputs) -> list[tuple[list[int], str]]:
     """Every tensor argument (a tensor list's members too)."""
     out = []
     for i, d in enumerate(inputs.dims):
-        t = inputs.types[i].lower() if i < len(inputs.types) else ""
+        t = inputs.types[i] if i < len(inputs.types) else ""
         if _is_shape(d) and t in DTYPE_BYTES:
             out.append((d, t))
         elif isinstance(d, list) and d and all(_is_shape(x) for x in d):
@@ -266,8 +261,8 @@ def _tensors(inputs: OpInputs) -> list[tuple[list[int], str]]:
 
 def _list_dtype(inputs: OpInputs) -> str:
     for t in inputs.types:
-        if t.lower() in DTYPE_BYTES:
-            return t.lower()
+        if t in DTYPE_BYTES:
+            return t
     return "float"
 
 
@@ -486,7 +481,26 @@ def _embedding(name: str, inputs: OpInputs) -> Cost | None:
     return Cost("embedding", None, _nbytes(*g) + _nbytes(*idx) + float(written), None)
 
 
+def _out_argument(inputs: OpInputs) -> int | None:
+    """The position of an `out=` tensor: an `.out` variant records it last, after the op's scalar arguments
+    (`aten::clamp_min(self, Int min, out)` in a 2021 trace), with the shape of the op's result."""
+    last = len(inputs.dims) - 1
+    out = _tensor(inputs, last)
+    if out is None or last < 2:
+        return None
+    before = [_tensor(inputs, i) for i in range(last)]
+    scalar_before = any(
+        t is None and i < len(inputs.types) and inputs.types[i] and inputs.types[i] not in ("TensorList",)
+        for i, t in enumerate(before)
+    )
+    shapes = [t[0] for t in before if t is not None and t[0]]
+    return last if scalar_before and shapes and out[0] == _broadcast(shapes) else None
+
+
 def _memory_bound(name: str, family: str, inputs: OpInputs) -> Cost | None:
+    at = _out_argument(inputs) if family in ("elementwise", "reduction") and not name.endswith("_") else None
+    if at is not None:  # the result is written into `out`: counted as the output, not read
+        inputs = OpInputs(inputs.dims[:at], inputs.types[:at], inputs.concrete[:at])
     tensors = _tensors(inputs)
     if not tensors:
         return None

@@ -22,6 +22,7 @@ import msgspec
 
 from stepscope.analysis.ops.calls import OpCall, TraceOps
 from stepscope.analysis.ops.model import COMPUTE_FAMILIES, DTYPE_BYTES
+from stepscope.analysis.ops.views import STACK_GROUPS, ModuleRow, StackRow, module_tree, top_stacks
 from stepscope.devices import PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_bandwidth
 from stepscope.units import significant
 
@@ -36,7 +37,9 @@ FINDINGS = 5
 # multiples of these sizes let tensor cores tile a GEMM / convolution / attention without padding (bytes of
 # the format -> elements): 16-bit formats 8, 8-bit 16, fp32 (TF32) 4
 ALIGN = {1: 16, 2: 8, 4: 4}
-SMALL_CALL_FLOPS = 1e9  # a product of fewer FLOPs per call leaves most of a data-centre GPU idle
+SMALL_CALL_S = (
+    10e-6  # a call that would take less at the roof leaves most of the device idle (launches, tails)
+)
 
 
 class Roofline(msgspec.Struct, frozen=True):
@@ -100,6 +103,9 @@ class RankOps(msgspec.Struct):
     groups: list[OpGroup]
     families: dict[str, float]  # time per family, us
     findings: list[OpFinding]
+    stacks: list[StackRow]  # the stacks that issued the costliest op groups (with_stack)
+    modules: list[ModuleRow]  # time and FLOPs by module instance, a tree (with_modules)
+    module_types: list[ModuleRow]  # the same with a module's instances as one (its class)
     notes: list[str]
 
 
@@ -130,7 +136,7 @@ def _shapes(call: OpCall) -> str:
     for d, t in zip(call.inputs.dims, call.inputs.types, strict=False):
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
             parts.append(f"{len(d)} tensors")
-        elif isinstance(d, list) and t.lower() in DTYPE_BYTES and d:
+        elif isinstance(d, list) and t in DTYPE_BYTES and d:
             parts.append("[" + ", ".join(map(str, d)) + "]")
     return " x ".join(parts) if call.cost.family in COMPUTE_FAMILIES else ", ".join(parts)
 
@@ -151,6 +157,15 @@ def rank_ops(
         families[g.family] = families.get(g.family, 0.0) + g.time_us
     notes = _notes(ops, roof)
     findings = _findings(groups, total, ops.steps, roof)
+    stacks = top_stacks(
+        ops.calls, lambda c: (c.name, _shapes(c)), [(g.name, g.shapes) for g in groups[:STACK_GROUPS]]
+    )
+    modules = module_tree(ops.calls)
+    module_types = module_tree(ops.calls, by_type=True)
+    if ops.calls and not stacks:
+        notes.append("no Python stacks in this trace: with_stack=True records the stacks that issued each op")
+    if ops.calls and not modules:
+        notes.append("no module frames in this trace: with_modules=True records time by nn.Module")
     return RankOps(
         rank=rank,
         path=ops.path,
@@ -162,6 +177,9 @@ def rank_ops(
         groups=groups,
         families=dict(sorted(families.items(), key=lambda kv: -kv[1])),
         findings=findings,
+        stacks=stacks,
+        modules=modules,
+        module_types=module_types,
         notes=notes,
     )
 
@@ -216,8 +234,8 @@ def _notes(ops: TraceOps, roof: Roofline) -> list[str]:
     notes = []
     if ops.shaped == 0:
         notes.append(
-            f"{ops.path}: no op has recorded shapes: profile with record_shapes=True (stepscope's default) to "
-            "get FLOPs and bytes per op"
+            f"{ops.path}: no op has recorded shapes: profile with record_shapes=True (stepscope's option of that "
+            "name, or --profiler-record-shapes) to get FLOPs and bytes per op"
         )
     for name, n in sorted(ops.uncounted.items(), key=lambda kv: -kv[1])[:5]:
         notes.append(f"{n:,} calls of {name} have no cost: the trace lacks {ops.missing.get(name, 'shapes')}")
@@ -257,6 +275,8 @@ def _pool(parts: list[OpGroup], saving: float, total: float) -> OpGroup:
         shapes=f"{len(parts)} input shapes (from {low:.0%} to {high:.0%} of their roofs)",
         calls=sum(g.calls for g in parts),
         time_us=time_us,
+        flops=None if lead.flops is None else sum(g.flops or 0.0 for g in parts),
+        bytes=sum(g.bytes for g in parts),
         share=time_us / total if total else 0.0,
         efficiency=efficiency,
         saving_us=saving,
@@ -276,12 +296,12 @@ def _finding(g: OpGroup, total: float, steps: int, roof: Roofline) -> OpFinding:
         name=g.name,
         shapes=g.shapes,
         message=f"{g.name} with {g.shapes} runs at {where} over {g.calls:,} calls, {g.share:.0%} of the op time",
-        action=_action(g),
+        action=_action(g, roof.device is not None),
         saving_us=saving,
         saving_per_step_us=per_step,
         how_priced=(
             f"the time over what {TARGET[kind]:.0%} of its roof would take, of the {total / 1e3:.1f} ms the "
-            f"counted ops took{f' over {steps} steps' if steps else ''}; modelled from the recorded shapes: "
+            f"counted ops took{f' over {steps} step' + ('s' if steps > 1 else '') if steps else ''}; modelled from the recorded shapes: "
             "tensor-core use, algorithms that skip FLOPs (Winograd, FFT) and fused kernels are not seen"
         ),
     )
@@ -300,7 +320,7 @@ def _odd_sizes(g: OpGroup, align: int) -> list[int]:
     return sorted({n for n in sizes if n % align and n > 1})
 
 
-def _action(g: OpGroup) -> str:
+def _action(g: OpGroup, on_device: bool) -> str:
     if g.family in COMPUTE_FAMILIES:
         align = ALIGN[{"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}.get(g.dtype or "", 2)]
         odd = _odd_sizes(g, align)
@@ -316,12 +336,12 @@ def _action(g: OpGroup) -> str:
                     "sequences (or several packed into one) raise its work per byte"
                 )
             return "too little work per byte (a skinny product): batch these calls into one larger product"
-        if g.dtype == "fp32":
+        if g.dtype == "fp32" and on_device:
             return "run it in bf16 / fp16 (autocast), or allow TF32 where the device has it"
-        if (g.flops or 0.0) / max(g.calls, 1) < SMALL_CALL_FLOPS:
-            return (
-                "each call is too small to fill the device: batch the calls, or capture them in a CUDA graph"
-            )
+        per_call_s = (g.flops or 0.0) / max(g.calls, 1) / ((g.roof_tflops or math.inf) * 1e12)
+        if per_call_s < SMALL_CALL_S:
+            graph = ", or capture them in a CUDA graph" if on_device else ""
+            return f"each call is too small to fill the device: batch the calls{graph}"
         return (
             "the library's kernel reaches this share of the peak on these sizes: compare the kernels it picks "
             "(torch.compile with mode='max-autotune' tries others)"

@@ -8,14 +8,17 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.ops import OpsResult, RankOps
-from stepscope.report.tables import ops_table
+from stepscope.report.tables import module_table, op_stacks_table, ops_table
 from stepscope.report.terminal import fit_table, fmt_us, plain
+
+MODULE_DEPTH = 3  # module tree levels the terminal shows (--json: all)
 
 
 class OpsReport:
     """Per rank: the device and its roof, time per family, the op groups' table, then the findings."""
 
-    def __init__(self, result: OpsResult, *, top: int, wide: bool = False) -> None:
+    def __init__(self, result: OpsResult, *, top: int, wide: bool = False, depth: int = MODULE_DEPTH) -> None:
+        self.depth = depth
         self.result = result
         self.top = top
         self.wide = wide
@@ -24,10 +27,10 @@ class OpsReport:
         for i, rank in enumerate(self.result.ranks):
             if i:
                 yield Text("")
-            yield from _rank(rank, self.top, self.wide)
+            yield from _rank(rank, self.top, self.wide, self.depth)
 
 
-def _rank(r: RankOps, top: int, wide: bool) -> Iterator[RenderableType]:
+def _rank(r: RankOps, top: int, wide: bool, depth: int) -> Iterator[RenderableType]:
     yield Text(f"rank {r.rank}  {plain(r.path)}", style="bold")
     roof = r.roofline
     peaks = ", ".join(f"{fmt} {v:g}" for fmt, v in roof.peak_tflops.items()) or "-"
@@ -49,3 +52,9 @@ def _rank(r: RankOps, top: int, wide: bool) -> Iterator[RenderableType]:
         yield Text(f"  do: {plain(f.action)}")
         per_step = "" if f.saving_per_step_us is None else f" ({fmt_us(f.saving_per_step_us)} per step)"
         yield Text(f"  saves about {fmt_us(f.saving_us)}{per_step}: {plain(f.how_priced)}", style="dim")
+    if r.stacks:
+        yield Text("")
+        yield fit_table(op_stacks_table(r, title="Where the costliest ops were issued"), wide=wide)
+    if r.modules:
+        yield Text("")
+        yield fit_table(module_table(r, depth=depth, top=top, title="Time by module"), wide=wide)
