@@ -126,6 +126,15 @@ class AnalysisOptions(msgspec.Struct, frozen=True, kw_only=True):
         ),
     ] = None
 
+    roofline: Annotated[
+        bool,
+        Flag(
+            "Add the ops against the roofline (stepscope ops) to the page, for any input: a second pass over "
+            "each trace. A run folder recorded with record_shapes has it anyway.",
+            ("report",),
+        ),
+    ] = False
+
     def but(self, **changes: Any) -> AnalysisOptions:
         """A copy with `changes` (field names; TypeError naming one that is not a field)."""
         return with_changes(self, changes)

@@ -18,6 +18,7 @@ import numpy as np
 from stepscope.analysis.analyze import AnalysisResult, analyze, attach_run
 from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
+from stepscope.analysis.ops import OpsResult, ops_source
 from stepscope.analysis.options import AnalysisOptions, with_changes
 from stepscope.analysis.per_rank.summary import Summary, summarize
 from stepscope.analysis.read.source import Source, as_source
@@ -109,6 +110,7 @@ class ReportData(msgspec.Struct):
     run: RunSeries | None
     traces: list[TraceFile]
     notes: list[str]
+    ops: OpsResult | None = None  # each op against the roofline (a run recorded with shapes, or --roofline)
 
 
 def collect_report(
@@ -161,6 +163,9 @@ def collect_report(
         versions = {**dict(run.manifest.versions), "report": __version__}
         title = run.manifest.run_name or title
         notes.extend(n for n in run.notes if n not in result.notices)  # (a note the loader gave too: once)
+    ops = None
+    if result.ranks and (options.roofline or (run is not None and source.config([]).get("record_shapes"))):
+        ops = ops_source(source, options)
     return ReportData(
         schema=REPORT_SCHEMA,
         source=str(path),
@@ -174,6 +179,7 @@ def collect_report(
         run=_series(run) if run is not None else None,
         traces=_trace_files(path, run, infos),
         notes=notes,
+        ops=ops,
     )
 
 

@@ -25,6 +25,7 @@ SECTION_TITLES = {
     "overview": "Overview",
     "critical-path": "Critical path",
     "ops": "Kernels and ops",
+    "roofline": "Ops against the roofline",  # a run recorded with shapes, or report --roofline
     "gpu": "GPU time",
     "communication": "Communication",
     "parallelism": "Parallelism",

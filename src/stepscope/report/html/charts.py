@@ -396,3 +396,56 @@ def path_timeline(path: list[dict[str, Any]], busy: list[dict[str, Any]]) -> Spe
         },
     ]
     return spec
+
+
+def roofline(points: list[dict[str, Any]], roofs: list[dict[str, Any]]) -> Spec | None:
+    """Op groups on log-log axes, FLOPs per byte against achieved TFLOP/s, one colour per family, a point's
+    size its time; each number format's roof drawn (min(peak, bandwidth x intensity)) as a line."""
+    if not points:
+        return None
+    spec = _base(points, height=360)
+    x = {"field": "FLOP/byte", "type": "quantitative", "scale": {"type": "log"}, "title": "FLOPs per byte"}
+    y = {"field": "TFLOP/s", "type": "quantitative", "scale": {"type": "log"}, "title": "achieved TFLOP/s"}
+    layers: list[Spec] = [
+        {
+            "mark": {"type": "point", "filled": True, "opacity": 0.75, "tooltip": True},
+            "encoding": {
+                "x": x,
+                "y": y,
+                "color": {"field": "family", "type": "nominal", "title": "family"},
+                "size": {"field": "ms", "type": "quantitative", "title": "time (ms)"},
+                "tooltip": [
+                    {"field": "op", "type": "nominal"},
+                    {"field": "shapes", "type": "nominal"},
+                    {"field": "ms", "type": "quantitative", "format": ".3f"},
+                    {"field": "TFLOP/s", "type": "quantitative", "format": ".3g"},
+                    {"field": "FLOP/byte", "type": "quantitative", "format": ".3g"},
+                    {"field": "of roof", "type": "nominal"},
+                ],
+            },
+        }
+    ]
+    if roofs:
+        layers.insert(
+            0,
+            {
+                "data": {"values": roofs},
+                "mark": {"type": "line", "strokeDash": [4, 3], "color": "#555"},
+                "encoding": {
+                    "x": x,
+                    "y": y,
+                    "detail": {"field": "roof", "type": "nominal"},
+                    "tooltip": [{"field": "roof", "type": "nominal"}],
+                },
+            },
+        )
+        layers.insert(
+            1,
+            {
+                "data": {"values": [r for r in roofs if r.get("label")]},
+                "mark": {"type": "text", "align": "right", "dy": -7, "color": "#555"},
+                "encoding": {"x": x, "y": y, "text": {"field": "label"}},
+            },
+        )
+    spec["layer"] = layers
+    return spec

@@ -15,6 +15,7 @@ from stepscope.report.data import ReportData
 from stepscope.report.html import charts, host_section, run_sections
 from stepscope.report.html.parallelism import parallelism
 from stepscope.report.html.path_section import critical_path
+from stepscope.report.html.roofline_section import roofline
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section, Table, table
 from stepscope.report.tables import (
     collectives_table,
@@ -64,6 +65,7 @@ def sections(data: ReportData, pc: Charts) -> list[Section]:
         _overview(data, pc),
         critical_path(data, pc),
         _ops(data),
+        roofline(data, pc),
         _gpu(data, pc),
         _communication(data, pc),
         parallelism(data, pc),
