@@ -318,6 +318,10 @@ def _count(
 def _lacks(op: _Op) -> str:
     if family_of(op.name) == "conv" and conv_forward_shapes(op.name, op.inputs) is not None:
         return "its stride and padding (not recorded, and no backward of the same layer in the trace)"
+    if any(isinstance(d, list) and d and all(isinstance(x, int) for x in d) for d in op.inputs.dims):
+        return "inputs that fit its formula (those recorded do not: other dtypes or arguments)"
+    if "TensorList" in op.inputs.types:
+        return "the shapes of its tensor list's members (this trace records the list without them)"
     return "the shapes of its tensors"
 
 

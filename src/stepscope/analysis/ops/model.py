@@ -51,6 +51,7 @@ DTYPE_BYTES: dict[str, int] = {
     "c10::Half": 2,
     "c10::BFloat16": 2,
     "long int": 8,
+    "long": 8,  # (some 2023 traces)
     "int": 4,
     "short int": 2,
     "signed char": 1,
