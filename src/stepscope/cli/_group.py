@@ -9,9 +9,8 @@ import os
 import click
 
 from stepscope._version import __version__
+from stepscope.analysis.read.cache import NO_CACHE_ENV  # (numpy-free: the group still loads no analysis)
 from stepscope.cli import ANALYSIS_COMMANDS, COMMANDS, _commands, _env_set, limit_blas_threads
-
-NO_CACHE_ENV = "STEPSCOPE_NO_CACHE"  # (analysis.read.cache's; not imported: the group loads no analysis)
 
 
 class _LazyGroup(click.Group):

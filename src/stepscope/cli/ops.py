@@ -6,6 +6,7 @@ import click
 
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.cli._common import analysis_options, print_json, wide_option
+from stepscope.cli._output import kept_json
 
 
 @click.command(name="ops")
@@ -14,6 +15,7 @@ from stepscope.cli._common import analysis_options, print_json, wide_option
 @click.argument("path", type=click.Path(path_type=str, readable=False))
 @click.option("--top", "top", type=int, default=20, show_default=True, help="Op groups per rank (0: all).")
 @click.option("--json", "as_json", is_flag=True, help='Print one JSON document (schema "stepscope.ops/1").')
+@kept_json("ops")
 def command(path: str, top: int, as_json: bool, wide: bool, options: AnalysisOptions) -> None:
     """How close each op of PATH (a trace, a folder of traces or a run folder) runs to its device's roofline:
     ops grouped by name and input shapes, with their FLOPs and bytes (from the shapes the trace recorded),

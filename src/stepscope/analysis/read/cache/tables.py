@@ -30,8 +30,6 @@ import numpy as np
 
 from stepscope.analysis.read._parts import FileTable
 from stepscope.analysis.read.cache import (
-    MAX_ENV,
-    NO_CACHE_ENV,
     base,
     blake2b,
     code_key,
@@ -45,7 +43,7 @@ from stepscope.analysis.read.table import RankInfo, SparseColumn, constant_colum
 MAGIC = b"stepscope-table/1\n"
 _ALIGN = 64
 _NUMERIC = frozenset("biuf")  # numpy dtype kinds written and read
-__all__ = ["MAX_ENV", "NO_CACHE_ENV", "cached_load", "enabled", "file_key", "folder", "read", "write"]
+__all__ = ["cached_load", "file_key", "folder", "read", "write"]
 
 
 class _Column(msgspec.Struct, forbid_unknown_fields=True):
