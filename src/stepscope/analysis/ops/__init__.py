@@ -1,5 +1,5 @@
-"""How close each op runs to the hardware (`stepscope ops`): FLOPs and bytes per op from the shapes a trace
-recorded (`model`), the counted calls of a trace file with their time (`calls`) and where each was issued
+"""How close each op runs to the hardware (`stepscope ops`): the op families (`families`), FLOPs and bytes per op
+from the shapes a trace recorded (`model`), the counted calls of a trace file with their time (`calls`) and where each was issued
 (`where`), each op group against its device's roofline, with findings priced in time (`roofline`), and the
 stacks of the costliest ops and time by module (`views`). Per rank: every file is its own story.
 """

@@ -21,15 +21,8 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.ops.model import (
-    COMPUTE_FAMILIES,
-    Cost,
-    OpInputs,
-    conv_backward_shapes,
-    conv_forward_shapes,
-    cost_of,
-    family_of,
-)
+from stepscope.analysis.ops.families import COMPUTE_FAMILIES, family_of
+from stepscope.analysis.ops.model import Cost, OpInputs, conv_backward_shapes, conv_forward_shapes, cost_of
 from stepscope.analysis.ops.where import Frames
 from stepscope.analysis.read.event_stream import EventPieces
 
@@ -111,87 +104,101 @@ class _Op:
 def read_calls(path: str | Path) -> TraceOps:
     """The counted op calls of the trace at `path` (InputError when it cannot be read as a trace)."""
     pieces = EventPieces(path)
-    ops: dict[tuple[Any, Any], list[_Op]] = collections.defaultdict(list)
-    marks: dict[tuple[Any, Any], list[tuple[float, str]]] = collections.defaultdict(
-        list
-    )  # conv backward parts
-    launches: dict[tuple[Any, Any], list[tuple[float, int]]] = collections.defaultdict(list)
-    device: dict[int, tuple[float, int]] = {}  # correlation -> (device time, activities)
-    device_ids: collections.Counter[Any] = collections.Counter()
-    host: set[int] = set()  # correlations of copies between the host and the device
-    frames = Frames()
-    steps = shaped = python = 0
+    found = _Pass()
     for piece in pieces:
         for e in piece.events:
-            if not isinstance(e, dict) or e.get("ph") != "X":
-                continue
-            cat = e.get("cat")
-            raw = e.get("args")
-            args: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            if cat in STEP_CATEGORIES and str(e.get("name", "")).startswith(STEP_PREFIX):
-                steps += 1
-            if cat in OP_CATEGORIES:
-                name = e.get("name")
-                if not isinstance(name, str):
-                    continue
-                dims = args.get("Input Dims")
-                if dims is not None:
-                    shaped += 1
-                key = (e.get("pid"), e.get("tid"))
-                seq = args.get("Sequence number")
-                if isinstance(seq, int):
-                    frames.sequenced_op(key, _num(e.get("ts")), _num(e.get("dur")), seq, name)
-                if name.endswith(_CONV_PARTS):
-                    marks[key].append((_num(e.get("ts")), name))
-                if family_of(name) is None or not isinstance(dims, list):
-                    continue
-                types = args.get("Input type")
-                concrete = args.get("Concrete Inputs")
-                inputs = OpInputs(
-                    dims,
-                    [t if isinstance(t, str) else "" for t in types] if isinstance(types, list) else [],
-                    [c if isinstance(c, str) else "" for c in concrete] if isinstance(concrete, list) else [],
-                )
-                op = _Op(name, _num(e.get("ts")), _num(e.get("dur")), inputs)
-                stack = args.get("Call stack")
-                op.call_stack = stack if isinstance(stack, str) else None
-                ops[key].append(op)
-            elif cat == "python_function":
-                name = e.get("name")
-                if isinstance(name, str):
-                    python += 1
-                    frames.python_frame(
-                        (e.get("pid"), e.get("tid")), _num(e.get("ts")), _num(e.get("dur")), name
-                    )
-            elif cat in LAUNCH_CATEGORIES:
-                corr = args.get("correlation")
-                if isinstance(corr, int):
-                    launches[(e.get("pid"), e.get("tid"))].append((_num(e.get("ts")), corr))
-            elif cat in DEVICE_CATEGORIES:
-                corr = args.get("correlation")
-                if isinstance(corr, int):
-                    dur, n = device.get(corr, (0.0, 0))
-                    device[corr] = (dur + _num(e.get("dur")), n + 1)
-                    device_ids[args.get("device")] += 1
-                    if cat in ("gpu_memcpy", "Memcpy") and any(h in str(e.get("name")) for h in _HOST):
-                        host.add(corr)
+            if isinstance(e, dict) and e.get("ph") == "X":
+                found.take(e)
     head = {**pieces.head, **pieces.tail}
-    _nest(ops, marks, launches, device, host)
-    frames.place(ops)
-    calls, uncounted, missing = _count(ops, bool(device))
-    name, memory = _device(head, device_ids)
+    _nest(found.ops, found.marks, found.launches, found.device, found.host)
+    found.frames.place(found.ops)
+    calls, uncounted, missing = _count(found.ops, bool(found.device))
+    name, memory = _device(head, found.device_ids)
     return TraceOps(
         path=str(path),
         rank=_rank(head),
-        device=name if device else None,
-        device_memory=memory if device else None,
-        steps=steps,
+        device=name if found.device else None,
+        device_memory=memory if found.device else None,
+        steps=found.steps,
         calls=calls,
-        shaped=shaped,
-        python_frames=python,
+        shaped=found.shaped,
+        python_frames=found.python,
         uncounted=uncounted,
         missing=missing,
     )
+
+
+class _Pass:
+    """What one pass over a trace's complete events keeps, per thread where order in time matters."""
+
+    def __init__(self) -> None:
+        self.ops: dict[tuple[Any, Any], list[_Op]] = collections.defaultdict(list)
+        self.marks: dict[tuple[Any, Any], list[tuple[float, str]]] = collections.defaultdict(list)
+        self.launches: dict[tuple[Any, Any], list[tuple[float, int]]] = collections.defaultdict(list)
+        self.device: dict[int, tuple[float, int]] = {}  # correlation -> (device time, activities)
+        self.device_ids: collections.Counter[Any] = collections.Counter()
+        self.host: set[int] = set()  # correlations of copies between the host and the device
+        self.frames = Frames()
+        self.steps = self.shaped = self.python = 0
+
+    def take(self, e: dict[str, Any]) -> None:
+        cat = e.get("cat")
+        raw = e.get("args")
+        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if cat in STEP_CATEGORIES and str(e.get("name", "")).startswith(STEP_PREFIX):
+            self.steps += 1
+        if cat in OP_CATEGORIES:
+            self._op(e, args)
+        elif cat == "python_function":
+            name = e.get("name")
+            if isinstance(name, str):
+                self.python += 1
+                self.frames.python_frame(
+                    (e.get("pid"), e.get("tid")), _num(e.get("ts")), _num(e.get("dur")), name
+                )
+        elif cat in LAUNCH_CATEGORIES:
+            corr = args.get("correlation")
+            if isinstance(corr, int):
+                self.launches[(e.get("pid"), e.get("tid"))].append((_num(e.get("ts")), corr))
+        elif cat in DEVICE_CATEGORIES:
+            self._device_work(e, cat, args)
+
+    def _op(self, e: dict[str, Any], args: dict[str, Any]) -> None:
+        name = e.get("name")
+        if not isinstance(name, str):
+            return
+        dims = args.get("Input Dims")
+        if dims is not None:
+            self.shaped += 1
+        key = (e.get("pid"), e.get("tid"))
+        ts, dur = _num(e.get("ts")), _num(e.get("dur"))
+        seq = args.get("Sequence number")
+        if isinstance(seq, int):
+            self.frames.sequenced_op(key, ts, dur, seq, name)
+        if name.endswith(_CONV_PARTS):
+            self.marks[key].append((ts, name))
+        if family_of(name) is None or not isinstance(dims, list):
+            return
+        types, concrete = args.get("Input type"), args.get("Concrete Inputs")
+        op = _Op(name, ts, dur, OpInputs(dims, _texts(types), _texts(concrete)))
+        stack = args.get("Call stack")
+        op.call_stack = stack if isinstance(stack, str) else None
+        self.ops[key].append(op)
+
+    def _device_work(self, e: dict[str, Any], cat: Any, args: dict[str, Any]) -> None:
+        corr = args.get("correlation")
+        if not isinstance(corr, int):
+            return
+        dur, n = self.device.get(corr, (0.0, 0))
+        self.device[corr] = (dur + _num(e.get("dur")), n + 1)
+        self.device_ids[args.get("device")] += 1
+        if cat in ("gpu_memcpy", "Memcpy") and any(h in str(e.get("name")) for h in _HOST):
+            self.host.add(corr)
+
+
+def _texts(values: Any) -> list[str]:
+    """A recorded list of texts (`Input type`, `Concrete Inputs`), anything else in it as ""."""
+    return [v if isinstance(v, str) else "" for v in values] if isinstance(values, list) else []
 
 
 def _num(value: Any) -> float:

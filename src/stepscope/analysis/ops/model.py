@@ -24,24 +24,19 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["FAMILIES", "Cost", "OpInputs", "cost_of", "family_of"]
-
-FAMILIES = (
-    "gemm",
-    "conv",
-    "attention",
-    "norm",
-    "softmax",
-    "elementwise",
-    "reduction",
-    "copy",
-    "embedding",
-    "optimizer",
-    "transfer",  # a copy between the host and the device (told by its device activity, not its name)
+from stepscope.analysis.ops.families import (
+    ATTENTION,
+    COMPARISONS,
+    CONV_BACKWARDS,
+    CONVS,
+    FILLS,
+    GEMMS,
+    NORM_BACKWARDS,
+    SOFTMAX,
+    family_of,
 )
-# The families whose time is arithmetic on tensor cores (or the CPU's vector units): judged against the peak
-# FLOP/s of their number format; the others run on the memory's bandwidth.
-COMPUTE_FAMILIES = frozenset({"gemm", "conv", "attention"})
+
+__all__ = ["Cost", "OpInputs", "cost_of"]
 
 # Bytes per element of a tensor's dtype as the trace names it (case matters: the 2021 schema names its scalar
 # arguments "Int", "Double", "Bool", and only lower-case names are tensors there).
@@ -95,141 +90,6 @@ class Cost(msgspec.Struct, frozen=True):
     bytes: float
     dtype: str | None
     causal: bool = False
-
-
-# --- the families --------------------------------------------------------------------------------------
-# op name -> (family, positions of the tensors the formula reads): GEMMs (a, b) and their bias
-_GEMMS: dict[str, tuple[int, int]] = {
-    "aten::mm": (0, 1),
-    "aten::addmm": (1, 2),
-    "aten::bmm": (0, 1),
-    "aten::baddbmm": (1, 2),
-    "aten::addbmm": (1, 2),
-    "aten::matmul": (0, 1),
-    "aten::linear": (0, 1),
-    "aten::_scaled_mm": (0, 1),
-    "aten::mv": (0, 1),
-    "aten::addmv": (1, 2),
-}
-# convolutions: op -> index of (stride, padding, dilation, transposed) in its arguments (-1: absent); the
-# groups are in the weight's shape (its second dimension is C_in / groups)
-_CONVS: dict[str, tuple[int, int, int, int]] = {
-    "aten::conv1d": (3, 4, 5, -1),
-    "aten::conv2d": (3, 4, 5, -1),
-    "aten::conv3d": (3, 4, 5, -1),
-    "aten::convolution": (3, 4, 5, 6),
-    "aten::_convolution": (3, 4, 5, 6),
-    "aten::cudnn_convolution": (3, 2, 4, -1),
-    "aten::miopen_convolution": (4, 3, 5, -1),
-    "aten::mkldnn_convolution": (4, 3, 5, -1),
-}
-# convolution backwards: op -> (grad_output, input, weight positions, output mask position)
-_CONV_BACKWARDS: dict[str, tuple[int, int, int, int]] = {
-    "aten::convolution_backward": (0, 1, 2, 10),
-    "aten::cudnn_convolution_backward": (1, 0, 2, 10),
-    "aten::miopen_convolution_backward": (1, 0, 2, 9),
-}
-# attention: op -> (index of q, index of is_causal, backward, layout "bhld" or "blhd")
-_ATTENTION: dict[str, tuple[int, int, bool, str]] = {
-    "aten::scaled_dot_product_attention": (0, 5, False, "bhld"),
-    "aten::_scaled_dot_product_flash_attention": (0, 4, False, "bhld"),
-    "aten::_scaled_dot_product_flash_attention_for_cpu": (0, 4, False, "bhld"),
-    "aten::_scaled_dot_product_efficient_attention": (0, 6, False, "bhld"),
-    "aten::_scaled_dot_product_cudnn_attention": (0, 6, False, "bhld"),
-    "aten::_flash_attention_forward": (0, 8, False, "blhd"),
-    "aten::_efficient_attention_forward": (0, 9, False, "blhd"),
-    "aten::_scaled_dot_product_flash_attention_backward": (1, 11, True, "bhld"),
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 7, True, "bhld"),
-    "aten::_scaled_dot_product_efficient_attention_backward": (1, 11, True, "bhld"),
-    "aten::_scaled_dot_product_cudnn_attention_backward": (1, -1, True, "bhld"),
-}
-_NORMS = {
-    "aten::native_layer_norm",
-    "aten::layer_norm",
-    "aten::native_batch_norm",
-    "aten::batch_norm",
-    "aten::_batch_norm_impl_index",
-    "aten::cudnn_batch_norm",
-    "aten::miopen_batch_norm",
-    "aten::_native_batch_norm_legit",
-    "aten::_native_batch_norm_legit_no_training",
-    "aten::native_group_norm",
-    "aten::group_norm",
-    "aten::rms_norm",
-    "aten::_fused_rms_norm",
-}
-_NORM_BACKWARDS = {
-    "aten::native_layer_norm_backward",
-    "aten::native_batch_norm_backward",
-    "aten::cudnn_batch_norm_backward",
-    "aten::miopen_batch_norm_backward",
-    "aten::native_group_norm_backward",
-    "aten::_fused_rms_norm_backward",
-}
-_SOFTMAX = {"aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax"}
-_SOFTMAX_BACKWARDS = {"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"}
-_REDUCTIONS = {
-    "aten::sum",
-    "aten::mean",
-    "aten::amax",
-    "aten::amin",
-    "aten::max",
-    "aten::min",
-    "aten::prod",
-    "aten::norm",
-    "aten::linalg_vector_norm",
-    "aten::var",
-    "aten::std",
-    "aten::var_mean",
-    "aten::argmax",
-    "aten::argmin",
-    "aten::all",
-    "aten::any",
-    "aten::logsumexp",
-}
-_COPIES = {"aten::copy_", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat", "aten::stack"}
-_FILLS = {"aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_", "aten::bernoulli_"}
-_EMBEDDINGS = {"aten::embedding", "aten::embedding_dense_backward", "aten::embedding_backward"}
-_COMPARISONS = re.compile(r"^aten::(eq|ne|lt|le|gt|ge|isnan|isinf|isfinite|logical_\w+)_?$")
-# elementwise: one FLOP per output element (arithmetic, activations and their backwards)
-_ELEMENTWISE = re.compile(
-    r"^aten::(add|sub|rsub|mul|div|neg|exp|exp2|expm1|log|log1p|log2|sqrt|rsqrt|pow|abs|sign|reciprocal|"
-    r"relu|relu6|silu|gelu|sigmoid|tanh|hardswish|hardsigmoid|leaky_relu|elu|mish|softplus|erf|sin|cos|"
-    r"clamp|clamp_min|clamp_max|clip|where|masked_fill|lerp|addcmul|addcdiv|maximum|minimum|floor|ceil|round|"
-    r"trunc|remainder|fmod|bitwise_and|bitwise_or|bitwise_xor|bitwise_not|threshold|threshold_backward|"
-    r"gelu_backward|silu_backward|sigmoid_backward|tanh_backward|hardswish_backward|native_dropout|dropout|"
-    r"native_dropout_backward|square|eq|ne|lt|le|gt|ge|isnan|isinf|isfinite|logical_and|logical_or|"
-    r"logical_not|logical_xor)_?$"
-)
-_FOREACH = re.compile(r"^aten::_foreach_\w+$")
-_FUSED_OPTIMIZERS = re.compile(r"^aten::_fused_(adam|adamw|sgd|adagrad)_?$")
-
-
-# op name -> family, for the families named op by op
-_BY_NAME: dict[str, str] = {
-    name: family
-    for family, names in (
-        ("gemm", _GEMMS),
-        ("conv", {*_CONVS, *_CONV_BACKWARDS}),
-        ("attention", _ATTENTION),
-        ("norm", _NORMS | _NORM_BACKWARDS),
-        ("softmax", _SOFTMAX | _SOFTMAX_BACKWARDS),
-        ("reduction", _REDUCTIONS),
-        ("copy", _COPIES | _FILLS),
-        ("embedding", _EMBEDDINGS),
-    )
-    for name in names
-}
-
-
-def family_of(name: str) -> str | None:
-    """The family of an op by its name; None for ops the model does not cover (views, metadata, ...)."""
-    family = _BY_NAME.get(name)
-    if family is not None:
-        return family
-    if _FOREACH.match(name) or _FUSED_OPTIMIZERS.match(name):
-        return "optimizer"
-    return "elementwise" if _ELEMENTWISE.match(name) else None
 
 
 # --- reading the recorded inputs -----------------------------------------------------------------------
@@ -317,7 +177,7 @@ def cost_of(name: str, inputs: OpInputs, *, conv_output: list[int] | None = None
     if family == "gemm":
         return _gemm(name, inputs)
     if family == "conv":
-        return _conv_backward(name, inputs) if name in _CONV_BACKWARDS else _conv(name, inputs, conv_output)
+        return _conv_backward(name, inputs) if name in CONV_BACKWARDS else _conv(name, inputs, conv_output)
     if family == "attention":
         return _attention(name, inputs)
     if family == "embedding":
@@ -326,7 +186,7 @@ def cost_of(name: str, inputs: OpInputs, *, conv_output: list[int] | None = None
 
 
 def _gemm(name: str, inputs: OpInputs) -> Cost | None:
-    ia, ib = _GEMMS[name]
+    ia, ib = GEMMS[name]
     a, b = _tensor(inputs, ia), _tensor(inputs, ib)
     if a is None or b is None:
         return None
@@ -364,7 +224,7 @@ def _conv(name: str, inputs: OpInputs, conv_output: list[int] | None) -> Cost | 
     if x is None or w is None or len(x[0]) < 3 or len(w[0]) != len(x[0]):
         return None
     (sx, tx), (sw, _) = x, w
-    i_stride, i_pad, i_dil, i_transposed = _CONVS[name]
+    i_stride, i_pad, i_dil, i_transposed = CONVS[name]
     transposed = _flag(inputs, i_transposed) if i_transposed >= 0 else False
     spatial = len(sx) - 2
     out = conv_output
@@ -399,7 +259,7 @@ def _param(inputs: OpInputs, i: int, spatial: int) -> list[int] | None:
 
 
 def _conv_backward(name: str, inputs: OpInputs) -> Cost | None:
-    i_grad, i_x, i_w, i_mask = _CONV_BACKWARDS[name]
+    i_grad, i_x, i_w, i_mask = CONV_BACKWARDS[name]
     g, x, w = _tensor(inputs, i_grad), _tensor(inputs, i_x), _tensor(inputs, i_w)
     if g is None or x is None or w is None:
         return None
@@ -426,9 +286,9 @@ def conv_backward_shapes(
 ) -> tuple[tuple[int, ...], tuple[int, ...], list[int]] | None:
     """(input shape, weight shape, output shape) of a convolution backward: what its forward's FLOPs need when
     the forward's own arguments do not give its output."""
-    if name not in _CONV_BACKWARDS:
+    if name not in CONV_BACKWARDS:
         return None
-    i_grad, i_x, i_w, _ = _CONV_BACKWARDS[name]
+    i_grad, i_x, i_w, _ = CONV_BACKWARDS[name]
     g, x, w = _tensor(inputs, i_grad), _tensor(inputs, i_x), _tensor(inputs, i_w)
     if g is None or x is None or w is None:
         return None
@@ -437,14 +297,14 @@ def conv_backward_shapes(
 
 def conv_forward_shapes(name: str, inputs: OpInputs) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """(input shape, weight shape) of a convolution forward."""
-    if name not in _CONVS:
+    if name not in CONVS:
         return None
     x, w = _tensor(inputs, 0), _tensor(inputs, 1)
     return None if x is None or w is None else (tuple(x[0]), tuple(w[0]))
 
 
 def _attention(name: str, inputs: OpInputs) -> Cost | None:
-    iq, i_causal, backward, layout = _ATTENTION[name]
+    iq, i_causal, backward, layout = ATTENTION[name]
     q, k, v = _tensor(inputs, iq), _tensor(inputs, iq + 1), _tensor(inputs, iq + 2)
     if q is None or k is None or v is None or len(q[0]) != 4 or len(k[0]) != 4 or len(v[0]) != 4:
         return None
@@ -517,7 +377,7 @@ def _memory_bound(name: str, family: str, inputs: OpInputs) -> Cost | None:
         written = sizes[0] if "_foreach_" in name else sizes[0] + sum(sizes[2:4])
         flops = float(sum(_numel(x) for x in lists[0])) if "_foreach_" in name else None
         return Cost("optimizer", flops, read + float(written), None)
-    if name in _FILLS:  # writes its tensor, reads nothing of it
+    if name in FILLS:  # writes its tensor, reads nothing of it
         return Cost("copy", None, _nbytes(*first), None)
     if name == "aten::copy_":
         src = _tensor(inputs, 1)
@@ -531,21 +391,21 @@ def _memory_bound(name: str, family: str, inputs: OpInputs) -> Cost | None:
     if name in ("aten::clone", "aten::contiguous"):
         return Cost("copy", None, 2.0 * _nbytes(*first), None)
     if family == "norm":
-        if name in _NORM_BACKWARDS:  # the input's gradient and the weight's (and bias's) written
+        if name in NORM_BACKWARDS:  # the input's gradient and the weight's (and bias's) written
             params = sum(_nbytes(s, t) for s, t in tensors if len(s) == 1 and s != first[0])
             return Cost("norm", 8.0 * _numel(first[0]), read + _nbytes(*first) + params, None)
         stats = 2.0 * 4 * _numel(first[0][:1] if name.endswith("batch_norm") else first[0][:-1])
         return Cost("norm", 5.0 * _numel(first[0]), read + _nbytes(*first) + stats, None)
     if family == "softmax":
         size = DTYPE_BYTES[first[1]]
-        if name in _SOFTMAX and _flag(inputs, 2):  # half_to_float
+        if name in SOFTMAX and _flag(inputs, 2):  # half_to_float
             size = 4
         return Cost("softmax", 5.0 * _numel(first[0]), read + float(_numel(first[0]) * size), None)
     if family == "reduction":
         return Cost("reduction", float(_numel(first[0])), read + _reduced_bytes(inputs, first), None)
     # elementwise: the output broadcasts the tensor inputs; a comparison writes bools; in place writes `self`
     out_shape = _broadcast([s for s, _ in shaped]) if shaped else []
-    size = 1 if _COMPARISONS.match(name) else max(DTYPE_BYTES[t] for s, t in (shaped or tensors))
+    size = 1 if COMPARISONS.match(name) else max(DTYPE_BYTES[t] for s, t in (shaped or tensors))
     out = float(_numel(out_shape) * size)
     if name in ("aten::native_dropout",):  # its mask too
         out += _numel(out_shape)

@@ -21,7 +21,8 @@ import re
 import msgspec
 
 from stepscope.analysis.ops.calls import OpCall, TraceOps
-from stepscope.analysis.ops.model import COMPUTE_FAMILIES, DTYPE_BYTES
+from stepscope.analysis.ops.families import COMPUTE_FAMILIES
+from stepscope.analysis.ops.model import DTYPE_BYTES
 from stepscope.analysis.ops.views import STACK_GROUPS, ModuleRow, StackRow, module_tree, top_stacks
 from stepscope.devices import PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_bandwidth
 from stepscope.units import significant
