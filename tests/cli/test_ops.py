@@ -85,3 +85,112 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and str(bad) in lines[0] and captured.out == ""
+
+
+@pytest.mark.parametrize("flag", ["--peak-tflops", "--peak-tbps"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "lots"])
+def test_a_roof_of_nothing_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    assert main(["ops", str(trace), flag, value]) == 2
+    assert "above 0" in capsys.readouterr().err or value == "lots"
+
+
+def _event(name: str, cat: str, ts: float, dur: float, **args: object) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+
+def _gpu_trace(path: Path, step_us: list[float]) -> Path:
+    """A GPU trace with known answers: per step an aten::linear over an aten::mm whose launch runs a 100 us
+    kernel, a view launching nothing, and the batch's copy to the device (a 50 us HtoD memcpy)."""
+    events: list[dict] = []
+    ts, corr = 0.0, 0
+    mm = {"Input Dims": [[512, 1024], [1024, 768]], "Input type": ["c10::BFloat16"] * 2}
+    for i, dur in enumerate(step_us):
+        events.append(_event(f"ProfilerStep#{i}", "user_annotation", ts, dur))
+        events.append(
+            _event(
+                "aten::copy_",
+                "cpu_op",
+                ts + 1,
+                5,
+                **{"Input Dims": [[64, 1024], [64, 1024]], "Input type": ["float", "float"]},
+            )
+        )
+        corr += 1
+        events.append(_event("cudaMemcpyAsync", "cuda_runtime", ts + 2, 1, correlation=corr))
+        copy = _event(
+            "Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", ts + 3, 50, correlation=corr, device=0
+        )
+        copy.update(pid=0, tid=7)
+        events.append(copy)
+        linear = {"Input Dims": [[512, 1024], [768, 1024]], "Input type": ["c10::BFloat16"] * 2}
+        events.append(_event("aten::linear", "cpu_op", ts + 10, 20, **linear))
+        events.append(_event("aten::mm", "cpu_op", ts + 12, 10, **mm))
+        corr += 1
+        events.append(_event("cudaLaunchKernel", "cuda_runtime", ts + 13, 2, correlation=corr))
+        kernel = _event("gemm_kernel", "kernel", ts + 20, 100, correlation=corr, device=0)
+        kernel.update(pid=0, tid=7)
+        events.append(kernel)
+        events.append(
+            _event(
+                "aten::view",
+                "cpu_op",
+                ts + 31,
+                1,
+                **{"Input Dims": [[512, 768]], "Input type": ["c10::BFloat16"]},
+            )
+        )
+        ts += dur
+    doc = {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_gpu_trace_with_known_answers_times_each_op_by_its_kernels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _ops(capsys, str(_gpu_trace(tmp_path / "g.json", [400.0, 410.0, 405.0])))
+    (rank,) = doc["ranks"]
+    assert rank["device"] == "NVIDIA H100 80GB HBM3" and rank["steps"] == 3
+    (mm,) = [g for g in rank["groups"] if g["family"] == "gemm"]
+    # the linear is counted once, as its mm, timed by its kernels: 3 x 100 us
+    assert mm["name"] == "aten::mm" and mm["calls"] == 3 and mm["time_us"] == pytest.approx(300.0)
+    assert mm["flops"] == 3 * 2 * 512 * 1024 * 768
+    assert mm["tflops"] == pytest.approx(mm["flops"] / 300e-6 / 1e12)
+    # its roof: the H100's bf16 peak or its memory's 3.35 TB/s times its FLOPs per byte (236: below the ridge)
+    moved = 3 * 2 * (512 * 1024 + 1024 * 768 + 512 * 768)
+    assert mm["bytes"] == moved and mm["intensity"] == pytest.approx(mm["flops"] / moved)
+    roof = min(989.5, 3.35 * mm["intensity"])
+    assert mm["bound"] == "memory" and mm["efficiency"] == pytest.approx(mm["tflops"] / roof)
+    # the copy to the device is a host transfer, not judged against the device's memory; the view is left out
+    (copy,) = [g for g in rank["groups"] if g["name"] == "aten::copy_"]
+    assert (
+        copy["family"] == "transfer"
+        and copy["time_us"] == pytest.approx(150.0)
+        and copy["efficiency"] is None
+    )
+    assert not [g for g in rank["groups"] if g["name"] == "aten::view"]
+    assert not [n for n in rank["notes"] if "median step" in n]
+
+
+def test_a_step_far_longer_than_the_others_is_said_to_weigh_on_the_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _ops(capsys, str(_gpu_trace(tmp_path / "g.json", [400.0, 4000.0, 405.0, 410.0])))
+    (note,) = [n for n in doc["ranks"][0]["notes"] if "median step" in n]
+    assert note.startswith("ProfilerStep#1 took 4.0 ms, 10x the median step")
+
+
+def test_the_terminal_table_keeps_every_figure_at_80_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["ops", str(_gpu_trace(tmp_path / "g.json", [400.0, 410.0, 405.0]))]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for header in ("of roof", "saving", "TFLOP/s", "bound", "calls"):
+        assert header in out, header
+    assert "300 us" in out  # the products' time, whole

@@ -40,7 +40,7 @@ def shaped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     out = tmp_path_factory.mktemp("shaped")
     return profiled_run(
-        out, 8, wait=1, warmup=1, active=2, repeat=1, record_shapes=True, with_modules=True, report=False
+        out, 8, wait=1, warmup=1, active=2, repeat=1, record_shapes=True, with_stack=True, report=False
     )
 
 
@@ -51,6 +51,8 @@ def test_a_run_recorded_with_shapes_has_its_ops_on_the_roofline(shaped_run: Path
     assert "aten::addmm" in section and "roof from" in section
     # a CPU has no roof in the table: the page says how to give one
     assert "--peak-tflops" in section
+    # the module tree keeps its indentation on the page (no-break spaces: plain ones collapse)
+    assert re.search("(\u00a0|&nbsp;|&#160;){2}Linear", section), "the module tree is flat"
     spec = _roofline_spec(html)
     points = spec["data"]["values"]
     assert points and {p["family"] for p in points} >= {"gemm"}
@@ -65,7 +67,7 @@ def test_a_run_without_shapes_says_what_gives_the_section(tmp_path: Path) -> Non
     html = tmp_path / "r.html"
     assert main(["report", str(run), "-o", str(html)]) == 0
     section = _section(html)
-    assert "record_shapes=True" in section and "--roofline" in section
+    assert "recorded without record_shapes=True" in section
 
 
 @pytest.mark.shared

@@ -189,3 +189,36 @@ def test_piped_output_has_no_trailing_spaces(demo_run: Path, command: str) -> No
     # THEN it holds its tables, and no line ends in spaces
     assert tables(done.stdout) and len(lines) > 10
     assert [line for line in lines if line != line.rstrip()] == []
+
+
+def test_narrow_name_columns_keep_their_width_and_the_table_its_figures_at_80_columns() -> None:
+    # GIVEN a table with one long name column and two short ones (a format, a bound) among many figures
+    import io
+
+    from rich.console import Console
+
+    from stepscope.report.terminal import FitTable
+
+    cols = [
+        "op",
+        "format",
+        "calls",
+        "total",
+        "share",
+        "FLOPs",
+        "bytes",
+        "TFLOP/s",
+        "TB/s",
+        "bound",
+        "of roof",
+    ]
+    row = ["aten::_flash_attention_forward", "bf16", "24", "2.72 ms", "8.5%", "245.7 GFLOP", "1.64 GiB"]
+    row += ["90.3", "0.646", "memory", "19.3%"]
+    numeric = [c not in ("op", "format", "bound") for c in cols]
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(FitTable("T", cols, [row, row], numeric=numeric))
+    text = out.getvalue()
+    # THEN no line passes 80 columns and every header and figure is printed whole (the long name shortened)
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    for cell in (*cols, *row[1:]):
+        assert re.search(rf"(^|\s){re.escape(cell)}(\s|$)", text, flags=re.M), cell

@@ -31,6 +31,17 @@ def parse_step_range(text: str) -> StepRange:
     return bounds
 
 
+def positive_float(text: str) -> float:
+    """A number above 0; ValueError otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{text!r}: give a number above 0")
+    return value
+
+
 class Flag(NamedTuple):
     """How an option reads on the command line."""
 
@@ -113,16 +124,18 @@ class AnalysisOptions(msgspec.Struct, frozen=True, kw_only=True):
         Flag(
             "The device's peak dense TFLOP/s, for every number format (default: the peak table, by the trace's "
             "device name; a CPU has none).",
-            ("ops",),
+            ("ops", "report"),
             metavar="TFLOPS",
+            parse=positive_float,
         ),
     ] = None
     peak_tbps: Annotated[
         float | None,
         Flag(
             "The device memory's peak bandwidth in TB/s (default: the peak table, by the trace's device name).",
-            ("ops",),
+            ("ops", "report"),
             metavar="TBPS",
+            parse=positive_float,
         ),
     ] = None
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from stepscope.analysis.cross_rank.dimensions import Dimensions
     from stepscope.analysis.cross_rank.distributed import CrossRank
     from stepscope.analysis.cross_rank.straggler import GroupStraggler
-    from stepscope.analysis.ops import RankOps
+    from stepscope.analysis.ops import OpGroup, RankOps, Roofline
     from stepscope.analysis.per_rank.breakdown import Temporal
     from stepscope.analysis.per_rank.comm.stats import CollectiveStats
     from stepscope.analysis.per_rank.summary import RankSummary
@@ -261,45 +261,38 @@ def anomaly_table(window: AnomalyWindow) -> Table:
     )  # fmt: skip
 
 
-def ops_table(rank: RankOps, *, top: int, title: str = "") -> Table:
-    """A rank's op groups (an op with one set of input shapes) against the roofline, by time."""
+def ops_table(rank: RankOps, *, top: int, title: str = "", terminal: bool = False) -> Table:
+    """A rank's op groups (an op with one set of input shapes) against the roofline, by time. `terminal`: the
+    columns a console has room for (the format beside the shapes; no FLOPs or bytes, which --json has)."""
     groups = rank.groups[:top] if top else rank.groups
     time = "device time" if rank.time_kind == "device" else "wall time (a CPU trace)"
+    columns = [
+        col.OP,
+        col.OP_SHAPES,
+        col.OP_FORMAT,
+        col.CALLS,
+        col.TOTAL,
+        col.SHARE,
+        col.OP_FLOPS,
+        col.OP_BYTES,
+    ]
+    if terminal:
+        columns = [col.OP, col.OP_SHAPES_FORMAT, col.CALLS, col.TOTAL, col.SHARE]
+    columns += [col.OP_TFLOPS, col.OP_TBPS, col.OP_BOUND, col.OP_EFFICIENCY, col.OP_SAVING]
+
+    def row(g: OpGroup) -> list[Any]:
+        name = g.name + (" (causal)" if g.causal else "")
+        if terminal:
+            first = [name, g.shapes + (f" {g.dtype}" if g.dtype else ""), g.calls, g.time_us, 100 * g.share]
+        else:
+            first = [name, g.shapes, g.dtype, g.calls, g.time_us, 100 * g.share, g.flops, g.bytes]
+        efficiency = None if g.efficiency is None else 100 * g.efficiency
+        return [*first, g.tflops, g.tbps, g.bound, efficiency, g.saving_us]
+
     return table(
         "ops-roofline",
-        [
-            col.OP,
-            col.OP_SHAPES,
-            col.OP_FORMAT,
-            col.CALLS,
-            col.TOTAL,
-            col.SHARE,
-            col.OP_FLOPS,
-            col.OP_BYTES,
-            col.OP_TFLOPS,
-            col.OP_TBPS,
-            col.OP_BOUND,
-            col.OP_EFFICIENCY,
-            col.OP_SAVING,
-        ],
-        (
-            [
-                g.name + (" (causal)" if g.causal else ""),
-                g.shapes,
-                g.dtype,
-                g.calls,
-                g.time_us,
-                100 * g.share,
-                g.flops,
-                g.bytes,
-                g.tflops,
-                g.tbps,
-                g.bound,
-                None if g.efficiency is None else 100 * g.efficiency,
-                g.saving_us,
-            ]
-            for g in groups
-        ),
+        columns,
+        (row(g) for g in groups),
         caption=(
             f"Ops grouped by name and input shapes, by {time} (top {len(groups)} of {len(rank.groups)}). "
             "'of roof': the achieved rate over the roofline at the op's FLOPs per byte (GEMMs, convolutions, "
@@ -339,18 +332,33 @@ def op_stacks_table(rank: RankOps, *, title: str = "") -> Table:
     )
 
 
-def module_table(rank: RankOps, *, depth: int, top: int, title: str = "") -> Table:
-    """Time and FLOPs by module type (a module's instances as one), as a tree down to `depth`, its first `top`
-    rows in tree order."""
-    rows = [m for m in rank.module_types if m.depth < depth][:top] if top else rank.module_types
+MODULE_ROWS = 60  # rows of the module tree a table shows (the JSON has every module)
+INDENT = "\u00a0\u00a0"  # (no-break spaces: a page keeps them where it would collapse plain ones)
+
+
+def module_table(rank: RankOps, *, depth: int, title: str = "") -> Table:
+    """Time and FLOPs by module type (a module's instances as one), as a tree down to `depth` levels, its first
+    MODULE_ROWS rows in tree order."""
+    rows = [m for m in rank.module_types if m.depth < depth][:MODULE_ROWS]
     return table(
         "ops-modules",
         [col.MODULE, col.CALLS, col.MODULE_FORWARD, col.MODULE_BACKWARD, col.OP_FLOPS],
-        ([("  " * m.depth) + m.name, m.calls, m.forward_us, m.backward_us, m.flops] for m in rows),
+        ([INDENT * m.depth + m.name, m.calls, m.forward_us, m.backward_us, m.flops] for m in rows),
         caption=(
-            f"The counted ops' time and FLOPs by nn.Module type (with_modules; the instances of a module as "
-            f"one), a tree to depth {depth}: a module holds its submodules' ops; backward ops take the module of "
+            f"The counted ops' time and FLOPs by nn.Module type (the stack's module frames; the instances of a module as "
+            f"one), a tree of {depth} levels: a module holds its submodules' ops; backward ops take the module of "
             "the forward op that made their autograd node. --json has every instance too."
         ),
         title=title,
     )
+
+
+def roof_text(roof: Roofline) -> str:
+    """The roof in words: its peaks per number format (or one for every format) and its bandwidth."""
+    if "*" in roof.peak_tflops:
+        peaks = f"peak {roof.peak_tflops['*']:g} TFLOP/s (every format)"
+    elif roof.peak_tflops:
+        peaks = "peak TFLOP/s " + ", ".join(f"{fmt} {v:g}" for fmt, v in roof.peak_tflops.items())
+    else:
+        peaks = "no peak"
+    return f"{peaks} · memory {'-' if roof.tbps is None else f'{roof.tbps:g} TB/s'}"

@@ -47,7 +47,9 @@ class OpCall(msgspec.Struct):
     time_us: float
     kernels: int  # device activities launched inside it (0 on a CPU trace)
     stack: tuple[str, ...] | None = None  # the Python frames it was issued from, outermost first
-    module: tuple[str, ...] | None = None  # its nn.Module path (with_modules), outermost first
+    module: tuple[str, ...] | None = (
+        None  # its nn.Module path (from the stack's module frames), outermost first
+    )
     backward: bool = False  # it ran inside an autograd node
 
 
@@ -59,6 +61,7 @@ class TraceOps(msgspec.Struct):
     device: str | None  # the device its kernels ran on (deviceProperties' name); None: no device work
     device_memory: int | None
     steps: int  # ProfilerStep ranges in the file (0: none)
+    step_us: list[tuple[str, float]]  # each ProfilerStep range and its duration
     calls: list[OpCall]
     shaped: int  # ops with recorded inputs (0: record_shapes was off)
     python_frames: int  # python_function events (0: with_stack was off)
@@ -120,6 +123,7 @@ def read_calls(path: str | Path) -> TraceOps:
         device=name if found.device else None,
         device_memory=memory if found.device else None,
         steps=found.steps,
+        step_us=found.step_us,
         calls=calls,
         shaped=found.shaped,
         python_frames=found.python,
@@ -140,6 +144,7 @@ class _Pass:
         self.host: set[int] = set()  # correlations of copies between the host and the device
         self.frames = Frames()
         self.steps = self.shaped = self.python = 0
+        self.step_us: list[tuple[str, float]] = []  # (ProfilerStep#N, its duration)
 
     def take(self, e: dict[str, Any]) -> None:
         cat = e.get("cat")
@@ -147,6 +152,7 @@ class _Pass:
         args: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if cat in STEP_CATEGORIES and str(e.get("name", "")).startswith(STEP_PREFIX):
             self.steps += 1
+            self.step_us.append((str(e.get("name")), _num(e.get("dur"))))
         if cat in OP_CATEGORIES:
             self._op(e, args)
         elif cat == "python_function":

@@ -38,9 +38,9 @@ FINDINGS = 5
 # multiples of these sizes let tensor cores tile a GEMM / convolution / attention without padding (bytes of
 # the format -> elements): 16-bit formats 8, 8-bit 16, fp32 (TF32) 4
 ALIGN = {1: 16, 2: 8, 4: 4}
-SMALL_CALL_S = (
-    10e-6  # a call that would take less at the roof leaves most of the device idle (launches, tails)
-)
+# a call that would take less at the roof leaves most of the device idle (launches, tails)
+SMALL_CALL_S = 10e-6
+OUTLIER_STEP = 3.0  # a profiled step this many times the median is said to weigh on the figures
 
 
 class Roofline(msgspec.Struct, frozen=True):
@@ -105,7 +105,9 @@ class RankOps(msgspec.Struct):
     families: dict[str, float]  # time per family, us
     findings: list[OpFinding]
     stacks: list[StackRow]  # the stacks that issued the costliest op groups (with_stack)
-    modules: list[ModuleRow]  # time and FLOPs by module instance, a tree (with_modules)
+    modules: list[
+        ModuleRow
+    ]  # time and FLOPs by module instance, a tree (the nn.Module frames with_stack records)
     module_types: list[ModuleRow]  # the same with a module's instances as one (its class)
     notes: list[str]
 
@@ -120,8 +122,8 @@ def roofline_for(
     if peaks and key:
         sources.append(f"{key}: {PEAK_SOURCES[key]}")
     if peak_tflops is not None:
-        peaks = {"*": peak_tflops}
-        sources.insert(0, f"peak {peak_tflops:g} TFLOP/s given")
+        peaks = {"*": peak_tflops}  # ("*": every number format)
+        sources.insert(0, f"peak {peak_tflops:g} TFLOP/s given, for every number format")
     bandwidth = lookup_bandwidth(device, memory) if device else None
     if tbps is not None:
         bandwidth = tbps
@@ -137,7 +139,7 @@ def _shapes(call: OpCall) -> str:
     for d, t in zip(call.inputs.dims, call.inputs.types, strict=False):
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
             parts.append(f"{len(d)} tensors")
-        elif isinstance(d, list) and t in DTYPE_BYTES and d:
+        elif isinstance(d, list) and t in DTYPE_BYTES:
             parts.append("[" + ", ".join(map(str, d)) + "]")
     return " x ".join(parts) if call.cost.family in COMPUTE_FAMILIES else ", ".join(parts)
 
@@ -166,7 +168,7 @@ def rank_ops(
     if ops.calls and not stacks:
         notes.append("no Python stacks in this trace: with_stack=True records the stacks that issued each op")
     if ops.calls and not modules:
-        notes.append("no module frames in this trace: with_modules=True records time by nn.Module")
+        notes.append("no nn.Module frames in this trace: with_stack=True records them (time by module)")
     return RankOps(
         rank=rank,
         path=ops.path,
@@ -203,7 +205,8 @@ def _group(
         if peak and intensity is not None and tflops is not None:
             slope = roof.tbps * intensity if roof.tbps else math.inf
             roof_tflops = min(peak, slope)
-            bound = "compute" if slope >= peak else "memory"
+            # (without the memory's bandwidth the roof is the peak, and the bound cannot be told)
+            bound = None if not roof.tbps else "compute" if slope >= peak else "memory"
             efficiency = tflops / roof_tflops
             saving = time_us * max(0.0, 1.0 - efficiency / TARGET["compute"])
     elif roof.tbps and family != "transfer":  # (a host copy runs at the host link's speed: not judged)
@@ -233,6 +236,16 @@ def _group(
 
 def _notes(ops: TraceOps, roof: Roofline) -> list[str]:
     notes = []
+    durations = sorted(us for _, us in ops.step_us)
+    if len(durations) >= 3:
+        median = durations[len(durations) // 2]
+        name, longest = max(ops.step_us, key=lambda s: s[1])
+        if median > 0 and longest > OUTLIER_STEP * median:
+            notes.append(
+                f"{name} took {longest / 1e3:.1f} ms, {longest / median:.0f}x the median step "
+                f"({median / 1e3:.1f} ms): the op times and savings include it (a first step's warm-up, or a "
+                "stall); profile more steps, or a window after it"
+            )
     if ops.shaped == 0:
         notes.append(
             f"{ops.path}: no op has recorded shapes: profile with record_shapes=True (stepscope's option of that "
@@ -286,11 +299,17 @@ def _pool(parts: list[OpGroup], saving: float, total: float) -> OpGroup:
 
 def _finding(g: OpGroup, total: float, steps: int, roof: Roofline) -> OpFinding:
     kind = "compute" if g.family in COMPUTE_FAMILIES else "memory"
-    eff = g.efficiency or 0.0
+    eff = _pct(g.efficiency or 0.0)
     if kind == "compute":
-        where = f"{eff:.0%} of its roof ({significant(g.roof_tflops or 0.0, 3)} TFLOP/s, {g.bound}-bound, {g.dtype})"
+        bound = f", {g.bound}-bound" if g.bound else ""
+        where = f"{eff} of its roof ({significant(g.roof_tflops or 0.0, 3)} TFLOP/s{bound}, {g.dtype})"
     else:
-        where = f"{eff:.0%} of the memory's bandwidth ({roof.tbps:g} TB/s)"
+        where = f"{eff} of the memory's bandwidth ({roof.tbps:g} TB/s)"
+    unseen = (
+        "tensor-core use, algorithms that skip FLOPs (Winograd, FFT) and fused kernels are not seen"
+        if roof.device
+        else "the library's algorithms (some skip FLOPs) and fused kernels are not seen"
+    )
     saving = g.saving_us or 0.0
     per_step = saving / steps if steps else None
     return OpFinding(
@@ -302,10 +321,15 @@ def _finding(g: OpGroup, total: float, steps: int, roof: Roofline) -> OpFinding:
         saving_per_step_us=per_step,
         how_priced=(
             f"the time over what {TARGET[kind]:.0%} of its roof would take, of the {total / 1e3:.1f} ms the "
-            f"counted ops took{f' over {steps} step' + ('s' if steps > 1 else '') if steps else ''}; modelled from the recorded shapes: "
-            "tensor-core use, algorithms that skip FLOPs (Winograd, FFT) and fused kernels are not seen"
+            f"counted ops took{f' over {steps} step' + ('s' if steps > 1 else '') if steps else ''}; modelled "
+            f"from the recorded shapes: {unseen}"
         ),
     )
+
+
+def _pct(share: float) -> str:
+    """A share as a percentage: one decimal below 10%, as the table shows it."""
+    return f"{100 * share:.1f}%" if share < 0.1 else f"{share:.0%}"
 
 
 def _odd_sizes(g: OpGroup, align: int) -> list[int]:
@@ -347,4 +371,6 @@ def _action(g: OpGroup, on_device: bool) -> str:
             "the library's kernel reaches this share of the peak on these sizes: compare the kernels it picks "
             "(torch.compile with mode='max-autotune' tries others)"
         )
+    if g.family == "optimizer":
+        return "use the optimizer's fused implementation (fused=True): one kernel over every parameter"
     return "fuse it with the ops around it (torch.compile), so that its tensors are read and written once"

@@ -2,9 +2,11 @@
 
 - The stack: the `python_function` events around the op on its thread (`with_stack=True` in current traces),
   outermost first; a 2021 trace gives it as the op's `Call stack` argument instead (innermost first).
-- The module: the `nn.Module: Linear_3` frames of that stack (`with_modules=True`), outermost first.
+- The module: the `nn.Module: Linear_3` frames of that stack (torch's Python tracer records them with
+  `with_stack=True`; `with_modules=True` alone adds nothing to a chrome trace in torch 2.13), outermost first.
 - The backward pass: an op inside an autograd node (`AddmmBackward0`, with the `Sequence number` of the forward
-  op that made it) is in the backward pass, and takes the module of that forward op.
+  op that made it) is in the backward pass, and takes the module and the stack of that forward op: the code
+  that can change it (its own stack ends in `loss.backward()`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Frames:
         """Set each op's `stack`, `module` and `backward` (ops: per thread, each with ts, end and a 2021
         `call_stack` text or None)."""
         modules: dict[int, tuple[str, ...]] = {}  # a forward op's sequence number -> its module
+        issued: dict[int, tuple[str, ...]] = {}  # ... -> its stack
         nodes: list[tuple[Any, int]] = []  # (op, sequence number of the autograd node it ran in)
         stacks: dict[tuple[str, ...], tuple[str, ...]] = {}
         for key in set(ops) | set(self.sequenced):
@@ -58,6 +61,9 @@ class Frames:
                     autograd.append(item)
                 elif kind == 2:
                     modules.setdefault(item[1], _module(frames))
+                    if frames:
+                        names = tuple(name for _, name in frames)
+                        issued.setdefault(item[1], stacks.setdefault(names, names))
                 else:
                     if frames:
                         names = tuple(name for _, name in frames)
@@ -71,6 +77,7 @@ class Frames:
                         nodes.append((item, autograd[-1][1]))
         for op, seq in nodes:
             op.module = modules.get(seq) or op.module
+            op.stack = issued.get(seq) or op.stack
 
 
 def _module(frames: list[tuple[float, str]]) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from stepscope.analysis.ops import RankOps
 from stepscope.report.data import ReportData
 from stepscope.report.html import charts
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section
-from stepscope.report.tables import module_table, op_stacks_table, ops_table
+from stepscope.report.tables import module_table, op_stacks_table, ops_table, roof_text
 from stepscope.units import fmt_us
 
 TOP_GROUPS = 30  # table rows per rank (the chart has every group with FLOPs)
@@ -20,8 +20,9 @@ def roofline(data: ReportData, pc: Charts) -> Section:
     s = Section("roofline", SECTION_TITLES["roofline"])
     if data.ops is None:
         s.empty = (
-            "the traces' ops were not modelled: a run recorded with record_shapes=True has them, and "
-            "`stepscope report --roofline` (or `stepscope ops`) models any trace with recorded shapes"
+            "this run was recorded without record_shapes=True, which gives each op's FLOPs and bytes"
+            if data.run is not None
+            else "stepscope report --roofline adds this section for traces with recorded shapes (record_shapes=True)"
         )
         return s
     ranks = data.ops.ranks[:MAX_TABLE_RANKS]
@@ -37,19 +38,12 @@ def roofline(data: ReportData, pc: Charts) -> Section:
 def _rank(s: Section, pc: Charts, r: RankOps, multi: bool) -> None:
     who = f"rank {r.rank}: " if multi else ""
     roof = r.roofline
-    peaks = ", ".join(f"{fmt} {v:g}" for fmt, v in roof.peak_tflops.items()) or "-"
-    s.facts.append(
-        (
-            f"{who}device",
-            f"{r.device or 'CPU'}; peak TFLOP/s {peaks}; memory "
-            + ("-" if roof.tbps is None else f"{roof.tbps:g} TB/s"),
-        )
-    )
+    s.facts.append((f"{who}device", f"{r.device or 'CPU'} · {roof_text(roof)}"))
     s.facts.append((f"{who}roof from", roof.source))
     families = ", ".join(f"{name} {fmt_us(us)}" for name, us in r.families.items())
     kind = "device time" if r.time_kind == "device" else "wall time"
     s.facts.append((f"{who}counted ops' {kind}", f"{fmt_us(r.op_time_us)} ({families or 'none'})"))
-    s.items.extend(f"{who}{n}" for n in r.notes)
+    s.items.extend(f"{who}{n}" for n in r.notes if n != roof.source)
     pc.add(
         s,
         charts.roofline(_points(r), _roofs(r)),
@@ -67,7 +61,7 @@ def _rank(s: Section, pc: Charts, r: RankOps, multi: bool) -> None:
     if r.stacks:
         s.tables.append(op_stacks_table(r, title=f"{who}where the costliest ops were issued"))
     if r.modules:
-        s.tables.append(module_table(r, depth=MODULE_DEPTH, top=0, title=f"{who}time by module"))
+        s.tables.append(module_table(r, depth=MODULE_DEPTH, title=f"{who}time by module"))
 
 
 def _points(r: RankOps) -> list[dict[str, Any]]:

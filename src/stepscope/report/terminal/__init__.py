@@ -155,9 +155,13 @@ class FitTable:
         fixed = sum(natural[i] for i in columns if i not in names) + 3 * (len(columns) - 1)
         room = width - fixed
         if not self.wide and names and sum(natural[i] for i in names) > room:
-            # the name columns share the room left, each at least MIN_NAME_WIDTH, in proportion to their need
-            need = sum(natural[i] for i in names)
-            for i in names:
+            # the name columns share the room left, each at least MIN_NAME_WIDTH, in proportion to their need;
+            # a column no wider than that keeps its width (given a proportional share, the others overflowed)
+            narrow = [i for i in names if natural[i] <= MIN_NAME_WIDTH]
+            shared = [i for i in names if i not in narrow]
+            room -= sum(natural[i] for i in narrow)
+            need = sum(natural[i] for i in shared)
+            for i in shared:
                 fit = max(MIN_NAME_WIDTH, room * natural[i] // need, _cell_width(self.columns[i]))
                 labels = distinct_labels([r[i] if i < len(r) else "" for r in rows], fit)
                 for r, label in zip(rows, labels, strict=True):

@@ -8,7 +8,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.ops import OpsResult, RankOps
-from stepscope.report.tables import module_table, op_stacks_table, ops_table
+from stepscope.report.tables import module_table, op_stacks_table, ops_table, roof_text
 from stepscope.report.terminal import fit_table, fmt_us, plain
 
 MODULE_DEPTH = 3  # module tree levels the terminal shows (--json: all)
@@ -33,19 +33,16 @@ class OpsReport:
 def _rank(r: RankOps, top: int, wide: bool, depth: int) -> Iterator[RenderableType]:
     yield Text(f"rank {r.rank}  {plain(r.path)}", style="bold")
     roof = r.roofline
-    peaks = ", ".join(f"{fmt} {v:g}" for fmt, v in roof.peak_tflops.items()) or "-"
-    yield Text(
-        f"device {plain(r.device or 'CPU')} · peak TFLOP/s {peaks} · memory "
-        f"{'-' if roof.tbps is None else f'{roof.tbps:g} TB/s'}"
-    )
+    yield Text(f"device {plain(r.device or 'CPU')} · {roof_text(roof)}")
     yield Text(f"roof: {plain(roof.source)}", style="dim")
     kind = "device time" if r.time_kind == "device" else "wall time"
     families = " · ".join(f"{name} {fmt_us(us)}" for name, us in r.families.items())
     yield Text(f"counted ops' {kind} {fmt_us(r.op_time_us)}: {families or 'none'}")
     for note in r.notes:
-        yield Text(f"note: {plain(note)}", style="yellow")
+        if note != roof.source:  # (said on the roof's line)
+            yield Text(f"note: {plain(note)}", style="yellow")
     if r.groups:
-        yield fit_table(ops_table(r, top=top, title="Ops against the roofline"), wide=wide)
+        yield fit_table(ops_table(r, top=top, title="Ops against the roofline", terminal=True), wide=wide)
     for f in r.findings:
         yield Text("")
         yield Text(f"finding: {plain(f.message)}", style="bold")
@@ -57,4 +54,4 @@ def _rank(r: RankOps, top: int, wide: bool, depth: int) -> Iterator[RenderableTy
         yield fit_table(op_stacks_table(r, title="Where the costliest ops were issued"), wide=wide)
     if r.modules:
         yield Text("")
-        yield fit_table(module_table(r, depth=depth, top=top, title="Time by module"), wide=wide)
+        yield fit_table(module_table(r, depth=depth, title="Time by module"), wide=wide)
