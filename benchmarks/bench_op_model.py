@@ -243,7 +243,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
     parser.add_argument("--calls", type=int, default=12, help="calls of each product in the CPU job")
+    parser.add_argument("--size", default="40M", help="the smaller trace of the scale part (make_big_trace)")
+    parser.add_argument("--factor", type=int, default=4, help="the larger trace: this many times the smaller")
     args = parser.parse_args()
+    scale(args.traces / TRACES[0], args.size, args.factor)
     cpu_job(args.calls)
     rows = []
     figures: dict[str, Any] = {}
@@ -307,6 +310,59 @@ def main() -> None:
     )
     for row in rows:
         print(" | ".join(map(str, row)))
+
+
+def scale(base: Path, size: str, factor: int) -> None:
+    """`stepscope ops` of the Qwen H100 trace repeated to SIZE and FACTOR x SIZE of JSON (make_big_trace.py):
+    whole processes, the cache off; the growth exponent log(t2/t1) / log(bytes2/bytes1) and the peak memory."""
+    import math
+    import resource
+    import subprocess
+    import tempfile
+    import time
+
+    from make_big_trace import parse_size
+
+    if not base.is_file():
+        print(f"{base}: missing, the scale part skipped", file=sys.stderr)
+        return
+    rows, figures = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, target in enumerate((parse_size(size), factor * parse_size(size))):
+            trace = Path(tmp) / f"{n}.json"
+            subprocess.run(
+                [sys.executable, str(ROOT / "benchmarks" / "make_big_trace.py"), "--base", str(base), "--size",
+                 str(target), "--out", str(trace)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "stepscope", "--no-cache", "ops", str(trace), "--json"],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            seconds = time.perf_counter() - start
+            peak_mb = (
+                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            )  # (the largest child so far)
+            mb = trace.stat().st_size / 1e6
+            figures.append({"json_mb": mb, "seconds": seconds, "peak_mb": peak_mb})
+    exponent = math.log(figures[1]["seconds"] / figures[0]["seconds"]) / math.log(
+        figures[1]["json_mb"] / figures[0]["json_mb"]
+    )
+    for f in figures:
+        rows.append([f"{f['json_mb']:.0f} MB", f"{f['seconds']:.2f} s", f"{f['json_mb'] / f['seconds']:.0f} MB/s",
+                     f"{f['peak_mb']:.0f} MB"])  # fmt: skip
+    write_result(
+        "bench_op_model_scale",
+        "stepscope ops on a big trace: time and memory at two sizes",
+        ["JSON", "stepscope ops --json (whole process)", "rate", "largest process so far"],
+        rows,
+        figures={"sizes": figures, "exponent": exponent},
+        notes=[
+            f"The Qwen H100 trace (with_stack: python_function events) repeated by make_big_trace.py; the cache "
+            f"off. Growth exponent {exponent:.2f} (1: linear)."
+        ],
+    )
 
 
 def cpu_job(calls: int) -> None:
