@@ -194,3 +194,22 @@ def test_the_terminal_table_keeps_every_figure_at_80_columns(
     for header in ("of roof", "saving", "TFLOP/s", "bound", "calls"):
         assert header in out, header
     assert "300 us" in out  # the products' time, whole
+
+
+def test_a_folder_of_ranks_is_read_side_by_side_and_a_json_that_is_no_trace_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in range(3):
+        _gpu_trace(folder / f"rank{rank}.json", [400.0 + rank, 410.0, 405.0])
+    (folder / "config.json").write_text('{"lr": 0.1}')  # (as analyze does: skipped with a notice)
+    one = _ops(capsys, str(folder), "--jobs", "1")
+    two = _ops(capsys, str(folder), "--jobs", "2")
+    assert [r["rank"] for r in one["ranks"]] == [0, 1, 2]
+    assert [r["groups"] for r in one["ranks"]] == [r["groups"] for r in two["ranks"]]
+    assert any("config.json: skipped" in n for n in one["notices"])
+    # a damaged trace stops it, naming the file (exit 2), as it stops analyze
+    (folder / "rank3.json").write_text('{"traceEvents": [{"ph": "X", ')
+    assert main(["ops", str(folder), "--jobs", "2"]) == 2
+    assert "rank3.json" in capsys.readouterr().err

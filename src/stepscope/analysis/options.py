@@ -98,7 +98,7 @@ class AnalysisOptions(msgspec.Struct, frozen=True, kw_only=True):
         Flag(
             "Local processes analysing ranks side by side, or reading one big plain-JSON file in stretches "
             "(default: all CPUs, none for less than 8 MB of JSON; 1: none).",
-            _POOLED,
+            (*_POOLED, "ops"),
             short="-j",
             minimum=1,
         ),

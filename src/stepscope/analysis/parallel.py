@@ -35,7 +35,7 @@ from stepscope.analysis.read.loader import (
 )
 from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import MISSING, RankInfo, TraceTable
-from stepscope.analysis.tasks import ExecutorError, ProgressCallback, cpu_count, run_tasks
+from stepscope.analysis.tasks import POOL_MIN_BYTES, ExecutorError, ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
 
 __all__ = [
@@ -48,10 +48,6 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "dask")
-# JSON (estimated) below which the files are analysed here, one after the other, when `jobs` is not given: the
-# pool's start (its modules, the fork, each worker's first calls) costs more than a second CPU saves. 2 x 1.7 MB
-# (hta_trace_filter) on 2 cores: 60 ms here against 80-100 ms with 2 workers.
-POOL_MIN_BYTES = 8 << 20
 
 
 class Task(msgspec.Struct, frozen=True):

@@ -40,6 +40,10 @@ __all__ = [
     "run_tasks",
 ]
 
+# JSON (estimated) below which a command's files are read here, one after the other, when `jobs` is not given: the
+# pool's start (its modules, the fork, each worker's first calls) costs more than a second CPU saves. 2 x 1.7 MB
+# (hta_trace_filter) on 2 cores: 60 ms here against 80-100 ms with 2 workers.
+POOL_MIN_BYTES = 8 << 20
 ProgressCallback = Callable[[int, int, str], None]  # (weight done, weight in all, label of the task at work)
 _POLL_S = 0.2  # how often `poll` is called while waiting for results
 

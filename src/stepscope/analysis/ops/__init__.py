@@ -6,17 +6,18 @@ stacks of the costliest ops and time by module (`views`). Per rank: every file i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
-from stepscope.analysis.ops.calls import read_calls
+from stepscope.analysis.ops.calls import TraceOps, read_calls
 from stepscope.analysis.ops.roofline import OPS_SCHEMA, OpFinding, OpGroup, RankOps, Roofline, rank_ops
 from stepscope.analysis.ops.views import ModuleRow, StackRow
 from stepscope.analysis.options import AnalysisOptions
-from stepscope.analysis.read.loader import find_traces
+from stepscope.analysis.read.loader import estimated_json_bytes, find_traces, skipping
 from stepscope.analysis.read.source import Source, as_source
+from stepscope.analysis.tasks import POOL_MIN_BYTES, ProgressCallback, cpu_count, run_tasks
+from stepscope.errors import InputError
 
 __all__ = [
     "OPS_SCHEMA",
@@ -43,19 +44,38 @@ class OpsResult(msgspec.Struct):
 def ops_source(
     path: str | Path | Source,
     options: AnalysisOptions | None = None,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> OpsResult:
     """The ops of every trace of PATH (a trace, a folder of traces or a run folder), a rank per file: the
-    manifest's rank, else the file's distributedInfo, else the lowest rank no other file has."""
+    manifest's rank, else the file's distributedInfo, else the lowest rank no other file has. The files are read
+    on the task runner (`options.jobs` local processes; by default all CPUs from POOL_MIN_BYTES of JSON on); in a
+    folder of traces a file that cannot be read is skipped with a notice, as analyze skips it."""
     options = options or AnalysisOptions()
     source = as_source(path)
     files, notices = find_traces(source, options.step)
-    read = []
+    skipped = skipping(source)
+    sizes = [estimated_json_bytes(f) for f, _ in files]
+    jobs = options.jobs if options.jobs is not None else cpu_count() if sum(sizes) >= POOL_MIN_BYTES else 1
+    done = dict(
+        run_tasks(
+            _read,
+            [(str(f),) for f, _ in files],
+            workers=jobs,
+            weights=sizes,
+            labels=[f.name for f, _ in files],
+            progress=progress,
+        )
+    )
+    read: list[tuple[int | None, TraceOps]] = []
     for i, (file, given) in enumerate(files):
-        found = read_calls(file)
+        found = done[i]
+        if isinstance(found, str):
+            skipped.skip_or_raise(InputError(file, found))
+            continue
         read.append((given if given is not None else found.rank, found))
-        if progress is not None:
-            progress(i + 1, len(files), "trace files read")
+    if not read:
+        raise skipped.nothing_left(source.path)
+    notices.extend(skipped.notices)
     taken = {r for r, _ in read if r is not None}
     free = (n for n in range(len(read) + len(taken) + 1) if n not in taken)
     ranks = []
@@ -69,3 +89,11 @@ def ops_source(
         ranks.append(rank_ops(found, rank, peak_tflops=options.peak_tflops, tbps=options.peak_tbps))
     ranks.sort(key=lambda r: r.rank)
     return OpsResult(str(source.path), ranks, notices)
+
+
+def _read(path: str) -> TraceOps | str:
+    """One file's counted calls, or the problem that stopped its reading (a task: it returns, never raises)."""
+    try:
+        return read_calls(path)
+    except InputError as exc:
+        return exc.problem
