@@ -1,6 +1,7 @@
 """The modelled op calls of one trace file, each with its cost and the time it took.
 
-One pass over the file's events (`read.event_stream`, a batch at a time) keeps only what the model needs: the
+One pass over the file's events (`read.event_stream`, a batch at a time, each event's args decoded only where
+read) keeps only what the model needs: the
 ops of a modelled family with their recorded inputs, the runtime's launches and the device's kernels, copies and
 fills by correlation id. Then, per thread, the ops are nested by time:
 
@@ -104,13 +105,31 @@ class _Op:
         self.backward = False
 
 
+class _Event(msgspec.Struct):
+    """An event as the op model reads it: its args left as JSON text, decoded only for the ops, launches and
+    device work that need them (most events of a trace with stacks are Python frames, whose args it never reads)."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"null")  # (no union: msgspec decodes a Raw only on its own)
+
+
+_EVENTS = msgspec.json.Decoder(list[_Event])
+
+
 def read_calls(path: str | Path) -> TraceOps:
     """The counted op calls of the trace at `path` (InputError when it cannot be read as a trace)."""
-    pieces = EventPieces(path)
+    pieces = EventPieces(path, decoder=_EVENTS)
     found = _Pass()
     for piece in pieces:
-        for e in piece.events:
-            if isinstance(e, dict) and e.get("ph") == "X":
+        events = piece.events if piece.typed else [_plain(e) for e in piece.events if isinstance(e, dict)]
+        for e in events:
+            if e.ph == "X":
                 found.take(e)
     head = {**pieces.head, **pieces.tail}
     _nest(found.ops, found.marks, found.launches, found.device, found.host)
@@ -132,6 +151,21 @@ def read_calls(path: str | Path) -> TraceOps:
     )
 
 
+def _plain(e: dict[str, Any]) -> _Event:
+    """An event of a piece that did not fit _Event (some event there is no object) as one."""
+    args = e.get("args")
+    fields = {k: e.get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")}
+    return _Event(**fields, args=msgspec.Raw(msgspec.json.encode(args)))
+
+
+def _args(e: _Event) -> dict[str, Any]:
+    try:
+        args = msgspec.json.decode(e.args)
+    except msgspec.DecodeError:
+        return {}
+    return args if isinstance(args, dict) else {}
+
+
 class _Pass:
     """What one pass over a trace's complete events keeps, per thread where order in time matters."""
 
@@ -146,38 +180,33 @@ class _Pass:
         self.steps = self.shaped = self.python = 0
         self.step_us: list[tuple[str, float]] = []  # (ProfilerStep#N, its duration)
 
-    def take(self, e: dict[str, Any]) -> None:
-        cat = e.get("cat")
-        raw = e.get("args")
-        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        if cat in STEP_CATEGORIES and str(e.get("name", "")).startswith(STEP_PREFIX):
+    def take(self, e: _Event) -> None:
+        cat = e.cat
+        if cat in STEP_CATEGORIES and isinstance(e.name, str) and e.name.startswith(STEP_PREFIX):
             self.steps += 1
-            self.step_us.append((str(e.get("name")), _num(e.get("dur"))))
+            self.step_us.append((e.name, _num(e.dur)))
         if cat in OP_CATEGORIES:
-            self._op(e, args)
+            self._op(e, _args(e))
         elif cat == "python_function":
-            name = e.get("name")
-            if isinstance(name, str):
+            if isinstance(e.name, str):
                 self.python += 1
-                self.frames.python_frame(
-                    (e.get("pid"), e.get("tid")), _num(e.get("ts")), _num(e.get("dur")), name
-                )
+                self.frames.python_frame((e.pid, e.tid), _num(e.ts), _num(e.dur), e.name)
         elif cat in LAUNCH_CATEGORIES:
-            corr = args.get("correlation")
+            corr = _args(e).get("correlation")
             if isinstance(corr, int):
-                self.launches[(e.get("pid"), e.get("tid"))].append((_num(e.get("ts")), corr))
+                self.launches[(e.pid, e.tid)].append((_num(e.ts), corr))
         elif cat in DEVICE_CATEGORIES:
-            self._device_work(e, cat, args)
+            self._device_work(e, cat, _args(e))
 
-    def _op(self, e: dict[str, Any], args: dict[str, Any]) -> None:
-        name = e.get("name")
+    def _op(self, e: _Event, args: dict[str, Any]) -> None:
+        name = e.name
         if not isinstance(name, str):
             return
         dims = args.get("Input Dims")
         if dims is not None:
             self.shaped += 1
-        key = (e.get("pid"), e.get("tid"))
-        ts, dur = _num(e.get("ts")), _num(e.get("dur"))
+        key = (e.pid, e.tid)
+        ts, dur = _num(e.ts), _num(e.dur)
         seq = args.get("Sequence number")
         if isinstance(seq, int):
             self.frames.sequenced_op(key, ts, dur, seq, name)
@@ -191,14 +220,14 @@ class _Pass:
         op.call_stack = stack if isinstance(stack, str) else None
         self.ops[key].append(op)
 
-    def _device_work(self, e: dict[str, Any], cat: Any, args: dict[str, Any]) -> None:
+    def _device_work(self, e: _Event, cat: Any, args: dict[str, Any]) -> None:
         corr = args.get("correlation")
         if not isinstance(corr, int):
             return
         dur, n = self.device.get(corr, (0.0, 0))
-        self.device[corr] = (dur + _num(e.get("dur")), n + 1)
+        self.device[corr] = (dur + _num(e.dur), n + 1)
         self.device_ids[args.get("device")] += 1
-        if cat in ("gpu_memcpy", "Memcpy") and any(h in str(e.get("name")) for h in _HOST):
+        if cat in ("gpu_memcpy", "Memcpy") and any(h in str(e.name) for h in _HOST):
             self.host.add(corr)
 
 
