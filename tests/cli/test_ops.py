@@ -213,3 +213,15 @@ def test_a_folder_of_ranks_is_read_side_by_side_and_a_json_that_is_no_trace_skip
     (folder / "rank3.json").write_text('{"traceEvents": [{"ph": "X", ')
     assert main(["ops", str(folder), "--jobs", "2"]) == 2
     assert "rank3.json" in capsys.readouterr().err
+
+
+def test_a_trace_with_an_event_that_is_no_object_is_still_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _gpu_trace(tmp_path / "g.json", [400.0, 410.0, 405.0])
+    doc = json.loads(path.read_text())
+    doc["traceEvents"].insert(3, 7)  # (not an event: the piece is read as plain objects)
+    path.write_text(json.dumps(doc))
+    (rank,) = _ops(capsys, str(path))["ranks"]
+    (mm,) = [g for g in rank["groups"] if g["family"] == "gemm"]
+    assert mm["calls"] == 3 and mm["time_us"] == pytest.approx(300.0)
