@@ -102,10 +102,15 @@ def _event(name: str, cat: str, ts: float, dur: float, **args: object) -> dict:
     return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
 
 
-def _gpu_trace(path: Path, step_us: list[float]) -> Path:
+def _gpu_trace(path: Path, step_us: list[float], queued_us: float = 0.0) -> Path:
     """A GPU trace with known answers: per step an aten::linear over an aten::mm whose launch runs a 100 us
-    kernel, a view launching nothing, and the batch's copy to the device (a 50 us HtoD memcpy)."""
+    kernel, a view launching nothing, and the batch's copy to the device (a 50 us HtoD memcpy); `queued_us`: a
+    kernel at the start launched before the trace began (no launch in it)."""
     events: list[dict] = []
+    if queued_us:
+        queued = _event("queued_kernel", "kernel", -queued_us, queued_us, correlation=999999, device=0)
+        queued.update(pid=0, tid=7)
+        events.append(queued)
     ts, corr = 0.0, 0
     mm = {"Input Dims": [[512, 1024], [1024, 768]], "Input type": ["c10::BFloat16"] * 2}
     for i, dur in enumerate(step_us):
@@ -174,6 +179,17 @@ def test_a_gpu_trace_with_known_answers_times_each_op_by_its_kernels(
     )
     assert not [g for g in rank["groups"] if g["name"] == "aten::view"]
     assert not [n for n in rank["notes"] if "median step" in n]
+    assert rank["coverage"] == pytest.approx(1.0)  # every launched kernel and copy is a counted op's
+
+
+def test_device_work_queued_before_the_trace_is_said_and_left_out_of_the_coverage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _ops(capsys, str(_gpu_trace(tmp_path / "g.json", [400.0, 410.0, 405.0], queued_us=450.0)))
+    (rank,) = doc["ranks"]
+    assert rank["coverage"] == pytest.approx(1.0)
+    (note,) = [n for n in rank["notes"] if "no launch in the trace" in n]
+    assert note.startswith("0.5 ms of the device's work (50%)")
 
 
 def test_a_step_far_longer_than_the_others_is_said_to_weigh_on_the_figures(

@@ -362,3 +362,11 @@ def roof_text(roof: Roofline) -> str:
     else:
         peaks = "no peak"
     return f"{peaks} · memory {'-' if roof.tbps is None else f'{roof.tbps:g} TB/s'}"
+
+
+def coverage_text(rank: RankOps) -> str:
+    """How much of the time the counted ops speak for, in words (empty where it cannot be told)."""
+    if rank.coverage is None:
+        return ""
+    whole = "the device work launched in the trace" if rank.time_kind == "device" else "the profiled steps"
+    return f" ({100 * rank.coverage:.0f}% of {whole})"

@@ -63,6 +63,8 @@ class TraceOps(msgspec.Struct):
     device_memory: int | None
     steps: int  # ProfilerStep ranges in the file (0: none)
     step_us: list[tuple[str, float]]  # each ProfilerStep range and its duration
+    device_us: float  # the device's kernels, copies and fills, all of them (0: a CPU trace)
+    unlaunched_us: float  # ... those whose launch the trace does not hold (queued before it began)
     calls: list[OpCall]
     shaped: int  # ops with recorded inputs (0: record_shapes was off)
     python_frames: int  # python_function events (0: with_stack was off)
@@ -143,6 +145,8 @@ def read_calls(path: str | Path) -> TraceOps:
         device_memory=memory if found.device else None,
         steps=found.steps,
         step_us=found.step_us,
+        device_us=found.device_us,
+        unlaunched_us=found.unlaunched_us(),
         calls=calls,
         shaped=found.shaped,
         python_frames=found.python,
@@ -179,6 +183,7 @@ class _Pass:
         self.frames = Frames()
         self.steps = self.shaped = self.python = 0
         self.step_us: list[tuple[str, float]] = []  # (ProfilerStep#N, its duration)
+        self.device_us = 0.0  # every kernel, copy and fill of the device
 
     def take(self, e: _Event) -> None:
         cat = e.cat
@@ -220,7 +225,14 @@ class _Pass:
         op.call_stack = stack if isinstance(stack, str) else None
         self.ops[key].append(op)
 
+    def unlaunched_us(self) -> float:
+        """Device work without a launch in the trace: queued before the trace began, or with no correlation."""
+        launched = {corr for thread in self.launches.values() for _, corr in thread}
+        correlated = sum(dur for dur, _ in self.device.values())
+        return self.device_us - correlated + sum(d for c, (d, _) in self.device.items() if c not in launched)
+
     def _device_work(self, e: _Event, cat: Any, args: dict[str, Any]) -> None:
+        self.device_us += _num(e.dur)
         corr = args.get("correlation")
         if not isinstance(corr, int):
             return

@@ -40,6 +40,7 @@ FINDINGS = 5
 ALIGN = {1: 16, 2: 8, 4: 4}
 # a call that would take less at the roof leaves most of the device idle (launches, tails)
 SMALL_CALL_S = 10e-6
+UNLAUNCHED_SHARE = 0.05  # device work without a launch in the trace is said from this share of it on
 OUTLIER_STEP = 3.0  # a profiled step this many times the median is said to weigh on the figures
 
 
@@ -101,6 +102,9 @@ class RankOps(msgspec.Struct):
     steps: int
     op_time_us: float  # the counted calls' time (device time on a GPU trace, wall time on a CPU one)
     time_kind: str  # "device" / "wall"
+    # the counted time's share of all the device's work (a GPU trace) or of the profiled steps' wall time (a CPU
+    # trace with ProfilerSteps): how much of the time the model speaks for; None where there is nothing to divide
+    coverage: float | None
     groups: list[OpGroup]
     families: dict[str, float]  # time per family, us
     findings: list[OpFinding]
@@ -177,6 +181,7 @@ def rank_ops(
         steps=ops.steps,
         op_time_us=total,
         time_kind="device" if ops.device else "wall",
+        coverage=_coverage(ops, total),
         groups=groups,
         families=dict(sorted(families.items(), key=lambda kv: -kv[1])),
         findings=findings,
@@ -234,8 +239,18 @@ def _group(
     )
 
 
+def _coverage(ops: TraceOps, total: float) -> float | None:
+    whole = ops.device_us - ops.unlaunched_us if ops.device else sum(us for _, us in ops.step_us)
+    return total / whole if whole > 0 else None
+
+
 def _notes(ops: TraceOps, roof: Roofline) -> list[str]:
     notes = []
+    if ops.device and ops.unlaunched_us > UNLAUNCHED_SHARE * ops.device_us:
+        notes.append(
+            f"{ops.unlaunched_us / 1e3:.1f} ms of the device's work ({ops.unlaunched_us / ops.device_us:.0%}) has "
+            "no launch in the trace (queued before it began): no op is timed by it"
+        )
     durations = sorted(us for _, us in ops.step_us)
     if len(durations) >= 3:
         median = durations[len(durations) // 2]

@@ -9,7 +9,7 @@ from stepscope.analysis.ops import RankOps
 from stepscope.report.data import ReportData
 from stepscope.report.html import charts
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section
-from stepscope.report.tables import module_table, op_stacks_table, ops_table, roof_text
+from stepscope.report.tables import coverage_text, module_table, op_stacks_table, ops_table, roof_text
 from stepscope.units import fmt_us
 
 TOP_GROUPS = 30  # table rows per rank (the chart has every group with FLOPs)
@@ -42,7 +42,9 @@ def _rank(s: Section, pc: Charts, r: RankOps, multi: bool) -> None:
     s.facts.append((f"{who}roof from", roof.source))
     families = ", ".join(f"{name} {fmt_us(us)}" for name, us in r.families.items())
     kind = "device time" if r.time_kind == "device" else "wall time"
-    s.facts.append((f"{who}counted ops' {kind}", f"{fmt_us(r.op_time_us)} ({families or 'none'})"))
+    s.facts.append(
+        (f"{who}counted ops' {kind}", f"{fmt_us(r.op_time_us)}{coverage_text(r)}: {families or 'none'}")
+    )
     s.items.extend(f"{who}{n}" for n in r.notes if n != roof.source)
     pc.add(
         s,

@@ -8,7 +8,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.ops import OpsResult, RankOps
-from stepscope.report.tables import module_table, op_stacks_table, ops_table, roof_text
+from stepscope.report.tables import coverage_text, module_table, op_stacks_table, ops_table, roof_text
 from stepscope.report.terminal import fit_table, fmt_us, plain
 
 MODULE_DEPTH = 3  # module tree levels the terminal shows (--json: all)
@@ -37,7 +37,7 @@ def _rank(r: RankOps, top: int, wide: bool, depth: int) -> Iterator[RenderableTy
     yield Text(f"roof: {plain(roof.source)}", style="dim")
     kind = "device time" if r.time_kind == "device" else "wall time"
     families = " · ".join(f"{name} {fmt_us(us)}" for name, us in r.families.items())
-    yield Text(f"counted ops' {kind} {fmt_us(r.op_time_us)}: {families or 'none'}")
+    yield Text(f"counted ops' {kind} {fmt_us(r.op_time_us)}{coverage_text(r)}: {families or 'none'}")
     for note in r.notes:
         if note != roof.source:  # (said on the roof's line)
             yield Text(f"note: {plain(note)}", style="yellow")
