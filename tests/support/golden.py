@@ -1,5 +1,5 @@
 """The outputs of `analyze --json`, `summary --json`, `diff --json` and `report` on every trace in
-../shared/traces, kept in tests/golden/ so that restructuring the code cannot change what a user sees.
+../shared/traces (and `ops --json` on those with recorded shapes), kept in tests/golden/ so that restructuring the code cannot change what a user sees.
 
 Run as a script to (re)write the expected outputs after an intended change of output:
 
@@ -42,6 +42,13 @@ DIFF_PAIRS = [
     ),
 ]
 FOLDERS = ["hta_trace_filter"]  # a folder of ranks of one job
+# the traces with recorded shapes (`stepscope ops` has something to count), and a folder of two ranks
+OPS_INPUTS = [
+    "kineto_resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
+    "tracelens_qwen1.5_h100_mi300/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "tracelens_qwen1.5_h100_mi300/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "hta_trace_filter",
+]
 
 _GENERATED = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 _BIG_SCRIPT = re.compile(rb"(<script>)(.{20000,}?)(</script>)", re.DOTALL)  # the bundled chart library
@@ -68,6 +75,8 @@ def cases() -> Iterator[tuple[str, list[str]]]:
         yield f"analyze__{name}", ["analyze", f"@{rel}", "--json"]
         yield f"summary__{name}", ["summary", f"@{rel}", "--json"]
         yield f"report__{name}", ["report", f"@{rel}", "-o", "{out}"]
+    for rel in OPS_INPUTS:
+        yield f"ops__{rel.replace('/', '__')}", ["ops", f"@{rel}", "--json"]
     for base, test in DIFF_PAIRS:
         name = f"{base.split('/')[0]}__{Path(base).name}__{Path(test).name}"
         yield f"diff__{name}", ["diff", f"@{base}", f"@{test}", "--json"]
