@@ -241,3 +241,39 @@ def test_a_trace_with_an_event_that_is_no_object_is_still_read(
     (rank,) = _ops(capsys, str(path))["ranks"]
     (mm,) = [g for g in rank["groups"] if g["family"] == "gemm"]
     assert mm["calls"] == 3 and mm["time_us"] == pytest.approx(300.0)
+
+
+def _bound_trace(path: Path, *, wait_for_gpu: bool) -> Path:
+    """Three steps of 400 us, each an aten::mm whose 340 us kernel is far below its roof; `wait_for_gpu`: the
+    host then waits for it (cudaDeviceSynchronize) and the kernel bounds the step, else the host's own work does."""
+    events: list[dict] = []
+    mm = {"Input Dims": [[512, 1024], [1024, 768]], "Input type": ["c10::BFloat16"] * 2}
+    for i in range(3):
+        ts = 400.0 * i
+        events.append(_event(f"ProfilerStep#{i}", "user_annotation", ts, 400.0))
+        events.append(_event("aten::mm", "cpu_op", ts + 10, 10, **mm))
+        events.append(_event("cudaLaunchKernel", "cuda_runtime", ts + 13, 2, correlation=i + 1))
+        kernel = _event("gemm_kernel", "kernel", ts + 20, 340, correlation=i + 1, device=0)
+        kernel.update(pid=0, tid=7)
+        events.append(kernel)
+        if wait_for_gpu:
+            events.append(_event("cudaDeviceSynchronize", "cuda_runtime", ts + 25, 336, correlation=100 + i))
+    doc = {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_finding_is_priced_in_step_time_by_a_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the same slow product, bounding the step (the host waits for it) or hidden under the host's work
+    bound = _ops(capsys, str(_bound_trace(tmp_path / "bound.json", wait_for_gpu=True)))["ranks"][0]
+    hidden = _ops(capsys, str(_bound_trace(tmp_path / "hidden.json", wait_for_gpu=False)))["ranks"][0]
+    (f_bound,) = [f for f in bound["findings"] if f["name"] == "aten::mm"]
+    (f_hidden,) = [f for f in hidden["findings"] if f["name"] == "aten::mm"]
+    # THEN both save the same op time, but only the kernel that bounds the step saves step time: about as much
+    assert f_bound["saving_us"] == pytest.approx(f_hidden["saving_us"])
+    per_step = f_bound["saving_us"] / 3
+    assert f_bound["step_saving_us"] == pytest.approx(per_step, rel=0.1)
+    assert f_hidden["step_saving_us"] == pytest.approx(0.0, abs=1.0)
+    assert "replay" in f_bound["replay_note"] and "within 0.0%" in f_bound["replay_note"]

@@ -7,13 +7,17 @@ measured outside its traces) is added here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscope.analysis.analyze import SCHEMA, AnalysisResult, attach_run
 from stepscope.analysis.options import AnalysisOptions, with_changes
 from stepscope.analysis.parallel import analyze_path
 from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.tasks import ProgressCallback
+from stepscope.errors import InputError
+
+if TYPE_CHECKING:
+    from stepscope.analysis.ops import OpsResult
 
 
 def analyze_source(
@@ -94,3 +98,66 @@ def anomaly_windows(
 
     base = at(reference[1]).ranks if reference is not None else None
     return [compare(w, ranks(w), base, reference) for w in windows[-MAX_ANOMALY_WINDOWS:]]
+
+
+def ops_analysis(
+    source: str | Path | Source,
+    options: AnalysisOptions | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+) -> OpsResult:
+    """`stepscope ops`: every rank's ops against its roofline (analysis/ops), each finding then priced in step
+    time by a replay of its rank's steps with the op's work made that much faster (findings/replayed.op_savings):
+    a kernel off the critical path saves less than its own time."""
+    from stepscope.analysis.ops import ops_source
+
+    source = as_source(source)
+    options = options or AnalysisOptions()
+    result = ops_source(source, options, progress)
+    if any(r.findings for r in result.ranks):
+        _price_ops(source, options, result)
+    return result
+
+
+def _price_ops(source: Source, options: AnalysisOptions, result: OpsResult) -> None:
+    from stepscope.analysis.findings.replayed import OpChange, op_savings
+    from stepscope.analysis.per_rank.prepare import prepare_rank
+    from stepscope.analysis.read.loader import load_trace
+
+    try:
+        table = load_trace(source, step=options.step)
+    except InputError as exc:  # (the table's reader is stricter than the op model's: the op times stand)
+        for ops in result.ranks:
+            for f in ops.findings:
+                f.replay_note = f"not replayed: {exc}"
+        return
+    by_file = {str(Path(info.source)): rank for rank, info in table.ranks.items()}
+    for ops in result.ranks:
+        rank = by_file.get(str(Path(ops.path)))
+        if not ops.findings or rank is None:
+            continue
+        per_op: dict[str, float] = {}
+        for g in ops.groups:
+            per_op[g.name] = per_op.get(g.name, 0.0) + g.time_us
+        # (a finding names one op's calls of some shapes; every call of the op is scaled by one factor that
+        # frees as much of its time: the replay cannot tell the calls' shapes apart)
+        changes = [OpChange(f.name, max(0.0, 1.0 - f.saving_us / per_op[f.name])) for f in ops.findings]
+        priced = op_savings(prepare_rank(table, rank), changes)
+        for i, f in enumerate(ops.findings):
+            if priced is None:
+                f.replay_note = "not replayed: the rank's trace has no steps to replay"
+            elif priced.approximate is not None:
+                f.replay_note = f"not replayed: {priced.approximate}, so it prices no change"
+            else:
+                f.step_saving_us = 1e3 * priced.saving_ms[i]
+                error = (
+                    ""
+                    if priced.error_pct is None
+                    else f" (the replay is within {abs(priced.error_pct):.1f}% of the measured step)"
+                )
+                f.replay_note = (
+                    f"a replay of the rank's steps with {f.name}'s work at {changes[i].factor:.2f} of its time "
+                    f"saves {priced.saving_ms[i]:.3g} ms of its median step, {priced.replayed_step_ms:.3g} ms with "
+                    f"the device work launched in it{error}"
+                )
+    table.derived.clear()

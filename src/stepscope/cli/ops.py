@@ -20,12 +20,12 @@ def command(path: str, top: int, as_json: bool, wide: bool, options: AnalysisOpt
     """How close each op of PATH (a trace, a folder of traces or a run folder) runs to its device's roofline:
     ops grouped by name and input shapes, with their FLOPs and bytes (from the shapes the trace recorded),
     achieved TFLOP/s and TB/s, bound and efficiency, and findings priced in time."""
-    from stepscope.analysis.ops import ops_source
     from stepscope.analysis.read.source import Source
+    from stepscope.analysis.service import ops_analysis
     from stepscope.cli._progress import ProgressBar
 
     with ProgressBar() as bar:
-        result = ops_source(Source(path), options, progress=bar)
+        result = ops_analysis(Source(path), options, progress=bar)
     if as_json:
         print_json(result)
         return

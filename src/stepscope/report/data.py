@@ -18,7 +18,7 @@ import numpy as np
 from stepscope.analysis.analyze import AnalysisResult, analyze, attach_run
 from stepscope.analysis.memory.model import MemoryReport
 from stepscope.analysis.memory.timeline import downsample
-from stepscope.analysis.ops import OpsResult, ops_source
+from stepscope.analysis.ops import OpsResult
 from stepscope.analysis.options import AnalysisOptions, with_changes
 from stepscope.analysis.per_rank.summary import Summary, summarize
 from stepscope.analysis.read.source import Source, as_source
@@ -165,7 +165,9 @@ def collect_report(
         notes.extend(n for n in run.notes if n not in result.notices)  # (a note the loader gave too: once)
     ops = None
     if result.ranks and (options.roofline or (run is not None and source.config([]).get("record_shapes"))):
-        ops = ops_source(source, options)
+        from stepscope.analysis.service import ops_analysis
+
+        ops = ops_analysis(source, options)
     return ReportData(
         schema=REPORT_SCHEMA,
         source=str(path),

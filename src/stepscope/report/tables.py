@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from stepscope.report import columns as col
 from stepscope.report.model import Table, pct_cell, table, us_cell
-from stepscope.units import fmt_members
+from stepscope.units import fmt_members, fmt_us
 
 if TYPE_CHECKING:
     from stepscope.analysis.analyze import RankAnalysis
     from stepscope.analysis.cross_rank.dimensions import Dimensions
     from stepscope.analysis.cross_rank.distributed import CrossRank
     from stepscope.analysis.cross_rank.straggler import GroupStraggler
-    from stepscope.analysis.ops import OpGroup, RankOps, Roofline
+    from stepscope.analysis.ops import OpFinding, OpGroup, RankOps, Roofline
     from stepscope.analysis.per_rank.breakdown import Temporal
     from stepscope.analysis.per_rank.comm.stats import CollectiveStats
     from stepscope.analysis.per_rank.summary import RankSummary
@@ -370,3 +370,12 @@ def coverage_text(rank: RankOps) -> str:
         return ""
     whole = "the device work launched in the trace" if rank.time_kind == "device" else "the profiled steps"
     return f" ({100 * rank.coverage:.0f}% of {whole})"
+
+
+def saving_text(f: OpFinding) -> str:
+    """What an ops finding saves: of the step where a replay priced it, of the op time in any case."""
+    per_step = "" if f.saving_per_step_us is None else f", {fmt_us(f.saving_per_step_us)} per step"
+    op_time = f"{fmt_us(f.saving_us)} of op time{per_step}"
+    if f.step_saving_us is None:
+        return f"{op_time} (step time not priced: {f.replay_note})" if f.replay_note else op_time
+    return f"{fmt_us(f.step_saving_us)} of the median step ({f.replay_note}); {op_time}"

@@ -26,12 +26,21 @@ from stepscope.analysis import intervals as iv
 from stepscope.analysis.findings.cpu_only import host_stretches
 from stepscope.analysis.findings.pricing import SEVERITY_PCT, Finding, severity_of
 from stepscope.analysis.per_rank.prepare import RankData
+from stepscope.analysis.per_rank.steps import region_union
 from stepscope.analysis.whatif.fidelity import approximate_text, fidelity, limits
 from stepscope.analysis.whatif.graph import RankGraph, build_graph
 from stepscope.analysis.whatif.replay import Replay, Scaling, replay
 from stepscope.analysis.whatif.select import parse_selector, scaling_for
 
-__all__ = ["REPLAY_MAX_FINDINGS", "ReplaySavings", "by_saving", "price_by_replay", "priced_by_rule"]
+__all__ = [
+    "REPLAY_MAX_FINDINGS",
+    "OpChange",
+    "ReplaySavings",
+    "by_saving",
+    "op_savings",
+    "price_by_replay",
+    "priced_by_rule",
+]
 
 # the costliest findings of a rank (by their rule's price) that are replayed, each replay costing about as much
 # as the graph (a few ms per 10,000 GPU activities); the others keep their rule's price
@@ -179,6 +188,49 @@ def price_by_replay(
         sum_ms_per_step=_ms(sum(savings.values())),
         combined_ms_per_step=_ms(combined),
     )
+
+
+class OpChange(msgspec.Struct, frozen=True):
+    """The calls of one op made faster: their work at `factor` of its time."""
+
+    op: str  # the op's name (aten::mm): every call of it
+    factor: float
+
+
+class OpSavings(msgspec.Struct):
+    """What each change saves of one rank's median step in a replay, and the replay's own error."""
+
+    saving_ms: list[float]  # per change, in the order given
+    replayed_step_ms: float
+    error_pct: float | None  # the replay with nothing changed against the measured steps
+    approximate: str | None  # why the replay cannot price a change (it does not give back the steps), or None
+
+
+def op_savings(data: RankData, changes: list[OpChange], graph: RankGraph | None = None) -> OpSavings | None:
+    """Each change replayed on the rank's steps (`stepscope ops`' findings, priced in step time): on a GPU trace
+    the device work launched inside the op's calls is scaled (a faster kernel; the host's launches stay), on a
+    CPU trace the calls' own time. None where the rank has no steps to replay."""
+    if data.hi <= data.lo:
+        return None
+    graph = graph if graph is not None else build_graph(data)
+    base = _step_ns(graph, replay(graph))
+    check = fidelity(data.rank, _step_ns(graph, None), base, limits(graph))
+    if check.approximate:
+        return OpSavings([], _ms(np.median(base)), check.error_pct, approximate_text(check))
+    out = []
+    for change in changes:
+        scaling = Scaling(matched={})
+        host = region_union(data.table, re.compile(f"^{re.escape(change.op)}$"))
+        if host is not None and len(host[0]):
+            gpu = graph.gpu
+            if len(gpu):
+                at = np.searchsorted(host[0], gpu.launch, side="right") - 1
+                inside = (at >= 0) & (gpu.launch < host[1][np.maximum(at, 0)])
+                scaling.gpu = np.where(inside, change.factor, 1.0)
+            else:
+                scaling.host.append((host[0], host[1], change.factor))
+        out.append(_ms(_saving(base, _step_ns(graph, replay(graph, scaling)))))
+    return OpSavings(out, _ms(np.median(base)), check.error_pct, None)
 
 
 _RANK = {name: len(SEVERITY_PCT) - k for k, (name, _) in enumerate(SEVERITY_PCT)}

@@ -87,9 +87,13 @@ class OpFinding(msgspec.Struct):
     shapes: str
     message: str
     action: str
-    saving_us: float
+    saving_us: float  # of the counted ops' time, at the realistic efficiency
     saving_per_step_us: float | None
     how_priced: str
+    # what the same change saves of the rank's median step in a replay of its steps (the op's other work, the
+    # host, other streams and waiting take the time it frees); None where no replay priced it (replay_note: why)
+    step_saving_us: float | None = None
+    replay_note: str | None = None
 
 
 class RankOps(msgspec.Struct):

@@ -9,7 +9,14 @@ from stepscope.analysis.ops import RankOps
 from stepscope.report.data import ReportData
 from stepscope.report.html import charts
 from stepscope.report.model import MAX_TABLE_RANKS, SECTION_TITLES, Charts, Section
-from stepscope.report.tables import coverage_text, module_table, op_stacks_table, ops_table, roof_text
+from stepscope.report.tables import (
+    coverage_text,
+    module_table,
+    op_stacks_table,
+    ops_table,
+    roof_text,
+    saving_text,
+)
 from stepscope.units import fmt_us
 
 TOP_GROUPS = 30  # table rows per rank (the chart has every group with FLOPs)
@@ -56,9 +63,8 @@ def _rank(s: Section, pc: Charts, r: RankOps, multi: bool) -> None:
     if r.groups:
         s.tables.append(ops_table(r, top=TOP_GROUPS, title=f"{who}ops against the roofline"))
     for f in r.findings:
-        per_step = "" if f.saving_per_step_us is None else f" ({fmt_us(f.saving_per_step_us)} per step)"
         s.paragraphs.append(
-            f"{who}{f.message}. Do: {f.action}. Saves about {fmt_us(f.saving_us)}{per_step}: {f.how_priced}."
+            f"{who}{f.message}. Do: {f.action}. Saves {saving_text(f)}. Priced: {f.how_priced}."
         )
     if r.stacks:
         s.tables.append(op_stacks_table(r, title=f"{who}where the costliest ops were issued"))

@@ -8,7 +8,14 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.text import Text
 
 from stepscope.analysis.ops import OpsResult, RankOps
-from stepscope.report.tables import coverage_text, module_table, op_stacks_table, ops_table, roof_text
+from stepscope.report.tables import (
+    coverage_text,
+    module_table,
+    op_stacks_table,
+    ops_table,
+    roof_text,
+    saving_text,
+)
 from stepscope.report.terminal import fit_table, fmt_us, plain
 
 MODULE_DEPTH = 3  # module tree levels the terminal shows (--json: all)
@@ -47,8 +54,8 @@ def _rank(r: RankOps, top: int, wide: bool, depth: int) -> Iterator[RenderableTy
         yield Text("")
         yield Text(f"finding: {plain(f.message)}", style="bold")
         yield Text(f"  do: {plain(f.action)}")
-        per_step = "" if f.saving_per_step_us is None else f" ({fmt_us(f.saving_per_step_us)} per step)"
-        yield Text(f"  saves about {fmt_us(f.saving_us)}{per_step}: {plain(f.how_priced)}", style="dim")
+        yield Text(f"  saves: {plain(saving_text(f))}")
+        yield Text(f"  priced: {plain(f.how_priced)}", style="dim")
     if r.stacks:
         yield Text("")
         yield fit_table(op_stacks_table(r, title="Where the costliest ops were issued"), wide=wide)
