@@ -160,4 +160,6 @@ def _price_ops(source: Source, options: AnalysisOptions, result: OpsResult) -> N
                     f"saves {priced.saving_ms[i]:.3g} ms of its median step, {priced.replayed_step_ms:.3g} ms with "
                     f"the device work launched in it{error}"
                 )
+        # (ranked by what they save of the step, as analyze ranks its findings; the op time where not replayed)
+        ops.findings.sort(key=lambda f: -(f.step_saving_us if f.step_saving_us is not None else f.saving_us))
     table.derived.clear()
