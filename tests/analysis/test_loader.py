@@ -237,7 +237,7 @@ def test_progress_is_reported_to_the_callback_up_to_the_total(tmp_path: Path) ->
 
 
 def test_progress_bar_can_be_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepscope.cli._progress import ProgressBar
+    from stepscope.cli._output import ProgressBar
 
     monkeypatch.setattr(ProgressBar, "DELAY_S", -1.0)
     with ProgressBar(enabled=True) as bar:

@@ -432,7 +432,7 @@ def test_report_writes_its_page_under_a_memory_limit_with_no_cache_and_no_js_eng
 def test_the_progress_bar_shows_a_file_name_as_text(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stepscope.cli._progress import ProgressBar
+    from stepscope.cli._output import ProgressBar
 
     # GIVEN a progress bar drawn as on a colour terminal, loading files named with markup and terminal sequences
     monkeypatch.setenv("FORCE_COLOR", "1")

@@ -91,7 +91,7 @@ def print_notes(notes: Any) -> None:
 def load_traces(path: Any, *, step: int | None = None) -> Any:
     """`load_trace` with a progress bar on the terminal when loading takes more than a second."""
     from stepscope.analysis.read.loader import load_trace
-    from stepscope.cli._progress import ProgressBar
+    from stepscope.cli._output import ProgressBar
 
     with ProgressBar() as bar:
         return load_trace(path, step=step, progress=bar)
@@ -108,7 +108,7 @@ def diff_traces(base: Any, test: Any, options: Any, *, factor: float) -> Any:
     """`diff_paths` with a progress bar per side on the terminal; an executor that cannot run is a usage
     error."""
     from stepscope.analysis.diff.compare import diff_paths
-    from stepscope.cli._progress import ProgressBar
+    from stepscope.cli._output import ProgressBar
 
     return with_progress(diff_paths, base, test, options, bar=ProgressBar, factor=factor)
 
@@ -117,7 +117,7 @@ def with_progress(analysis: Any, *arguments: Any, bar: Any = None, **more: Any) 
     """`analysis(*arguments, progress=..., **more)`: a progress bar (`bar`: a maker of bars the analysis opens
     itself), an ExecutorError as a usage error."""
     from stepscope.analysis.parallel import ExecutorError
-    from stepscope.cli._progress import ProgressBar
+    from stepscope.cli._output import ProgressBar
 
     try:
         if bar is not None:

@@ -1,4 +1,6 @@
-"""What a command writes: the files a user names, and the answers kept for the next same command.
+"""What a command writes: the files a user names, the answers kept for the next same command, and the progress
+bar of long loads (a rich bar on stderr: bytes done, time so far, ETA; shown only on a terminal and only once
+loading turns out to take more than a second).
 
 **Files** (report, report --compare, merge, memory --html): one check and one way of writing for all of them. Only
 a regular file is ever replaced, and only by a rename of a complete temp file written beside it: a reader never
@@ -26,6 +28,8 @@ import contextlib
 import functools
 import os
 import stat
+import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -266,3 +270,71 @@ def kept_json(
         return run
 
     return decorate
+
+
+class ProgressBar:
+    """`with ProgressBar() as bar: load_trace(path, progress=bar)`; `enabled` True forces it, False hides it."""
+
+    DELAY_S = 1.0
+
+    def __init__(self, *, enabled: bool | None = None) -> None:
+        self.enabled = enabled
+        self._bar: Any = None
+        self._task: Any = None
+        self._started = 0.0
+
+    def __enter__(self) -> ProgressBar:
+        self._started = time.perf_counter()
+        return self
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if self._bar is None:
+            if self.enabled is False or time.perf_counter() - self._started <= self.DELAY_S:
+                return
+            self._show(total)
+            if self._bar is None:
+                return
+        from rich.markup import escape  # (rich is imported once the bar shows)
+
+        from stepscope.units import plain
+
+        # the file's name is text: never markup (a `[/]` in it raised, a `[link=...]` made a link), never controls
+        description = escape(plain(f"loading {label}".rstrip()))
+        self._bar.update(self._task, completed=done, total=total, description=description)
+
+    def _show(self, total: int) -> None:
+        forced = os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE")
+        if self.enabled is None and not (forced or sys.stderr.isatty()):
+            self.enabled = False  # not a terminal: known without importing rich (25 ms)
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        console = Console(stderr=True)
+        if self.enabled is None and not console.is_terminal:
+            self.enabled = False
+            return
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task("loading traces", total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

@@ -22,7 +22,7 @@ def command(path: str, top: int, as_json: bool, wide: bool, options: AnalysisOpt
     achieved TFLOP/s and TB/s, bound and efficiency, and findings priced in time."""
     from stepscope.analysis.read.source import Source
     from stepscope.analysis.service import ops_analysis
-    from stepscope.cli._progress import ProgressBar
+    from stepscope.cli._output import ProgressBar
 
     with ProgressBar() as bar:
         result = ops_analysis(Source(path), options, progress=bar)
