@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from stepscope.analysis.ops.families import COMPUTE_FAMILIES, family_of
+from stepscope.analysis.ops.families import COMPUTE_FAMILIES, CONV_BACKWARDS, family_of
 from stepscope.analysis.ops.model import Cost, OpInputs, conv_backward_shapes, conv_forward_shapes, cost_of
 from stepscope.analysis.ops.where import Frames
 from stepscope.analysis.read.event_stream import EventPieces
@@ -301,16 +301,20 @@ def _with_parts(op: _Op) -> OpInputs:
     """A 2021 convolution backward's inputs with the output mask its parts tell (it records none)."""
     if op.children is None or any("True" in c or "False" in c for c in op.inputs.concrete):
         return op.inputs
+    at = CONV_BACKWARDS[op.name][3] if op.name in CONV_BACKWARDS else None  # (its output mask's position)
+    if at is None:
+        return op.inputs
     mask = f"[{any(c.endswith('_input') for c in op.children)}, {any(c.endswith('_weight') for c in op.children)}]"
-    concrete = [*op.inputs.concrete, *[""] * (11 - len(op.inputs.concrete))]
-    concrete[10] = mask
+    concrete = [*op.inputs.concrete, *[""] * (at + 1 - len(op.inputs.concrete))]
+    concrete[at] = mask
     return OpInputs(op.inputs.dims, op.inputs.types, concrete)
 
 
 def _cover(thread: list[_Op]) -> None:
     """An op of a family with a costed op of the same family inside it is counted as that one (`aten::linear`
-    as its `aten::mm`; the compute families are one here: see _kind); an op of another family inside a costed one (an `aten::copy_` of the bias inside a CPU
-    `aten::addmm`) is counted too, and its wall time is taken off the outer op's."""
+    as its `aten::mm`; the compute families are one here: see _kind); an op of another family inside a costed
+    one (an `aten::copy_` of the bias inside a CPU `aten::addmm`) is counted too, and its wall time is taken off
+    the outer op's."""
     stack: list[_Op] = []
     for op in thread:
         while stack and stack[-1].end <= op.ts:

@@ -369,9 +369,10 @@ def _action(g: OpGroup, on_device: bool) -> str:
         align = ALIGN[{"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}.get(g.dtype or "", 2)]
         odd = _odd_sizes(g, align)
         if odd:
+            units = "tensor cores" if on_device else "the vector units"
             return (
                 f"pad the sizes that are not multiples of {align} ({', '.join(map(str, odd[:4]))}) so that "
-                "tensor cores tile them"
+                f"{units} tile them"
             )
         if g.bound == "memory":
             if g.family == "attention":
