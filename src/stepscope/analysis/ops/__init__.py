@@ -14,8 +14,10 @@ from stepscope.analysis.ops.calls import TraceOps, read_calls
 from stepscope.analysis.ops.roofline import OPS_SCHEMA, OpFinding, OpGroup, RankOps, Roofline, rank_ops
 from stepscope.analysis.ops.views import ModuleRow, StackRow
 from stepscope.analysis.options import AnalysisOptions
+from stepscope.analysis.read.combine import assign_ranks
 from stepscope.analysis.read.loader import estimated_json_bytes, find_traces, skipping
 from stepscope.analysis.read.source import Source, as_source
+from stepscope.analysis.read.table import MISSING, RankInfo
 from stepscope.analysis.tasks import POOL_MIN_BYTES, ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
 
@@ -46,8 +48,8 @@ def ops_source(
     options: AnalysisOptions | None = None,
     progress: ProgressCallback | None = None,
 ) -> OpsResult:
-    """The ops of every trace of PATH (a trace, a folder of traces or a run folder), a rank per file: the
-    manifest's rank, else the file's distributedInfo, else the lowest rank no other file has. The files are read
+    """The ops of every trace of PATH (a trace, a folder of traces or a run folder), a rank per file as analyze
+    numbers them: the manifest's rank, else the file's distributedInfo, else the lowest rank no file declares. The files are read
     on the task runner (`options.jobs` local processes; by default all CPUs from POOL_MIN_BYTES of JSON on); in a
     folder of traces a file that cannot be read is skipped with a notice, as analyze skips it."""
     options = options or AnalysisOptions()
@@ -66,29 +68,32 @@ def ops_source(
             progress=progress,
         )
     )
-    read: list[tuple[int | None, TraceOps]] = []
+    read: list[_File] = []
     for i, (file, given) in enumerate(files):
         found = done[i]
         if isinstance(found, str):
             skipped.skip_or_raise(InputError(file, found))
             continue
-        read.append((given if given is not None else found.rank, found))
+        declared = given if given is not None else found.rank
+        read.append(_File(str(file), declared, RankInfo(rank=MISSING, source=str(file)), found))
     if not read:
         raise skipped.nothing_left(source.path)
     notices.extend(skipped.notices)
-    taken = {r for r, _ in read if r is not None}
-    free = (n for n in range(len(read) + len(taken) + 1) if n not in taken)
-    ranks = []
-    seen: set[int] = set()
-    for rank, found in read:
-        if rank is None or rank in seen:
-            if rank is not None:
-                notices.append(f"{found.path}: rank {rank} again: numbered as the lowest free rank")
-            rank = next(free)
-        seen.add(rank)
-        ranks.append(rank_ops(found, rank, peak_tflops=options.peak_tflops, tbps=options.peak_tbps))
+    notices.extend(assign_ranks(read))  # type: ignore[arg-type]  # (analyze's numbering: the same ranks)
+    ranks = [
+        rank_ops(f.found, f.info.rank, peak_tflops=options.peak_tflops, tbps=options.peak_tbps) for f in read
+    ]
     ranks.sort(key=lambda r: r.rank)
     return OpsResult(str(source.path), ranks, notices)
+
+
+class _File(msgspec.Struct):
+    """A file as the loader's rank assignment sees it (read.combine.assign_ranks)."""
+
+    path: str
+    declared_rank: int | None
+    info: RankInfo
+    found: TraceOps
 
 
 def _read(path: str) -> TraceOps | str:
