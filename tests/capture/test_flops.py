@@ -452,3 +452,21 @@ def test_lightning_rows_carry_the_lightning_modules_names(tmp_path: Path) -> Non
         ("net.2", "Linear"),
     ]
     assert report["modules"][0]["flops"] == 2 * 8 * (32 * 64 + 64 * 1)  # the forward of one batch
+
+
+@pytest.mark.parametrize("groups", [1, 4, 16])
+def test_a_grouped_convolutions_backward_counts_each_gradient_once(groups: int) -> None:
+    # GIVEN a convolution of 16 channels in `groups` groups (16: depthwise), its input and weight needing gradients
+    import torch
+
+    from stepscope.capture.collectors.flops import flop_counter
+
+    x = torch.randn(2, 16, 20, 20, requires_grad=True)
+    w = torch.randn(16, 16 // groups, 3, 3, requires_grad=True)
+    y = torch.nn.functional.conv2d(x, w, padding=1, groups=groups)
+    with flop_counter() as mode:
+        torch.autograd.grad(y, (x, w), torch.randn_like(y))
+    # THEN the backward is two forwards (the input's gradient and the weight's): 2 x 2·N·C_out·H·W·(C_in/g)·k²
+    # (torch's own formula counts the weight's gradient `groups` times)
+    forward = 2 * 2 * 16 * 20 * 20 * (16 // groups) * 9
+    assert mode.get_total_flops() == 2 * forward

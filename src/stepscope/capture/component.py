@@ -200,9 +200,9 @@ def _first_tensor(out: Any) -> Any:
 def _count_flops(call: Any) -> tuple[int | None, str | None]:
     """FLOPs of one call (an extra call before the schedule); None and why when torch cannot count them."""
     try:
-        from torch.utils.flop_counter import FlopCounterMode
+        from stepscope.capture.collectors.flops import flop_counter
 
-        with FlopCounterMode(display=False) as mode:
+        with flop_counter() as mode:
             call()
         return int(mode.get_total_flops()), None
     except Exception as exc:  # e.g. a compiled function FlopCounterMode cannot see into
