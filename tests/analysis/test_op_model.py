@@ -104,7 +104,7 @@ def _byte_cases() -> dict[str, tuple[Callable[[], Any], set[str]]]:
     y = torch.randn(96)
     h = torch.randn(8, 12, 40, dtype=torch.bfloat16)
     ln_w, ln_b = torch.randn(40, dtype=torch.bfloat16), torch.randn(40, dtype=torch.bfloat16)
-    img = torch.randn(4, 6, 10, 10)
+    img = torch.randn(4, 6, 11, 11)  # (odd: a ceil-mode pool's last window is partial)
     bn = torch.nn.BatchNorm2d(6)
     return {
         "add broadcast": (lambda: x + y, {"aten::add"}),
@@ -115,6 +115,16 @@ def _byte_cases() -> dict[str, tuple[Callable[[], Any], set[str]]]:
         "batch norm": (lambda: bn(img), {"aten::native_batch_norm", "aten::_native_batch_norm_legit"}),
         "softmax": (lambda: torch.softmax(x, dim=-1), {"aten::_softmax"}),
         "to bf16": (lambda: x.to(torch.bfloat16), {"aten::_to_copy"}),
+        "max pool with indices": (
+            lambda: F.max_pool2d(img, 3, 2, 1, return_indices=True),
+            {"aten::max_pool2d_with_indices"},
+        ),
+        "max pool, ceil mode": (
+            lambda: F.max_pool2d(img, 3, 2, 0, ceil_mode=True, return_indices=True),
+            {"aten::max_pool2d_with_indices"},
+        ),
+        "average pool": (lambda: F.avg_pool2d(img, 2), {"aten::avg_pool2d"}),
+        "adaptive average pool": (lambda: F.adaptive_avg_pool2d(img, (3, 3)), {"aten::_adaptive_avg_pool2d"}),
     }
 
 
@@ -122,6 +132,7 @@ def _byte_cases() -> dict[str, tuple[Callable[[], Any], set[str]]]:
 _COUNTED_AS = {
     "aten::_to_copy": "aten::copy_",
     "aten::relu": "aten::clamp_min",
+    "aten::adaptive_avg_pool2d": "aten::_adaptive_avg_pool2d",
     "aten::_native_batch_norm_legit": "aten::native_batch_norm",
 }
 
@@ -136,6 +147,22 @@ def test_bytes_of_elementwise_and_normalization_ops_agree_with_their_tensors(
     expected = tensor_bytes(fn, ops)
     assert expected > 0
     assert abs(ours - expected) <= 0.05 * expected, (case, ours, expected, [c.name for c in found.calls])
+
+
+@pytest.mark.parametrize("groups", [1, 4, 16])
+def test_a_grouped_convolutions_backward_is_two_forwards(groups: int, tmp_path: Path) -> None:
+    # GIVEN a convolution of 16 channels in `groups` groups, its input and weight needing gradients (torch's own
+    # counter multiplies the weight's gradient by the groups: the count here is the definition's)
+    x = torch.randn(2, 16, 12, 12, requires_grad=True)
+    w = torch.randn(16, 16 // groups, 3, 3, requires_grad=True)
+
+    def step() -> None:
+        F.conv2d(x, w, padding=1, groups=groups).sum().backward()
+
+    calls = read_calls(record(step, tmp_path / "t.json")).calls
+    forward = 2 * 2 * 16 * 12 * 12 * (16 // groups) * 9
+    conv = {c.name: c.cost.flops for c in calls if c.cost.family == "conv"}
+    assert sorted(conv.values()) == [forward, 2 * forward], conv
 
 
 def test_a_linear_is_counted_once_as_the_product_it_runs(tmp_path: Path) -> None:

@@ -243,21 +243,23 @@ def test_a_trace_with_an_event_that_is_no_object_is_still_read(
     assert mm["calls"] == 3 and mm["time_us"] == pytest.approx(300.0)
 
 
-def _bound_trace(path: Path, *, wait_for_gpu: bool) -> Path:
+def _bound_trace(path: Path, *, wait_for_gpu: bool, kernel_us: tuple[float, ...] = (340.0,) * 3) -> Path:
     """Three steps of 400 us, each an aten::mm whose 340 us kernel is far below its roof; `wait_for_gpu`: the
     host then waits for it (cudaDeviceSynchronize) and the kernel bounds the step, else the host's own work does."""
     events: list[dict] = []
     mm = {"Input Dims": [[512, 1024], [1024, 768]], "Input type": ["c10::BFloat16"] * 2}
-    for i in range(3):
-        ts = 400.0 * i
-        events.append(_event(f"ProfilerStep#{i}", "user_annotation", ts, 400.0))
+    for i, took in enumerate(kernel_us):
+        ts = 2000.0 * i
+        events.append(_event(f"ProfilerStep#{i}", "user_annotation", ts, 400.0 if took < 400 else took + 60))
         events.append(_event("aten::mm", "cpu_op", ts + 10, 10, **mm))
         events.append(_event("cudaLaunchKernel", "cuda_runtime", ts + 13, 2, correlation=i + 1))
-        kernel = _event("gemm_kernel", "kernel", ts + 20, 340, correlation=i + 1, device=0)
+        kernel = _event("gemm_kernel", "kernel", ts + 20, took, correlation=i + 1, device=0)
         kernel.update(pid=0, tid=7)
         events.append(kernel)
         if wait_for_gpu:
-            events.append(_event("cudaDeviceSynchronize", "cuda_runtime", ts + 25, 336, correlation=100 + i))
+            events.append(
+                _event("cudaDeviceSynchronize", "cuda_runtime", ts + 25, took - 4, correlation=100 + i)
+            )
     doc = {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": events}
     path.write_text(json.dumps(doc))
     return path
@@ -277,3 +279,11 @@ def test_a_finding_is_priced_in_step_time_by_a_replay(
     assert f_bound["step_saving_us"] == pytest.approx(per_step, rel=0.1)
     assert f_hidden["step_saving_us"] == pytest.approx(0.0, abs=1.0)
     assert "replay" in f_bound["replay_note"] and "within 0.0%" in f_bound["replay_note"]
+
+
+def test_a_product_whose_calls_vary_says_its_efficiency_includes_the_slow_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _bound_trace(tmp_path / "t.json", wait_for_gpu=True, kernel_us=(100.0, 110.0, 105.0, 1200.0))
+    (finding,) = [f for f in _ops(capsys, str(trace))["ranks"][0]["findings"] if f["name"] == "aten::mm"]
+    assert "its calls took 100 us to 1.20 ms (median 110 us)" in finding["message"], finding["message"]

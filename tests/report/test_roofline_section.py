@@ -48,7 +48,7 @@ def test_a_run_recorded_with_shapes_has_its_ops_on_the_roofline(shaped_run: Path
     html = tmp_path / "r.html"
     assert main(["report", str(shaped_run), "-o", str(html)]) == 0
     section = _section(html)
-    assert "aten::addmm" in section and "roof from" in section
+    assert "aten::addmm" in section and "<dt>roof</dt>" in section
     # a CPU has no roof in the table: the page says how to give one
     assert "--peak-tflops" in section
     # the module tree keeps its indentation on the page (no-break spaces: plain ones collapse)

@@ -155,10 +155,12 @@ def _price_ops(source: Source, options: AnalysisOptions, result: OpsResult) -> N
                     if priced.error_pct is None
                     else f" (the replay is within {abs(priced.error_pct):.1f}% of the measured step)"
                 )
+                step = f"{priced.replayed_step_ms:.3g} ms" + (
+                    " with the device work launched in it" if ops.time_kind == "device" else ""
+                )
                 f.replay_note = (
                     f"a replay of the rank's steps with {f.name}'s work at {changes[i].factor:.2f} of its time "
-                    f"saves {priced.saving_ms[i]:.3g} ms of its median step, {priced.replayed_step_ms:.3g} ms with "
-                    f"the device work launched in it{error}"
+                    f"saves {priced.saving_ms[i]:.3g} ms of its median step, {step}{error}"
                 )
         # (ranked by what they save of the step, as analyze ranks its findings; the op time where not replayed)
         ops.findings.sort(key=lambda f: -(f.step_saving_us if f.step_saving_us is not None else f.saving_us))

@@ -17,6 +17,7 @@ FAMILIES = (
     "reduction",
     "copy",
     "embedding",
+    "pool",
     "optimizer",
     "transfer",  # a copy between the host and the device (told by its device activity, not its name)
 )
@@ -116,6 +117,26 @@ REDUCTIONS = {
 COPIES = {"aten::copy_", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat", "aten::stack"}
 FILLS = {"aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_", "aten::bernoulli_"}
 EMBEDDINGS = {"aten::embedding", "aten::embedding_dense_backward", "aten::embedding_backward"}
+# pooling: op -> (index of kernel_size, stride, padding, dilation, ceil_mode; -1: absent) in its arguments
+POOLS: dict[str, tuple[int, int, int, int, int]] = {
+    "aten::max_pool1d": (1, 2, 3, 4, 5),
+    "aten::max_pool2d": (1, 2, 3, 4, 5),
+    "aten::max_pool2d_with_indices": (1, 2, 3, 4, 5),
+    "aten::max_pool3d_with_indices": (1, 2, 3, 4, 5),
+    "aten::avg_pool1d": (1, 2, 3, -1, 4),
+    "aten::avg_pool2d": (1, 2, 3, -1, 4),
+    "aten::avg_pool3d": (1, 2, 3, -1, 4),
+}
+ADAPTIVE_POOLS = {"aten::adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d", "aten::adaptive_max_pool2d"}
+# pooling backwards: each reads the output's gradient (and a max pool's indices) and writes the input's
+POOL_BACKWARDS = {
+    "aten::max_pool2d_with_indices_backward",
+    "aten::max_pool3d_with_indices_backward",
+    "aten::avg_pool2d_backward",
+    "aten::avg_pool3d_backward",
+    "aten::_adaptive_avg_pool2d_backward",
+    "aten::adaptive_max_pool2d_backward",
+}
 COMPARISONS = re.compile(r"^aten::(eq|ne|lt|le|gt|ge|isnan|isinf|isfinite|logical_\w+)_?$")
 # elementwise: one FLOP per output element (arithmetic, activations and their backwards)
 ELEMENTWISE = re.compile(
@@ -143,6 +164,7 @@ _BY_NAME: dict[str, str] = {
         ("reduction", REDUCTIONS),
         ("copy", COPIES | FILLS),
         ("embedding", EMBEDDINGS),
+        ("pool", {*POOLS, *ADAPTIVE_POOLS, *POOL_BACKWARDS}),
     )
     for name in names
 }

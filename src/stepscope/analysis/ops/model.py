@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from stepscope.analysis.ops.families import (
+    ADAPTIVE_POOLS,
     ATTENTION,
     COMPARISONS,
     CONV_BACKWARDS,
@@ -32,6 +33,8 @@ from stepscope.analysis.ops.families import (
     FILLS,
     GEMMS,
     NORM_BACKWARDS,
+    POOL_BACKWARDS,
+    POOLS,
     SOFTMAX,
     family_of,
 )
@@ -182,6 +185,8 @@ def cost_of(name: str, inputs: OpInputs, *, conv_output: list[int] | None = None
         return _attention(name, inputs)
     if family == "embedding":
         return _embedding(name, inputs)
+    if family == "pool":
+        return _pool(name, inputs)
     return _memory_bound(name, family, inputs)
 
 
@@ -356,6 +361,47 @@ def _out_argument(inputs: OpInputs) -> int | None:
     )
     shapes = [t[0] for t in before if t is not None and t[0]]
     return last if scalar_before and shapes and out[0] == _broadcast(shapes) else None
+
+
+def _pool(name: str, inputs: OpInputs) -> Cost | None:
+    """A pooling's bytes: the input read and the pooled output written (a max pool's int64 indices too); a
+    backward reads the output's gradient (and the indices) and writes the input's. No FLOPs: comparisons and
+    sums that move bytes, judged against the bandwidth."""
+    tensors = [t for t in _tensors(inputs) if t[0]]
+    if not tensors:
+        return None
+    if name in POOL_BACKWARDS:  # (grad_output, self, ..., indices): the input's gradient is `self`'s size
+        read = sum(_nbytes(s, t) for s, t in tensors) - (_nbytes(*tensors[1]) if len(tensors) > 1 else 0.0)
+        written = _nbytes(*tensors[1]) if len(tensors) > 1 else _nbytes(*tensors[0])
+        return Cost("pool", None, read + written, None)
+    x, dtype = tensors[0]
+    if name in ADAPTIVE_POOLS:
+        size = _ints(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
+        if not size:
+            return None
+        out = [*x[: len(x) - len(size)], *size]
+    else:
+        i_kernel, i_stride, i_pad, i_dil, i_ceil = POOLS[name]
+        kernel = _ints(inputs.concrete[i_kernel]) if len(inputs.concrete) > i_kernel else None
+        if not kernel:
+            return None  # (a 2021 trace records no kernel size)
+        n = len(kernel)
+        stride = _param(inputs, i_stride, n) or kernel  # (an empty stride is the kernel's)
+        pad = _param(inputs, i_pad, n) or [0] * n
+        dil = _param(inputs, i_dil, n) or [1] * n
+        ceil = bool(_flag(inputs, i_ceil))
+        out = list(x[: len(x) - n])
+        for j in range(n):
+            length = x[len(x) - n + j]
+            span = length + 2 * pad[j] - dil[j] * (kernel[j] - 1) - 1
+            positions = (-(-span // stride[j]) if ceil else span // stride[j]) + 1
+            if ceil and (positions - 1) * stride[j] >= length + pad[j]:
+                positions -= 1  # (the last window must start inside the input or its left padding)
+            out.append(positions)
+    written = float(_numel(out) * DTYPE_BYTES[dtype])
+    if "max_pool" in name and (name.endswith("_with_indices") or name == "aten::adaptive_max_pool2d"):
+        written += _numel(out) * 8
+    return Cost("pool", None, _nbytes(x, dtype) + written, None)
 
 
 def _memory_bound(name: str, family: str, inputs: OpInputs) -> Cost | None:

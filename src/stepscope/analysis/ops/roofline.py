@@ -25,7 +25,7 @@ from stepscope.analysis.ops.families import COMPUTE_FAMILIES
 from stepscope.analysis.ops.model import DTYPE_BYTES
 from stepscope.analysis.ops.views import STACK_GROUPS, ModuleRow, StackRow, module_tree, top_stacks
 from stepscope.devices import PEAK_SOURCES, PEAK_TFLOPS, device_key, lookup_bandwidth
-from stepscope.units import significant
+from stepscope.units import fmt_us, significant
 
 __all__ = ["OPS_SCHEMA", "OpFinding", "OpGroup", "RankOps", "Roofline", "rank_ops", "roofline_for"]
 
@@ -41,6 +41,7 @@ ALIGN = {1: 16, 2: 8, 4: 4}
 # a call that would take less at the roof leaves most of the device idle (launches, tails)
 SMALL_CALL_S = 10e-6
 UNLAUNCHED_SHARE = 0.05  # device work without a launch in the trace is said from this share of it on
+UNEVEN_CALLS = 3.0  # a group's slowest call this many times its median is said to weigh on its efficiency
 OUTLIER_STEP = 3.0  # a profiled step this many times the median is said to weigh on the figures
 
 
@@ -78,6 +79,7 @@ class OpGroup(msgspec.Struct):
     efficiency: float | None  # achieved / roof (compute families) or / bandwidth (the others); may exceed 1
     saving_us: float | None  # at the realistic efficiency (TARGET)
     causal: bool = False
+    call_us: tuple[float, float, float] = (0.0, 0.0, 0.0)  # one call's time: least, median, most
 
 
 class OpFinding(msgspec.Struct):
@@ -138,7 +140,7 @@ def roofline_for(
         sources.insert(0, f"bandwidth {tbps:g} TB/s given")
     if not peaks and bandwidth is None:
         what = f"{device!r} is not in the peak table" if device else "a CPU trace has no peak table"
-        sources.append(f"no roof: {what} (--peak-tflops and --peak-tbps give one)")
+        sources.append(f"none: {what} (--peak-tflops and --peak-tbps give one)")
     return Roofline(device, peaks, bandwidth, "; ".join(sources))
 
 
@@ -240,7 +242,12 @@ def _group(
         efficiency=efficiency,
         saving_us=saving,
         causal=causal,
+        call_us=_spread(sorted(c.time_us for c in calls)),
     )
+
+
+def _spread(times: list[float]) -> tuple[float, float, float]:
+    return (times[0], times[len(times) // 2], times[-1]) if times else (0.0, 0.0, 0.0)
 
 
 def _coverage(ops: TraceOps, total: float) -> float | None:
@@ -273,7 +280,7 @@ def _notes(ops: TraceOps, roof: Roofline) -> list[str]:
     for name, n in sorted(ops.uncounted.items(), key=lambda kv: -kv[1])[:5]:
         notes.append(f"{n:,} calls of {name} have no cost: the trace lacks {ops.missing.get(name, 'shapes')}")
     if not roof.peak_tflops and roof.tbps is None:
-        notes.append(roof.source)
+        notes.append(f"no roof: {roof.source.removeprefix('none: ')}")
     return notes
 
 
@@ -331,10 +338,19 @@ def _finding(g: OpGroup, total: float, steps: int, roof: Roofline) -> OpFinding:
     )
     saving = g.saving_us or 0.0
     per_step = saving / steps if steps else None
+    least, median, most = g.call_us
+    uneven = ""
+    if g.calls >= 3 and median > 0 and most > UNEVEN_CALLS * median:
+        uneven = (
+            f"; its calls took {fmt_us(least)} to {fmt_us(most)} (median {fmt_us(median)}): something besides the "
+            "op (the host busy, a stall) slowed some of them, and its efficiency includes them"
+        )
     return OpFinding(
         name=g.name,
         shapes=g.shapes,
-        message=f"{g.name} with {g.shapes} runs at {where} over {g.calls:,} calls, {g.share:.0%} of the op time",
+        message=(
+            f"{g.name} with {g.shapes} runs at {where} over {g.calls:,} calls, {g.share:.0%} of the op time{uneven}"
+        ),
         action=_action(g, roof.device is not None),
         saving_us=saving,
         saving_per_step_us=per_step,
@@ -356,10 +372,13 @@ def _odd_sizes(g: OpGroup, align: int) -> list[int]:
     dimension of each operand; both of a matrix), a convolution's channels, attention's head sizes."""
     shapes = [[int(x) for x in re.findall(r"\d+", part)] for part in re.findall(r"\[[^\]]*\]", g.shapes)]
     sizes: list[int] = []
+    if g.family == "conv":
+        # every tensor's second dimension (activations: their channels; the weight: its inputs per group), and
+        # the weight's first (its outputs); the weight is the last tensor, forward and backward
+        spatial = [s for s in shapes if len(s) >= 3]
+        sizes = [s[1] for s in spatial] + ([spatial[-1][0]] if spatial else [])
     for s in shapes:
-        if g.family == "conv" and len(s) >= 3:
-            sizes.append(s[1] if not sizes else s[0])  # the input's channels, then the weight's outputs
-        elif g.family != "conv" and len(s) >= 2:
+        if g.family != "conv" and len(s) >= 2:
             sizes.extend(s if len(s) == 2 and g.family == "gemm" else s[-1:])
     return sorted({n for n in sizes if n % align and n > 1})
 
@@ -368,13 +387,18 @@ def _action(g: OpGroup, on_device: bool) -> str:
     if g.family in COMPUTE_FAMILIES:
         align = ALIGN[{"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}.get(g.dtype or "", 2)]
         odd = _odd_sizes(g, align)
-        if odd:
+        if odd and (on_device or g.family == "gemm"):
             units = "tensor cores" if on_device else "the vector units"
             return (
                 f"pad the sizes that are not multiples of {align} ({', '.join(map(str, odd[:4]))}) so that "
                 f"{units} tile them"
             )
         if g.bound == "memory":
+            if g.family == "conv":
+                return (
+                    "too little work per byte at these channels (a depthwise or narrow convolution): its time "
+                    "is moving activations; fusing it with the ops around it (torch.compile) saves that traffic"
+                )
             if g.family == "attention":
                 return (
                     "at these sequence lengths attention moves about as many bytes as it computes: longer "
@@ -393,4 +417,9 @@ def _action(g: OpGroup, on_device: bool) -> str:
         )
     if g.family == "optimizer":
         return "use the optimizer's fused implementation (fused=True): one kernel over every parameter"
+    if g.name in ("aten::fill_", "aten::zero_"):
+        return (
+            "a fill only writes memory: leave it out where the values are written again anyway (torch.empty "
+            "for torch.zeros; zero_grad(set_to_none=True) for gradients)"
+        )
     return "fuse it with the ops around it (torch.compile), so that its tensors are read and written once"

@@ -21,6 +21,9 @@ from stepscope.units import fmt_us
 
 TOP_GROUPS = 30  # table rows per rank (the chart has every group with FLOPs)
 MODULE_DEPTH = 3
+MIN_SHARE = (
+    0.001  # op groups under this share of the time are left off the chart (a scalar's add stretched it)
+)
 
 
 def roofline(data: ReportData, pc: Charts) -> Section:
@@ -46,19 +49,21 @@ def _rank(s: Section, pc: Charts, r: RankOps, multi: bool) -> None:
     who = f"rank {r.rank}: " if multi else ""
     roof = r.roofline
     s.facts.append((f"{who}device", f"{r.device or 'CPU'} · {roof_text(roof)}"))
-    s.facts.append((f"{who}roof from", roof.source))
+    s.facts.append((f"{who}roof", roof.source))
     families = ", ".join(f"{name} {fmt_us(us)}" for name, us in r.families.items())
     kind = "device time" if r.time_kind == "device" else "wall time"
     s.facts.append(
         (f"{who}counted ops' {kind}", f"{fmt_us(r.op_time_us)}{coverage_text(r)}: {families or 'none'}")
     )
-    s.items.extend(f"{who}{n}" for n in r.notes if n != roof.source)
+    s.items.extend(f"{who}{n}" for n in r.notes if not n.startswith("no roof:"))
     pc.add(
         s,
         charts.roofline(_points(r), _roofs(r)),
         f"{who}each op group (an op with one set of input shapes) at its FLOPs per byte and achieved TFLOP/s, "
-        "a point's size its time; dashed: the device's roof per number format. Copies and embeddings count no "
-        "FLOPs and are not drawn.",
+        "a point's size its time"
+        + ("; dashed: the device's roof per number format" if _roofs(r) else " (no roof: none is known)")
+        + f". Copies and embeddings count no FLOPs, and groups under {100 * MIN_SHARE:g}% of the time are not "
+        "drawn.",
     )
     if r.groups:
         s.tables.append(ops_table(r, top=TOP_GROUPS, title=f"{who}ops against the roofline"))
@@ -84,7 +89,7 @@ def _points(r: RankOps) -> list[dict[str, Any]]:
             "of roof": "-" if g.efficiency is None else f"{100 * g.efficiency:.0f}%",
         }
         for g in r.groups
-        if g.tflops and g.intensity
+        if g.tflops and g.intensity and g.share >= MIN_SHARE
     ]
 
 

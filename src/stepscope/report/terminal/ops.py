@@ -46,7 +46,7 @@ def _rank(r: RankOps, top: int, wide: bool, depth: int) -> Iterator[RenderableTy
     families = " · ".join(f"{name} {fmt_us(us)}" for name, us in r.families.items())
     yield Text(f"counted ops' {kind} {fmt_us(r.op_time_us)}{coverage_text(r)}: {families or 'none'}")
     for note in r.notes:
-        if note != roof.source:  # (said on the roof's line)
+        if not note.startswith("no roof:"):  # (said on the roof's line)
             yield Text(f"note: {plain(note)}", style="yellow")
     if r.groups:
         yield fit_table(ops_table(r, top=top, title="Ops against the roofline", terminal=True), wide=wide)
