@@ -67,7 +67,7 @@ def cli(capsysbinary: pytest.CaptureFixture[bytes], *args: str) -> tuple[int, st
 
 
 # --- item 15: one escaping function for every text from a file ------------------------------------------------
-@pytest.mark.parametrize("command", ["summary", "analyze", "report", "merge"])
+@pytest.mark.parametrize("command", ["summary", "analyze", "report", "merge", "ops"])
 def test_a_hostile_file_name_in_an_error_line_is_shown_as_text(
     tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], command: str
 ) -> None:
@@ -111,6 +111,40 @@ def test_op_names_with_c1_and_bidi_never_reach_the_terminal_raw(
         assert name in strings_in(json.loads(out))
     else:
         assert "\\x9b31m\\u202eevil" in out.replace("\n", "")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_python_frames_and_a_device_name_with_controls_never_reach_the_terminal_raw_in_ops(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], as_json: bool
+) -> None:
+    # GIVEN a trace whose Python frame (with_stack) and device name carry C0, C1 and bidi controls
+    frame = f"train{HOSTILE}.py(3): step"
+    mm = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}
+    events = [
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": frame,
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 100,
+            "args": {},
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50, "args": mm},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(
+        json.dumps({"deviceProperties": [{"id": 0, "name": f"gpu{HOSTILE}"}], "traceEvents": events})
+    )
+    # WHEN its ops are printed, as text or as JSON
+    status, out, err = cli(capsysbinary, "ops", str(path), "--json" if as_json else "--wide")
+    # THEN no control character is printed raw, and the JSON reads back to the very frame
+    assert status == 0 and raw_controls(out + err) == [], raw_controls(out + err)
+    if as_json:
+        assert frame in strings_in(json.loads(out))
+    else:
+        assert "\\u202eevil" in out.replace("\n", "")  # (the frame, escaped)
 
 
 @pytest.mark.parametrize("as_json", [False, True])
