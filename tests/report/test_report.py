@@ -25,6 +25,7 @@ SECTIONS = [
     "overview",
     "critical-path",
     "ops",
+    "roofline",
     "gpu",
     "communication",
     "parallelism",
