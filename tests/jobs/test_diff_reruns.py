@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 JOB = Path(__file__).parents[1] / "support" / "jobs" / "reruns.py"
 RUNS = 4  # 12 ordered pairs
+RERUN_SETS = 3  # sets of reruns trained before a breach is believed
 SLEEP_MS = 10.0  # the slowdown: 10 ms of sleep at the end of each step of a ~0.5 ms step (the 6-step window
 # of a loaded machine can hold a few ms of preemption, which must not reach the other gate's 95% low end)
 # a gate on every metric, at the thresholds the docs use
@@ -109,13 +110,15 @@ def test_reruns_of_one_script_pass_every_gate_pair_after_pair(
     reruns: tuple[list[Path], Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     runs, _ = reruns
-    breached = _breaches(runs, capsys)
-    if breached:
-        # On 2 shared cores one of the runs trained together can still get less CPU than the others for the
-        # whole job (its plain steps measurably slower too: about one set in 15 here). A gate that calls reruns
-        # a regression does so again on a second set of reruns; the machine's bad moment does not.
-        again = _breaches(_train(tmp_path)[0], capsys)
-        assert not again, "\n".join(["first set:", *breached, "second set:", *again])
+    sets = [_breaches(runs, capsys)]
+    # On 2 shared cores one of the runs trained together can still get less CPU than the others for the whole
+    # job (its plain steps measurably slower too: about one set in 15 on a quiet machine; on 2026-11-30 the
+    # full suite, after the multi-rank jobs, saw sets whose runs' medians were 20-35% apart in 3 of 4 runs, the
+    # module alone in none of 3). A gate that calls reruns a regression does so again on every set of reruns;
+    # the machine's bad moments do not.
+    while sets[-1] and len(sets) < RERUN_SETS:
+        sets.append(_breaches(_train(tmp_path / f"set{len(sets)}")[0], capsys))
+    assert not sets[-1], "\n".join(f"set {i + 1}:\n" + "\n".join(b) for i, b in enumerate(sets))
 
 
 def _slowdown_diff(base: Path, slow: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
