@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import warnings
 from pathlib import Path
@@ -15,6 +14,7 @@ import stepscope
 from stepscope.capture.console import StepscopeWarning
 from stepscope.runfolder import read_manifest
 
+from ..support.jobs.spawned import spawn
 from ..support.output import analyze_json
 from ..support.train import make_training
 
@@ -25,11 +25,9 @@ ANSI = "\x1b["
 def test_ddp_collectives_per_rank(tmp_path: Path) -> None:
     # GIVEN a 2-rank gloo DDP job whose buckets hold one Linear each (3 all-reduces per backward),
     # recording on all ranks, comm_logger_step=2 (inside the window of steps 1-3: moved to 4), shapes recorded
-    import torch.multiprocessing as mp
-
     from ..support.jobs.collective_logging import worker
 
-    mp.spawn(worker, args=(str(tmp_path), free_port()), nprocs=2, join=True)
+    spawn(worker, (), tmp_path, nprocs=2)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     artifacts = read_manifest(run_dir).artifacts
     for rank in (0, 1):
@@ -69,12 +67,6 @@ def test_ddp_collectives_per_rank(tmp_path: Path) -> None:
         assert all_reduce["time_source"] == "cpu" and all_reduce["time_ms"] > 0
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert sorted((m["rank"], m["collectives"]) for m in lines if "collectives" in m) == [(0, 3), (1, 3)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _walk(node: dict, module_type: str):  # type: ignore[no-untyped-def]
@@ -136,8 +128,6 @@ def test_without_a_process_group_the_log_says_so(tmp_path: Path) -> None:
 def test_the_logger_changes_nothing_a_model_computes_in_place(tmp_path: Path, wrapper: str) -> None:
     # GIVEN a 2-rank gloo job whose model adds to its layers' outputs in place (and the loop to the model's),
     # run once with the collective logger at step 1 and once with the monitor off
-    import torch.multiprocessing as mp
-
     from ..support.jobs.inplace_outputs import worker
 
     runs = {}
@@ -145,9 +135,12 @@ def test_the_logger_changes_nothing_a_model_computes_in_place(tmp_path: Path, wr
         out = tmp_path / ("logged" if logged else "off")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            mp.spawn(worker, args=(str(out), free_port(), wrapper, logged), nprocs=2, join=True)
+            spawn(worker, (wrapper, logged), out, nprocs=2)
         runs[logged] = out
         assert not [w for w in caught if "BackwardHookFunction" in str(w.message)]
+        for w in caught:  # (a run done again: said, not swallowed here)
+            if w.category is RuntimeWarning and "run again" in str(w.message):
+                warnings.warn(w.message, stacklevel=1)
     # THEN the job ran to its end both ways, every loss bit-identical on each rank
     for rank in (0, 1):
         logged_losses = (runs[True] / f"losses{rank}.txt").read_text()

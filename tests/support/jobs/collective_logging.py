@@ -1,4 +1,5 @@
-"""A 2-rank gloo DDP job for the collective-logging test: `worker` for torch.multiprocessing.spawn, or
+"""A 2-rank gloo DDP job for the collective-logging test: `worker` for torch.multiprocessing.spawn
+(tests/support/jobs/spawned.py), or
 `torchrun --standalone --nproc_per_node 2 tests/support/jobs/collective_logging.py OUT_DIR`.
 
 Three equal Linear layers and a bucket cap of one layer's weight: DDP then issues exactly one all-reduce per
@@ -15,6 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 import stepscope
+from tests.support.jobs.spawned import watch, work_done
 
 WIDTH = 32
 LAYERS = 3
@@ -24,14 +26,15 @@ def worker(rank: int, out_dir: str, port: int) -> None:
     """One rank, started by torch.multiprocessing.spawn: loopback rendezvous on `port`."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     os.environ.update(LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
-    train(out_dir)
+    watch(out_dir, rank)
+    train(out_dir, rank)
 
 
 def main() -> None:
     train(sys.argv[1])
 
 
-def train(out_dir: str) -> None:
+def train(out_dir: str, spawned_rank: int | None = None) -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -62,6 +65,8 @@ def train(out_dir: str) -> None:
             opt.step()
             opt.zero_grad()
             monitor.step()
+    if spawned_rank is not None:
+        work_done(out_dir, spawned_rank)
     dist.destroy_process_group()
 
 

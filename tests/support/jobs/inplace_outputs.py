@@ -1,6 +1,6 @@
 """A 2-rank gloo job whose model changes its layers' outputs in place (`out = layer(x); out += 1.0`), for the test
 that the collective logger changes nothing the user's code computes or raises: `worker` for
-torch.multiprocessing.spawn, with the wrapper (ddp | fsdp2), whether the monitor logs collectives, and where each
+torch.multiprocessing.spawn (tests/support/jobs/spawned.py), with the wrapper (ddp | fsdp2), whether the monitor logs collectives, and where each
 rank writes its losses (one float.hex per step: bit-identical runs have identical files).
 """
 
@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 import stepscope
+from tests.support.jobs.spawned import watch, work_done
 
 WIDTH = 16
 STEPS = 6
@@ -35,6 +36,7 @@ class InPlace(nn.Module):
 
 
 def worker(rank: int, out_dir: str, port: int, wrapper: str, logged: bool) -> None:
+    watch(out_dir, rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     os.environ.update(LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
     dist.init_process_group("gloo")
@@ -67,6 +69,6 @@ def worker(rank: int, out_dir: str, port: int, wrapper: str, logged: bool) -> No
             opt.zero_grad()
             losses.append(loss.item().hex())
             monitor.step()
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     Path(out_dir, f"losses{rank}.txt").write_text("\n".join(losses) + "\n")
+    work_done(out_dir, rank)
     dist.destroy_process_group()
