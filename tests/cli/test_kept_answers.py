@@ -9,6 +9,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -75,6 +77,63 @@ def test_a_second_json_answer_is_the_kept_one(
     request.getfixturevalue("no_analysis")
     second, _ = run(capsys, command, str(trace), "--json")
     assert second == first and json.loads(second)
+
+
+_CHILD = """
+import json, sys
+from stepscope.cli import main
+status = main(sys.argv[2:])
+json.dump({"status": status, "modules": sorted(sys.modules)}, open(sys.argv[1], "w"))
+"""
+
+
+def _process(tmp_path: Path, *argv: str) -> dict[str, object]:
+    """What a process running `stepscope ARGV` returned and printed, and the modules it had imported by its end."""
+    report = tmp_path / "child.json"
+    child = [sys.executable, "-c", _CHILD, str(report), *argv]
+    done = subprocess.run(child, timeout=120, capture_output=True, text=True)
+    return {**json.loads(report.read_text()), "out": done.stdout, "err": done.stderr}
+
+
+def test_the_same_command_line_again_is_answered_before_click_is_imported(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    # GIVEN a folder of two ranks analysed once, with an option
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for rank in (0, 1):
+        a_trace(folder / f"rank{rank}.json", rank=rank)
+    line = ("analyze", str(folder), "--json", "--top", "3")
+    first = _process(tmp_path, *line)
+    assert first["status"] == 0 and {"click", "numpy"} <= set(first["modules"])  # type: ignore[arg-type]
+    # WHEN the same line runs again
+    second = _process(tmp_path, *line)
+    # THEN it prints the same answer without importing click, numpy or any analysis
+    assert second["status"] == 0 and second["out"] == first["out"] and second["err"] == first["err"]
+    loaded = set(second["modules"])  # type: ignore[arg-type]
+    assert not loaded & {"click", "numpy", "stepscope.analysis.service", "stepscope.analysis.options"}, loaded
+    # AND the same options in another order go through click once, then are answered at once too
+    other = ("analyze", "--top=3", "--json", str(folder))
+    assert _process(tmp_path, *other)["out"] == first["out"]
+    assert "click" not in _process(tmp_path, *other)["modules"]  # type: ignore[operator]
+    # AND a rank's file changed makes the same line analyse again
+    a_trace(folder / "rank1.json", rank=1, slow=500.0)
+    changed = _process(tmp_path, *line)
+    assert "numpy" in changed["modules"] and changed["out"] != first["out"]  # type: ignore[operator]
+    steps = {r["rank"]: r["steps"][0]["dur_us"] for r in json.loads(str(changed["out"]))["ranks"]}
+    assert steps[1] > steps[0]
+
+
+def test_a_kept_line_whose_answer_is_gone_runs_the_command(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    first, _ = run(capsys, "whatif", str(trace), "--json")
+    assert len(list(cache_dir.glob("*.line"))) == 1
+    for kept in cache_dir.glob("*.result"):
+        kept.unlink()
+    assert run(capsys, "whatif", str(trace), "--json")[0] == first
+    assert len(list(cache_dir.glob("*.result"))) == 1
 
 
 def test_the_terminal_view_is_not_kept(

@@ -19,7 +19,8 @@ input that is gone, a folder of more than 256 files), a command that fails, or a
 results' bound (32 MiB by default) is not kept; `--no-cache` (STEPSCOPE_NO_CACHE=1) neither reads nor keeps one.
 The entries are msgpack documents under `results/` in the user's cache folder, written through a temp file and a
 rename, evicted least recently used first within a quarter of STEPSCOPE_CACHE_MAX_MB; one that does not decode is
-removed and the command runs.
+removed and the command runs. The same `--json` command line again is answered before click is imported (see
+`line_key`).
 """
 
 from __future__ import annotations
@@ -260,16 +261,79 @@ def kept_json(
             kept = kept_answer(name)
             if kept is not None:
                 replay_answer(kept)
+                keep_line(name)
                 return kept.code or None
             with recording(name) as record:
                 code = callback(**params)
                 if record is not None:
                     record.kept.code = code if isinstance(code, int) else 0
+            keep_line(name)
             return code
 
         return run
 
     return decorate
+
+
+# --- the same command line again -----------------------------------------------------------------------------
+# Beside an answer, a command keeps the key of its command line as typed: every token, the working folder, each
+# token that names a file or folder (by its content, as inputs are keyed), the code and the STEPSCOPE_ variables.
+# The same line again is answered from it before click, the options or the command's modules are imported: the
+# line is not parsed a second time, only hashed as it is, and any line not seen before goes through click.
+LINE_SUFFIX = ".line"
+_NOT_AT_ONCE = frozenset({"--help", "-h", "--no-cache"})
+
+
+def line_key(line: Sequence[str]) -> str | None:
+    """The key of a command line (the arguments after `stepscope`); None when it is not one a kept answer may
+    answer at once (another command, no --json, help, --no-cache) or a file it names cannot be keyed."""
+    from stepscope.cli import AT_ONCE_COMMANDS
+
+    if not line or line[0] not in AT_ONCE_COMMANDS or "--json" not in line or _NOT_AT_ONCE.intersection(line):
+        return None
+    named = []
+    for token in line[1:]:
+        for text in (token, token.partition("=")[2]):
+            if text and not text.startswith("-") and os.path.lexists(text):
+                named.append(text)
+    return answer_key("line", named, line=list(line))
+
+
+def keep_line(name: str | None) -> None:
+    """Note that this process's command line is answered by the answer kept under `name` (if it is kept)."""
+    from stepscope import cli
+
+    if name is None or not (_folder() / f"{name}{SUFFIX}").is_file():
+        return
+    with contextlib.suppress(Exception):  # (never a reason to fail a command)
+        key = line_key(cli.command_line())
+        if key is None:
+            return
+        where = _folder() / f"{key}{LINE_SUFFIX}"
+        tmp = where.with_name(f".{where.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(name, encoding="ascii")
+            os.replace(tmp, where)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        cache.evict(where.parent, cache.max_bytes() // 256, LINE_SUFFIX)
+
+
+def answer_line(line: Sequence[str]) -> int | None:
+    """Print the answer kept for this command line and return its exit code; None when there is none."""
+    key = line_key(line)
+    if key is None:
+        return None
+    try:
+        name = (_folder() / f"{key}{LINE_SUFFIX}").read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    kept = kept_answer(name) if name.isalnum() else None
+    if kept is None:
+        return None
+    replay_answer(kept)
+    return kept.code
 
 
 class ProgressBar:
