@@ -48,7 +48,7 @@ ANALYSIS_COMMANDS = frozenset({"summary", "analyze", "whatif", "diff", "report",
 # array one by one (5-7% of a whole `analyze`, `summary` or `whatif --json` of a 15 MB trace, measured paired with
 # and without it).
 EXIT_AT_ONCE = frozenset({"analyze", "summary", "whatif"})
-# the commands whose `--json` answer a command line seen before may give at once (cli/_output.line_key)
+# the commands whose `--json` answer a command line seen before may give at once (analysis/read/cache/answers.py)
 AT_ONCE_COMMANDS = frozenset({"analyze", "summary", "whatif", "ops", "diff"})
 _env_set: list[str] = []
 _commands: list[str] = []  # the subcommand that ran (_group.py)
@@ -119,21 +119,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _answer_at_once(line: list[str]) -> int | None:
     """The exit status of a command line answered by what the same line printed before (cli/_output.py: the
     same inputs, code and settings), before click or any command's module is imported; None when it is not."""
-    from stepscope.analysis.read import cache
-
-    if not line or line[0] not in AT_ONCE_COMMANDS or "--json" not in line or not cache.enabled():
+    if not line or line[0] not in AT_ONCE_COMMANDS or "--json" not in line:
         return None
-    from stepscope.cli._output import answer_line
+    from stepscope.analysis.read.cache import answers
 
     try:
-        code = answer_line(line)
-    except BrokenPipeError:
-        code = 0
+        kept = answers.line_answer(line, AT_ONCE_COMMANDS)
     except Exception:  # (a cache that cannot be read is no reason to fail: the command runs)
         return None
-    if code is not None:
-        _commands.append(line[0])
-    return code
+    if kept is None:
+        return None
+    _commands.append(line[0])
+    try:
+        answers.replay(kept)
+    except BrokenPipeError:
+        return 0
+    return kept.code
 
 
 def _reader_gone() -> bool:

@@ -19,8 +19,8 @@ input that is gone, a folder of more than 256 files), a command that fails, or a
 results' bound (32 MiB by default) is not kept; `--no-cache` (STEPSCOPE_NO_CACHE=1) neither reads nor keeps one.
 The entries are msgpack documents under `results/` in the user's cache folder, written through a temp file and a
 rename, evicted least recently used first within a quarter of STEPSCOPE_CACHE_MAX_MB; one that does not decode is
-removed and the command runs. The same `--json` command line again is answered before click is imported (see
-`line_key`).
+removed and the command runs (the format: analysis/read/cache/answers.py). The same `--json` command line again
+is answered before click is imported (`keep_line`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Any
 import msgspec
 
 from stepscope.analysis.read import cache
+from stepscope.analysis.read.cache import answers
 from stepscope.errors import InputError
 
 
@@ -73,28 +74,11 @@ def write_output(path: Path, data: str | bytes, what: str) -> Path:
         raise InputError(path, f"cannot write {what} ({exc.strerror or exc})") from None
 
 
-SUFFIX = ".result"
-_ENV_SKIPPED = frozenset({cache.DIR_ENV, cache.NO_CACHE_ENV, cache.MAX_ENV, "STEPSCOPE_PROGRESS"})
-
-
-class Kept(msgspec.Struct, kw_only=True):
-    """What a command printed and wrote."""
-
-    stdout: bytes = b""
-    stderr: str = ""  # the lines the command printed on stderr (its notes)
-    notes: list[str] = msgspec.field(default_factory=list)  # report: the page's notes
-    page: bytes | None = None  # report: the page's bytes
-    code: int = 0  # the exit code the command returned (diff's gates)
-    generated: str | None = None  # report: the page's time of writing (a kept page says when it is written)
-
-
-def _largest() -> int:
-    """The largest answer kept: a sixteenth of the results' bound (32 MiB by default)."""
-    return cache.max_bytes() // 64
+Kept = answers.Kept
 
 
 def _folder() -> Path:
-    return cache.base() / "results"
+    return answers.folder()
 
 
 def answer_key(
@@ -111,12 +95,11 @@ def answer_key(
         if one is None:
             return None
         keys.append(one)
-    env = sorted(
-        (k, v) for k, v in os.environ.items() if k.startswith("STEPSCOPE_") and k not in _ENV_SKIPPED
-    )
     try:
         text = msgspec.json.encode(
-            [command, os.getcwd(), keys, env, cache.code_key(), params], enc_hook=str, order="sorted"
+            [command, os.getcwd(), keys, answers.kept_env(), cache.code_key(), params],
+            enc_hook=str,
+            order="sorted",
         )
     except (OSError, TypeError, msgspec.EncodeError):
         return None
@@ -125,42 +108,12 @@ def answer_key(
 
 def kept_answer(name: str | None) -> Kept | None:
     """The answer kept under `name` (a key), else None."""
-    if name is None:
-        return None
-    where = _folder() / f"{name}{SUFFIX}"
-    try:
-        data = where.read_bytes()
-    except OSError:
-        return None
-    try:
-        kept = msgspec.msgpack.decode(data, type=Kept)
-    except (msgspec.DecodeError, ValueError):
-        with contextlib.suppress(OSError):
-            where.unlink()
-        return None
-    with contextlib.suppress(OSError):
-        os.utime(where)  # (recently used: evicted last)
-    return kept
+    return answers.read(name)
 
 
 def keep_answer(name: str | None, kept: Kept) -> None:
     """Keep `kept` under `name` (nothing when `name` is None, or the answer is too big); never fails."""
-    if name is None:
-        return
-    most = cache.max_bytes() // 4
-    if len(kept.stdout) + len(kept.page or b"") > _largest():
-        return
-    where = _folder() / f"{name}{SUFFIX}"
-    tmp = where.with_name(f".{where.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(Exception):  # (a cache that cannot be written is no reason to fail a command)
-        where.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tmp.write_bytes(msgspec.msgpack.encode(kept))
-            os.replace(tmp, where)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-        cache.evict(where.parent, most, SUFFIX)
+    answers.write(name, kept)
 
 
 class Recording:
@@ -194,7 +147,7 @@ def recording(name: str | None) -> Iterator[Recording | None]:
     if name is None:
         yield None
         return
-    record = Recording(_largest())
+    record = Recording(answers.largest())
     _current = record
     try:
         yield record
@@ -232,16 +185,7 @@ def page_now(kept: Kept) -> bytes:
     return new.encode().join(parts)
 
 
-def replay_answer(kept: Kept) -> None:
-    """Print what a kept answer printed: its lines on stderr, its bytes on stdout."""
-    import sys
-
-    if kept.stderr:
-        sys.stderr.write(kept.stderr)
-        sys.stderr.flush()
-    if kept.stdout:
-        sys.stdout.buffer.write(kept.stdout)
-        sys.stdout.flush()
+replay_answer = answers.replay
 
 
 def kept_json(
@@ -275,65 +219,13 @@ def kept_json(
     return decorate
 
 
-# --- the same command line again -----------------------------------------------------------------------------
-# Beside an answer, a command keeps the key of its command line as typed: every token, the working folder, each
-# token that names a file or folder (by its content, as inputs are keyed), the code and the STEPSCOPE_ variables.
-# The same line again is answered from it before click, the options or the command's modules are imported: the
-# line is not parsed a second time, only hashed as it is, and any line not seen before goes through click.
-LINE_SUFFIX = ".line"
-_NOT_AT_ONCE = frozenset({"--help", "-h", "--no-cache"})
-
-
-def line_key(line: Sequence[str]) -> str | None:
-    """The key of a command line (the arguments after `stepscope`); None when it is not one a kept answer may
-    answer at once (another command, no --json, help, --no-cache) or a file it names cannot be keyed."""
-    from stepscope.cli import AT_ONCE_COMMANDS
-
-    if not line or line[0] not in AT_ONCE_COMMANDS or "--json" not in line or _NOT_AT_ONCE.intersection(line):
-        return None
-    named = []
-    for token in line[1:]:
-        for text in (token, token.partition("=")[2]):
-            if text and not text.startswith("-") and os.path.lexists(text):
-                named.append(text)
-    return answer_key("line", named, line=list(line))
-
-
 def keep_line(name: str | None) -> None:
-    """Note that this process's command line is answered by the answer kept under `name` (if it is kept)."""
+    """Note that this process's command line (a `--json` one) is answered by the answer kept under `name`: the
+    same line again is answered before click is imported (cli/__init__.py, analysis/read/cache/answers.py)."""
     from stepscope import cli
 
-    if name is None or not (_folder() / f"{name}{SUFFIX}").is_file():
-        return
     with contextlib.suppress(Exception):  # (never a reason to fail a command)
-        key = line_key(cli.command_line())
-        if key is None:
-            return
-        where = _folder() / f"{key}{LINE_SUFFIX}"
-        tmp = where.with_name(f".{where.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(name, encoding="ascii")
-            os.replace(tmp, where)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-        cache.evict(where.parent, cache.max_bytes() // 256, LINE_SUFFIX)
-
-
-def answer_line(line: Sequence[str]) -> int | None:
-    """Print the answer kept for this command line and return its exit code; None when there is none."""
-    key = line_key(line)
-    if key is None:
-        return None
-    try:
-        name = (_folder() / f"{key}{LINE_SUFFIX}").read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    kept = kept_answer(name) if name.isalnum() else None
-    if kept is None:
-        return None
-    replay_answer(kept)
-    return kept.code
+        answers.keep_line(cli.command_line(), cli.AT_ONCE_COMMANDS, name)
 
 
 class ProgressBar:
