@@ -124,6 +124,35 @@ def test_the_same_command_line_again_is_answered_before_click_is_imported(
     assert steps[1] > steps[0]
 
 
+def test_the_same_report_line_again_writes_the_page_before_click_is_imported(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    # GIVEN a trace whose page was written once, to a page named on the line
+    trace = a_trace(tmp_path / "t.json")
+    page = tmp_path / "page.html"
+    line = ("report", str(trace), "-o", str(page))
+    first = _process(tmp_path, *line)
+    assert first["status"] == 0 and "click" in first["modules"]  # type: ignore[operator]
+    written = page.read_text()
+    # WHEN the same line runs again, twice (the page it wrote is one of its arguments)
+    for _ in range(2):
+        before = page.stat().st_ino
+        again = _process(tmp_path, *line)
+        # THEN it writes the same page again (a new file, saying when it was written), says what report says,
+        # without click
+        assert again["status"] == 0 and again["out"] == first["out"] and again["err"] == first["err"]
+        assert not {"click", "numpy", "jinja2"} & set(again["modules"])  # type: ignore[arg-type]
+        assert page.stat().st_ino != before and _without_time(page.read_text()) == _without_time(written)
+    # AND a page that became a link is not written through: the command runs and refuses it in one line
+    elsewhere = tmp_path / "elsewhere.html"
+    elsewhere.write_text("mine")
+    page.unlink()
+    page.symlink_to(elsewhere)
+    refused = _process(tmp_path, *line)
+    assert refused["status"] == 2 and elsewhere.read_text() == "mine"
+    assert len(str(refused["err"]).splitlines()) == 1 and "link" in str(refused["err"])
+
+
 def test_a_kept_line_whose_answer_is_gone_runs_the_command(
     tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -302,3 +331,22 @@ def test_a_changed_file_anywhere_in_a_checkouts_package_is_new_code(where: str) 
         os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns))
         cache.code_key.cache_clear()
     assert after != before
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_a_fifo_beside_the_traces_or_named_on_the_line_is_never_opened_to_key_an_answer(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # GIVEN a folder of traces that also holds a FIFO nobody writes to (opening it to read would wait forever)
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    a_trace(folder / "rank0.json")
+    os.mkfifo(folder / "pipe")
+    page = str(tmp_path / "x.html")
+    line = [command, str(folder), "--json"] if command == "analyze" else [command, str(folder), "-o", page]
+    # WHEN the command runs twice (the answer is not kept: the folder cannot be keyed)
+    for _ in range(2):
+        out, _ = run(capsys, *line)
+        assert out
+    # THEN it ran, and nothing was kept for it
+    assert not cache_dir.exists() or not list(cache_dir.glob("*.result"))

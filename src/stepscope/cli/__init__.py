@@ -48,7 +48,8 @@ ANALYSIS_COMMANDS = frozenset({"summary", "analyze", "whatif", "diff", "report",
 # array one by one (5-7% of a whole `analyze`, `summary` or `whatif --json` of a 15 MB trace, measured paired with
 # and without it).
 EXIT_AT_ONCE = frozenset({"analyze", "summary", "whatif"})
-# the commands whose `--json` answer a command line seen before may give at once (analysis/read/cache/answers.py)
+# the commands whose `--json` answer a command line seen before may give at once (analysis/read/cache/answers.py),
+# and `report`, whose page it may write again
 AT_ONCE_COMMANDS = frozenset({"analyze", "summary", "whatif", "ops", "diff"})
 _env_set: list[str] = []
 _commands: list[str] = []  # the subcommand that ran (_group.py)
@@ -116,25 +117,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result if isinstance(result, int) else 0
 
 
+def answered_at_once(line: Sequence[str]) -> bool:
+    """Whether the same command line again may be answered from what it gave before: a `--json` answer, or the
+    page of `report` (not opened in a browser)."""
+    if not line:
+        return False
+    if line[0] == "report":
+        return "--open" not in line
+    return line[0] in AT_ONCE_COMMANDS and "--json" in line
+
+
+def note_line(note: object) -> str:
+    """A note as the commands print it on stderr."""
+    return f"stepscope: note: {plain(note)}\n"
+
+
+def written_line(target: object, size: int) -> str:
+    """What `report` says once its page is written."""
+    return f"report: {plain(target)}  ({size / 1e6:.2f} MB)"
+
+
 def _answer_at_once(line: list[str]) -> int | None:
-    """The exit status of a command line answered by what the same line printed before (cli/_output.py: the
-    same inputs, code and settings), before click or any command's module is imported; None when it is not."""
-    if not line or line[0] not in AT_ONCE_COMMANDS or "--json" not in line:
+    """The exit status of a command line answered by what the same line gave before (cli/_output.py: the same
+    inputs, code and settings), before click or any command's module is imported; None when it is not."""
+    if not answered_at_once(line):
         return None
     from stepscope.analysis.read.cache import answers
 
     try:
-        kept = answers.line_answer(line, AT_ONCE_COMMANDS)
+        found = answers.line_answer(line)
+        target = found[2] if found is not None else None
+        if found is not None and target is not None:
+            from stepscope.cli._output import page_again
+
+            # (a page that cannot be written: the command runs, and says why)
+            page_again(found[0], found[1], target, line)
+            _commands.append(line[0])
+            return found[1].code
     except Exception:  # (a cache that cannot be read is no reason to fail: the command runs)
         return None
-    if kept is None:
+    if found is None:
         return None
     _commands.append(line[0])
     try:
-        answers.replay(kept)
+        answers.replay(found[1])
     except BrokenPipeError:
         return 0
-    return kept.code
+    return found[1].code
 
 
 def _reader_gone() -> bool:

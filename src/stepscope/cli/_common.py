@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from stepscope.units import BIDI_CODES, plain
+from stepscope.units import BIDI_CODES
 
 
 def print_json(document: Any) -> None:
@@ -77,11 +77,12 @@ def print_line(line: str) -> None:
 
 def print_notes(notes: Any) -> None:
     """Notes and notices go to stderr, one line each, so that stdout holds only the answer."""
+    from stepscope.cli import note_line
     from stepscope.cli._output import recording_now
 
     record = recording_now()
     for note in notes:
-        line = f"stepscope: note: {plain(note)}\n"
+        line = note_line(note)
         sys.stderr.write(line)
         if record is not None:
             record.kept.stderr += line

@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from stepscope.analysis.read import cache
 from stepscope.analysis.read.cache import answers
 from stepscope.errors import InputError
@@ -95,6 +93,8 @@ def answer_key(
         if one is None:
             return None
         keys.append(one)
+    import msgspec  # (here: a page written again from a command line seen before needs none of it)
+
     try:
         text = msgspec.json.encode(
             [command, os.getcwd(), keys, answers.kept_env(), cache.code_key(), params],
@@ -219,13 +219,31 @@ def kept_json(
     return decorate
 
 
-def keep_line(name: str | None) -> None:
-    """Note that this process's command line (a `--json` one) is answered by the answer kept under `name`: the
-    same line again is answered before click is imported (cli/__init__.py, analysis/read/cache/answers.py)."""
+def keep_line(name: str | None, write: Path | None = None) -> None:
+    """Note that this process's command line is answered by the answer kept under `name` (`write`: where it
+    wrote its page): the same line again is answered before click is imported (cli/__init__.py,
+    analysis/read/cache/answers.py)."""
     from stepscope import cli
 
-    with contextlib.suppress(Exception):  # (never a reason to fail a command)
-        answers.keep_line(cli.command_line(), cli.AT_ONCE_COMMANDS, name)
+    line = cli.command_line()
+    if cli.answered_at_once(line):
+        with contextlib.suppress(Exception):  # (never a reason to fail a command)
+            answers.keep_line(line, name, write)
+
+
+def page_again(name: str, kept: Kept, target: Path, line: Sequence[str]) -> None:
+    """Write a kept page to `target` again (saying it is written now), then say what `report` says; and note
+    the line again (the page written may be one of its arguments)."""
+    from stepscope.cli import note_line, written_line
+
+    page = page_now(kept)
+    write_output(target, page, "the report")
+    sys.stderr.write("".join(note_line(note) for note in kept.notes))
+    sys.stderr.flush()
+    sys.stdout.write(written_line(target, len(page)) + "\n")
+    sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        answers.keep_line(line, name, target)
 
 
 class ProgressBar:

@@ -10,7 +10,6 @@ import click
 from stepscope.analysis.options import AnalysisOptions
 from stepscope.analysis.read.source import Source, as_source
 from stepscope.cli._common import analysis_options
-from stepscope.units import plain
 
 
 @click.command(name="report")
@@ -40,8 +39,9 @@ def command(
 
     With --compare TEST, the page shows what changed from PATH to TEST. The ranks of a folder are analysed as
     `analyze` does (`--jobs`, `--executor`)."""
+    from stepscope.cli import written_line
     from stepscope.cli._common import print_notes
-    from stepscope.cli._output import answer_key, keep_answer, kept_answer, page_now
+    from stepscope.cli._output import answer_key, keep_answer, keep_line, kept_answer, page_now
 
     source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
     other = Source(compare) if compare is not None else None
@@ -63,7 +63,8 @@ def command(
         page = page_now(kept)
     print_notes(kept.notes)
     _write(page, target)
-    if source.is_run_folder and target.resolve().parent == path.resolve():
+    indexed = source.is_run_folder and target.resolve().parent == path.resolve()
+    if indexed:
         _index(path, target)
     if made_now:
         keep_answer(name, kept)
@@ -71,7 +72,9 @@ def command(
         after = answer_key("report", inputs, exclude=target, **params)
         if after != name:
             keep_answer(after, kept)
-    click.echo(f"report: {plain(target)}  ({len(page) / 1e6:.2f} MB)")
+    if not indexed:  # (a page indexed in its run folder is written again through here: the manifest changes)
+        keep_line(name, target)
+    click.echo(written_line(target, len(page)))
     if open_browser:
         import webbrowser
 

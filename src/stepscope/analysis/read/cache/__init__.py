@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,16 @@ def hash_file(digest: Any, path: Path | str, st: os.stat_result) -> None:
 
 def input_key(path: Path | str, exclude: Path | str | None = None) -> str | None:
     """The key of a trace file or of a folder (every file under it but `exclude`); None when it cannot be read
-    whole or the folder holds more than MAX_FILES files."""
+    whole, is or holds something that is not a regular file (a FIFO, a device), or the folder holds more than
+    MAX_FILES files."""
     digest = blake2b(digest_size=20)
     try:
         root = Path(path).resolve()
         st = root.stat()
         digest.update(f"{root}|".encode())
-        if not os.path.isdir(root):
+        if not stat.S_ISDIR(st.st_mode):
+            if not stat.S_ISREG(st.st_mode):
+                return None  # (a FIFO or a device: opening it to read could wait forever)
             hash_file(digest, root, st)
             return digest.hexdigest()
         left_out = os.path.realpath(exclude) if exclude is not None else None
@@ -107,7 +111,10 @@ def input_key(path: Path | str, exclude: Path | str | None = None) -> str | None
                 return None
         for name in sorted(files):
             digest.update(f"{os.path.relpath(name, root)}|".encode())
-            hash_file(digest, name, os.stat(name))
+            st = os.stat(name)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            hash_file(digest, name, st)
     except (OSError, ValueError):
         return None
     return digest.hexdigest()

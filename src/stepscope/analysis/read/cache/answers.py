@@ -7,7 +7,8 @@ An answer file (`results/KEY.result` in the user's cache folder): the line `step
 stdout and page hold), then those bytes. A file that does not read back exactly so (cut short, longer, another
 format) is no answer: it is removed, and the command runs.
 
-A command line's key (`results/KEY.line`, which holds the name of the answer it gave): every argument as typed,
+A command line's key (`results/KEY.line`, which holds the name of the answer it gave and where it wrote its page,
+if it wrote one): every argument as typed,
 the working folder, each argument that names a file or folder (keyed as an input is: `input_key`), the code and
 the STEPSCOPE_ variables. The line is never parsed here, only hashed as it is; a line not seen before goes through
 the command's own parsing, which keys the answer by its options.
@@ -169,13 +170,11 @@ def kept_env() -> list[tuple[str, str]]:
     )
 
 
-def line_key(line: Sequence[str], commands: frozenset[str]) -> str | None:
-    """The key of a command line (the arguments after `stepscope`); None when it is not one an answer may be
-    given to at once (not one of `commands`, no --json, help, --no-cache, the cache off) or a file or folder
-    it names cannot be keyed."""
-    if not line or line[0] not in commands or "--json" not in line or NOT_AT_ONCE.intersection(line):
-        return None
-    if not enabled():
+def line_key(line: Sequence[str]) -> str | None:
+    """The key of a command line (the arguments after `stepscope`: the caller knows which commands may be
+    answered so); None when the line asks for help or no cache, the cache is off, or a file or folder it names
+    cannot be keyed."""
+    if not line or NOT_AT_ONCE.intersection(line) or not enabled():
         return None
     keys = []
     for token in line[1:]:
@@ -192,25 +191,33 @@ def line_key(line: Sequence[str], commands: frozenset[str]) -> str | None:
     return blake2b(described.encode(), digest_size=20).hexdigest()
 
 
-def keep_line(line: Sequence[str], commands: frozenset[str], name: str | None) -> None:
-    """Note that command line `line` is answered by the answer kept under `name` (when that one is kept)."""
+def keep_line(line: Sequence[str], name: str | None, write: Path | None = None) -> None:
+    """Note that command line `line` is answered by the answer kept under `name` (when that one is kept), a page
+    written to `write` where it writes one (its key taken after the page is written: the page may be an
+    argument)."""
     if name is None or not (folder() / f"{name}{SUFFIX}").is_file():
         return
-    key = line_key(line, commands)
+    key = line_key(line)
     if key is not None:
-        _write(folder() / f"{key}{LINE_SUFFIX}", name.encode("ascii"), max_bytes() // 256)
+        noted = json.dumps({"answer": name, "write": None if write is None else str(write)})
+        _write(folder() / f"{key}{LINE_SUFFIX}", noted.encode(), max_bytes() // 256)
 
 
-def line_answer(line: Sequence[str], commands: frozenset[str]) -> Kept | None:
-    """The answer the same command line gave before, else None."""
-    key = line_key(line, commands)
+def line_answer(line: Sequence[str]) -> tuple[str, Kept, Path | None] | None:
+    """What the same command line gave before: the answer's name, the answer and where it wrote its page (None:
+    it printed it); None when there is none."""
+    key = line_key(line)
     if key is None:
         return None
     try:
-        name = (folder() / f"{key}{LINE_SUFFIX}").read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
+        noted = json.loads((folder() / f"{key}{LINE_SUFFIX}").read_bytes())
+        name, write = noted["answer"], noted["write"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return read(name)
+    kept = read(name) if isinstance(name, str) else None
+    if kept is None or not (write is None or isinstance(write, str)):
+        return None
+    return name, kept, None if write is None else Path(write)
 
 
 def replay(kept: Kept) -> None:
