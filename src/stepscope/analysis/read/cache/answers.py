@@ -8,10 +8,10 @@ stdout and page hold), then those bytes. A file that does not read back exactly 
 format) is no answer: it is removed, and the command runs.
 
 A command line's key (`results/KEY.line`, which holds the name of the answer it gave and where it wrote its page,
-if it wrote one): every argument as typed,
-the working folder, each argument that names a file or folder (keyed as an input is: `input_key`), the code and
-the STEPSCOPE_ variables. The line is never parsed here, only hashed as it is; a line not seen before goes through
-the command's own parsing, which keys the answer by its options.
+if it wrote one): every argument as typed, the working folder, each argument that names a file or folder (keyed
+as an input is: `input_key`; a FIFO or a device cannot be, and the line is then not answered so), the code and the
+STEPSCOPE_ variables. The line is never parsed here, only hashed as it is; a line not seen before goes through the
+command's own parsing, which keys the answer by its options.
 """
 
 from __future__ import annotations
