@@ -350,3 +350,116 @@ def test_a_fifo_beside_the_traces_or_named_on_the_line_is_never_opened_to_key_an
         assert out
     # THEN it ran, and nothing was kept for it
     assert not cache_dir.exists() or not list(cache_dir.glob("*.result"))
+
+
+def _fresh(capsys: pytest.CaptureFixture[str], *line: str) -> str:
+    """What the line prints with nothing kept."""
+    return run(capsys, "--no-cache", *line)[0]
+
+
+@pytest.mark.parametrize("spelling", ["{}/", "{}/.", "-- {}"])
+def test_a_changed_input_however_the_line_spells_it_is_analysed_again(
+    tmp_path: Path,
+    cache_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    spelling: str,
+) -> None:
+    # GIVEN a trace named with a trailing slash, or a name that starts with '-' after '--', analysed twice
+    monkeypatch.chdir(tmp_path)
+    trace = a_trace(tmp_path / ("-t.json" if spelling.startswith("--") else "t.json"), steps=3)
+    named = spelling.format(trace.name).split()
+    line = ["analyze", "--json", *named] if named[0] == "--" else ["analyze", *named, "--json"]
+    run(capsys, *line)
+    run(capsys, *line)
+    # WHEN the trace is written again
+    a_trace(trace, steps=4)
+    # THEN the same line gives the new trace's answer, as a line with nothing kept does
+    out = run(capsys, *line)[0]
+    assert len(json.loads(out)["ranks"][0]["steps"]) == 4 and out == _fresh(capsys, *line)
+
+
+def test_an_input_changed_while_the_command_ran_is_not_answered_from_its_line(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a first analysis during which the trace is written anew (after it was keyed, before the end)
+    trace = a_trace(tmp_path / "t.json", steps=3)
+    import stepscope.analysis.service as service
+
+    original = service.analyze_source
+
+    def rewritten(*args: object, **kwargs: object) -> object:
+        result = original(*args, **kwargs)  # type: ignore[arg-type]
+        a_trace(trace, steps=5)
+        return result
+
+    monkeypatch.setattr(service, "analyze_source", rewritten)
+    run(capsys, "analyze", str(trace), "--json")
+    monkeypatch.setattr(service, "analyze_source", original)
+    # THEN the same line gives the trace's answer as it is now, twice
+    for _ in range(2):
+        out = run(capsys, "analyze", str(trace), "--json")[0]
+        assert len(json.loads(out)["ranks"][0]["steps"]) == 5
+
+
+def test_a_report_whose_page_overwrites_its_input_fails_again_as_it_would_afresh(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = a_trace(tmp_path / "self.json")
+    assert main(["report", str(trace), "-o", str(trace)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(trace), "-o", str(trace)]) == 2  # (the page is no trace)
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_a_changed_trace_in_a_linked_sub_folder_is_analysed_again(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = tmp_path / "A"
+    real.mkdir()
+    a_trace(real / "rank0.json", steps=3)
+    folder = tmp_path / "P"
+    folder.mkdir()
+    (folder / "a").symlink_to(real)
+    (folder / "loop").symlink_to(folder)  # (a link to a folder above: walked once, no loop)
+    first = run(capsys, "analyze", str(folder), "--json")[0]
+    assert run(capsys, "analyze", str(folder), "--json")[0] == first
+    a_trace(real / "rank0.json", steps=4)
+    out = run(capsys, "analyze", str(folder), "--json")[0]
+    (analysis,) = [r["analysis"] for r in json.loads(out)["runs"] if r["path"].endswith("a")]
+    assert len(analysis["ranks"][0]["steps"]) == 4 and out == _fresh(capsys, "analyze", str(folder), "--json")
+
+
+def test_the_input_limits_hold_for_a_kept_table(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    run(capsys, "analyze", str(trace))  # (its table kept)
+    monkeypatch.setenv("STEPSCOPE_MAX_EVENTS", "3")
+    for _ in range(2):
+        assert main(["analyze", str(trace), "--json"]) == 2
+        assert "more than 3 events" in capsys.readouterr().err
+
+
+def test_a_kept_answer_printed_to_a_full_disk_is_one_line_and_status_2(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    _process(tmp_path, "analyze", str(trace), "--json")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "stepscope", "analyze", str(trace), "--json"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 2 and done.stderr == "stepscope: error: No space left on device\n"
+
+
+def test_a_fifo_in_the_cache_is_no_answer(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    first = run(capsys, "analyze", str(trace), "--json")[0]
+    for kept in [*cache_dir.glob("*.line"), *cache_dir.glob("*.result")]:
+        kept.unlink()
+        os.mkfifo(kept)
+    assert run(capsys, "analyze", str(trace), "--json")[0] == first

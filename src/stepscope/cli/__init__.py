@@ -4,6 +4,7 @@ become messages and exit codes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -150,8 +151,7 @@ def _answer_at_once(line: list[str]) -> int | None:
         if found is not None and target is not None:
             from stepscope.cli._output import page_again
 
-            # (a page that cannot be written: the command runs, and says why)
-            page_again(found[0], found[1], target, line)
+            page_again(found[1], target)  # (a page that cannot be written: the command runs, and says why)
             _commands.append(line[0])
             return found[1].code
     except Exception:  # (a cache that cannot be read is no reason to fail: the command runs)
@@ -163,6 +163,8 @@ def _answer_at_once(line: list[str]) -> int | None:
         answers.replay(found[1])
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # (a full disk behind stdout: said as main says it)
+        return _error(f"{exc.strerror or exc}", 2)
     return found[1].code
 
 
@@ -204,9 +206,9 @@ def _click_failure() -> int:
 
 
 def _error(message: str, status: int) -> int:
-    import click
-
-    click.echo(f"stepscope: error: {plain(message)}", err=True)
+    with contextlib.suppress(OSError, ValueError):  # (a closed or full stderr: the status still says it)
+        sys.stderr.write(f"stepscope: error: {plain(message)}\n")
+        sys.stderr.flush()
     return status
 
 

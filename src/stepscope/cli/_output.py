@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from stepscope.analysis.read import cache
 from stepscope.analysis.read.cache import answers
@@ -79,31 +79,39 @@ def _folder() -> Path:
     return answers.folder()
 
 
+class Keyed(NamedTuple):
+    """An answer's key (None when it cannot be keyed) and the inputs it was keyed by, as they were then."""
+
+    name: str | None
+    inputs: list[answers.Input]
+
+
 def answer_key(
     command: str, inputs: Sequence[Path | str], exclude: Path | None = None, **params: Any
-) -> str | None:
+) -> Keyed:
     """The key of `command` with `params` (the options as given, encodable by msgspec) over `inputs` (a folder's
-    file `exclude` left out: the page a command writes into it); None when the cache is off or an input cannot
+    file `exclude` left out: the page a command writes into it); no key when the cache is off or an input cannot
     be keyed."""
     if not cache.enabled():
-        return None
-    keys = []
+        return Keyed(None, [])
+    read = []
     for path in inputs:
         one = cache.input_key(path, exclude)
         if one is None:
-            return None
-        keys.append(one)
+            return Keyed(None, [])
+        read.append(answers.Input(str(path), None if exclude is None else str(exclude), one))
     import msgspec  # (here: a page written again from a command line seen before needs none of it)
 
+    keys = [i.key for i in read]
     try:
         text = msgspec.json.encode(
-            [command, os.getcwd(), keys, answers.kept_env(), cache.code_key(), params],
+            [command, os.getcwd(), keys, cache.kept_env(), cache.code_key(), params],
             enc_hook=str,
             order="sorted",
         )
     except (OSError, TypeError, msgspec.EncodeError):
-        return None
-    return cache.blake2b(text, digest_size=20).hexdigest()
+        return Keyed(None, [])
+    return Keyed(cache.blake2b(text, digest_size=20).hexdigest(), read)
 
 
 def kept_answer(name: str | None) -> Kept | None:
@@ -201,17 +209,17 @@ def kept_json(
             if not params.get("as_json"):
                 return callback(**params)
             paths = [params[name] for name in inputs]
-            name = answer_key(command, paths, **{k: v for k, v in params.items() if k != "wide"})
-            kept = kept_answer(name)
+            keyed = answer_key(command, paths, **{k: v for k, v in params.items() if k != "wide"})
+            kept = kept_answer(keyed.name)
             if kept is not None:
                 replay_answer(kept)
-                keep_line(name)
+                keep_line(keyed)
                 return kept.code or None
-            with recording(name) as record:
+            with recording(keyed.name) as record:
                 code = callback(**params)
                 if record is not None:
                     record.kept.code = code if isinstance(code, int) else 0
-            keep_line(name)
+            keep_line(keyed)
             return code
 
         return run
@@ -219,21 +227,20 @@ def kept_json(
     return decorate
 
 
-def keep_line(name: str | None, write: Path | None = None) -> None:
-    """Note that this process's command line is answered by the answer kept under `name` (`write`: where it
-    wrote its page): the same line again is answered before click is imported (cli/__init__.py,
+def keep_line(keyed: Keyed, write: Path | None = None) -> None:
+    """Note that this process's command line gave the answer kept under `keyed` (`write`: where it wrote its
+    page): the same line again, its inputs unchanged, is answered before click is imported (cli/__init__.py,
     analysis/read/cache/answers.py)."""
     from stepscope import cli
 
     line = cli.command_line()
     if cli.answered_at_once(line):
         with contextlib.suppress(Exception):  # (never a reason to fail a command)
-            answers.keep_line(line, name, write)
+            answers.keep_line(line, keyed.name, keyed.inputs, write)
 
 
-def page_again(name: str, kept: Kept, target: Path, line: Sequence[str]) -> None:
-    """Write a kept page to `target` again (saying it is written now), then say what `report` says; and note
-    the line again (the page written may be one of its arguments)."""
+def page_again(kept: Kept, target: Path) -> None:
+    """Write a kept page to `target` again (saying it is written now), then say what `report` says."""
     from stepscope.cli import note_line, written_line
 
     page = page_now(kept)
@@ -242,8 +249,6 @@ def page_again(name: str, kept: Kept, target: Path, line: Sequence[str]) -> None
     sys.stderr.flush()
     sys.stdout.write(written_line(target, len(page)) + "\n")
     sys.stdout.flush()
-    with contextlib.suppress(Exception):
-        answers.keep_line(line, name, target)
 
 
 class ProgressBar:

@@ -51,9 +51,10 @@ def command(
         target = output or default_output(source)
     inputs = [path] if compare is None else [path, compare]
     params = {"path": path, "compare": compare, "options": options}  # (not where it goes: the same page)
-    name = answer_key(
+    keyed = answer_key(
         "report", inputs, exclude=target, **params
     )  # (the page kept for the same input, if any)
+    name = keyed.name
     kept = kept_answer(name)
     made_now = kept is None
     if kept is None:
@@ -69,11 +70,11 @@ def command(
     if made_now:
         keep_answer(name, kept)
     if source.is_run_folder:  # (and under the folder as it is now that the page is indexed in it)
-        after = answer_key("report", inputs, exclude=target, **params)
+        after = answer_key("report", inputs, exclude=target, **params).name
         if after != name:
             keep_answer(after, kept)
     if not indexed:  # (a page indexed in its run folder is written again through here: the manifest changes)
-        keep_line(name, target)
+        keep_line(keyed, target)
     click.echo(written_line(target, len(page)))
     if open_browser:
         import webbrowser

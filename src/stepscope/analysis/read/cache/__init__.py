@@ -7,9 +7,11 @@ The folder: STEPSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/stepscope, else ~/.cache/s
 quarter of it the kept results, the least recently used going first.
 
 A file is known by its absolute path, size, modification time and a hash of its first and last 64 KiB: a file
-written again gets a new key even where its size and time were put back. A folder is known by every file under
-it (at most `MAX_FILES`), and the code that answers by stepscope's own files (in a checkout; an installed wheel
-by its record of files) and the versions of what it reads with.
+written again gets a new key where its size or time changed, or where they were put back but its head or tail
+differs (an edit inside its middle, its size and time put back by hand, is not seen). A folder is known by every
+file under it, in linked sub-folders too (at most `MAX_FILES`), and the code that answers by stepscope's own files
+(in a checkout; an installed wheel by its record of files) and the versions of what it reads with. The
+STEPSCOPE_ variables (the input limits among them) are part of every key but the cache's own.
 """
 
 from __future__ import annotations
@@ -35,6 +37,17 @@ DIR_ENV = "STEPSCOPE_CACHE_DIR"
 DEFAULT_MAX_MB = 2048
 EDGE = 64 << 10  # bytes of a file's head and tail hashed into its key
 MAX_FILES = 256  # a folder of more files is not fingerprinted (its results are not kept; its tables are)
+
+
+# the variables that change where and whether things are kept, not what they hold
+ENV_SKIPPED = frozenset({DIR_ENV, NO_CACHE_ENV, MAX_ENV, "STEPSCOPE_PROGRESS"})
+
+
+def kept_env() -> list[tuple[str, str]]:
+    """The STEPSCOPE_ variables that may change a table or an answer (the input limits, say), sorted."""
+    return sorted(
+        (k, v) for k, v in os.environ.items() if k.startswith("STEPSCOPE_") and k not in ENV_SKIPPED
+    )
 
 
 def enabled() -> bool:
@@ -101,8 +114,11 @@ def input_key(path: Path | str, exclude: Path | str | None = None) -> str | None
             return digest.hexdigest()
         left_out = os.path.realpath(exclude) if exclude is not None else None
         files = []
-        for folder, dirs, names in os.walk(root, followlinks=False):
-            dirs.sort()
+        seen = {os.path.realpath(root)}
+        # (linked sub-folders are followed, as the loader follows them; each real folder once: a link to a
+        # folder above it is no loop)
+        for folder, dirs, names in os.walk(root, followlinks=True):
+            dirs[:] = [d for d in sorted(dirs) if _first_visit(os.path.join(folder, d), seen)]
             for name in names:
                 file = os.path.join(folder, name)
                 if file != left_out:
@@ -118,6 +134,14 @@ def input_key(path: Path | str, exclude: Path | str | None = None) -> str | None
     except (OSError, ValueError):
         return None
     return digest.hexdigest()
+
+
+def _first_visit(folder: str, seen: set[str]) -> bool:
+    real = os.path.realpath(folder)
+    if real in seen:
+        return False
+    seen.add(real)
+    return True
 
 
 @functools.cache

@@ -7,11 +7,11 @@ An answer file (`results/KEY.result` in the user's cache folder): the line `step
 stdout and page hold), then those bytes. A file that does not read back exactly so (cut short, longer, another
 format) is no answer: it is removed, and the command runs.
 
-A command line's key (`results/KEY.line`, which holds the name of the answer it gave and where it wrote its page,
-if it wrote one): every argument as typed, the working folder, each argument that names a file or folder (keyed
-as an input is: `input_key`; a FIFO or a device cannot be, and the line is then not answered so), the code and the
+A command line's key (`results/KEY.line`): every argument as typed, the working folder, the code and the
 STEPSCOPE_ variables. The line is never parsed here, only hashed as it is; a line not seen before goes through the
-command's own parsing, which keys the answer by its options.
+command's own parsing, which keys the answer by its options. The `.line` file holds the name of the answer the
+line gave, where it wrote its page (if it wrote one) and the inputs the command read, each with its key as the
+command began: the same line is answered again only while every one of them still has that key.
 """
 
 from __future__ import annotations
@@ -19,28 +19,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from stepscope.analysis.read.cache import (
-    DIR_ENV,
-    MAX_ENV,
-    NO_CACHE_ENV,
     base,
     blake2b,
     code_key,
     enabled,
     evict,
     input_key,
+    kept_env,
     max_bytes,
 )
 
 MAGIC = b"stepscope-answer/1\n"
 SUFFIX = ".result"
 LINE_SUFFIX = ".line"
-# the variables that change where and whether answers are kept, not what they say
-ENV_SKIPPED = frozenset({DIR_ENV, NO_CACHE_ENV, MAX_ENV, "STEPSCOPE_PROGRESS"})
 NOT_AT_ONCE = frozenset({"--help", "-h", "--no-cache"})  # a line holding one of these is always run
 
 
@@ -123,14 +121,24 @@ def decode(data: bytes) -> Kept | None:
     )
 
 
+def _read_file(where: Path) -> bytes | None:
+    """The bytes of the regular file `where` (never a FIFO, which could wait forever), else None."""
+    try:
+        with open(where, "rb", opener=lambda path, flags: os.open(path, flags | os.O_NONBLOCK)) as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            return fh.read()
+    except OSError:
+        return None
+
+
 def read(name: str | None) -> Kept | None:
     """The answer kept under `name` (a key), else None (one that does not read back is removed)."""
     if name is None or not name.isalnum():
         return None
     where = folder() / f"{name}{SUFFIX}"
-    try:
-        data = where.read_bytes()
-    except OSError:
+    data = _read_file(where)
+    if data is None:
         return None
     kept = decode(data)
     if kept is None:
@@ -163,59 +171,63 @@ def _write(where: Path, data: bytes, most: int) -> None:
         evict(where.parent, most, where.suffix)
 
 
-def kept_env() -> list[tuple[str, str]]:
-    """The STEPSCOPE_ variables that may change an answer, sorted."""
-    return sorted(
-        (k, v) for k, v in os.environ.items() if k.startswith("STEPSCOPE_") and k not in ENV_SKIPPED
-    )
-
-
 def line_key(line: Sequence[str]) -> str | None:
     """The key of a command line (the arguments after `stepscope`: the caller knows which commands may be
-    answered so); None when the line asks for help or no cache, the cache is off, or a file or folder it names
-    cannot be keyed."""
+    answered so); None when the line asks for help or no cache, or the cache is off."""
     if not line or NOT_AT_ONCE.intersection(line) or not enabled():
         return None
-    keys = []
-    for token in line[1:]:
-        for text in (token, token.partition("=")[2]):
-            if text and not text.startswith("-") and os.path.lexists(text):
-                one = input_key(text)
-                if one is None:
-                    return None
-                keys.append(one)
     try:
-        described = json.dumps(["line", os.getcwd(), keys, kept_env(), code_key(), list(line)])
+        described = json.dumps(["line", os.getcwd(), kept_env(), code_key(), list(line)])
     except (OSError, ValueError):
         return None
     return blake2b(described.encode(), digest_size=20).hexdigest()
 
 
-def keep_line(line: Sequence[str], name: str | None, write: Path | None = None) -> None:
-    """Note that command line `line` is answered by the answer kept under `name` (when that one is kept), a page
-    written to `write` where it writes one (its key taken after the page is written: the page may be an
-    argument)."""
+class Input(NamedTuple):
+    """An input a command read: its path as the command named it, the file its key leaves out (a page the
+    command writes into the folder), and its key as the command began."""
+
+    path: str
+    exclude: str | None
+    key: str
+
+
+def keep_line(
+    line: Sequence[str], name: str | None, inputs: Sequence[Input], write: Path | None = None
+) -> None:
+    """Note that command line `line` gave the answer kept under `name` (when that one is kept), having read
+    `inputs` and written its page to `write` (None: it printed its answer)."""
     if name is None or not (folder() / f"{name}{SUFFIX}").is_file():
         return
     key = line_key(line)
     if key is not None:
-        noted = json.dumps({"answer": name, "write": None if write is None else str(write)})
-        _write(folder() / f"{key}{LINE_SUFFIX}", noted.encode(), max_bytes() // 256)
+        noted = {
+            "answer": name,
+            "write": None if write is None else str(write),
+            "inputs": [list(i) for i in inputs],
+        }
+        _write(folder() / f"{key}{LINE_SUFFIX}", json.dumps(noted).encode(), max_bytes() // 256)
 
 
 def line_answer(line: Sequence[str]) -> tuple[str, Kept, Path | None] | None:
-    """What the same command line gave before: the answer's name, the answer and where it wrote its page (None:
-    it printed it); None when there is none."""
+    """What the same command line gave before, while every input it read has the same key: the answer's name,
+    the answer and where it wrote its page (None: it printed it); None when there is none."""
     key = line_key(line)
-    if key is None:
+    data = None if key is None else _read_file(folder() / f"{key}{LINE_SUFFIX}")
+    if data is None:
         return None
     try:
-        noted = json.loads((folder() / f"{key}{LINE_SUFFIX}").read_bytes())
-        name, write = noted["answer"], noted["write"]
-    except (OSError, ValueError, KeyError, TypeError):
+        noted = json.loads(data)
+        name, write, inputs = noted["answer"], noted["write"], [Input(*i) for i in noted["inputs"]]
+    except (ValueError, KeyError, TypeError):
         return None
-    kept = read(name) if isinstance(name, str) else None
-    if kept is None or not (write is None or isinstance(write, str)):
+    if not isinstance(name, str) or not (write is None or isinstance(write, str)):
+        return None
+    for one in inputs:
+        if input_key(one.path, one.exclude) != one.key:
+            return None  # (changed since, or cannot be keyed now)
+    kept = read(name)
+    if kept is None:
         return None
     return name, kept, None if write is None else Path(write)
 

@@ -36,6 +36,7 @@ from stepscope.analysis.read.cache import (
     enabled,
     evict,
     hash_file,
+    kept_env,
     max_bytes,
 )
 from stepscope.analysis.read.table import RankInfo, SparseColumn, constant_column, constant_value
@@ -101,7 +102,7 @@ def cached_load(path: Path, rank_hint: int | None, flows: bool, load: Callable[[
 
 def file_key(path: Path, rank_hint: int | None, flows: bool) -> str:
     digest = blake2b(digest_size=20)
-    digest.update(f"{code_key()}|{path.resolve()}|{rank_hint}|{flows}|".encode())
+    digest.update(f"{code_key()}|{kept_env()}|{path.resolve()}|{rank_hint}|{flows}|".encode())
     hash_file(digest, path, path.stat())
     return digest.hexdigest()
 
