@@ -426,6 +426,9 @@ def test_a_changed_trace_in_a_linked_sub_folder_is_analysed_again(
     assert run(capsys, "analyze", str(folder), "--json")[0] == first
     a_trace(real / "rank0.json", steps=4)
     out = run(capsys, "analyze", str(folder), "--json")[0]
+    assert json.loads(out)["notices"] == [
+        f"{folder}: 1 run in sub-folders (a), analyzed separately (not as ranks of one job)"
+    ]
     (analysis,) = [r["analysis"] for r in json.loads(out)["runs"] if r["path"].endswith("a")]
     assert len(analysis["ranks"][0]["steps"]) == 4 and out == _fresh(capsys, "analyze", str(folder), "--json")
 

@@ -74,7 +74,8 @@ def _analyze_runs(path: Path, runs: list[Path], as_json: bool, wide: bool, optio
     """PATH holds runs in sub-folders (h100/, mi300/): each is analysed on its own, never mixed as ranks."""
     names = ", ".join(str(r.relative_to(path)) for r in runs)
     notice = (
-        f"{path}: {len(runs)} runs in sub-folders ({names}), analyzed separately (not as ranks of one job)"
+        f"{path}: {len(runs)} {'run' if len(runs) == 1 else 'runs'} in sub-folders ({names}), analyzed "
+        "separately (not as ranks of one job)"
     )
     from stepscope.analysis.read.source import Source
 
