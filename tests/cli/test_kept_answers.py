@@ -466,3 +466,77 @@ def test_a_fifo_in_the_cache_is_no_answer(
         kept.unlink()
         os.mkfifo(kept)
     assert run(capsys, "analyze", str(trace), "--json")[0] == first
+
+
+def _merged(tmp_path: Path, *line: str, **env: str) -> tuple[int, str]:
+    """A process's exit status and what it wrote on stdout and stderr, in the order it wrote them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "stepscope", *line],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    return done.returncode, done.stdout
+
+
+def test_a_diff_answered_from_its_line_says_its_gates_after_its_answer_as_it_first_did(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    base = a_trace(tmp_path / "base.json", steps=12)
+    test = a_trace(tmp_path / "test.json", steps=12, slow=300.0)
+    line = ("diff", str(base), str(test), "--json", "--fail-on", "step_time>+5%")
+    fresh = _merged(tmp_path, *line, STEPSCOPE_NO_CACHE="1")
+    assert fresh[0] == 3 and fresh[1].startswith("{")  # (the answer, then the gate's line)
+    assert fresh[1].splitlines()[-1].startswith("stepscope: --fail-on step_time>+5% breached")
+    for _ in range(3):  # (the first keeps it, the next two are answered from the line)
+        assert _merged(tmp_path, *line) == fresh
+
+
+def test_a_report_answered_from_its_line_says_its_notes_once_when_stdout_is_full(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    a_trace(folder / "rank0.json")
+    a_trace(folder / "rank1.json", rank=1)
+    (folder / "notes.json").write_text("{}")  # (skipped, with a note)
+    line = ["report", str(folder), "-o", str(tmp_path / "page.html")]
+
+    def full() -> tuple[int, str]:
+        with open("/dev/full", "w") as stdout:
+            done = subprocess.run(
+                [sys.executable, "-m", "stepscope", *line], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                timeout=120,
+            )  # fmt: skip
+        return done.returncode, done.stderr
+
+    fresh = subprocess.run(
+        [sys.executable, "-m", "stepscope", *line], capture_output=True, text=True, timeout=120
+    )
+    assert fresh.returncode == 0 and fresh.stderr.count("stepscope: note:") == 1
+    for _ in range(2):
+        status, err = full()
+        assert status == 2 and err.endswith("stepscope: error: No space left on device\n")
+        assert err.count("stepscope: note:") == fresh.stderr.count("stepscope: note:")
+
+
+def test_a_loop_of_links_is_said_in_one_line_with_the_cache_on(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for command in (["analyze", str(loop), "--json"], ["report", str(loop), "-o", str(tmp_path / "x.html")]):
+        assert main(command) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_no_cache_on_the_line_wins_over_a_variable_that_says_otherwise(
+    tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = a_trace(tmp_path / "t.json")
+    run(capsys, "analyze", str(trace), "--json")
+    (kept,) = cache_dir.glob("*.result")
+    kept.write_bytes(kept.read_bytes().replace(b'"ranks"', b'"RANKS"'))  # (a kept answer a test can tell)
+    monkeypatch.setenv("STEPSCOPE_NO_CACHE", "0")
+    assert '"RANKS"' in run(capsys, "analyze", str(trace), "--json")[0]
+    assert '"RANKS"' not in run(capsys, "--no-cache", "analyze", str(trace), "--json")[0]
+    assert os.environ["STEPSCOPE_NO_CACHE"] == "0"  # (put back once the command ended)

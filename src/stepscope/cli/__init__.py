@@ -52,7 +52,8 @@ EXIT_AT_ONCE = frozenset({"analyze", "summary", "whatif"})
 # the commands whose `--json` answer a command line seen before may give at once (analysis/read/cache/answers.py),
 # and `report`, whose page it may write again
 AT_ONCE_COMMANDS = frozenset({"analyze", "summary", "whatif", "ops", "diff"})
-_env_set: list[str] = []
+_env_set: list[str] = []  # variables set for the command that runs (main takes them back)
+_env_saved: dict[str, str | None] = {}  # what such a variable held before (None: it was not set)
 _commands: list[str] = []  # the subcommand that ran (_group.py)
 _line: list[str] = []  # the command line (the arguments after `stepscope`)
 
@@ -113,7 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _click_failure()
     finally:
         while _env_set:
-            os.environ.pop(_env_set.pop(), None)
+            name = _env_set.pop()
+            before = _env_saved.pop(name, None)
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before
         _line.clear()  # (a command run by other means than main has no command line to key)
     return result if isinstance(result, int) else 0
 
@@ -147,25 +153,28 @@ def _answer_at_once(line: list[str]) -> int | None:
 
     try:
         found = answers.line_answer(line)
-        target = found[2] if found is not None else None
-        if found is not None and target is not None:
+        if found is None:
+            return None
+        _, kept, target = found
+        if target is not None:  # report: its page written again first (where it cannot be, the command runs)
             from stepscope.cli._output import page_again
 
-            page_again(found[1], target)  # (a page that cannot be written: the command runs, and says why)
-            _commands.append(line[0])
-            return found[1].code
+            size = page_again(kept, target)
     except Exception:  # (a cache that cannot be read is no reason to fail: the command runs)
-        return None
-    if found is None:
         return None
     _commands.append(line[0])
     try:
-        answers.replay(found[1])
+        if target is None:
+            answers.replay(kept)
+        else:  # (what report says, in its order)
+            answers.replay(answers.Kept(stderr="".join(note_line(n) for n in kept.notes)))
+            sys.stdout.write(written_line(target, size) + "\n")
+            sys.stdout.flush()
     except BrokenPipeError:
         return 0
     except OSError as exc:  # (a full disk behind stdout: said as main says it)
         return _error(f"{exc.strerror or exc}", 2)
-    return found[1].code
+    return kept.code
 
 
 def _reader_gone() -> bool:

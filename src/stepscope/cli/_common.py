@@ -72,7 +72,7 @@ def print_line(line: str) -> None:
     sys.stderr.flush()
     record = recording_now()
     if record is not None:
-        record.kept.stderr += line + "\n"
+        record.err(line + "\n")
 
 
 def print_notes(notes: Any) -> None:
@@ -85,7 +85,7 @@ def print_notes(notes: Any) -> None:
         line = note_line(note)
         sys.stderr.write(line)
         if record is not None:
-            record.kept.stderr += line
+            record.err(line)
     sys.stderr.flush()
 
 

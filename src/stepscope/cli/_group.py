@@ -10,7 +10,7 @@ import click
 
 from stepscope._version import __version__
 from stepscope.analysis.read.cache import NO_CACHE_ENV  # (numpy-free: the group still loads no analysis)
-from stepscope.cli import ANALYSIS_COMMANDS, COMMANDS, _commands, _env_set, limit_blas_threads
+from stepscope.cli import ANALYSIS_COMMANDS, COMMANDS, _commands, _env_saved, _env_set, limit_blas_threads
 
 
 class _LazyGroup(click.Group):
@@ -47,8 +47,8 @@ def _module_exists(module: str) -> bool:
 )
 def cli(no_cache: bool) -> None:
     """stepscope: profile PyTorch training and explain where the step time goes."""
-    if no_cache and NO_CACHE_ENV not in os.environ:
-        os.environ[NO_CACHE_ENV] = (
-            "1"  # (the pool's processes too; for this command only: main takes it back)
-        )
+    if no_cache and os.environ.get(NO_CACHE_ENV) != "1":
+        # (the pool's processes too; for this command only: main puts back what was there)
+        _env_saved.setdefault(NO_CACHE_ENV, os.environ.get(NO_CACHE_ENV))
+        os.environ[NO_CACHE_ENV] = "1"
         _env_set.append(NO_CACHE_ENV)

@@ -131,8 +131,17 @@ class Recording:
         self.kept = Kept()
         self.parts: list[bytes] = []
         self.left = most  # bytes that may still be recorded; below 0: too big to keep
+        self.printed = False  # whether the answer's first bytes went out
+
+    def err(self, text: str) -> None:
+        """Lines the command printed on stderr: before its answer or after it, as they came."""
+        if self.printed:
+            self.kept.stderr_after += text
+        else:
+            self.kept.stderr += text
 
     def add(self, data: bytes) -> None:
+        self.printed = True
         self.left -= len(data)
         if self.left >= 0:
             self.parts.append(data)
@@ -239,16 +248,11 @@ def keep_line(keyed: Keyed, write: Path | None = None) -> None:
             answers.keep_line(line, keyed.name, keyed.inputs, write)
 
 
-def page_again(kept: Kept, target: Path) -> None:
-    """Write a kept page to `target` again (saying it is written now), then say what `report` says."""
-    from stepscope.cli import note_line, written_line
-
+def page_again(kept: Kept, target: Path) -> int:
+    """Write a kept page to `target` again, saying it is written now; its size."""
     page = page_now(kept)
     write_output(target, page, "the report")
-    sys.stderr.write("".join(note_line(note) for note in kept.notes))
-    sys.stderr.flush()
-    sys.stdout.write(written_line(target, len(page)) + "\n")
-    sys.stdout.flush()
+    return len(page)
 
 
 class ProgressBar:

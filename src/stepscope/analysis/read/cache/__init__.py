@@ -131,7 +131,7 @@ def input_key(path: Path | str, exclude: Path | str | None = None) -> str | None
             if not stat.S_ISREG(st.st_mode):
                 return None
             hash_file(digest, name, st)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # (RuntimeError: a loop of symbolic links)
         return None
     return digest.hexdigest()
 
@@ -159,7 +159,7 @@ def code_key() -> str:
         digest.update(f"{record}|{st.st_size}|{st.st_mtime_ns}|".encode())
     else:  # a checkout (an editable install): every file, as it is now
         digest.update("\n".join(package_files(package)).encode())
-    for library in ("numpy", "msgspec", "jinja2", "click"):
+    for library in ("numpy", "msgspec", "jinja2", "markupsafe", "click", "regex", "yaml"):
         spec = importlib.util.find_spec(library)  # (a top-level package: found, not imported)
         origin = spec.origin if spec is not None else None
         with contextlib.suppress(OSError, TypeError):

@@ -45,20 +45,22 @@ NOT_AT_ONCE = frozenset({"--help", "-h", "--no-cache"})  # a line holding one of
 class Kept:
     """What a command printed and wrote."""
 
-    __slots__ = ("code", "generated", "notes", "page", "stderr", "stdout")
+    __slots__ = ("code", "generated", "notes", "page", "stderr", "stderr_after", "stdout")
 
     def __init__(
         self,
         *,
         stdout: bytes = b"",
         stderr: str = "",
+        stderr_after: str = "",
         notes: list[str] | None = None,
         page: bytes | None = None,
         code: int = 0,
         generated: str | None = None,
     ) -> None:
         self.stdout = stdout
-        self.stderr = stderr  # the lines the command printed on stderr (its notes)
+        self.stderr = stderr  # the lines the command printed on stderr (its notes) before its answer
+        self.stderr_after = stderr_after  # and after it (diff's gates)
         self.notes = notes if notes is not None else []  # report: the page's notes
         self.page = page  # report: the page's bytes
         self.code = code  # the exit code the command returned (diff's gates)
@@ -78,6 +80,7 @@ def encode(kept: Kept) -> bytes:
     page = kept.page
     head = {
         "stderr": kept.stderr,
+        "stderr_after": kept.stderr_after,
         "notes": kept.notes,
         "code": kept.code,
         "generated": kept.generated,
@@ -97,13 +100,15 @@ def decode(data: bytes) -> Kept | None:
         if not isinstance(head, dict):
             return None
         out, page = head["stdout"], head["page"]
-        stderr, notes, code, generated = head["stderr"], head["notes"], head["code"], head["generated"]
+        stderr, after, notes = head["stderr"], head["stderr_after"], head["notes"]
+        code, generated = head["code"], head["generated"]
     except (ValueError, KeyError):
         return None
     body = memoryview(data)[end + 1 :]
     fits = type(out) is int and (page is None or type(page) is int) and out + (page or 0) == len(body)
     kinds = (
         isinstance(stderr, str)
+        and isinstance(after, str)
         and isinstance(notes, list)
         and all(isinstance(n, str) for n in notes)
         and type(code) is int
@@ -114,6 +119,7 @@ def decode(data: bytes) -> Kept | None:
     return Kept(
         stdout=bytes(body[:out]),
         stderr=stderr,
+        stderr_after=after,
         notes=notes,
         page=None if page is None else bytes(body[out:]),
         code=code,
@@ -233,10 +239,14 @@ def line_answer(line: Sequence[str]) -> tuple[str, Kept, Path | None] | None:
 
 
 def replay(kept: Kept) -> None:
-    """Print what a kept answer printed: its lines on stderr, its bytes on stdout."""
+    """Print what a kept answer printed, in its order: its lines on stderr, its bytes on stdout, its lines on
+    stderr after them."""
     if kept.stderr:
         sys.stderr.write(kept.stderr)
         sys.stderr.flush()
     if kept.stdout:
         sys.stdout.buffer.write(kept.stdout)
         sys.stdout.flush()
+    if kept.stderr_after:
+        sys.stderr.write(kept.stderr_after)
+        sys.stderr.flush()

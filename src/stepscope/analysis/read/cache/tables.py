@@ -78,7 +78,7 @@ def cached_load(path: Path, rank_hint: int | None, flows: bool, load: Callable[[
         return load()
     try:
         key = file_key(path, rank_hint, flows)
-    except OSError:
+    except (OSError, RuntimeError):  # (RuntimeError: a loop of symbolic links; the load says what is wrong)
         return load()
     where = folder() / f"{key}.table"
     table = read(where)
