@@ -17,10 +17,10 @@ Python, the libraries' versions) and every STEPSCOPE_ variable but the cache's o
 printed on stdout, the notes printed on stderr and, for `report`, the page. An answer that cannot be keyed (an
 input that is gone, a folder of more than 256 files), a command that fails, or an answer over a sixteenth of the
 results' bound (32 MiB by default) is not kept; `--no-cache` (STEPSCOPE_NO_CACHE=1) neither reads nor keeps one.
-The entries are msgpack documents under `results/` in the user's cache folder, written through a temp file and a
-rename, evicted least recently used first within a quarter of STEPSCOPE_CACHE_MAX_MB; one that does not decode is
-removed and the command runs (the format: analysis/read/cache/answers.py). The same `--json` command line again
-is answered before click is imported (`keep_line`).
+The entries are files under `results/` in the user's cache folder (their format: analysis/read/cache/answers.py),
+written through a temp file and a rename, evicted least recently used first within a quarter of
+STEPSCOPE_CACHE_MAX_MB; one that does not read back is removed and the command runs. The same command line again,
+its inputs unchanged, is answered before click is imported (`keep_line`).
 """
 
 from __future__ import annotations
