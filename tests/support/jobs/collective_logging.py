@@ -16,7 +16,6 @@ import torch.distributed as dist
 from torch import nn
 
 import stepscope
-from tests.support.jobs.spawned import watch, work_done
 
 WIDTH = 32
 LAYERS = 3
@@ -26,6 +25,8 @@ def worker(rank: int, out_dir: str, port: int) -> None:
     """One rank, started by torch.multiprocessing.spawn: loopback rendezvous on `port`."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     os.environ.update(LOCAL_RANK=str(rank), OMP_NUM_THREADS="1")
+    from tests.support.jobs.spawned import watch  # (here: run by torchrun, the script has no tests package)
+
     watch(out_dir, rank)
     train(out_dir, rank)
 
@@ -66,6 +67,8 @@ def train(out_dir: str, spawned_rank: int | None = None) -> None:
             opt.zero_grad()
             monitor.step()
     if spawned_rank is not None:
+        from tests.support.jobs.spawned import work_done
+
         work_done(out_dir, spawned_rank)
     dist.destroy_process_group()
 
