@@ -12,7 +12,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -540,3 +542,47 @@ def test_no_cache_on_the_line_wins_over_a_variable_that_says_otherwise(
     assert '"RANKS"' in run(capsys, "analyze", str(trace), "--json")[0]
     assert '"RANKS"' not in run(capsys, "--no-cache", "analyze", str(trace), "--json")[0]
     assert os.environ["STEPSCOPE_NO_CACHE"] == "0"  # (put back once the command ended)
+
+
+def _ended(tmp_path: Path, line: Sequence[str], *, stderr: str, **env: str) -> int:
+    """The status of a process running `line` whose stderr is a full disk ('full') or a pipe nobody reads
+    ('gone'), its stdout thrown away."""
+    if stderr == "full":
+        err: Any = open("/dev/full", "w")  # noqa: SIM115
+    else:
+        read, write = os.pipe()
+        os.close(read)
+        err = os.fdopen(write, "w")
+    with err:
+        return subprocess.run(
+            [sys.executable, "-m", "stepscope", *line], stdout=subprocess.DEVNULL, stderr=err, timeout=120,
+            cwd=tmp_path, env={**os.environ, **env},
+        ).returncode  # fmt: skip
+
+
+@pytest.mark.parametrize("stderr", ["full", "gone"])
+def test_a_line_answered_at_once_ends_as_the_command_does_when_stderr_cannot_be_written(
+    tmp_path: Path, cache_dir: Path, stderr: str
+) -> None:
+    # GIVEN a report with a note and a diff whose gate line follows its answer, each run once (kept)
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    a_trace(folder / "rank0.json")
+    (folder / "notes.json").write_text("{}")  # (skipped, with a note)
+    page = tmp_path / "page.html"
+    report = ["report", str(folder), "-o", str(page)]
+    base = a_trace(tmp_path / "base.json", steps=12)
+    test = a_trace(tmp_path / "test.json", steps=12, slow=300.0)
+    diff = ["diff", str(base), str(test), "--json", "--fail-on", "step_time>+5%"]
+    for line in (report, diff):
+        done = subprocess.run([sys.executable, "-m", "stepscope", *line], capture_output=True, cwd=tmp_path)
+        assert done.returncode in (0, 3)
+    # WHEN each runs again with a stderr that cannot be written, and afresh
+    for line in (report, diff):
+        page.unlink(missing_ok=True)
+        again = _ended(tmp_path, line, stderr=stderr)
+        written = page.exists()
+        page.unlink(missing_ok=True)
+        fresh = _ended(tmp_path, line, stderr=stderr, STEPSCOPE_NO_CACHE="1")
+        # THEN both end with the same status, and neither writes the page its note could not precede
+        assert (again, written) == (fresh, page.exists()), line

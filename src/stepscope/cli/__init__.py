@@ -153,25 +153,26 @@ def _answer_at_once(line: list[str]) -> int | None:
 
     try:
         found = answers.line_answer(line)
-        if found is None:
-            return None
-        _, kept, target = found
-        if target is not None:  # report: its page written again first (where it cannot be, the command runs)
-            from stepscope.cli._output import page_again
-
-            size = page_again(kept, target)
     except Exception:  # (a cache that cannot be read is no reason to fail: the command runs)
         return None
+    if found is None:
+        return None
+    _, kept, target = found
     _commands.append(line[0])
     try:
         if target is None:
             answers.replay(kept)
-        else:  # (what report says, in its order)
+        else:  # report: its notes, its page written again, its line, as the command does them
+            from stepscope.cli._output import page_again
+
             answers.replay(answers.Kept(stderr="".join(note_line(n) for n in kept.notes)))
+            size = page_again(kept, target)
             sys.stdout.write(written_line(target, size) + "\n")
             sys.stdout.flush()
-    except BrokenPipeError:
-        return 0
+    except StepscopeError as exc:  # (a page that cannot be written: said as main says it)
+        return _error(str(exc), exc.exit_code)
+    except BrokenPipeError:  # (as main ends: 0 where stdout's reader went away, 1 where stderr's did)
+        return 0 if _reader_gone() else 1
     except OSError as exc:  # (a full disk behind stdout: said as main says it)
         return _error(f"{exc.strerror or exc}", 2)
     return kept.code
