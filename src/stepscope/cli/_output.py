@@ -75,10 +75,6 @@ def write_output(path: Path, data: str | bytes, what: str) -> Path:
 Kept = answers.Kept
 
 
-def _folder() -> Path:
-    return answers.folder()
-
-
 class Keyed(NamedTuple):
     """An answer's key (None when it cannot be keyed) and the inputs it was keyed by, as they were then."""
 

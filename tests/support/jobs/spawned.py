@@ -1,14 +1,13 @@
 """Spawned gloo jobs (torch.multiprocessing.spawn) that say where a rank died.
 
-Twice in the full suite's many runs (docs/reliability.md, "A heap corruption at window export"), a rank of a
-2-rank gloo job that recorded one window printed `terminate called without an active exception` and died of
-SIGABRT, a C++ thread destroyed while still running; where, no run has said. A worker here calls `watch(out, rank)`
-first (faulthandler then writes every thread's Python stack to `out/rank{rank}.fault` on a fatal signal) and
-`work_done(out, rank)` once its training and the monitor's close are over, before the process group is destroyed.
-`spawn` runs the job; when a rank dies of a signal, the error says where (its stacks), and when it died only
-after its work was done (tearing down), the job is run once more and the first death is reported as a warning:
-what the tests check (what the job computed, what stepscope wrote) is then checked on a run that ended cleanly.
-A rank that dies during its work fails the test.
+A rank of a 2-rank gloo job can die of SIGABRT (`terminate called without an active exception`) as its process
+exits, after all its work: torch 2.13's own, seen with no profiler at all (docs/reliability.md, "A heap corruption
+at window export"). A worker here calls `watch(out, rank)` first (faulthandler then writes every thread's Python
+stack to `out/rank{rank}.fault` on a fatal signal) and `work_done(out, rank)` once its training and the monitor's
+close are over, before the process group is destroyed. `spawn` runs the job; when a rank dies of a signal, the
+error says where (its stacks), and when it died only after its work was done (tearing down), the job is run once
+more and the first death is reported as a warning: what the tests check (what the job computed, what stepscope
+wrote) is then checked on a run that ended cleanly. A rank that dies during its work fails the test.
 """
 
 from __future__ import annotations

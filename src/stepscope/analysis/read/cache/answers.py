@@ -4,8 +4,8 @@ click, so a second `whatif --json` costs little more than Python's start.
 
 An answer file (`results/KEY.result` in the user's cache folder): the line `stepscope-answer/1`, one line of JSON
 (what the command printed on stderr before its answer and after it, a page's notes and time of writing, its exit
-code, and how many bytes its stdout and page hold), then those bytes. A file that does not read back exactly so (cut short, longer, another
-format) is no answer: it is removed, and the command runs.
+code, and how many bytes its stdout and page hold), then those bytes. A file that does not read back exactly so
+(cut short, longer, another format) is no answer: it is removed, and the command runs.
 
 A command line's key (`results/KEY.line`): every argument as typed, the working folder, the code and the
 STEPSCOPE_ variables. The line is never parsed here, only hashed as it is; a line not seen before goes through the
