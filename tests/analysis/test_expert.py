@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ..support.jobs import run_ranks
 from ..support.output import analyze_json
 from ..support.traces import cpu, launched, step, write_trace
 
@@ -25,7 +26,7 @@ def moe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("moe")
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc_per_node", str(RANKS), str(JOBS), "moe", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=240)
+    run_ranks(cmd, out, check=True, timeout=240)
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     return run_dir
 

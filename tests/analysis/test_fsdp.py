@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..support.jobs import run_ranks
 from ..support.output import analyze_json
 from ..support.traces import cpu, launched, step, write_trace
 
@@ -23,7 +23,7 @@ FINDING = "fsdp_exposed_all_gather"
 def run_job(job: str, out: Path) -> Path:
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(JOBS), job, str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=240)
+    run_ranks(cmd, out, check=True, timeout=240)
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     return run_dir
 

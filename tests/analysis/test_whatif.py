@@ -13,6 +13,7 @@ import pytest
 from stepscope.analysis.read.loader import load_trace
 from stepscope.analysis.whatif import parse_selector, whatif
 
+from ..support.jobs import run_ranks
 from ..support.synthetic import gpu_step as _gpu_step
 from ..support.traces import SHARED_TRACES, step, write_trace
 
@@ -193,7 +194,7 @@ def test_one_ranks_slow_loader_removed_is_predicted_for_every_rank(tmp_path: Pat
     from ..support.jobs import whatif_ddp as job
 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
-    subprocess.run([*command, job.__file__, str(tmp_path)], check=True, timeout=240, capture_output=True)
+    run_ranks([*command, job.__file__, str(tmp_path)], tmp_path, check=True, timeout=240)
     run = next(p.parent for p in tmp_path.rglob("manifest.json"))
     scale = f"data_loader@{job.SLOW_RANK}=0"
     measured_with, predicted, measured_without = _odd_even(run, job.WINDOWS, scale)
@@ -235,7 +236,7 @@ def test_a_per_step_sync_removed_is_predicted(tmp_path: Path) -> None:
     from ..support.jobs import whatif_sync as job
 
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    subprocess.run([*command, job.__file__, str(tmp_path)], check=True, timeout=240, capture_output=True)
+    run_ranks([*command, job.__file__, str(tmp_path)], tmp_path, check=True, timeout=240)
     run = next(p.parent for p in tmp_path.rglob("manifest.json"))
     measured = [p for w in job.WINDOWS for p in _pairs(run, w).items()]
     predicted = [p for w in job.WINDOWS for p in _pairs(run, w, "communication=0").items()]

@@ -22,7 +22,7 @@ from stepscope.capture.console import StepscopeWarning
 from stepscope.cli import main as cli_main
 from stepscope.runfolder import read_manifest
 
-from ..support.jobs import run_job
+from ..support.jobs import run_job, run_ranks
 from ..support.train import make_training
 
 FOLDER_JOB = Path(__file__).parents[1] / "support" / "jobs" / "run_folder.py"
@@ -367,7 +367,7 @@ def torchrun_folder_job(
     if wrapped:  # (the shell runs python, then exits with its status: it is not replaced by it)
         cmd += ["--no-python", "sh", "-c", '"$0" "$@"; exit $?', sys.executable]
     cmd += [str(FOLDER_JOB), str(out), mode, str(delay)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+    done = run_ranks(cmd, out, text=True, env=env, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"job_rank{r}.json").read_text()) for r in (0, 1)]
 

@@ -15,6 +15,7 @@ import pytest
 
 from stepscope.runfolder import read_manifest
 
+from ..support.jobs import run_ranks
 from ..support.output import load_chrome_trace, profiler_steps
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,7 @@ STEPSCOPE = [sys.executable, "-m", "stepscope"]
 
 def run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", PYTHONUNBUFFERED="1")
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    return run_ranks(cmd, cwd, cwd=cwd, text=True, env=env, timeout=timeout)
 
 
 def only_run_folder(parent: Path) -> Path:

@@ -17,6 +17,7 @@ from stepscope.cli import main
 from stepscope.runfolder import read_manifest
 from stepscope.runfolder.payloads import PYTHON_SAMPLES_SCHEMA, PythonSamples
 
+from ..support.jobs import run_ranks
 from ..support.output import chart_specs
 
 JOB = Path(__file__).parents[1] / "support" / "jobs" / "sampling.py"
@@ -49,9 +50,7 @@ def run_job(tmp_path: Path, mode: str, ranks: int, env: dict[str, str] | None = 
             str(ranks),
             str(JOB),
         ]
-    result = subprocess.run(
-        [*cmd, str(tmp_path / "runs"), mode], capture_output=True, text=True, env=env, timeout=240
-    )
+    result = run_ranks([*cmd, str(tmp_path / "runs"), mode], tmp_path, text=True, env=env, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     return run_dir, result.stderr

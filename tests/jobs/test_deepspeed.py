@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ import pytest
 from stepscope.analysis.run.deepspeed import DeepSpeedRecords, deepspeed_facts
 from stepscope.cli import main
 from stepscope.runfolder.payloads import DeepSpeedEngineInfo, MemoryRow
+
+from ..support.jobs import run_ranks
 
 needs_deepspeed = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None,
@@ -35,7 +36,7 @@ def run_job(tmp_path: Path, stage: int | str, micro_step_calls: bool = False) ->
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parents[3]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(JOB)]
     args = [str(tmp_path / "runs"), str(stage), *(["calls"] if micro_step_calls else [])]
-    result = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=280)
+    result = run_ranks([*cmd, *args], tmp_path, text=True, env=env, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     return run_dir, result.stderr

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from stepscope.analysis.analyze import analyze
 from stepscope.analysis.read.loader import load_trace
 from stepscope.cli import main
 
+from ..support.jobs import run_ranks
+
 pytestmark = pytest.mark.slow
 JOB = Path(__file__).parents[1] / "support" / "jobs" / "straggler.py"
 SHIFT_US = 3_700_000.0  # a clock 3.7 s ahead, as on another host
@@ -27,7 +28,7 @@ def torchrun(out_dir: Path, ranks: int, where: str, slow_rank: int, delay_ms: fl
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parents[3]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)]
     cmd += [str(JOB), str(out_dir), where, str(slow_rank), str(delay_ms)]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    result = run_ranks(cmd, out_dir, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((out_dir / f"issued_rank{r}.json").read_text()) for r in range(ranks)]
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ..support.jobs import run_ranks
 from ..support.output import analyze_json
 from ..support.traces import Event, cpu, launched, step, write
 
@@ -27,7 +27,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     torchrun = Path(sys.executable).with_name("torchrun")
     jobs = ("gpipe", "1f1b", "interleaved", "allreduce")
     cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(JOBS), ",".join(jobs), str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=240)
+    run_ranks(cmd, out, check=True, timeout=240)
     return {job: next(p for p in (out / job).iterdir() if p.is_dir()) for job in jobs}
 
 
@@ -355,7 +355,7 @@ def test_a_gpipe_job_at_the_defaults_has_its_bubble_per_stage(tmp_path: Path) ->
     torchrun = Path(sys.executable).with_name("torchrun")
     job = Path(__file__).parents[1] / "support" / "jobs" / "pipeline_defaults.py"
     cmd = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(job), str(tmp_path)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=240)
+    run_ranks(cmd, tmp_path, check=True, timeout=240)
     (run_dir,) = (tmp_path / "runs").iterdir()
     # THEN the run folder records each rank's stage, and the pipeline view is there with a bubble per stage
     groups = [json.loads((run_dir / "process_groups" / f"rank{r}.json").read_text()) for r in (0, 1)]

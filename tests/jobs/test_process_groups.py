@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ from stepscope.cli import main
 from stepscope.runfolder import read_manifest
 from stepscope.runfolder.payloads import PROCESS_GROUPS_SCHEMA, ProcessGroups
 
+from ..support.jobs import run_ranks
+
 pytestmark = pytest.mark.slow
 
 JOB = Path(__file__).parents[1] / "support" / "jobs" / "process_groups.py"
@@ -28,8 +29,8 @@ def run_job(tmp_path: Path, mode: str, ranks: int) -> tuple[Path, str]:
     """`torchrun --standalone --nproc_per_node RANKS tests/support/jobs/process_groups.py OUT MODE`: the run folder and stderr."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parents[3]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)]
-    result = subprocess.run(
-        [*cmd, str(JOB), str(tmp_path / "runs"), mode], capture_output=True, text=True, env=env, timeout=240
+    result = run_ranks(
+        [*cmd, str(JOB), str(tmp_path / "runs"), mode], tmp_path, text=True, env=env, timeout=240
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()

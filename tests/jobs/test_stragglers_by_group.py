@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from stepscope.cli import main
 
+from ..support.jobs import run_ranks
 from ..support.output import analyze_json
 
 JOB = Path(__file__).parents[1] / "support" / "jobs" / "group_straggler.py"
@@ -36,7 +36,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("grp")
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc_per_node", "4", str(JOB), str(out), str(SLOW_MS)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=240)
+    run_ranks(cmd, out, check=True, timeout=240)
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ..support.jobs import run_ranks
 from ..support.output import analyze_json
 from ..support.windows import recorded_windows
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.slow
 def run_job(out: Path, ranks: int, mode: str, arg: int, steps: int) -> tuple[Path, dict[str, Any]]:
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc_per_node", str(ranks), str(JOB), str(out), mode, str(arg)]
-    subprocess.run([*cmd, str(steps)], check=True, capture_output=True, timeout=300)
+    run_ranks([*cmd, str(steps)], out, check=True, timeout=300)
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     return run_dir, json.loads((out / "slow.json").read_text())
 
