@@ -30,6 +30,9 @@ TRACES = (
     "tracelens_qwen1.5_h100_mi300/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
     "kineto_resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
     "kineto_resnet50_num_workers_4/worker0.1623213129365.pt.trace.json.gz",
+    # checked after the model was written (held out): a 2023 GPU trace with shapes, and an MI250 toy job
+    "hta_rank_non_gpu/rank_non_gpu.json.gz",
+    "hta_amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
 )
 FLOP_FAMILIES = ("gemm", "conv", "attention")
 BYTE_FAMILIES = ("elementwise", "norm")
@@ -44,7 +47,10 @@ def _dtype(name: str) -> Any:
         "c10::Half": torch.float16,
         "c10::BFloat16": torch.bfloat16,
         "long int": torch.int64,
+        "long": torch.int64,
         "int": torch.int32,
+        "short int": torch.int16,
+        "signed char": torch.int8,
         "bool": torch.bool,
         "unsigned char": torch.uint8,
     }.get(name, torch.float32)
@@ -204,6 +210,9 @@ def _cudnn_twin(name: str, args: list[Any]) -> tuple[str, list[Any]]:
             1e-5,
             [True] * 3,
         ]
+    if name == "native_layer_norm" and len(args) > 2 and args[1] is None and args[2] is not None:
+        # a trace without concrete inputs lacks normalized_shape: the weight's shape is it
+        return name, [args[0], list(args[2].shape), *args[2:]]
     return name, args
 
 
@@ -219,7 +228,7 @@ def _bytes_by_torch(call: OpCall) -> tuple[float | None, str]:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
             for t in tree_leaves((args, kwargs, out)):
-                if isinstance(t, torch.Tensor) and t.dim() > 0 and id(t) not in counted:
+                if isinstance(t, torch.Tensor) and id(t) not in counted:
                     counted.add(id(t))
                     seen[0] += t.numel() * t.element_size()
             return out

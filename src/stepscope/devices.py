@@ -30,8 +30,9 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "V100 SXM2": {"fp32": 15.7, "fp16": 125.0},
     "V100 PCIe": {"fp32": 14.0, "fp16": 112.0},
     "T4": {"fp32": 8.1, "fp16": 65.0},
-    "MI250X": {"fp32": 95.7, "bf16": 383.0, "fp16": 383.0},
-    "MI250": {"fp32": 90.5, "bf16": 362.1, "fp16": 362.1},
+    # one GCD: an MI250(X) is two, and torch sees each as a device (its own memory, half the compute units)
+    "MI250X": {"fp32": 47.85, "bf16": 191.5, "fp16": 191.5},
+    "MI250": {"fp32": 45.25, "bf16": 181.05, "fp16": 181.05},
     "MI300X": {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
     "MI325X": {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
 }
@@ -51,8 +52,8 @@ PEAK_SOURCES: dict[str, str] = {
     "V100 SXM2": "NVIDIA Tesla V100 datasheet (SXM2 column; fp16 = tensor performance)",
     "V100 PCIe": "NVIDIA Tesla V100 datasheet (PCIe column; fp16 = tensor performance)",
     "T4": "NVIDIA T4 Tensor Core GPU datasheet (fp16 = mixed-precision tensor performance)",
-    "MI250X": "AMD Instinct MI250X accelerator data sheet (peak matrix figures)",
-    "MI250": "AMD Instinct MI250 accelerator data sheet (peak matrix figures)",
+    "MI250X": "AMD Instinct MI250X accelerator data sheet (peak matrix figures of its two GCDs, halved: one GCD)",
+    "MI250": "AMD Instinct MI250 accelerator data sheet (peak matrix figures of its two GCDs, halved: one GCD)",
     "MI300X": "AMD Instinct MI300X accelerator data sheet (peak dense matrix figures)",
     "MI325X": "AMD Instinct MI325X accelerator data sheet (peak dense matrix figures)",
 }
@@ -75,8 +76,8 @@ PEAK_TBPS: dict[str, float] = {
     "V100 SXM2": 0.9,
     "V100 PCIe": 0.9,
     "T4": 0.32,
-    "MI250X": 3.2768,
-    "MI250": 3.2768,
+    "MI250X": 1.6384,  # one GCD (half of the package's 3.2768)
+    "MI250": 1.6384,
     "MI300X": 5.3,
     "MI325X": 6.0,
 }
@@ -130,6 +131,30 @@ def device_key(device_name: str) -> str | None:
         if pattern.search(upper):
             return key
     return None
+
+
+# AMD devices that ROCm names only "AMD Radeon Graphics" (ROCm 6 on an MI250), told apart by deviceProperties:
+# (computeMajor, computeMinor, compute units) -> device key. gfx90a with 104 compute units is one GCD of an MI250
+# (an MI210 has the same figures); with 110, of an MI250X; gfx942 with 304 is an MI300X.
+_AMD_BY_PROPERTIES: dict[tuple[int, int, int], str] = {
+    (9, 0, 104): "MI250",
+    (9, 0, 110): "MI250X",
+    (9, 4, 304): "MI300X",
+}
+
+
+def name_by_properties(name: str, properties: dict[str, object]) -> str:
+    """`name` as a trace's deviceProperties give it, with the table's device added where the name alone does
+    not say it (`AMD Radeon Graphics (MI250 by its properties: ...)`); the name unchanged otherwise."""
+    if device_key(name) is not None or properties.get("warpSize") != 64:
+        return name
+    major, minor, units = (properties.get(k) for k in ("computeMajor", "computeMinor", "numSms"))
+    if not all(isinstance(v, int) for v in (major, minor, units)):
+        return name
+    key = _AMD_BY_PROPERTIES.get((major, minor, units))  # type: ignore[arg-type]
+    if key is None:
+        return name
+    return f"{name} ({key} by its properties: compute {major}.{minor}, {units} compute units)"
 
 
 def lookup_bandwidth(device_name: str, memory_bytes: int | None = None) -> float | None:

@@ -106,7 +106,13 @@ def _byte_cases() -> dict[str, tuple[Callable[[], Any], set[str]]]:
     ln_w, ln_b = torch.randn(40, dtype=torch.bfloat16), torch.randn(40, dtype=torch.bfloat16)
     img = torch.randn(4, 6, 11, 11)  # (odd: a ceil-mode pool's last window is partial)
     bn = torch.nn.BatchNorm2d(6)
+    mask, idx = x > 0, torch.arange(64 * 96).reshape(64, 96)
     return {
+        # the result's dtype by type promotion: `where`'s condition takes no part; a 0-d float makes a long
+        # tensor's result float; an in-place op writes its own dtype
+        "where of two numbers": (lambda: torch.where(mask, 0.0, 1.0), {"aten::where"}),
+        "long times a 0-d float": (lambda: idx * torch.tensor(0.5), {"aten::mul"}),
+        "bf16 plus float in place": (lambda: h.clone().add_(torch.randn(40)), {"aten::add_"}),
         "add broadcast": (lambda: x + y, {"aten::add"}),
         "mul in place": (lambda: x.clone().mul_(2.0), {"aten::mul_"}),
         "relu": (lambda: F.relu(x), {"aten::relu"}),

@@ -15,7 +15,9 @@ from stepscope.devices import (
     PEAK_SOURCES,
     PEAK_TFLOPS,
     device_key,
+    lookup_bandwidth,
     lookup_peak,
+    name_by_properties,
     no_peak_reason,
 )
 from stepscope.units import fmt_flops, fmt_tflops
@@ -52,6 +54,24 @@ from stepscope.units import fmt_flops, fmt_tflops
 )
 def test_device_names_map_to_table_keys(name: str, key: str | None) -> None:
     assert device_key(name) == key
+
+
+def test_an_mi250_is_judged_per_gcd_and_known_by_its_properties_where_rocm_names_it_generically() -> None:
+    # GIVEN an MI250X's GCD as torch names it (each GCD is a device with its own memory), and a ROCm 6 MI250 GCD
+    # that deviceProperties call "AMD Radeon Graphics" (as the shared MI250 trace does)
+    gcd = {"warpSize": 64, "computeMajor": 9, "computeMinor": 0, "numSms": 104}
+    named = name_by_properties("AMD Radeon Graphics", gcd)
+    # THEN the table gives one GCD's half of the package's datasheet figures
+    assert lookup_peak("AMD Instinct MI250X", "bf16").tflops == 383.0 / 2  # type: ignore[union-attr]
+    assert lookup_bandwidth("AMD Instinct MI250X") == 3.2768 / 2
+    # AND the generic name is told apart by its compute capability and compute units, and says so
+    assert named.startswith("AMD Radeon Graphics (MI250 by its properties") and device_key(named) == "MI250"
+    assert lookup_peak(named, "bf16").tflops == 362.1 / 2  # type: ignore[union-attr]
+    assert device_key(name_by_properties("AMD Radeon Graphics", {**gcd, "numSms": 110})) == "MI250X"
+    # AND other devices, or the same name with other properties, are left as they are
+    assert name_by_properties("AMD Radeon Graphics", {**gcd, "numSms": 60}) == "AMD Radeon Graphics"
+    assert name_by_properties("NVIDIA H100 80GB HBM3", {**gcd, "warpSize": 32}) == "NVIDIA H100 80GB HBM3"
+    assert name_by_properties("AMD Radeon Graphics", {"warpSize": 64}) == "AMD Radeon Graphics"
 
 
 def test_peak_lookup_returns_dense_figures_with_sources() -> None:

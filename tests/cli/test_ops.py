@@ -18,6 +18,20 @@ def _ops(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 
 @pytest.mark.shared
+def test_an_mi250_that_rocm_names_generically_is_judged_against_one_gcds_roof(
+    shared_traces: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the shared ROCm 6.2 trace, whose devices are "AMD Radeon Graphics" (compute 9.0, 104 compute units)
+    doc = _ops(capsys, str(shared_traces / "hta_amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"))
+    (rank,) = doc["ranks"]
+    # THEN the device is told by its properties, and its roof is one GCD's (half the MI250's datasheet figures)
+    assert rank["device"].startswith("AMD Radeon Graphics (MI250 by its properties")
+    assert rank["roofline"]["peak_tflops"]["bf16"] == 181.05 and rank["roofline"]["tbps"] == 1.6384
+    assert "one GCD" in rank["roofline"]["source"]
+    assert any(g["efficiency"] is not None for g in rank["groups"] if g["family"] == "gemm")
+
+
+@pytest.mark.shared
 def test_a_gpu_trace_gives_each_product_its_rate_bound_and_efficiency_on_its_device(
     shared_traces: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

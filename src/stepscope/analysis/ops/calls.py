@@ -26,6 +26,7 @@ from stepscope.analysis.ops.families import COMPUTE_FAMILIES, CONV_BACKWARDS, fa
 from stepscope.analysis.ops.model import Cost, OpInputs, conv_backward_shapes, conv_forward_shapes, cost_of
 from stepscope.analysis.ops.where import Frames
 from stepscope.analysis.read.event_stream import EventPieces
+from stepscope.devices import name_by_properties
 
 __all__ = ["OpCall", "TraceOps", "read_calls"]
 
@@ -408,4 +409,6 @@ def _device(head: dict[str, Any], device_ids: collections.Counter[Any]) -> tuple
         return None, None
     name = chosen.get("name")
     memory = chosen.get("totalGlobalMem")
+    if isinstance(name, str):
+        name = name_by_properties(name, chosen)
     return (name if isinstance(name, str) else None), (memory if isinstance(memory, int) else None)

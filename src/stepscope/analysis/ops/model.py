@@ -451,11 +451,35 @@ def _memory_bound(name: str, family: str, inputs: OpInputs) -> Cost | None:
         return Cost("reduction", float(_numel(first[0])), read + _reduced_bytes(inputs, first), None)
     # elementwise: the output broadcasts the tensor inputs; a comparison writes bools; in place writes `self`
     out_shape = _broadcast([s for s, _ in shaped]) if shaped else []
-    size = 1 if COMPARISONS.match(name) else max(DTYPE_BYTES[t] for s, t in (shaped or tensors))
+    size = 1 if COMPARISONS.match(name) else _result_bytes(name, inputs, tensors)
     out = float(_numel(out_shape) * size)
     if name in ("aten::native_dropout",):  # its mask too
         out += _numel(out_shape)
     return Cost("elementwise", float(_numel(out_shape)), read + out, None)
+
+
+# Type promotion's categories: a 0-d tensor of a higher category than every tensor with dimensions sets the
+# result's category (a long tensor plus a 0-d float is float); within one category the dimensioned ones decide.
+_CATEGORY = {"bool": 0, "c10::complex<float>": 3, "c10::complex<double>": 3}
+_INTEGERS = ("long int", "long", "int", "short int", "signed char", "unsigned char")
+
+
+def _category(dtype: str) -> int:
+    return _CATEGORY.get(dtype, 1 if dtype in _INTEGERS else 2)
+
+
+def _result_bytes(name: str, inputs: OpInputs, tensors: list[tuple[list[int], str]]) -> int:
+    """Bytes per element of an elementwise op's result, by torch's type promotion over its tensors (`where`'s
+    condition takes no part in it; an in-place op writes its `self`'s dtype)."""
+    if name in ("aten::where", "aten::where_") and len(tensors) > 1 and tensors[0][1] == "bool":
+        tensors = tensors[1:]
+    if name.endswith("_") and tensors:
+        return DTYPE_BYTES[tensors[0][1]]
+    shaped = [dtype for shape, dtype in tensors if shape] or [dtype for _, dtype in tensors]
+    top = max(_category(dtype) for _, dtype in tensors)
+    if max(_category(dtype) for dtype in shaped) < top:  # a 0-d tensor of a higher category
+        shaped = [dtype for _, dtype in tensors]
+    return max(DTYPE_BYTES[dtype] for dtype in shaped if _category(dtype) == top)
 
 
 def _reduced_bytes(inputs: OpInputs, first: tuple[list[int], str]) -> float:

@@ -24,7 +24,7 @@ from stepscope.capture.collectors._instrument import (
 )
 from stepscope.capture.collectors.flop_split import FlopSplit, ModuleBook, split_mode
 from stepscope.capture.console import StepscopeWarning, capture_console, warn_user
-from stepscope.devices import Peak, lookup_peak, no_peak_reason
+from stepscope.devices import Peak, lookup_peak, name_by_properties, no_peak_reason
 from stepscope.report.terminal import make_console, make_table
 from stepscope.runfolder import ArtifactKind
 from stepscope.runfolder.payloads import (
@@ -317,7 +317,19 @@ def device_name(model: Any) -> str | None:
             if param.device.type != "cuda":
                 return None
             index = param.device.index
-    return str(torch.cuda.get_device_name(index if index is not None else torch.cuda.current_device()))
+    index = index if index is not None else torch.cuda.current_device()
+    name = str(torch.cuda.get_device_name(index))
+    try:  # ROCm 6 names an MI250 "AMD Radeon Graphics": its properties tell it apart (devices.name_by_properties)
+        props = torch.cuda.get_device_properties(index)
+        known = {
+            "warpSize": getattr(props, "warp_size", None),
+            "computeMajor": getattr(props, "major", None),
+            "computeMinor": getattr(props, "minor", None),
+            "numSms": getattr(props, "multi_processor_count", None),
+        }
+    except Exception:  # (the name alone then)
+        return name
+    return name_by_properties(name, known)
 
 
 def flop_table(report: FlopsReport, depth: int) -> FlopTable:
