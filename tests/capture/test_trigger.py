@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
 from stepscope.runfolder import is_run_folder, read_manifest
 
+from ..support.jobs import TORCH_EXIT_ABORT
 from ..support.output import profiler_steps
 
 pytestmark = pytest.mark.slow
@@ -38,7 +40,31 @@ def wait_for_run_folder(out: Path, job: subprocess.Popen[str], timeout: float = 
 
 
 def test_trigger_records_one_window_on_every_rank_at_the_same_step(tmp_path: Path) -> None:
-    out = tmp_path / "runs"
+    for attempt in range(2):
+        run_dir, code, err = _triggered_job(tmp_path / f"runs{attempt}")
+        if code == 0 or TORCH_EXIT_ABORT not in err or attempt:
+            break
+        # torch's gloo abort at exit (docs/reliability.md): the job is run again, the first death a warning
+        warnings.warn(
+            f"a rank died of torch's abort at exit (run again):\n{err[-2000:]}", RuntimeWarning, stacklevel=1
+        )
+    assert code == 0, err[-3000:]
+    traces = sorted((a.rank, a.step) for a in read_manifest(run_dir).of_kind("trace"))
+    # exactly one window per rank, ending at the same step, with the --active 3 the trigger asked for
+    assert [rank for rank, _ in traces] == [0, 1]
+    assert traces[0][1] == traces[1][1]
+    last = traces[0][1]
+    for rank in (0, 1):
+        assert profiler_steps(run_dir / f"traces/rank{rank}_step{last}.json.gz") == [last - 2, last - 1, last]
+    # the request is gone once the window was recorded: the next one can be made
+    assert not (run_dir / "trigger.json").exists()
+    # and once the job ended, so are the ranks' claim of it and the manifest's lock
+    assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []
+
+
+def _triggered_job(out: Path) -> tuple[Path, int, str]:
+    """A 2-rank job of examples/plain_train.py on demand, asked for one window by `stepscope trigger` once its
+    run folder is there: the run folder, the job's exit status and its stderr."""
     job = start(
         [
             sys.executable,
@@ -66,7 +92,7 @@ def test_trigger_records_one_window_on_every_rank_at_the_same_step(tmp_path: Pat
             "--sleep",
             "0.02",
         ],
-        tmp_path,
+        out.parent,
     )
     try:
         run_dir = wait_for_run_folder(out, job)
@@ -82,18 +108,7 @@ def test_trigger_records_one_window_on_every_rank_at_the_same_step(tmp_path: Pat
         assert "window recorded" in trigger.stdout
     finally:
         _, err = job.communicate(timeout=240)
-    assert job.returncode == 0, err[-3000:]
-    traces = sorted((a.rank, a.step) for a in read_manifest(run_dir).of_kind("trace"))
-    # exactly one window per rank, ending at the same step, with the --active 3 the trigger asked for
-    assert [rank for rank, _ in traces] == [0, 1]
-    assert traces[0][1] == traces[1][1]
-    last = traces[0][1]
-    for rank in (0, 1):
-        assert profiler_steps(run_dir / f"traces/rank{rank}_step{last}.json.gz") == [last - 2, last - 1, last]
-    # the request is gone once the window was recorded: the next one can be made
-    assert not (run_dir / "trigger.json").exists()
-    # and once the job ended, so are the ranks' claim of it and the manifest's lock
-    assert [p.name for p in run_dir.iterdir() if p.name.startswith(".")] == []
+    return run_dir, job.returncode, err
 
 
 def test_sigusr2_asks_for_a_window(tmp_path: Path) -> None:
