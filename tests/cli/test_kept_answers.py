@@ -521,14 +521,29 @@ def test_a_report_answered_from_its_line_says_its_notes_once_when_stdout_is_full
         assert err.count("stepscope: note:") == fresh.stderr.count("stepscope: note:")
 
 
-def test_a_loop_of_links_is_said_in_one_line_with_the_cache_on(
+def test_a_loop_of_links_or_a_dangling_link_is_said_as_such_in_one_line_with_the_cache_on(
     tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
-    for command in (["analyze", str(loop), "--json"], ["report", str(loop), "-o", str(tmp_path / "x.html")]):
+    dangling = tmp_path / "gone"
+    dangling.symlink_to(tmp_path / "nothing")
+    commands = (
+        ["analyze", str(loop), "--json"],
+        ["report", str(loop), "-o", str(tmp_path / "x.html")],
+        ["report", str(loop)],  # (its page's name comes from the input's)
+        ["ops", str(loop)],
+    )
+    for command in commands:
         assert main(command) == 2
-        assert capsys.readouterr().err.count("\n") == 1
+        assert capsys.readouterr().err == f"stepscope: error: {loop}: a loop of symbolic links\n", command
+    # AND a link to nothing says where it points, not that there is no such file
+    assert main(["analyze", str(dangling)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"stepscope: error: {dangling}: a symbolic link to '{tmp_path / 'nothing'}', which does not exist\n"
+    )
 
 
 def test_no_cache_on_the_line_wins_over_a_variable_that_says_otherwise(

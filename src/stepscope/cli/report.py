@@ -117,7 +117,10 @@ def default_output(path: Path | Source) -> Path:
 
 
 def _stem(path: Path) -> str:
-    name = path.resolve().name or "trace"
+    try:
+        name = path.resolve().name or "trace"
+    except (RuntimeError, OSError):  # a loop of symbolic links: the command then says so, in one line
+        name = path.name or "trace"
     for suffix in (".gz", ".json"):
         name = name.removesuffix(suffix)
     return name

@@ -8,6 +8,7 @@ tables are merged and every file gets a distinct rank.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -67,10 +68,25 @@ def find_traces(
         raise InputError(exc.filename or source.path, f"cannot read: {exc.strerror or exc}") from None
 
 
+def _why_missing(path: Path) -> str:
+    """Why a path that does not exist cannot be read: a symbolic link to nothing (or to itself, by a loop) says
+    so, where the plain 'no such file' would send the user looking for a file they can see."""
+    if not path.is_symlink():
+        return "no such file or directory"
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:
+        return "a loop of symbolic links"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+    return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+
+
 def _list_traces(source: Source, step: int | None) -> tuple[list[tuple[Path, int | None]], list[str]]:
     p = source.path
     if not p.exists():
-        raise InputError(p, "no such file or directory")
+        raise InputError(p, _why_missing(p))
     if p.is_file():
         return [(p, None)], []
     if not p.is_dir():
