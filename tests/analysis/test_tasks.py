@@ -1,5 +1,5 @@
 """The one task runner (`stepscope.analysis.tasks.run_tasks`): every task's result whatever runs it, a task's own
-error raised as it is, a lost worker's tasks run in this process, progress that only grows to the total."""
+error raised as it is (a file it cannot read: in its place), a lost worker's tasks run in this process, progress that only grows to the total."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from stepscope.analysis.tasks import batches, run_tasks
+from stepscope.analysis.tasks import Failed, batches, run_tasks
+from stepscope.errors import InputError
 
 PARENT = os.getpid()
 
@@ -19,6 +20,12 @@ def square(x: int) -> tuple[int, int]:
 def fail_on_three(x: int) -> int:
     if x == 3:
         raise ValueError(f"task {x} failed")
+    return x
+
+
+def unreadable_three(x: int) -> int:
+    if x == 3:
+        raise InputError(f"/data/rank{x}.json", "not valid JSON")
     return x
 
 
@@ -39,6 +46,15 @@ def test_every_task_once_with_its_own_result(workers: int) -> None:
 def test_a_tasks_error_is_raised_as_it_is() -> None:
     with pytest.raises(ValueError, match="task 3 failed"):
         list(run_tasks(fail_on_three, [(x,) for x in range(8)], workers=2))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_a_task_cannot_read_comes_back_in_its_place(workers: int) -> None:
+    # (every caller then skips it or raises it, as one file of a folder is skipped or named)
+    got = dict(run_tasks(unreadable_three, [(x,) for x in range(8)], workers=workers))
+    assert got[3] == Failed("/data/rank3.json", "not valid JSON")
+    assert str(got[3].error()) == "/data/rank3.json: not valid JSON"
+    assert {i: r for i, r in got.items() if i != 3} == {x: x for x in range(8) if x != 3}
 
 
 def test_a_lost_worker_leaves_its_tasks_to_this_process() -> None:

@@ -35,8 +35,14 @@ from stepscope.analysis.read.loader import (
 )
 from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import MISSING, RankInfo, TraceTable
-from stepscope.analysis.tasks import POOL_MIN_BYTES, ExecutorError, ProgressCallback, cpu_count, run_tasks
-from stepscope.errors import InputError
+from stepscope.analysis.tasks import (
+    POOL_MIN_BYTES,
+    ExecutorError,
+    Failed,
+    ProgressCallback,
+    cpu_count,
+    run_tasks,
+)
 
 __all__ = [
     "EXECUTORS",
@@ -63,15 +69,13 @@ class Task(msgspec.Struct, frozen=True):
 
 
 class FileResult(msgspec.Struct):
-    """What one task sends back: the file's ranks (a merged trace holds several), its notices, or the problem
-    that stopped it."""
+    """What one task sends back: the file's ranks (a merged trace holds several) and its notices."""
 
     path: str
     hint: int | None
     parts: list[tuple[int | None, RankPart]] = msgspec.field(default_factory=list)  # (declared rank, part)
     extras: list[RankExtras] = msgspec.field(default_factory=list)  # one per part
     notices: list[str] = msgspec.field(default_factory=list)
-    problem: str | None = None
 
 
 class RankExtras(msgspec.Struct):
@@ -165,12 +169,12 @@ def _analyze_path(path: str | Path | Source, task: Task, progress: ProgressCallb
     else:
         workers = jobs if jobs is not None else default_jobs() if sum(sizes) >= POOL_MIN_BYTES else 1
         results = _run(tasks, sizes, task, workers, progress)
-    by_path = {r.path: r for r in results}
-    ordered = [by_path[p] for p, _ in tasks]
-    for result in ordered:
-        if result.problem is not None:
-            skipped.skip_or_raise(InputError(result.path, result.problem))
-    kept = [r for r in ordered if r.problem is None]
+    kept = []
+    for result in results:  # (in the tasks' order)
+        if isinstance(result, Failed):
+            skipped.skip_or_raise(result.error())
+        else:
+            kept.append(result)
     if not kept:
         raise skipped.nothing_left(source.path)
     return _combine(kept, [*window_notices, *skipped.notices], task.critical_path)
@@ -188,18 +192,13 @@ def _recorded_groups(source: Source) -> dict[str, dict[str, Any]] | None:
 
 # --- one task ----------------------------------------------------------------------------------------
 def analyze_file(path: str, hint: int | None, task: Task) -> FileResult:
-    """Load one file and analyse each of its ranks on its own (the task every executor runs)."""
+    """Load one file and analyse each of its ranks on its own (the task every executor runs). Raises
+    InputError for a file that cannot be read or has no step in --steps (the task runner sends it back)."""
     from stepscope.analysis.read.loader import load_file
 
-    try:
-        file_table = load_file(path, hint, flows=False)
-    except InputError as exc:
-        return FileResult(path, hint, problem=exc.problem)
+    file_table = load_file(path, hint, flows=False)
     result = FileResult(path, hint, notices=list(file_table.notices))
-    try:
-        _analyze_pieces(file_table, task, result)
-    except InputError as exc:  # (no step in --steps)
-        return FileResult(path, hint, problem=exc.problem)
+    _analyze_pieces(file_table, task, result)
     return result
 
 
@@ -309,8 +308,8 @@ def _run(
     jobs: int,
     progress: ProgressCallback | None,
     executor: Any = None,
-) -> list[FileResult]:
-    """Every file's task on the task runner (local processes, or the caller's executor), in any order."""
+) -> list[FileResult | Failed]:
+    """Every file's task on the task runner (local processes, or the caller's executor), in the tasks' order."""
     results = run_tasks(
         analyze_file,
         [(path, hint, task) for path, hint in tasks],
@@ -320,7 +319,8 @@ def _run(
         progress=progress,
         executor=executor,
     )
-    return [result for _, result in results]
+    done = dict(results)
+    return [done[i] for i in range(len(tasks))]
 
 
 def _run_dask(
@@ -329,7 +329,7 @@ def _run_dask(
     task: Task,
     scheduler: str | None,
     progress: ProgressCallback | None,
-) -> list[FileResult]:
+) -> list[FileResult | Failed]:
     try:
         from distributed import Client
     except ImportError:

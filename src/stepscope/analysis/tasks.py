@@ -10,7 +10,10 @@ per rank file, Dask) goes through it, with one scheduling policy, one progress r
 - executors: a local process pool (`concurrent.futures.ProcessPoolExecutor`; fork where fork is safe, that is
   Linux and the BSDs, so the children inherit what the parent loaded; spawn elsewhere), or any
   `concurrent.futures.Executor` the caller gives (Dask's `client.get_executor()`);
-- failures: an exception raised by the task itself is raised here, as it would be in this process. A local
+- failures: a task's InputError (a file it cannot read: the one way analysis says so) comes back as a `Failed`
+  result in its place, the file and the problem, for the caller to skip or raise (an exception with arguments
+  of its own does not always pickle). Any other exception raised by the task itself is raised here, as it would
+  be in this process. A local
   pool that cannot start or loses a worker (killed, out of memory) is not an error: the tasks it did not bring
   back run in this process. A caller's executor that fails raises ExecutorError (its tasks may need the
   cluster's storage, so they are not rerun here);
@@ -25,13 +28,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from stepscope.errors import InputError
 
 if TYPE_CHECKING:  # (concurrent.futures and the logging it imports: only where there is a pool)
     from concurrent.futures import Executor, Future
 
 __all__ = [
     "ExecutorError",
+    "Failed",
     "ProgressCallback",
     "batches",
     "cpu_count",
@@ -46,6 +52,24 @@ __all__ = [
 POOL_MIN_BYTES = 8 << 20
 ProgressCallback = Callable[[int, int, str], None]  # (weight done, weight in all, label of the task at work)
 _POLL_S = 0.2  # how often `poll` is called while waiting for results
+
+
+class Failed(NamedTuple):
+    """What comes back in place of a task's result when it raised InputError: the file and the problem."""
+
+    path: str
+    problem: str
+
+    def error(self) -> InputError:
+        return InputError(self.path, self.problem)
+
+
+def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """`fn(*args)`, or its InputError as a Failed result."""
+    try:
+        return fn(*args)
+    except InputError as exc:
+        return Failed(str(exc.path), exc.problem)
 
 
 class ExecutorError(Exception):
@@ -89,7 +113,7 @@ def batches(order: Sequence[int], workers: int) -> list[list[int]]:
 
 
 def _run_batch(fn: Callable[..., Any], tasks: list[tuple[Any, ...]]) -> list[Any]:
-    return [fn(*args) for args in tasks]
+    return [_call(fn, args) for args in tasks]
 
 
 def run_tasks(
@@ -103,7 +127,8 @@ def run_tasks(
     executor: Executor | None = None,
     poll: Callable[[], None] | None = None,
 ) -> Iterator[tuple[int, Any]]:
-    """(i, fn(*tasks[i])) for every task, as they finish, on `workers` local processes or on `executor`.
+    """(i, fn(*tasks[i])) for every task, as they finish, on `workers` local processes or on `executor`; a
+    `Failed` in place of the result of a task that raised InputError.
 
     `fn` and the tasks' arguments must pickle (a module-level function) unless the work runs here. `workers` 1
     without an executor runs everything in this process, in order. `weights` (default 1 each) order the tasks,
@@ -194,7 +219,7 @@ def _here(
 ) -> Iterator[tuple[int, Any]]:
     for i in order:
         report.start(i)
-        yield i, fn(*tasks[i])
+        yield i, _call(fn, tasks[i])
         report.done(i)
 
 

@@ -18,8 +18,7 @@ from stepscope.analysis.read.combine import assign_ranks
 from stepscope.analysis.read.loader import estimated_json_bytes, find_traces, skipping
 from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import MISSING, RankInfo
-from stepscope.analysis.tasks import POOL_MIN_BYTES, ProgressCallback, cpu_count, run_tasks
-from stepscope.errors import InputError
+from stepscope.analysis.tasks import POOL_MIN_BYTES, Failed, ProgressCallback, cpu_count, run_tasks
 
 __all__ = [
     "OPS_SCHEMA",
@@ -60,7 +59,7 @@ def ops_source(
     jobs = options.jobs if options.jobs is not None else cpu_count() if sum(sizes) >= POOL_MIN_BYTES else 1
     done = dict(
         run_tasks(
-            _read,
+            read_calls,
             [(str(f),) for f, _ in files],
             workers=jobs,
             weights=sizes,
@@ -71,8 +70,8 @@ def ops_source(
     read: list[_File] = []
     for i, (file, given) in enumerate(files):
         found = done[i]
-        if isinstance(found, str):
-            skipped.skip_or_raise(InputError(file, found))
+        if isinstance(found, Failed):
+            skipped.skip_or_raise(found.error())
             continue
         declared = given if given is not None else found.rank
         read.append(_File(str(file), declared, RankInfo(rank=MISSING, source=str(file)), found))
@@ -94,11 +93,3 @@ class _File(msgspec.Struct):
     declared_rank: int | None
     info: RankInfo
     found: TraceOps
-
-
-def _read(path: str) -> TraceOps | str:
-    """One file's counted calls, or the problem that stopped its reading (a task: it returns, never raises)."""
-    try:
-        return read_calls(path)
-    except InputError as exc:
-        return exc.problem

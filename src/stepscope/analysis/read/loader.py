@@ -23,7 +23,7 @@ from stepscope.analysis.read.source import Source, as_source
 from stepscope.analysis.read.table import (
     TraceTable,
 )
-from stepscope.analysis.tasks import ProgressCallback, cpu_count, run_tasks
+from stepscope.analysis.tasks import Failed, ProgressCallback, cpu_count, run_tasks
 from stepscope.errors import InputError
 
 __all__ = [
@@ -350,12 +350,9 @@ def _choose_workers(workers: int | None, sizes: list[int]) -> int:
     return max(2, min(len(sizes), int(idle), 8))
 
 
-def _load_or_error(path: Path, hint: int | None, flows: bool) -> FileTable | tuple[str, str]:
-    """Task: InputError comes back as (path, problem), which pickles without surprises."""
-    try:
-        return cached_load(path, hint, flows, lambda: load_file(path, hint, flows=flows))
-    except InputError as exc:
-        return (exc.path, exc.problem)
+def _load(path: Path, hint: int | None, flows: bool) -> FileTable:
+    """Task: one file's table (its InputError comes back from the task runner as a Failed)."""
+    return cached_load(path, hint, flows, lambda: load_file(path, hint, flows=flows))
 
 
 def _load_in_pool(
@@ -369,7 +366,7 @@ def _load_in_pool(
     """Decode the files on the task runner's processes (in this process when none can run)."""
     results: dict[int, FileTable | None] = {}
     done = run_tasks(
-        _load_or_error,
+        _load,
         [(f, hint, flows) for f, hint in files],
         workers=n_workers,
         weights=sizes,
@@ -377,10 +374,8 @@ def _load_in_pool(
         progress=progress,
     )
     for i, result in done:
-        if isinstance(result, tuple):
-            skipped.skip_or_raise(
-                InputError(*result)
-            )  # (an error that is raised stops the tasks not started)
+        if isinstance(result, Failed):
+            skipped.skip_or_raise(result.error())  # (an error that is raised stops the tasks not started)
             results[i] = None
         else:
             results[i] = result
