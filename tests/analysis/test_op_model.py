@@ -38,6 +38,11 @@ def _flop_cases() -> dict[str, Callable[[], Any]]:
     def conv_backward() -> None:
         F.conv2d(img_g, ker_g, stride=2, padding=1).sum().backward()
 
+    img_t, ker_t = r(2, 8, 9, 9, grad=True), r(8, 4, 4, 4, grad=True)
+
+    def conv_transpose_backward() -> None:  # (its gradients run over the input's positions, not the output's)
+        F.conv_transpose2d(img_t, ker_t, stride=2, padding=1).sum().backward()
+
     def sdpa_backward() -> None:
         F.scaled_dot_product_attention(qg, kg, vg).sum().backward()
 
@@ -52,6 +57,7 @@ def _flop_cases() -> dict[str, Callable[[], Any]]:
         "conv2d stride 2 pad 3 groups 2": lambda: F.conv2d(img, ker, stride=2, padding=3, groups=2),
         "conv2d dilation 2": lambda: F.conv2d(img, ker[:, :3].repeat(1, 2, 1, 1), dilation=2),
         "conv2d forward and backward": conv_backward,
+        "transposed conv2d stride 2, forward and backward": conv_transpose_backward,
         "attention": lambda: F.scaled_dot_product_attention(q, k, v),
         "attention forward and backward": sdpa_backward,
     }
@@ -153,6 +159,58 @@ def test_bytes_of_elementwise_and_normalization_ops_agree_with_their_tensors(
     expected = tensor_bytes(fn, ops)
     assert expected > 0
     assert abs(ours - expected) <= 0.05 * expected, (case, ours, expected, [c.name for c in found.calls])
+
+
+def _least_bytes_cases() -> dict[str, tuple[Callable[[], Any], str, float]]:
+    """(what runs, the op, the bytes each call must read and write, by hand)."""
+    x, y, o = torch.randn(64, 96), torch.randn(64, 96), torch.empty(64, 96)
+    ints = torch.arange(64 * 96, dtype=torch.int32).reshape(64, 96)
+    img, gn = torch.randn(2, 16, 9, 9), torch.nn.GroupNorm(4, 16)
+    ln_x, ln_g, ln = (
+        torch.randn(8, 40),
+        torch.randn(8, 40),
+        torch.nn.LayerNorm(40),
+    )  # (the input needs no gradient)
+    plane = 64 * 96 * 4
+    lin_x, lin_w, lin_b = torch.randn(128, 64), torch.randn(192, 64), torch.randn(192)
+
+    return {
+        # an out= tensor is written, not read
+        "mul into out=": (lambda: torch.mul(x, y, out=o), "aten::mul", 3.0 * plane),
+        # max of two tensors is elementwise, not a reduction: counted once, as the maximum it runs
+        "max of two tensors": (lambda: torch.max(x, y), "aten::maximum", 3.0 * plane),
+        # a Python float makes an int tensor's result float32 (it is recorded as a 0-d double)
+        "int32 times a Python float": (lambda: ints * 0.5, "aten::mul", 2.0 * plane + 8),
+        # a bias broadcast into a CPU product's output (a copy from a view of stride 0) is read once
+        "a bias copied into a product's output": (
+            lambda: F.linear(lin_x, lin_w, lin_b),
+            "aten::copy_",
+            128 * 192 * 4 + 192 * 4,
+        ),
+        # a group norm saves a mean and an inverse deviation per sample and group
+        "group norm": (
+            lambda: gn(img),
+            "aten::native_group_norm",
+            2.0 * img.numel() * 4 + 2 * 16 * 4 + 2 * 4 * 2 * 4,
+        ),
+        # a layer norm's backward that the input's gradient is not asked of writes only the parameters'
+        "layer norm backward, no input gradient": (
+            lambda: (ln(ln_x) * ln_g).sum().backward(),  # (a dense gradient: a sum's is one number, expanded)
+            "aten::native_layer_norm_backward",
+            2.0 * ln_x.numel() * 4 + 2 * 8 * 4 + 2 * 40 * 4 + 2 * 40 * 4,
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(_least_bytes_cases()))
+def test_bytes_are_what_each_call_must_read_and_write(case: str, tmp_path: Path) -> None:
+    fn, op, expected = _least_bytes_cases()[case]
+    found = read_calls(record(fn, tmp_path / "trace.json"))
+    (call,) = [c for c in found.calls if c.name == op]
+    if case == "max of two tensors":  # (not also as the reduction it is not)
+        assert [c.name for c in found.calls] == [op]
+    assert call.cost.bytes == pytest.approx(expected), (case, call.cost)
+    assert call.cost.family == ("copy" if op == "aten::copy_" else "norm" if "norm" in op else "elementwise")
 
 
 @pytest.mark.parametrize("groups", [1, 4, 16])
@@ -273,6 +331,84 @@ def test_stacks_name_the_users_own_code_and_modules_hold_their_forward_and_backw
     types = {m.path: m for m in rank.module_types}
     assert types["Sequential/_Block"].calls == by_name["_Block_0"].calls + by_name["_Block_1"].calls
     assert not [n for n in rank.notes if "with_stack" in n or "with_modules" in n]
+
+
+class _ScalesFirst(torch.nn.Module):
+    """A module that first runs an op needing no gradient (it makes no autograd node, and records the sequence
+    number its child's convolution then takes), then its child."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Conv2d(4, 8, 3, padding=1)
+
+    def forward(self, x: Any, aux: Any) -> Any:
+        scaled = aux * 2  # (first: it records the number the product's node then takes)
+        return self.inner(x).sum() + scaled.sum()
+
+
+def test_a_backward_goes_to_the_module_whose_op_made_its_autograd_node(tmp_path: Path) -> None:
+    # GIVEN a parent module whose own op needing no gradient runs just before its child's product
+    model, x, aux = _ScalesFirst(), torch.randn(2, 4, 8, 8), torch.randn(64)
+    model(x, aux).backward()
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, with_stack=True
+    ) as p:
+        model(x, aux).backward()
+    trace = tmp_path / "t.json"
+    p.export_chrome_trace(str(trace))
+    (rank,) = ops_source(trace).ranks
+    # THEN the convolution's backward (the weight's gradient: the input needs none) is the child's
+    by_name = {m.name: m for m in rank.modules}
+    assert by_name["Conv2d_0"].backward_us > 0
+    assert by_name["Conv2d_0"].flops == 2 * (
+        2 * 2 * 8 * 8 * 8 * 4 * 9
+    )  # the forward and the weight's gradient
+
+
+def test_groups_and_their_stacks_keep_apart_what_differs_in_dtype_or_mask(tmp_path: Path) -> None:
+    # GIVEN an fp32 and a bf16 add of the same shapes, and an attention with and without its causal mask,
+    # issued from one function
+    x = torch.randn(64, 128)
+    h = x.to(torch.bfloat16)
+    q = torch.randn(1, 2, 32, 16)
+
+    def step() -> None:
+        x + x
+        h + h
+        F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    step()
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=True) as p:
+        step()
+    trace = tmp_path / "t.json"
+    p.export_chrome_trace(str(trace))
+    (rank,) = ops_source(trace, AnalysisOptions(top=0)).ranks
+    # THEN the two adds are two groups, the bf16 one saying its dtype
+    adds = sorted(g.shapes for g in rank.groups if g.name == "aten::add")
+    assert adds == ["[64, 128], [64, 128]", "[64, 128], [64, 128] bf16"]
+    # AND the attention's stacks are listed per group: the causal one apart, with its own time
+    attention = {s.name: s for s in rank.stacks if "attention" in s.name}
+    assert len(attention) == 2 and sum("(causal)" in name for name in attention) == 1
+    for g in rank.groups:
+        if g.family == "attention":
+            name = g.name + (" (causal)" if g.causal else "")
+            assert attention[name].time_us == pytest.approx(g.time_us) and attention[name].share == 1.0
+
+
+def test_a_cpus_foreach_op_is_counted_once_as_the_per_tensor_ops_it_runs(tmp_path: Path) -> None:
+    # GIVEN a CPU foreach optimizer step (its _foreach_ ops run per-tensor ops inside them)
+    params = [torch.nn.Parameter(torch.randn(64, 32)), torch.nn.Parameter(torch.randn(32))]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, foreach=True)
+    (rank,) = ops_source(record(opt.step, tmp_path / "t.json")).ranks
+    # THEN the per-tensor ops are counted, once: the foreach ops that ran them are not counted again
+    assert {g.family for g in rank.groups} >= {"elementwise"}
+    assert not [g.name for g in rank.groups if g.name.startswith("aten::_foreach_")]
+    # AND no note says the foreach ops' work is missing
+    assert not [n for n in rank.notes if "_foreach_" in n and "no cost" in n], rank.notes
 
 
 def test_without_stacks_or_modules_the_views_say_what_records_them(tmp_path: Path) -> None:

@@ -133,8 +133,18 @@ def test_the_budgets_skip_windows_and_say_why(tmp_path: Path) -> None:
     # GIVEN three bursts of slow steps: the second within the cool-down of the first window, the third after it
     bursts = (100, 140, 330)
     slow = {s for first in bursts for s in range(first, first + 5)}
-    run_dir = run_job(tmp_path / "hour", slow, 380, watch_windows_per_hour=1, watch_cooldown_steps=100)
-    found = [r for r in records(run_dir) if r.first in bursts]
+
+    def attempt(n: int) -> tuple[Path, list[WatchRecord]] | None:
+        run_dir = run_job(
+            tmp_path / f"hour{n}", slow, 380, watch_windows_per_hour=1, watch_cooldown_steps=100
+        )
+        found = [r for r in records(run_dir) if r.first in bursts]
+        # (a loaded machine's stalls before the first burst can take the place of its window: run again)
+        return (run_dir, found) if [r.first for r in found][:1] == [100] else None
+
+    tried = attempt(0) or attempt(1)
+    assert tried is not None, "the first burst opened no window in two jobs"
+    run_dir, found = tried
     # THEN the first opens a window, the second is skipped for the cool-down, the third for the hour's budget
     assert [(r.first, r.decision) for r in found] == [(100, "window"), (140, "skipped"), (330, "skipped")]
     assert found[1].reason is not None and found[1].reason.startswith("cool-down")

@@ -83,6 +83,7 @@ class _Op:
         "device_us",
         "dur",
         "end",
+        "holds_counted",
         "host",
         "inner_us",
         "inputs",
@@ -101,6 +102,7 @@ class _Op:
         self.kernels = 0
         self.host = False
         self.inner_us = 0.0  # wall time of the counted ops of other families inside it
+        self.holds_counted = False  # (an op without a cost) counted ops run inside it: its work is theirs
         self.children: set[str] | None = None
         self.call_stack: str | None = None  # a 2021 trace's `Call stack` argument
         self.stack: tuple[str, ...] | None = None
@@ -220,8 +222,13 @@ class _Pass:
             self.marks[key].append((ts, name))
         if family_of(name) is None or not isinstance(dims, list):
             return
-        types, concrete = args.get("Input type"), args.get("Concrete Inputs")
-        op = _Op(name, ts, dur, OpInputs(dims, _texts(types), _texts(concrete)))
+        types, concrete, strides = (
+            args.get("Input type"),
+            args.get("Concrete Inputs"),
+            args.get("Input Strides"),
+        )
+        strides = strides if isinstance(strides, list) else []
+        op = _Op(name, ts, dur, OpInputs(dims, _texts(types), _texts(concrete), strides))
         stack = args.get("Call stack")
         op.call_stack = stack if isinstance(stack, str) else None
         self.ops[key].append(op)
@@ -308,12 +315,13 @@ def _with_parts(op: _Op) -> OpInputs:
     mask = f"[{any(c.endswith('_input') for c in op.children)}, {any(c.endswith('_weight') for c in op.children)}]"
     concrete = [*op.inputs.concrete, *[""] * (at + 1 - len(op.inputs.concrete))]
     concrete[at] = mask
-    return OpInputs(op.inputs.dims, op.inputs.types, concrete)
+    return OpInputs(op.inputs.dims, op.inputs.types, concrete, op.inputs.strides)
 
 
 def _cover(thread: list[_Op]) -> None:
     """An op of a family with a costed op of the same family inside it is counted as that one (`aten::linear`
-    as its `aten::mm`; the compute families are one here: see _kind); an op of another family inside a costed
+    as its `aten::mm`; the compute families are one here: see _kind; a foreach or fused optimizer op as the
+    per-tensor ops a CPU runs inside it); an op of another family inside a costed
     one (an `aten::copy_` of the bias inside a CPU `aten::addmm`) is counted too, and its wall time is taken off
     the outer op's."""
     stack: list[_Op] = []
@@ -323,8 +331,10 @@ def _cover(thread: list[_Op]) -> None:
         if op.cost is not None:
             for outer in reversed(stack):
                 if outer.cost is None:
+                    outer.holds_counted = True
                     continue
-                if _kind(outer.cost.family) == _kind(op.cost.family):
+                if _kind(outer.cost.family) == _kind(op.cost.family) or outer.cost.family == "optimizer":
+                    # (a foreach op on a CPU runs per-tensor ops inside it: they are its work, counted once)
                     outer.covered = True
                     continue
                 outer.inner_us += op.dur
@@ -358,6 +368,8 @@ def _count(
         for op in thread:
             if op.covered:
                 continue
+            if op.cost is None and op.holds_counted:
+                continue  # (a CPU's foreach op runs its per-tensor ops inside it, and they are counted)
             if op.cost is None:
                 uncounted[op.name] += 1
                 missing.setdefault(op.name, _lacks(op))

@@ -148,6 +148,62 @@ ELEMENTWISE = re.compile(
     r"native_dropout_backward|square|eq|ne|lt|le|gt|ge|isnan|isinf|isfinite|logical_and|logical_or|"
     r"logical_not|logical_xor)_?$"
 )
+# elementwise ops of one and of two tensors and nothing else (no scalar after them): one more tensor, of their
+# result's shape, is an `out=` (`aten::mul(self, other, out)`: foreach optimizers run so on a CPU)
+TENSOR_ARITY: dict[str, int] = {
+    **{
+        f"aten::{n}": 1
+        for n in [
+            "neg",
+            "exp",
+            "exp2",
+            "expm1",
+            "log",
+            "log1p",
+            "log2",
+            "sqrt",
+            "rsqrt",
+            "abs",
+            "sign",
+            "reciprocal",
+            "sigmoid",
+            "tanh",
+            "erf",
+            "sin",
+            "cos",
+            "floor",
+            "ceil",
+            "round",
+            "trunc",
+            "bitwise_not",
+            "logical_not",
+        ]
+    },
+    **{
+        f"aten::{n}": 2
+        for n in [
+            "mul",
+            "div",
+            "maximum",
+            "minimum",
+            "pow",
+            "remainder",
+            "fmod",
+            "bitwise_and",
+            "bitwise_or",
+            "bitwise_xor",
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+        ]
+    },
+}
 FOREACH = re.compile(r"^aten::_foreach_\w+$")
 FUSED_OPTIMIZERS = re.compile(r"^aten::_fused_(adam|adamw|sgd|adagrad)_?$")
 

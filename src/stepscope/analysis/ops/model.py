@@ -18,11 +18,7 @@ what was missing. No torch: the dtypes are the trace's names.
 
 from __future__ import annotations
 
-import math
 import re
-from typing import Any
-
-import msgspec
 
 from stepscope.analysis.ops.families import (
     ADAPTIVE_POOLS,
@@ -36,137 +32,29 @@ from stepscope.analysis.ops.families import (
     POOL_BACKWARDS,
     POOLS,
     SOFTMAX,
+    TENSOR_ARITY,
     family_of,
 )
+from stepscope.analysis.ops.inputs import (
+    DTYPE_BYTES,
+    DTYPE_FORMAT,
+    SCALAR_TYPE_BYTES,
+    Cost,
+    OpInputs,
+    broadcast,
+    flag_of,
+    ints_of,
+    is_shape,
+    list_dtype,
+    nbytes,
+    numel,
+    read_bytes,
+    tensor_of,
+    tensors_of,
+    unique_numel,
+)
 
-__all__ = ["Cost", "OpInputs", "cost_of"]
-
-# Bytes per element of a tensor's dtype as the trace names it (case matters: the 2021 schema names its scalar
-# arguments "Int", "Double", "Bool", and only lower-case names are tensors there).
-DTYPE_BYTES: dict[str, int] = {
-    "float": 4,
-    "double": 8,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "long int": 8,
-    "long": 8,  # (some 2023 traces)
-    "int": 4,
-    "short int": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2fnuz": 1,
-    "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-}
-# The number format of a dtype for the peak table (devices.DTYPES); others have no peak.
-DTYPE_FORMAT: dict[str, str] = {
-    "float": "fp32",
-    "c10::BFloat16": "bf16",
-    "c10::Half": "fp16",
-    "c10::Float8_e4m3fn": "fp8",
-    "c10::Float8_e5m2": "fp8",
-    "c10::Float8_e4m3fnuz": "fp8",
-    "c10::Float8_e5m2fnuz": "fp8",
-}
-# torch's ScalarType codes, as a `dtype` argument is recorded in `Concrete Inputs` (aten::_to_copy): bytes.
-SCALAR_TYPE_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2, 23: 1, 24: 1}
-
-
-class OpInputs(msgspec.Struct, frozen=True):
-    """An op call's recorded inputs, as the trace lists them (one entry per argument)."""
-
-    dims: list[Any]
-    types: list[str]
-    concrete: list[str] = msgspec.field(default_factory=list)
-
-
-class Cost(msgspec.Struct, frozen=True):
-    """What one call computes and moves. `flops` None: the family has no FLOP count (copies, embeddings,
-    optimizers); `dtype`: the number format its FLOPs run in (the peak it is judged against)."""
-
-    family: str
-    flops: float | None
-    bytes: float
-    dtype: str | None
-    causal: bool = False
-
-
-# --- reading the recorded inputs -----------------------------------------------------------------------
-def _is_shape(d: Any) -> bool:
-    return isinstance(d, list) and all(isinstance(x, int) for x in d)
-
-
-def _tensor(inputs: OpInputs, i: int) -> tuple[list[int], str] | None:
-    """Argument `i` as (shape, dtype name) when it is a tensor the trace gives the shape of."""
-    if i < 0 or i >= len(inputs.dims) or i >= len(inputs.types):
-        return None
-    d, t = inputs.dims[i], inputs.types[i]
-    if not _is_shape(d) or t not in DTYPE_BYTES:
-        return None
-    return d, t
-
-
-def _tensors(inputs: OpInputs) -> list[tuple[list[int], str]]:
-    """Every tensor argument (a tensor list's members too)."""
-    out = []
-    for i, d in enumerate(inputs.dims):
-        t = inputs.types[i] if i < len(inputs.types) else ""
-        if _is_shape(d) and t in DTYPE_BYTES:
-            out.append((d, t))
-        elif isinstance(d, list) and d and all(_is_shape(x) for x in d):
-            # a TensorList: its members' dtype is not recorded; the list's neighbours' is the best guess
-            out.extend((x, _list_dtype(inputs)) for x in d)
-    return out
-
-
-def _list_dtype(inputs: OpInputs) -> str:
-    for t in inputs.types:
-        if t in DTYPE_BYTES:
-            return t
-    return "float"
-
-
-def _numel(shape: list[int]) -> int:
-    return math.prod(shape) if shape else 1
-
-
-def _nbytes(shape: list[int], dtype: str) -> float:
-    return float(_numel(shape) * DTYPE_BYTES[dtype])
-
-
-def _ints(text: str) -> list[int] | None:
-    """A recorded list of ints (`"[1, 1]"`) or one int (`"2"`); None when it is neither."""
-    text = text.strip()
-    if not text:
-        return None
-    found = re.findall(r"-?\d+", text)
-    if text.startswith("["):
-        return [int(x) for x in found]
-    try:
-        return [int(text)]
-    except ValueError:
-        return None
-
-
-def _flag(inputs: OpInputs, i: int) -> bool | None:
-    if i < 0 or i >= len(inputs.concrete):
-        return None
-    text = inputs.concrete[i].strip()
-    return {"True": True, "False": False, "1": True, "0": False}.get(text)
-
-
-def _broadcast(shapes: list[list[int]]) -> list[int]:
-    rank = max((len(s) for s in shapes), default=0)
-    out = [1] * rank
-    for s in shapes:
-        for j, n in enumerate(s):
-            at = rank - len(s) + j
-            out[at] = max(out[at], n) if n != 1 else out[at]
-    return out
+__all__ = ["DTYPE_BYTES", "Cost", "OpInputs", "cost_of"]
 
 
 # --- the formulas --------------------------------------------------------------------------------------
@@ -192,14 +80,14 @@ def cost_of(name: str, inputs: OpInputs, *, conv_output: list[int] | None = None
 
 def _gemm(name: str, inputs: OpInputs) -> Cost | None:
     ia, ib = GEMMS[name]
-    a, b = _tensor(inputs, ia), _tensor(inputs, ib)
+    a, b = tensor_of(inputs, ia), tensor_of(inputs, ib)
     if a is None or b is None:
         return None
     (sa, ta), (sb, tb) = a, b
     if name == "aten::linear":  # x [..., k] · w[n, k]^T
         if len(sb) != 2 or not sa or sa[-1] != sb[1]:
             return None
-        m, k, n, batch = _numel(sa[:-1]), sa[-1], sb[0], 1
+        m, k, n, batch = numel(sa[:-1]), sa[-1], sb[0], 1
         out_shape = [*sa[:-1], n]
     else:
         if not sa or not sb:
@@ -210,27 +98,27 @@ def _gemm(name: str, inputs: OpInputs) -> Cost | None:
         if sa2[-1] != sb2[-2]:
             return None
         m, k, n = sa2[-2], sa2[-1], sb2[-1]
-        batch_shape = _broadcast([sa2[:-2], sb2[:-2]])
-        batch = _numel(batch_shape)
+        batch_shape = broadcast([sa2[:-2], sb2[:-2]])
+        batch = numel(batch_shape)
         out_shape = [*batch_shape, m, n]
         if name == "aten::addbmm":  # the batch is summed into one [m, n]
             out_shape = [m, n]
     flops = 2.0 * batch * m * k * n
     out_bytes = DTYPE_BYTES[ta] if name != "aten::_scaled_mm" else 2  # fp8 products are written in 16 bits
-    read = _nbytes(sa, ta) + _nbytes(sb, tb)
-    bias = _tensor(inputs, ia - 1) if ia > 0 else _tensor(inputs, 2) if name == "aten::linear" else None
+    read = nbytes(sa, ta) + nbytes(sb, tb)
+    bias = tensor_of(inputs, ia - 1) if ia > 0 else tensor_of(inputs, 2) if name == "aten::linear" else None
     if bias is not None:
-        read += _nbytes(*bias)
-    return Cost("gemm", flops, read + _numel(out_shape) * out_bytes, DTYPE_FORMAT.get(ta))
+        read += nbytes(*bias)
+    return Cost("gemm", flops, read + numel(out_shape) * out_bytes, DTYPE_FORMAT.get(ta))
 
 
 def _conv(name: str, inputs: OpInputs, conv_output: list[int] | None) -> Cost | None:
-    x, w = _tensor(inputs, 0), _tensor(inputs, 1)
+    x, w = tensor_of(inputs, 0), tensor_of(inputs, 1)
     if x is None or w is None or len(x[0]) < 3 or len(w[0]) != len(x[0]):
         return None
     (sx, tx), (sw, _) = x, w
     i_stride, i_pad, i_dil, i_transposed = CONVS[name]
-    transposed = _flag(inputs, i_transposed) if i_transposed >= 0 else False
+    transposed = flag_of(inputs, i_transposed) if i_transposed >= 0 else False
     spatial = len(sx) - 2
     out = conv_output
     if out is None:
@@ -245,19 +133,19 @@ def _conv(name: str, inputs: OpInputs, conv_output: list[int] | None) -> Cost | 
         size = [(sx[2 + j] + 2 * pad[j] - dil[j] * (k[j] - 1) - 1) // stride[j] + 1 for j in range(spatial)]
         out = [sx[0], sw[0], *size]
     if transposed:  # the FLOPs of a transposed convolution run over its input's positions
-        flops = 2.0 * sx[0] * _numel(sx[2:]) * _numel(sw)
+        flops = 2.0 * sx[0] * numel(sx[2:]) * numel(sw)
     else:
-        flops = 2.0 * out[0] * _numel(out[2:]) * _numel(sw)
-    bias = _tensor(inputs, 2)
-    read = _nbytes(sx, tx) + _nbytes(*w) + (_nbytes(*bias) if bias is not None and len(bias[0]) == 1 else 0)
-    return Cost("conv", flops, read + _numel(out) * DTYPE_BYTES[tx], DTYPE_FORMAT.get(tx))
+        flops = 2.0 * out[0] * numel(out[2:]) * numel(sw)
+    bias = tensor_of(inputs, 2)
+    read = nbytes(sx, tx) + nbytes(*w) + (nbytes(*bias) if bias is not None and len(bias[0]) == 1 else 0)
+    return Cost("conv", flops, read + numel(out) * DTYPE_BYTES[tx], DTYPE_FORMAT.get(tx))
 
 
 def _param(inputs: OpInputs, i: int, spatial: int) -> list[int] | None:
     """A convolution's stride / padding / dilation as recorded (`"[2, 2]"`, or one value for every side)."""
     if i < 0 or i >= len(inputs.concrete):
         return None
-    values = _ints(inputs.concrete[i])
+    values = ints_of(inputs.concrete[i])
     if not values:
         return None
     return values * spatial if len(values) == 1 else values if len(values) == spatial else None
@@ -265,14 +153,17 @@ def _param(inputs: OpInputs, i: int, spatial: int) -> list[int] | None:
 
 def _conv_backward(name: str, inputs: OpInputs) -> Cost | None:
     i_grad, i_x, i_w, i_mask = CONV_BACKWARDS[name]
-    g, x, w = _tensor(inputs, i_grad), _tensor(inputs, i_x), _tensor(inputs, i_w)
+    g, x, w = tensor_of(inputs, i_grad), tensor_of(inputs, i_x), tensor_of(inputs, i_w)
     if g is None or x is None or w is None:
         return None
     mask = _mask(inputs, i_mask)
-    one = 2.0 * g[0][0] * _numel(g[0][2:]) * _numel(w[0])
+    # each gradient is one forward's work: over the output's positions, or a transposed convolution's input's
+    transposed = name == "aten::convolution_backward" and flag_of(inputs, 7)
+    positions = x[0] if transposed else g[0]
+    one = 2.0 * positions[0] * numel(positions[2:]) * numel(w[0])
     grads = mask[0] + mask[1]
-    written = mask[0] * _nbytes(*x) + mask[1] * _nbytes(*w)
-    read = _nbytes(*g) + _nbytes(*x) + _nbytes(*w)
+    written = mask[0] * nbytes(*x) + mask[1] * nbytes(*w)
+    read = nbytes(*g) + nbytes(*x) + nbytes(*w)
     return Cost("conv", one * grads, read + written, DTYPE_FORMAT.get(x[1]))
 
 
@@ -294,7 +185,7 @@ def conv_backward_shapes(
     if name not in CONV_BACKWARDS:
         return None
     i_grad, i_x, i_w, _ = CONV_BACKWARDS[name]
-    g, x, w = _tensor(inputs, i_grad), _tensor(inputs, i_x), _tensor(inputs, i_w)
+    g, x, w = tensor_of(inputs, i_grad), tensor_of(inputs, i_x), tensor_of(inputs, i_w)
     if g is None or x is None or w is None:
         return None
     return tuple(x[0]), tuple(w[0]), g[0]
@@ -304,13 +195,13 @@ def conv_forward_shapes(name: str, inputs: OpInputs) -> tuple[tuple[int, ...], t
     """(input shape, weight shape) of a convolution forward."""
     if name not in CONVS:
         return None
-    x, w = _tensor(inputs, 0), _tensor(inputs, 1)
+    x, w = tensor_of(inputs, 0), tensor_of(inputs, 1)
     return None if x is None or w is None else (tuple(x[0]), tuple(w[0]))
 
 
 def _attention(name: str, inputs: OpInputs) -> Cost | None:
     iq, i_causal, backward, layout = ATTENTION[name]
-    q, k, v = _tensor(inputs, iq), _tensor(inputs, iq + 1), _tensor(inputs, iq + 2)
+    q, k, v = tensor_of(inputs, iq), tensor_of(inputs, iq + 1), tensor_of(inputs, iq + 2)
     if q is None or k is None or v is None or len(q[0]) != 4 or len(k[0]) != 4 or len(v[0]) != 4:
         return None
     if layout == "bhld":
@@ -322,10 +213,10 @@ def _attention(name: str, inputs: OpInputs) -> Cost | None:
     # forward: scores (q·k^T) and their product with v; backward: the scores again, then the gradients of the
     # scores, v, q and k (five products, as torch.utils.flop_counter counts it)
     flops = 2.0 * b * h * lq * s * ((3 * e + 2 * ev) if backward else (e + ev))
-    causal = bool(_flag(inputs, i_causal))
+    causal = bool(flag_of(inputs, i_causal))
     if causal:
         flops /= 2.0
-    read = _nbytes(*q) + _nbytes(*k) + _nbytes(*v)
+    read = nbytes(*q) + nbytes(*k) + nbytes(*v)
     out = float(b * h * lq * ev * DTYPE_BYTES[q[1]])
     # backward: reads the output's gradient and the output besides q, k and v; writes their gradients
     total = 2 * read + 2 * out if backward else read + out
@@ -334,62 +225,68 @@ def _attention(name: str, inputs: OpInputs) -> Cost | None:
 
 def _embedding(name: str, inputs: OpInputs) -> Cost | None:
     if name == "aten::embedding":
-        w, idx = _tensor(inputs, 0), _tensor(inputs, 1)
+        w, idx = tensor_of(inputs, 0), tensor_of(inputs, 1)
         if w is None or idx is None or len(w[0]) != 2:
             return None
-        rows = _numel(idx[0]) * w[0][1] * DTYPE_BYTES[w[1]]
-        return Cost("embedding", None, _nbytes(*idx) + 2.0 * rows, None)  # rows read, the output written
-    g, idx = _tensor(inputs, 0), _tensor(inputs, 1)
-    n = _ints(inputs.concrete[2]) if len(inputs.concrete) > 2 else None
+        rows = numel(idx[0]) * w[0][1] * DTYPE_BYTES[w[1]]
+        return Cost("embedding", None, nbytes(*idx) + 2.0 * rows, None)  # rows read, the output written
+    g, idx = tensor_of(inputs, 0), tensor_of(inputs, 1)
+    n = ints_of(inputs.concrete[2]) if len(inputs.concrete) > 2 else None
     if g is None or idx is None or not g[0] or not n:
         return None
     written = n[0] * g[0][-1] * DTYPE_BYTES[g[1]]
-    return Cost("embedding", None, _nbytes(*g) + _nbytes(*idx) + float(written), None)
+    return Cost("embedding", None, nbytes(*g) + nbytes(*idx) + float(written), None)
 
 
-def _out_argument(inputs: OpInputs) -> int | None:
+def _out_argument(name: str, inputs: OpInputs) -> int | None:
     """The position of an `out=` tensor: an `.out` variant records it last, after the op's scalar arguments
-    (`aten::clamp_min(self, Int min, out)` in a 2021 trace), with the shape of the op's result."""
+    (`aten::clamp_min(self, Int min, out)` in a 2021 trace), or after an op's only tensors (TENSOR_ARITY), with
+    the shape of the op's result."""
     last = len(inputs.dims) - 1
-    out = _tensor(inputs, last)
+    out = tensor_of(inputs, last)
+    arity = TENSOR_ARITY.get(name)
+    if out is not None and arity is not None and last == arity:
+        operands = [tensor_of(inputs, i) for i in range(arity)]
+        if all(t is not None for t in operands) and out[0] == broadcast([t[0] for t in operands if t]):
+            return last
     if out is None or last < 2:
         return None
-    before = [_tensor(inputs, i) for i in range(last)]
+    before = [tensor_of(inputs, i) for i in range(last)]
     scalar_before = any(
         t is None and i < len(inputs.types) and inputs.types[i] and inputs.types[i] not in ("TensorList",)
         for i, t in enumerate(before)
     )
     shapes = [t[0] for t in before if t is not None and t[0]]
-    return last if scalar_before and shapes and out[0] == _broadcast(shapes) else None
+    return last if scalar_before and shapes and out[0] == broadcast(shapes) else None
 
 
 def _pool(name: str, inputs: OpInputs) -> Cost | None:
     """A pooling's bytes: the input read and the pooled output written (a max pool's int64 indices too); a
     backward reads the output's gradient (and the indices) and writes the input's. No FLOPs: comparisons and
     sums that move bytes, judged against the bandwidth."""
-    tensors = [t for t in _tensors(inputs) if t[0]]
+    tensors = [t for t in tensors_of(inputs) if t[0]]
     if not tensors:
         return None
     if name in POOL_BACKWARDS:  # (grad_output, self, ..., indices): the input's gradient is `self`'s size
-        read = sum(_nbytes(s, t) for s, t in tensors) - (_nbytes(*tensors[1]) if len(tensors) > 1 else 0.0)
-        written = _nbytes(*tensors[1]) if len(tensors) > 1 else _nbytes(*tensors[0])
+        read = sum(nbytes(s, t) for s, t in tensors) - (nbytes(*tensors[1]) if len(tensors) > 1 else 0.0)
+        written = nbytes(*tensors[1]) if len(tensors) > 1 else nbytes(*tensors[0])
         return Cost("pool", None, read + written, None)
     x, dtype = tensors[0]
     if name in ADAPTIVE_POOLS:
-        size = _ints(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
+        size = ints_of(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
         if not size:
             return None
         out = [*x[: len(x) - len(size)], *size]
     else:
         i_kernel, i_stride, i_pad, i_dil, i_ceil = POOLS[name]
-        kernel = _ints(inputs.concrete[i_kernel]) if len(inputs.concrete) > i_kernel else None
+        kernel = ints_of(inputs.concrete[i_kernel]) if len(inputs.concrete) > i_kernel else None
         if not kernel:
             return None  # (a 2021 trace records no kernel size)
         n = len(kernel)
         stride = _param(inputs, i_stride, n) or kernel  # (an empty stride is the kernel's)
         pad = _param(inputs, i_pad, n) or [0] * n
         dil = _param(inputs, i_dil, n) or [1] * n
-        ceil = bool(_flag(inputs, i_ceil))
+        ceil = bool(flag_of(inputs, i_ceil))
         out = list(x[: len(x) - n])
         for j in range(n):
             length = x[len(x) - n + j]
@@ -398,64 +295,69 @@ def _pool(name: str, inputs: OpInputs) -> Cost | None:
             if ceil and (positions - 1) * stride[j] >= length + pad[j]:
                 positions -= 1  # (the last window must start inside the input or its left padding)
             out.append(positions)
-    written = float(_numel(out) * DTYPE_BYTES[dtype])
+    written = float(numel(out) * DTYPE_BYTES[dtype])
     if "max_pool" in name and (name.endswith("_with_indices") or name == "aten::adaptive_max_pool2d"):
-        written += _numel(out) * 8
-    return Cost("pool", None, _nbytes(x, dtype) + written, None)
+        written += numel(out) * 8
+    return Cost("pool", None, nbytes(x, dtype) + written, None)
 
 
 def _memory_bound(name: str, family: str, inputs: OpInputs) -> Cost | None:
-    at = _out_argument(inputs) if family in ("elementwise", "reduction") and not name.endswith("_") else None
+    at = (
+        _out_argument(name, inputs)
+        if family in ("elementwise", "reduction") and not name.endswith("_")
+        else None
+    )
     if at is not None:  # the result is written into `out`: counted as the output, not read
-        inputs = OpInputs(inputs.dims[:at], inputs.types[:at], inputs.concrete[:at])
-    tensors = _tensors(inputs)
+        inputs = OpInputs(inputs.dims[:at], inputs.types[:at], inputs.concrete[:at], inputs.strides[:at])
+    tensors = tensors_of(inputs)
     if not tensors:
         return None
     shaped = [t for t in tensors if t[0]]  # 0-d tensors (a Python number wrapped) do not shape the output
     first = (shaped or tensors)[0]
-    read = sum(_nbytes(s, t) for s, t in tensors)
+    read = read_bytes(inputs)  # (an expanded tensor read once)
     if family == "optimizer":
         # a foreach op writes one list (its first, in place); a fused optimizer its params and its state
-        lists = [d for d in inputs.dims if isinstance(d, list) and d and all(_is_shape(x) for x in d)]
-        sizes = [sum(_numel(x) for x in d) * DTYPE_BYTES[_list_dtype(inputs)] for d in lists]
+        lists = [d for d in inputs.dims if isinstance(d, list) and d and all(is_shape(x) for x in d)]
+        sizes = [sum(numel(x) for x in d) * DTYPE_BYTES[list_dtype(inputs)] for d in lists]
         if not sizes:
             return None
         written = sizes[0] if "_foreach_" in name else sizes[0] + sum(sizes[2:4])
-        flops = float(sum(_numel(x) for x in lists[0])) if "_foreach_" in name else None
+        flops = float(sum(numel(x) for x in lists[0])) if "_foreach_" in name else None
         return Cost("optimizer", flops, read + float(written), None)
     if name in FILLS:  # writes its tensor, reads nothing of it
-        return Cost("copy", None, _nbytes(*first), None)
+        return Cost("copy", None, nbytes(*first), None)
     if name == "aten::copy_":
-        src = _tensor(inputs, 1)
-        return Cost("copy", None, _nbytes(*first) + (_nbytes(*src) if src else 0.0), None)
+        src = tensor_of(
+            inputs, 1
+        )  # (an expanded source, as a bias broadcast into a product's output, read once)
+        read_src = float(unique_numel(inputs, 1) * DTYPE_BYTES[src[1]]) if src else 0.0
+        return Cost("copy", None, nbytes(*first) + read_src, None)
     if name == "aten::_to_copy":
-        code = _ints(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
+        code = ints_of(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
         size = SCALAR_TYPE_BYTES.get(code[0], DTYPE_BYTES[first[1]]) if code else DTYPE_BYTES[first[1]]
-        return Cost("copy", None, _nbytes(*first) + float(_numel(first[0]) * size), None)
+        return Cost("copy", None, nbytes(*first) + float(numel(first[0]) * size), None)
     if name in ("aten::cat", "aten::stack"):
         return Cost("copy", None, 2.0 * read, None)
     if name in ("aten::clone", "aten::contiguous"):
-        return Cost("copy", None, 2.0 * _nbytes(*first), None)
+        return Cost("copy", None, 2.0 * nbytes(*first), None)
     if family == "norm":
-        if name in NORM_BACKWARDS:  # the input's gradient and the weight's (and bias's) written
-            params = sum(_nbytes(s, t) for s, t in tensors if len(s) == 1 and s != first[0])
-            return Cost("norm", 8.0 * _numel(first[0]), read + _nbytes(*first) + params, None)
-        stats = 2.0 * 4 * _numel(first[0][:1] if name.endswith("batch_norm") else first[0][:-1])
-        return Cost("norm", 5.0 * _numel(first[0]), read + _nbytes(*first) + stats, None)
+        return _norm(name, inputs, first, read)
     if family == "softmax":
         size = DTYPE_BYTES[first[1]]
-        if name in SOFTMAX and _flag(inputs, 2):  # half_to_float
+        if name in SOFTMAX and flag_of(inputs, 2):  # half_to_float
             size = 4
-        return Cost("softmax", 5.0 * _numel(first[0]), read + float(_numel(first[0]) * size), None)
+        return Cost("softmax", 5.0 * numel(first[0]), read + float(numel(first[0]) * size), None)
+    if family == "reduction" and name in ("aten::max", "aten::min") and len(tensors) > 1:
+        family = "elementwise"  # max(a, b): of two tensors, elementwise (a reduction takes one, and its dim)
     if family == "reduction":
-        return Cost("reduction", float(_numel(first[0])), read + _reduced_bytes(inputs, first), None)
+        return Cost("reduction", float(numel(first[0])), read + _reduced_bytes(inputs, first), None)
     # elementwise: the output broadcasts the tensor inputs; a comparison writes bools; in place writes `self`
-    out_shape = _broadcast([s for s, _ in shaped]) if shaped else []
+    out_shape = broadcast([s for s, _ in shaped]) if shaped else []
     size = 1 if COMPARISONS.match(name) else _result_bytes(name, inputs, tensors)
-    out = float(_numel(out_shape) * size)
+    out = float(numel(out_shape) * size)
     if name in ("aten::native_dropout",):  # its mask too
-        out += _numel(out_shape)
-    return Cost("elementwise", float(_numel(out_shape)), read + out, None)
+        out += numel(out_shape)
+    return Cost("elementwise", float(numel(out_shape)), read + out, None)
 
 
 # Type promotion's categories: a 0-d tensor of a higher category than every tensor with dimensions sets the
@@ -478,15 +380,76 @@ def _result_bytes(name: str, inputs: OpInputs, tensors: list[tuple[list[int], st
     shaped = [dtype for shape, dtype in tensors if shape] or [dtype for _, dtype in tensors]
     top = max(_category(dtype) for _, dtype in tensors)
     if max(_category(dtype) for dtype in shaped) < top:  # a 0-d tensor of a higher category
-        shaped = [dtype for _, dtype in tensors]
+        # A Python number is recorded as a 0-d tensor too, a float as a `double` one: it makes the result of
+        # the default dtype (float32), as it most often is (a real 0-d float64 tensor would make it float64)
+        zero_d = [("float" if dtype == "double" else dtype) for shape, dtype in tensors if not shape]
+        return max(DTYPE_BYTES[dtype] for dtype in zero_d if _category(dtype) == top)
     return max(DTYPE_BYTES[dtype] for dtype in shaped if _category(dtype) == top)
+
+
+# a normalization backward: op -> (position of its input, of its output mask; -1: it computes every gradient)
+_NORM_BACKWARD_ARGS = {
+    "aten::native_layer_norm_backward": (1, 7),
+    "aten::native_batch_norm_backward": (1, 9),
+    "aten::native_group_norm_backward": (1, 9),
+    "aten::_fused_rms_norm_backward": (1, 5),
+    "aten::cudnn_batch_norm_backward": (0, -1),
+    "aten::miopen_batch_norm_backward": (0, -1),
+}
+
+
+def _norm(name: str, inputs: OpInputs, first: tuple[list[int], str], read: float) -> Cost:
+    """A normalization's bytes: its tensors read, the output written and the statistics it saves (fp32: a
+    layer or RMS norm's per row normalized, a batch norm's per channel when training, a group norm's per
+    sample and group); a backward writes the gradients its output mask asks for (the input's, the weight's and
+    the bias's, a channel or a normalized row each)."""
+    if name in NORM_BACKWARDS:
+        i_x, i_mask = _NORM_BACKWARD_ARGS.get(name, (1, -1))
+        x = tensor_of(inputs, i_x) or first
+        flags = (
+            re.findall(r"True|False", inputs.concrete[i_mask]) if 0 <= i_mask < len(inputs.concrete) else []
+        )
+        mask = [f == "True" for f in flags] or [True, True, True]
+        param = numel(_normalized(name, inputs, x[0])) * DTYPE_BYTES[x[1]]
+        written = mask[0] * nbytes(*x) + sum(param for want in mask[1:3] if want)
+        return Cost("norm", 8.0 * numel(x[0]), read + written, None)
+    shape = first[0]
+    if "batch_norm" in name:  # (training: a mean and an inverse deviation per channel; none in eval)
+        training = flag_of(inputs, 5)
+        rows = (
+            (shape[1] if len(shape) > 1 else 1) if training is not False and "no_training" not in name else 0
+        )
+        stats = 2
+    elif "group_norm" in name:
+        groups = ints_of(inputs.concrete[6]) if len(inputs.concrete) > 6 else None
+        rows, stats = (shape[0] if shape else 1) * (groups[0] if groups else 1), 2
+    else:  # layer and RMS norms: per row of what is normalized (an RMS norm saves no mean)
+        rows = numel(shape) // max(numel(_normalized(name, inputs, shape)), 1)
+        stats = 1 if "rms_norm" in name else 2
+    return Cost("norm", 5.0 * numel(shape), read + nbytes(*first) + 4.0 * stats * rows, None)
+
+
+def _normalized(name: str, inputs: OpInputs, shape: list[int]) -> list[int]:
+    """What one weight of a normalization spans: a layer or RMS norm's normalized shape (recorded, else the
+    last dimension), a batch or group norm's channels."""
+    if "layer_norm" in name or "rms_norm" in name:
+        i = 2 if name.endswith("_backward") else 1
+        recorded = ints_of(inputs.concrete[i]) if i < len(inputs.concrete) else None
+        if recorded and len(recorded) <= len(shape) and shape[len(shape) - len(recorded) :] == recorded:
+            return recorded
+        backward_at = 4 if "rms_norm" in name else 5
+        weight = tensor_of(inputs, backward_at if name.endswith("_backward") else 2)
+        if weight is not None and weight[0] and shape[len(shape) - len(weight[0]) :] == weight[0]:
+            return weight[0]
+        return shape[-1:]
+    return shape[1:2]
 
 
 def _reduced_bytes(inputs: OpInputs, first: tuple[list[int], str]) -> float:
     """A reduction's output: the input without its reduced dimensions (all of them when none is given)."""
     shape, dtype = first
-    dims = _ints(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
+    dims = ints_of(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
     if not dims or not shape:
         return float(DTYPE_BYTES[dtype])
     kept = [n for j, n in enumerate(shape) if j not in {d % len(shape) for d in dims}]
-    return float(_numel(kept) * DTYPE_BYTES[dtype])
+    return float(numel(kept) * DTYPE_BYTES[dtype])

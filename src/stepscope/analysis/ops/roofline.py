@@ -144,14 +144,46 @@ def roofline_for(
     return Roofline(device, peaks, bandwidth, "; ".join(sources))
 
 
+# short names of the dtypes a group of a memory-bound op names where its tensors are not all float32
+_SHORT_DTYPES = {
+    "float": "fp32",
+    "double": "fp64",
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "long int": "int64",
+    "long": "int64",
+    "int": "int32",
+    "short int": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+}
+
+
 def _shapes(call: OpCall) -> str:
-    parts = []
+    """The group's input shapes: a product's as `A x B` (its format is a column of its own); a memory-bound
+    op's listed, each with its dtype where they are not all float32 (a bf16 add and an fp32 add of the same
+    shapes are two groups, and say so)."""
+    parts, dtypes = [], []
     for d, t in zip(call.inputs.dims, call.inputs.types, strict=False):
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
             parts.append(f"{len(d)} tensors")
+            dtypes.append("")
         elif isinstance(d, list) and t in DTYPE_BYTES:
             parts.append("[" + ", ".join(map(str, d)) + "]")
-    return " x ".join(parts) if call.cost.family in COMPUTE_FAMILIES else ", ".join(parts)
+            dtypes.append(_SHORT_DTYPES.get(t, t))
+    if call.cost.family in COMPUTE_FAMILIES:
+        return " x ".join(parts)
+    # (an empty tensor, as cuDNN's reserve space, decides nothing)
+    kinds = {t for p, t in zip(parts, dtypes, strict=True) if t and "0" not in p.strip("[]").split(", ")}
+    if kinds <= {"fp32"}:
+        return ", ".join(parts)
+    if len(kinds) == 1:
+        return f"{', '.join(parts)} {kinds.pop()}"
+    return ", ".join(f"{p} {t}".rstrip() for p, t in zip(parts, dtypes, strict=True))
+
+
+def _causal_name(name: str, causal: bool) -> str:
+    return f"{name} (causal)" if causal else name
 
 
 def rank_ops(
@@ -170,8 +202,10 @@ def rank_ops(
         families[g.family] = families.get(g.family, 0.0) + g.time_us
     notes = _notes(ops, roof)
     findings = _findings(groups, total, ops.steps, roof)
-    stacks = top_stacks(
-        ops.calls, lambda c: (c.name, _shapes(c)), [(g.name, g.shapes) for g in groups[:STACK_GROUPS]]
+    stacks = top_stacks(  # (a causal attention's stacks apart from the same op's without a mask)
+        ops.calls,
+        lambda c: (_causal_name(c.name, c.cost.causal), _shapes(c)),
+        [(_causal_name(g.name, g.causal), g.shapes) for g in groups[:STACK_GROUPS]],
     )
     modules = module_tree(ops.calls)
     module_types = module_tree(ops.calls, by_type=True)
@@ -310,8 +344,11 @@ def _pool(parts: list[OpGroup], saving: float, total: float) -> OpGroup:
     efficiency = sum((g.efficiency or 0.0) * g.time_us for g in parts) / time_us if time_us else None
     low = min(g.efficiency or 0.0 for g in parts)
     high = max(g.efficiency or 0.0 for g in parts)
+    one_bound = len({g.bound for g in parts}) == 1  # (else neither the lead's bound nor its roof is theirs)
     return msgspec.structs.replace(
         lead,
+        bound=lead.bound if one_bound else None,
+        roof_tflops=lead.roof_tflops if one_bound else None,
         shapes=f"{len(parts)} input shapes (from {low:.0%} to {high:.0%} of their roofs)",
         calls=sum(g.calls for g in parts),
         time_us=time_us,
@@ -326,7 +363,9 @@ def _pool(parts: list[OpGroup], saving: float, total: float) -> OpGroup:
 def _finding(g: OpGroup, total: float, steps: int, roof: Roofline) -> OpFinding:
     kind = "compute" if g.family in COMPUTE_FAMILIES else "memory"
     eff = _pct(g.efficiency or 0.0)
-    if kind == "compute":
+    if kind == "compute" and g.roof_tflops is None:  # shapes of different bounds, as one finding
+        where = f"{eff} of their roofs (some compute-bound, some memory-bound; {g.dtype})"
+    elif kind == "compute":
         bound = f", {g.bound}-bound" if g.bound else ""
         where = f"{eff} of its roof ({significant(g.roof_tflops or 0.0, 3)} TFLOP/s{bound}, {g.dtype})"
     else:

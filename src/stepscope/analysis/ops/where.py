@@ -60,10 +60,12 @@ class Frames:
                 elif kind == 1:
                     autograd.append(item)
                 elif kind == 2:
-                    modules.setdefault(item[1], _module(frames))
+                    # An op that makes no autograd node records the number the next one will take: the op
+                    # that made node N is the last forward op with N (ops after it record N + 1)
+                    modules[item[1]] = _module(frames)
                     if frames:
                         names = tuple(name for _, name in frames)
-                        issued.setdefault(item[1], stacks.setdefault(names, names))
+                        issued[item[1]] = stacks.setdefault(names, names)
                 else:
                     if frames:
                         names = tuple(name for _, name in frames)
