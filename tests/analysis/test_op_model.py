@@ -58,6 +58,9 @@ def _flop_cases() -> dict[str, Callable[[], Any]]:
         "conv2d dilation 2": lambda: F.conv2d(img, ker[:, :3].repeat(1, 2, 1, 1), dilation=2),
         "conv2d forward and backward": conv_backward,
         "transposed conv2d stride 2, forward and backward": conv_transpose_backward,
+        "transposed conv2d with groups and output padding, no backward": lambda: F.conv_transpose2d(
+            img_t.detach(), ker_t.detach().repeat(1, 2, 1, 1), stride=2, padding=1, output_padding=1, groups=2
+        ),
         "attention": lambda: F.scaled_dot_product_attention(q, k, v),
         "attention forward and backward": sdpa_backward,
     }
@@ -173,6 +176,7 @@ def _least_bytes_cases() -> dict[str, tuple[Callable[[], Any], str, float]]:
     )  # (the input needs no gradient)
     plane = 64 * 96 * 4
     lin_x, lin_w, lin_b = torch.randn(128, 64), torch.randn(192, 64), torch.randn(192)
+    short, q, mask = torch.randn(4096, 4), torch.randn(2, 4, 24, 16), torch.randn(2, 4, 24, 24)
 
     return {
         # an out= tensor is written, not read
@@ -186,6 +190,16 @@ def _least_bytes_cases() -> dict[str, tuple[Callable[[], Any], str, float]]:
             lambda: F.linear(lin_x, lin_w, lin_b),
             "aten::copy_",
             128 * 192 * 4 + 192 * 4,
+        ),
+        # reductions read their input only, and write its reduced shape in their result's dtype
+        "norm over a dim": (lambda: short.norm(dim=1), "aten::linalg_vector_norm", 4096 * 4 * 4 + 4096 * 4),
+        "argmax over a dim": (lambda: short.argmax(dim=1), "aten::argmax", 4096 * 4 * 4 + 4096 * 8),
+        "max over a dim": (lambda: short.max(dim=1), "aten::max", 4096 * 4 * 4 + 4096 * (4 + 8)),
+        # an attention reads its mask too
+        "attention with a mask": (
+            lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=mask),
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            (3 * 2 * 4 * 24 * 16 + 2 * 4 * 24 * 24 + 2 * 4 * 24 * 16) * 4,
         ),
         # a group norm saves a mean and an inverse deviation per sample and group
         "group norm": (
@@ -210,7 +224,16 @@ def test_bytes_are_what_each_call_must_read_and_write(case: str, tmp_path: Path)
     if case == "max of two tensors":  # (not also as the reduction it is not)
         assert [c.name for c in found.calls] == [op]
     assert call.cost.bytes == pytest.approx(expected), (case, call.cost)
-    assert call.cost.family == ("copy" if op == "aten::copy_" else "norm" if "norm" in op else "elementwise")
+    families = {"aten::copy_": "copy", "aten::_scaled_dot_product_flash_attention_for_cpu": "attention"}
+    reductions = ("aten::linalg_vector_norm", "aten::argmax", "aten::max")
+    family = (
+        "reduction"
+        if op in reductions and "over a dim" in case
+        else "norm"
+        if "norm" in op
+        else "elementwise"
+    )
+    assert call.cost.family == families.get(op, family)
 
 
 @pytest.mark.parametrize("groups", [1, 4, 16])
@@ -280,6 +303,33 @@ def test_a_trace_without_recorded_shapes_says_so(tmp_path: Path) -> None:
     (rank,) = ops_source(path).ranks
     assert rank.groups == []
     assert any("record_shapes=True" in n for n in rank.notes)
+
+
+def test_an_ops_own_time_takes_off_the_counted_ops_inside_it_once(tmp_path: Path) -> None:
+    # GIVEN an embedding's backward on a CPU: it zeroes its big gradient (a zero_ running a fill_, both counted
+    # as one) before it adds the few rows it was given
+    emb, idx = torch.nn.Embedding(100_000, 64), torch.randint(0, 100_000, (16,))
+    (rank,) = ops_source(record(lambda: emb(idx).sum().backward(), tmp_path / "t.json")).ranks
+    # THEN its own time is its wall time less the fill's, once (twice took it to nothing)
+    (own,) = [g for g in rank.groups if g.name == "aten::embedding_dense_backward"]
+    assert own.time_us > 0
+
+
+def test_ops_the_model_does_not_count_are_named_in_a_note(tmp_path: Path) -> None:
+    # GIVEN a product, a cumulative sum (not modelled) and views (no work of their own)
+    a = torch.randn(64, 64)
+    (rank,) = ops_source(record(lambda: (a @ a, a.cumsum(0), a.t().reshape(-1)), tmp_path / "t.json")).ranks
+    # THEN the cumulative sum is named as not counted; the views are not
+    (note,) = [n for n in rank.notes if "does not count" in n]
+    assert "aten::cumsum x1" in note and "aten::reshape" not in note and "aten::t " not in note
+
+
+def test_a_trace_of_ops_the_model_does_not_count_says_which_it_holds(tmp_path: Path) -> None:
+    a = torch.randn(64, 64)
+    (rank,) = ops_source(record(lambda: a.view(16, 256).t(), tmp_path / "t.json")).ranks
+    assert rank.groups == []
+    (note,) = [n for n in rank.notes if "of a family the model counts" in n]
+    assert "aten::view" in note and "aten::t" in note
 
 
 def test_the_model_needs_the_shapes_it_names() -> None:

@@ -301,3 +301,23 @@ def test_a_product_whose_calls_vary_says_its_efficiency_includes_the_slow_ones(
     trace = _bound_trace(tmp_path / "t.json", wait_for_gpu=True, kernel_us=(100.0, 110.0, 105.0, 1200.0))
     (finding,) = [f for f in _ops(capsys, str(trace))["ranks"][0]["findings"] if f["name"] == "aten::mm"]
     assert "its calls took 100 us to 1.20 ms (median 110 us)" in finding["message"], finding["message"]
+
+
+def test_a_trace_without_profiler_steps_is_priced_as_one_step_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    from ..support.ops import record
+
+    # GIVEN a CPU trace of products recorded outside any ProfilerStep, judged against a roof it is far below
+    a = torch.randn(256, 256)
+    trace = record(lambda: [a @ a for _ in range(4)], tmp_path / "t.json")
+    doc = _ops(capsys, str(trace), "--peak-tflops", "100", "--peak-tbps", "10")
+    (rank,) = doc["ranks"]
+    assert rank["steps"] == 0 and rank["findings"]
+    # THEN its findings are priced on the whole trace, taken as one step, and say so
+    for finding in rank["findings"]:
+        assert "of the whole trace, taken as one step (it marks no ProfilerStep)" in finding["replay_note"]
+    assert main(["ops", str(trace), "--peak-tflops", "100", "--peak-tbps", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "of the whole trace" in out and "of the median step" not in out

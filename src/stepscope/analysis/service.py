@@ -158,9 +158,15 @@ def _price_ops(source: Source, options: AnalysisOptions, result: OpsResult) -> N
                 step = f"{priced.replayed_step_ms:.3g} ms" + (
                     " with the device work launched in it" if ops.time_kind == "device" else ""
                 )
+                # (a trace that marks no ProfilerStep is replayed as one step: the whole trace)
+                of_what = (
+                    "of its median step"
+                    if ops.steps
+                    else "of the whole trace, taken as one step (it marks no ProfilerStep)"
+                )
                 f.replay_note = (
                     f"a replay of the rank's steps with {f.name}'s work at {changes[i].factor:.2f} of its time "
-                    f"saves {priced.saving_ms[i]:.3g} ms of its median step, {step}{error}"
+                    f"saves {priced.saving_ms[i]:.3g} ms {of_what}, {step}{error}"
                 )
         # (ranked by what they save of the step, as analyze ranks its findings; the op time where not replayed)
         ops.findings.sort(key=lambda f: -(f.step_saving_us if f.step_saving_us is not None else f.saving_us))

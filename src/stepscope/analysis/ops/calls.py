@@ -16,6 +16,7 @@ takes the output of its layer's backward (same input and weight shapes) where th
 
 from __future__ import annotations
 
+import bisect
 import collections
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,79 @@ class TraceOps(msgspec.Struct):
     unlaunched_us: float  # ... those whose launch the trace does not hold (queued before it began)
     calls: list[OpCall]
     shaped: int  # ops with recorded inputs (0: record_shapes was off)
+    shaped_names: dict[str, int]  # the commonest of them, by name (what a trace without a counted op holds)
+    unmodelled: dict[str, int]  # the commonest ops of no modelled family (views and allocations aside)
     python_frames: int  # python_function events (0: with_stack was off)
     uncounted: dict[str, int]  # modelled ops left without a cost, by name (what they lacked is in `missing`)
     missing: dict[str, str]
+
+
+# ops that move no data of their own (views, allocations, metadata, scalars read back): not worth a note
+_NO_WORK = frozenset(
+    "aten::" + n
+    for n in [
+        "view",
+        "reshape",
+        "_reshape_alias",
+        "_unsafe_view",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "expand_as",
+        "as_strided",
+        "movedim",
+        "swapaxes",
+        "flatten",
+        "unflatten",
+        "view_as",
+        "slice",
+        "select",
+        "unsqueeze",
+        "squeeze",
+        "narrow",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "detach",
+        "detach_",
+        "alias",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "to",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "resize_",
+        "set_",
+        "item",
+        "_local_scalar_dense",
+        "is_nonzero",
+        "result_type",
+        "broadcast_tensors",
+        "requires_grad_",
+        "retain_grad",
+        "record_stream",
+        "scalar_tensor",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "full",
+        "full_like",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "arange",
+        "resolve_conj",
+        "resolve_neg",
+        "conj",
+        "as_strided_",
+    ]
+)
 
 
 class _Op:
@@ -152,6 +223,8 @@ def read_calls(path: str | Path) -> TraceOps:
         unlaunched_us=found.unlaunched_us(),
         calls=calls,
         shaped=found.shaped,
+        shaped_names=dict(found.shaped_names.most_common(3)),
+        unmodelled=_unmodelled(found.ops, found.unmodelled_spans),
         python_frames=found.python,
         uncounted=uncounted,
         missing=missing,
@@ -185,6 +258,8 @@ class _Pass:
         self.host: set[int] = set()  # correlations of copies between the host and the device
         self.frames = Frames()
         self.steps = self.shaped = self.python = 0
+        self.shaped_names: collections.Counter[str] = collections.Counter()
+        self.unmodelled_spans: dict[Any, list[tuple[float, float, str]]] = collections.defaultdict(list)
         self.step_us: list[tuple[str, float]] = []  # (ProfilerStep#N, its duration)
         self.device_us = 0.0  # every kernel, copy and fill of the device
 
@@ -213,6 +288,7 @@ class _Pass:
         dims = args.get("Input Dims")
         if dims is not None:
             self.shaped += 1
+            self.shaped_names[name] += 1
         key = (e.pid, e.tid)
         ts, dur = _num(e.ts), _num(e.dur)
         seq = args.get("Sequence number")
@@ -220,7 +296,11 @@ class _Pass:
             self.frames.sequenced_op(key, ts, dur, seq, name)
         if name.endswith(_CONV_PARTS):
             self.marks[key].append((ts, name))
-        if family_of(name) is None or not isinstance(dims, list):
+        if family_of(name) is None:
+            if dims is not None and name.startswith("aten::") and name not in _NO_WORK:
+                self.unmodelled_spans[key].append((ts, ts + dur, name))
+            return
+        if not isinstance(dims, list):
             return
         types, concrete, strides = (
             args.get("Input type"),
@@ -331,12 +411,15 @@ def _cover(thread: list[_Op]) -> None:
         if op.cost is not None:
             for outer in reversed(stack):
                 if outer.cost is None:
-                    outer.holds_counted = True
+                    if _work_of(family_of(outer.name), op.cost.family):
+                        outer.holds_counted = True  # (its work is this op's: not said to be missing)
                     continue
                 if _kind(outer.cost.family) == _kind(op.cost.family) or outer.cost.family == "optimizer":
                     # (a foreach op on a CPU runs per-tensor ops inside it: they are its work, counted once)
                     outer.covered = True
-                    continue
+                    # Its own outers were dealt with when it was (it holds this op's time already): a second
+                    # walk would cover them again, or take this op's time off another family's op twice
+                    break
                 outer.inner_us += op.dur
                 break
         stack.append(op)
@@ -346,6 +429,20 @@ def _kind(family: str) -> str:
     """Families that cover one another: the compute families are one (attention's math path is counted as the
     products it runs), each other family is its own."""
     return "compute" if family in COMPUTE_FAMILIES else family
+
+
+def _work_of(outer: str | None, inner: str) -> bool:
+    """Whether an op of family `outer` that has no cost does its work through a counted op of family `inner`
+    inside it: one of its kind (a linear's product, a CPU foreach op's per-tensor ops), or, for a memory-bound
+    op, another memory-bound op that is not a mere copy or fill (an adaptive pool's mean); a product's bias
+    copy alone is not its work."""
+    if outer is None:
+        return False
+    if _kind(outer) == _kind(inner) or outer == "optimizer":
+        return True
+    return (
+        outer not in COMPUTE_FAMILIES and inner not in COMPUTE_FAMILIES and inner not in ("copy", "transfer")
+    )
 
 
 def _conv_outputs(ops: dict[tuple[Any, Any], list[_Op]]) -> dict[tuple[Any, Any], list[int]]:
@@ -384,6 +481,33 @@ def _count(
                 OpCall(op.name, op.inputs, cost, time_us, op.kernels, op.stack, op.module, op.backward)
             )
     return calls, dict(uncounted), missing
+
+
+def _unmodelled(
+    ops: dict[Any, list[_Op]], spans: dict[Any, list[tuple[float, float, str]]]
+) -> dict[str, int]:
+    """The commonest ops of no modelled family whose work no counted op holds: neither inside a modelled op
+    (`max_pool1d_with_indices` in `max_pool1d`) nor around one (`slice_backward` around its `copy_`)."""
+    found: collections.Counter[str] = collections.Counter()
+    for key, thread in spans.items():
+        costed = sorted((op.ts, op.end) for op in ops.get(key, ()) if op.cost is not None)
+        starts = [ts for ts, _ in costed]
+        timeline = sorted(
+            [(ts, 0, -end, "") for ts, end in costed] + [(ts, 1, -end, name) for ts, end, name in thread]
+        )
+        open_ends: list[float] = []
+        for ts, kind, minus_end, name in timeline:
+            end = -minus_end
+            while open_ends and open_ends[-1] <= ts:
+                open_ends.pop()
+            if kind == 0:
+                open_ends.append(end)
+                continue
+            inside = bisect.bisect_left(starts, ts)
+            if open_ends or (inside < len(starts) and starts[inside] < end):
+                continue
+            found[name] += 1
+    return dict(found.most_common(5))
 
 
 def _lacks(op: _Op) -> str:

@@ -121,9 +121,11 @@ def _conv(name: str, inputs: OpInputs, conv_output: list[int] | None) -> Cost | 
     transposed = flag_of(inputs, i_transposed) if i_transposed >= 0 else False
     spatial = len(sx) - 2
     out = conv_output
+    if out is None and transposed:
+        out = _transposed_output(inputs, sx, sw, spatial)
+        if out is None:
+            return None
     if out is None:
-        if transposed:
-            return None  # (its output size needs output_padding too; the input's size is what FLOPs need)
         stride = _param(inputs, i_stride, spatial)
         pad = _param(inputs, i_pad, spatial)
         dil = _param(inputs, i_dil, spatial)
@@ -139,6 +141,21 @@ def _conv(name: str, inputs: OpInputs, conv_output: list[int] | None) -> Cost | 
     bias = tensor_of(inputs, 2)
     read = nbytes(sx, tx) + nbytes(*w) + (nbytes(*bias) if bias is not None and len(bias[0]) == 1 else 0)
     return Cost("conv", flops, read + numel(out) * DTYPE_BYTES[tx], DTYPE_FORMAT.get(tx))
+
+
+def _transposed_output(inputs: OpInputs, sx: list[int], sw: list[int], spatial: int) -> list[int] | None:
+    """A transposed convolution's output shape from its recorded arguments (`aten::convolution`'s and
+    `aten::_convolution`'s: stride, padding, dilation, then output_padding and groups after the flag)."""
+    stride, pad, dil = (_param(inputs, i, spatial) for i in (3, 4, 5))
+    extra = _param(inputs, 7, spatial)
+    groups = ints_of(inputs.concrete[8]) if len(inputs.concrete) > 8 else None
+    if stride is None or pad is None or dil is None or extra is None or not groups:
+        return None
+    k = sw[2:]
+    size = [
+        (sx[2 + j] - 1) * stride[j] - 2 * pad[j] + dil[j] * (k[j] - 1) + extra[j] + 1 for j in range(spatial)
+    ]
+    return [sx[0], sw[1] * groups[0], *size]
 
 
 def _param(inputs: OpInputs, i: int, spatial: int) -> list[int] | None:
@@ -216,10 +233,11 @@ def _attention(name: str, inputs: OpInputs) -> Cost | None:
     causal = bool(flag_of(inputs, i_causal))
     if causal:
         flops /= 2.0
-    read = nbytes(*q) + nbytes(*k) + nbytes(*v)
-    out = float(b * h * lq * ev * DTYPE_BYTES[q[1]])
-    # backward: reads the output's gradient and the output besides q, k and v; writes their gradients
-    total = 2 * read + 2 * out if backward else read + out
+    # every tensor it is given is read: q, k and v, a mask or bias; a backward's output, its gradient and the
+    # log-sum-exp too. It writes the output, or a backward the gradients of q, k and v
+    read = read_bytes(inputs)
+    qkv = nbytes(*q) + nbytes(*k) + nbytes(*v)
+    total = read + (qkv if backward else float(b * h * lq * ev * DTYPE_BYTES[q[1]]))
     return Cost("attention", flops, total, DTYPE_FORMAT.get(q[1]), causal)
 
 
@@ -347,10 +365,10 @@ def _memory_bound(name: str, family: str, inputs: OpInputs) -> Cost | None:
         if name in SOFTMAX and flag_of(inputs, 2):  # half_to_float
             size = 4
         return Cost("softmax", 5.0 * numel(first[0]), read + float(numel(first[0]) * size), None)
-    if family == "reduction" and name in ("aten::max", "aten::min") and len(tensors) > 1:
+    if family == "reduction" and name in ("aten::max", "aten::min") and tensor_of(inputs, 1) is not None:
         family = "elementwise"  # max(a, b): of two tensors, elementwise (a reduction takes one, and its dim)
     if family == "reduction":
-        return Cost("reduction", float(numel(first[0])), read + _reduced_bytes(inputs, first), None)
+        return _reduction(name, inputs, first)
     # elementwise: the output broadcasts the tensor inputs; a comparison writes bools; in place writes `self`
     out_shape = broadcast([s for s, _ in shaped]) if shaped else []
     size = 1 if COMPARISONS.match(name) else _result_bytes(name, inputs, tensors)
@@ -445,11 +463,22 @@ def _normalized(name: str, inputs: OpInputs, shape: list[int]) -> list[int]:
     return shape[1:2]
 
 
-def _reduced_bytes(inputs: OpInputs, first: tuple[list[int], str]) -> float:
-    """A reduction's output: the input without its reduced dimensions (all of them when none is given)."""
-    shape, dtype = first
-    dims = ints_of(inputs.concrete[1]) if len(inputs.concrete) > 1 else None
-    if not dims or not shape:
-        return float(DTYPE_BYTES[dtype])
-    kept = [n for j, n in enumerate(shape) if j not in {d % len(shape) for d in dims}]
-    return float(numel(kept) * DTYPE_BYTES[dtype])
+def _reduction(name: str, inputs: OpInputs, first: tuple[list[int], str]) -> Cost:
+    """A reduction reads its input (only: a later tensor is an `out=`) and writes the input without its reduced
+    dimensions (all of them when none is given): an index's int64 for argmax / argmin, bools for all / any, a
+    max or min over a dimension its values and their int64 indices, var_mean / std_mean two results."""
+    shape, dtype = tensor_of(inputs, 0) or first
+    at = 2 if name in ("aten::norm", "aten::linalg_vector_norm") else 1  # (a norm's order comes first)
+    dims = ints_of(inputs.concrete[at]) if len(inputs.concrete) > at else None
+    kept = (
+        [n for j, n in enumerate(shape) if j not in {d % len(shape) for d in dims}] if dims and shape else []
+    )
+    size = {"aten::argmax": 8, "aten::argmin": 8, "aten::all": 1, "aten::any": 1}.get(
+        name, DTYPE_BYTES[dtype]
+    )
+    if name in ("aten::max", "aten::min") and dims:
+        size += 8  # (its indices)
+    elif name in ("aten::var_mean", "aten::std_mean"):
+        size *= 2
+    read = unique_numel(inputs, 0) * DTYPE_BYTES[dtype] if tensor_of(inputs, 0) else nbytes(shape, dtype)
+    return Cost("reduction", float(numel(shape)), float(read + numel(kept) * size), None)

@@ -164,9 +164,11 @@ def _shapes(call: OpCall) -> str:
     op's listed, each with its dtype where they are not all float32 (a bf16 add and an fp32 add of the same
     shapes are two groups, and say so)."""
     parts, dtypes = [], []
+    # (a tensor list's members' dtype is not recorded: taken from a tensor beside it, else float32, said so)
+    guessed = not any(t in DTYPE_BYTES for t in call.inputs.types)
     for d, t in zip(call.inputs.dims, call.inputs.types, strict=False):
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
-            parts.append(f"{len(d)} tensors")
+            parts.append(f"{len(d)} tensors" + (" (their dtype not recorded: fp32 taken)" if guessed else ""))
             dtypes.append("")
         elif isinstance(d, list) and t in DTYPE_BYTES:
             parts.append("[" + ", ".join(map(str, d)) + "]")
@@ -311,6 +313,15 @@ def _notes(ops: TraceOps, roof: Roofline) -> list[str]:
             f"{ops.path}: no op has recorded shapes: profile with record_shapes=True (stepscope's option of that "
             "name, or --profiler-record-shapes) to get FLOPs and bytes per op"
         )
+    if ops.shaped and not ops.calls and not ops.uncounted:
+        held = ", ".join(f"{name} x{n:,}" for name, n in ops.shaped_names.items())
+        notes.append(
+            f"none of the {ops.shaped:,} ops with recorded shapes is of a family the model counts (products, "
+            f"convolutions, attention, norms, elementwise, reductions, copies, ...): {held}"
+        )
+    if ops.calls and ops.unmodelled:
+        held = ", ".join(f"{name} x{n:,}" for name, n in ops.unmodelled.items())
+        notes.append(f"ops the model does not count, not in the table (the commonest): {held}")
     for name, n in sorted(ops.uncounted.items(), key=lambda kv: -kv[1])[:5]:
         notes.append(f"{n:,} calls of {name} have no cost: the trace lacks {ops.missing.get(name, 'shapes')}")
     if not roof.peak_tflops and roof.tbps is None:

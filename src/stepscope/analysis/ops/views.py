@@ -46,6 +46,16 @@ LIBRARIES = frozenset(
         "torchtitan",
         "composer",
         "stepscope",
+        # what launches a script (stepscope run's own command line is click's)
+        "click",
+        "typer",
+        "hydra",
+        "omegaconf",
+        "fire",
+        "absl",
+        "jsonargparse",
+        "wandb",
+        "ray",
     }
 )
 
