@@ -16,7 +16,6 @@ takes the output of its layer's backward (same input and weight shapes) where th
 
 from __future__ import annotations
 
-import bisect
 import collections
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import msgspec
 
 from stepscope.analysis.ops.families import COMPUTE_FAMILIES, CONV_BACKWARDS, family_of
+from stepscope.analysis.ops.missing import NO_WORK, lacks, unmodelled
 from stepscope.analysis.ops.model import Cost, OpInputs, conv_backward_shapes, conv_forward_shapes, cost_of
 from stepscope.analysis.ops.where import Frames
 from stepscope.analysis.read.event_stream import EventPieces
@@ -74,74 +74,6 @@ class TraceOps(msgspec.Struct):
     python_frames: int  # python_function events (0: with_stack was off)
     uncounted: dict[str, int]  # modelled ops left without a cost, by name (what they lacked is in `missing`)
     missing: dict[str, str]
-
-
-# ops that move no data of their own (views, allocations, metadata, scalars read back): not worth a note
-_NO_WORK = frozenset(
-    "aten::" + n
-    for n in [
-        "view",
-        "reshape",
-        "_reshape_alias",
-        "_unsafe_view",
-        "t",
-        "transpose",
-        "permute",
-        "expand",
-        "expand_as",
-        "as_strided",
-        "movedim",
-        "swapaxes",
-        "flatten",
-        "unflatten",
-        "view_as",
-        "slice",
-        "select",
-        "unsqueeze",
-        "squeeze",
-        "narrow",
-        "split",
-        "split_with_sizes",
-        "chunk",
-        "unbind",
-        "detach",
-        "detach_",
-        "alias",
-        "lift_fresh",
-        "lift_fresh_copy",
-        "to",
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "new_empty",
-        "new_empty_strided",
-        "resize_",
-        "set_",
-        "item",
-        "_local_scalar_dense",
-        "is_nonzero",
-        "result_type",
-        "broadcast_tensors",
-        "requires_grad_",
-        "retain_grad",
-        "record_stream",
-        "scalar_tensor",
-        "zeros",
-        "zeros_like",
-        "ones",
-        "ones_like",
-        "full",
-        "full_like",
-        "new_zeros",
-        "new_ones",
-        "new_full",
-        "arange",
-        "resolve_conj",
-        "resolve_neg",
-        "conj",
-        "as_strided_",
-    ]
-)
 
 
 class _Op:
@@ -224,7 +156,7 @@ def read_calls(path: str | Path) -> TraceOps:
         calls=calls,
         shaped=found.shaped,
         shaped_names=dict(found.shaped_names.most_common(3)),
-        unmodelled=_unmodelled(found.ops, found.unmodelled_spans),
+        unmodelled=unmodelled(found.ops, found.unmodelled_spans),
         python_frames=found.python,
         uncounted=uncounted,
         missing=missing,
@@ -297,7 +229,7 @@ class _Pass:
         if name.endswith(_CONV_PARTS):
             self.marks[key].append((ts, name))
         if family_of(name) is None:
-            if dims is not None and name.startswith("aten::") and name not in _NO_WORK:
+            if dims is not None and name.startswith("aten::") and name not in NO_WORK:
                 self.unmodelled_spans[key].append((ts, ts + dur, name))
             return
         if not isinstance(dims, list):
@@ -469,7 +401,7 @@ def _count(
                 continue  # (a CPU's foreach op runs its per-tensor ops inside it, and they are counted)
             if op.cost is None:
                 uncounted[op.name] += 1
-                missing.setdefault(op.name, _lacks(op))
+                missing.setdefault(op.name, lacks(op))
                 continue
             if on_device and op.kernels == 0:
                 continue  # no device work of its own (a view, or work another op launched)
@@ -481,43 +413,6 @@ def _count(
                 OpCall(op.name, op.inputs, cost, time_us, op.kernels, op.stack, op.module, op.backward)
             )
     return calls, dict(uncounted), missing
-
-
-def _unmodelled(
-    ops: dict[Any, list[_Op]], spans: dict[Any, list[tuple[float, float, str]]]
-) -> dict[str, int]:
-    """The commonest ops of no modelled family whose work no counted op holds: neither inside a modelled op
-    (`max_pool1d_with_indices` in `max_pool1d`) nor around one (`slice_backward` around its `copy_`)."""
-    found: collections.Counter[str] = collections.Counter()
-    for key, thread in spans.items():
-        costed = sorted((op.ts, op.end) for op in ops.get(key, ()) if op.cost is not None)
-        starts = [ts for ts, _ in costed]
-        timeline = sorted(
-            [(ts, 0, -end, "") for ts, end in costed] + [(ts, 1, -end, name) for ts, end, name in thread]
-        )
-        open_ends: list[float] = []
-        for ts, kind, minus_end, name in timeline:
-            end = -minus_end
-            while open_ends and open_ends[-1] <= ts:
-                open_ends.pop()
-            if kind == 0:
-                open_ends.append(end)
-                continue
-            inside = bisect.bisect_left(starts, ts)
-            if open_ends or (inside < len(starts) and starts[inside] < end):
-                continue
-            found[name] += 1
-    return dict(found.most_common(5))
-
-
-def _lacks(op: _Op) -> str:
-    if family_of(op.name) == "conv" and conv_forward_shapes(op.name, op.inputs) is not None:
-        return "its stride and padding (not recorded, and no backward of the same layer in the trace)"
-    if any(isinstance(d, list) and d and all(isinstance(x, int) for x in d) for d in op.inputs.dims):
-        return "inputs that fit its formula (those recorded do not: other dtypes or arguments)"
-    if "TensorList" in op.inputs.types:
-        return "the shapes of its tensor list's members (this trace records the list without them)"
-    return "the shapes of its tensors"
 
 
 def _rank(head: dict[str, Any]) -> int | None:
