@@ -321,3 +321,37 @@ def test_a_trace_without_profiler_steps_is_priced_as_one_step_and_says_so(
     assert main(["ops", str(trace), "--peak-tflops", "100", "--peak-tbps", "10"]) == 0
     out = capsys.readouterr().out
     assert "of the whole trace" in out and "of the median step" not in out
+
+
+def test_a_finding_over_shapes_of_different_bounds_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an H100 trace of one step: aten::mm of a compute-bound shape (230 us) and of a memory-bound one
+    # (270 us), each under 70% of its roof but saving under 3% of the op time alone, and a fast add (1.5 ms)
+    events, ts = [_event("ProfilerStep#0", "user_annotation", 0, 3000)], 10.0
+    calls = (
+        ("aten::mm", [[4096, 4096], [4096, 4096]], 230.0),  # 2·4096³ FLOPs over 100 MB: compute-bound
+        ("aten::mm", [[16384, 64], [64, 16384]], 270.0),  # its output dominates the bytes: memory-bound
+        ("aten::add", [[32768, 32768], [32768, 32768]], 1500.0),  # 6.4 GB at 4.3 TB/s: no saving
+    )
+    for corr, (name, dims, kernel_us) in enumerate(calls, 1):
+        events.append(
+            _event(name, "cpu_op", ts, 20, **{"Input Dims": dims, "Input type": ["c10::BFloat16"] * 2})
+        )
+        events.append(_event("cudaLaunchKernel", "cuda_runtime", ts + 2, 2, correlation=corr))
+        kernel = _event(f"{name}_kernel", "kernel", ts + 5, kernel_us, correlation=corr, device=0)
+        kernel.update(pid=0, tid=7)
+        events.append(kernel)
+        ts += kernel_us + 10
+    trace = tmp_path / "g.json"
+    trace.write_text(
+        json.dumps({"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": events})
+    )
+    (rank,) = _ops(capsys, str(trace))["ranks"]
+    # THEN the product's two shapes are one finding, which says their bounds differ, not the costlier one's
+    (finding,) = [f for f in rank["findings"] if f["name"] == "aten::mm"]
+    assert finding["shapes"].startswith("2 input shapes")
+    assert "some compute-bound, some memory-bound" in finding["message"]
+    assert (
+        "memory-bound, bf16)" not in finding["message"] and "compute-bound, bf16)" not in finding["message"]
+    )
