@@ -121,6 +121,7 @@ def ops_analysis(
 
 def _price_ops(source: Source, options: AnalysisOptions, result: OpsResult) -> None:
     from stepscope.analysis.findings.replayed import OpChange, op_savings
+    from stepscope.analysis.ops.roofline import WHOLE_TRACE
     from stepscope.analysis.per_rank.prepare import prepare_rank
     from stepscope.analysis.read.loader import load_trace
 
@@ -159,11 +160,7 @@ def _price_ops(source: Source, options: AnalysisOptions, result: OpsResult) -> N
                     " with the device work launched in it" if ops.time_kind == "device" else ""
                 )
                 # (a trace that marks no ProfilerStep is replayed as one step: the whole trace)
-                of_what = (
-                    "of its median step"
-                    if ops.steps
-                    else "of the whole trace, taken as one step (it marks no ProfilerStep)"
-                )
+                of_what = "of its median step" if ops.steps else f"of {WHOLE_TRACE}"
                 f.replay_note = (
                     f"a replay of the rank's steps with {f.name}'s work at {changes[i].factor:.2f} of its time "
                     f"saves {priced.saving_ms[i]:.3g} ms {of_what}, {step}{error}"

@@ -378,5 +378,7 @@ def saving_text(f: OpFinding) -> str:
     op_time = f"{fmt_us(f.saving_us)} of op time{per_step}"
     if f.step_saving_us is None:
         return f"{op_time} (step time not priced: {f.replay_note})" if f.replay_note else op_time
-    step = "the whole trace" if "marks no ProfilerStep" in (f.replay_note or "") else "the median step"
+    from stepscope.analysis.ops.roofline import WHOLE_TRACE
+
+    step = "the whole trace" if WHOLE_TRACE in (f.replay_note or "") else "the median step"
     return f"{fmt_us(f.step_saving_us)} of {step} ({f.replay_note}); {op_time}"

@@ -21,6 +21,7 @@ __all__ = [
     "ints_of",
     "is_shape",
     "list_dtype",
+    "mask_of",
     "nbytes",
     "numel",
     "read_bytes",
@@ -168,6 +169,15 @@ def flag_of(inputs: OpInputs, i: int) -> bool | None:
         return None
     text = inputs.concrete[i].strip()
     return {"True": True, "False": False, "1": True, "0": False}.get(text)
+
+
+def mask_of(inputs: OpInputs, i: int) -> list[bool] | None:
+    """A backward's recorded output mask (`"[True, True, False]"`: which gradients it computes); None where the
+    trace does not give it."""
+    if not 0 <= i < len(inputs.concrete):
+        return None
+    flags = re.findall(r"True|False", inputs.concrete[i])
+    return [f == "True" for f in flags] or None
 
 
 def broadcast(shapes: list[list[int]]) -> list[int]:

@@ -18,8 +18,6 @@ what was missing. No torch: the dtypes are the trace's names.
 
 from __future__ import annotations
 
-import re
-
 from stepscope.analysis.ops.families import (
     ADAPTIVE_POOLS,
     ATTENTION,
@@ -46,6 +44,7 @@ from stepscope.analysis.ops.inputs import (
     ints_of,
     is_shape,
     list_dtype,
+    mask_of,
     nbytes,
     numel,
     read_bytes,
@@ -187,11 +186,8 @@ def _conv_backward(name: str, inputs: OpInputs) -> Cost | None:
 def _mask(inputs: OpInputs, i: int) -> tuple[int, int]:
     """Which of (the input's, the weight's) gradients a backward computes: its recorded output mask
     (`"[True, True, False]"`), else both."""
-    if 0 <= i < len(inputs.concrete):
-        flags = re.findall(r"True|False", inputs.concrete[i])
-        if len(flags) >= 2:
-            return int(flags[0] == "True"), int(flags[1] == "True")
-    return 1, 1
+    mask = mask_of(inputs, i)
+    return (int(mask[0]), int(mask[1])) if mask and len(mask) >= 2 else (1, 1)
 
 
 def conv_backward_shapes(
@@ -424,10 +420,7 @@ def _norm(name: str, inputs: OpInputs, first: tuple[list[int], str], read: float
     if name in NORM_BACKWARDS:
         i_x, i_mask = _NORM_BACKWARD_ARGS.get(name, (1, -1))
         x = tensor_of(inputs, i_x) or first
-        flags = (
-            re.findall(r"True|False", inputs.concrete[i_mask]) if 0 <= i_mask < len(inputs.concrete) else []
-        )
-        mask = [f == "True" for f in flags] or [True, True, True]
+        mask = mask_of(inputs, i_mask) or [True, True, True]
         param = numel(_normalized(name, inputs, x[0])) * DTYPE_BYTES[x[1]]
         written = mask[0] * nbytes(*x) + sum(param for want in mask[1:3] if want)
         return Cost("norm", 8.0 * numel(x[0]), read + written, None)

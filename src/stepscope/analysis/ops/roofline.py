@@ -82,6 +82,10 @@ class OpGroup(msgspec.Struct):
     call_us: tuple[float, float, float] = (0.0, 0.0, 0.0)  # one call's time: least, median, most
 
 
+# what a replay of a trace that marks no ProfilerStep prices (its steps are the whole trace, as one step)
+WHOLE_TRACE = "the whole trace, taken as one step (it marks no ProfilerStep)"
+
+
 class OpFinding(msgspec.Struct):
     """An op group far below its roof with a share of the time worth having, priced, with one action."""
 
