@@ -172,7 +172,10 @@ def _shapes(call: OpCall) -> str:
     guessed = not any(t in DTYPE_BYTES for t in call.inputs.types)
     for d, t in zip(call.inputs.dims, call.inputs.types, strict=False):
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
-            parts.append(f"{len(d)} tensors" + (" (their dtype not recorded: fp32 taken)" if guessed else ""))
+            # (no parentheses: a narrow terminal drops a parenthesis as it drops a kernel's parameter list)
+            parts.append(
+                f"{len(d)} tensors" + (", fp32 taken: their dtype is not recorded" if guessed else "")
+            )
             dtypes.append("")
         elif isinstance(d, list) and t in DTYPE_BYTES:
             parts.append("[" + ", ".join(map(str, d)) + "]")
