@@ -7,6 +7,7 @@ import contextlib
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -101,11 +102,30 @@ def batches(loader: torch.utils.data.DataLoader) -> Iterator[Any]:
 StepHook = Callable[[int], None]
 
 
+def run_monitored(monitor: Any, train_step: Callable[[Any], float], t: Training, steps: int) -> Path:
+    """`steps` of `train_step` under `monitor` (closed after them, also on an error); its run folder."""
+    step = monitor(train_step)
+    feed = batches(t.loader)
+    try:
+        for _ in range(steps):
+            step(next(feed))
+    finally:
+        monitor.close()
+    assert monitor.run_dir is not None
+    return Path(monitor.run_dir)
+
+
 def make_train_step(
-    t: Training, monitor: Any = None, before: StepHook | None = None, after: StepHook | None = None
+    t: Training,
+    monitor: Any = None,
+    before: StepHook | None = None,
+    after: StepHook | None = None,
+    optimizer_step: bool = True,
 ) -> Callable[[Any], float]:
     """One optimizer step in bf16 autocast; forward/backward/optimizer are named regions under a monitor.
-    `before`/`after` see the step index, inside the step (where a probe reads CUDA memory peaks)."""
+    `before`/`after` see the step index, inside the step (where a probe reads CUDA memory peaks).
+    `optimizer_step=False`: the same step without the optimizer's update (its gradients still set to None), the
+    change whose effect `stepscope whatif --scale optimizer=0` predicts."""
     counter = itertools.count()
 
     def region(name: str) -> Any:
@@ -122,7 +142,8 @@ def make_train_step(
         with region("backward"):
             loss.backward()
         with region("optimizer"):
-            t.optimizer.step()
+            if optimizer_step:
+                t.optimizer.step()
             t.optimizer.zero_grad(set_to_none=True)
         value = loss.item()  # a step ends when its GPU work has: what a training loop that logs its loss does
         if after is not None:

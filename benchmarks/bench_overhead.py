@@ -217,6 +217,7 @@ def _monitor_stall(
 ) -> None:
     import contextlib
     import io
+    import re
 
     from stepscope.runfolder import read_manifest
 
@@ -237,7 +238,10 @@ def _monitor_stall(
     written["windows"] += windows
     written["traces"] += sum(a.kind == "trace" for a in artifacts)
     written["summaries"] += sum(a.kind == "summary" for a in artifacts)
-    written["tables"] += tables.getvalue().count("stepscope: top ops, rank 0, window ending at step")
+    # each window's table of host ops (a CUDA window adds a second one, of its kernels: ": kernels")
+    written["tables"] += len(
+        re.findall(r"top ops, rank 0, window ending at step \d+(?!\d|: kernels)", tables.getvalue())
+    )
 
 
 def _raw_stall(

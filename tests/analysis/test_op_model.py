@@ -428,12 +428,7 @@ def test_groups_and_their_stacks_keep_apart_what_differs_in_dtype_or_mask(tmp_pa
         F.scaled_dot_product_attention(q, q, q)
         F.scaled_dot_product_attention(q, q, q, is_causal=True)
 
-    step()
-    acts = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=True) as p:
-        step()
-    trace = tmp_path / "t.json"
-    p.export_chrome_trace(str(trace))
+    trace = record(step, tmp_path / "t.json", with_stack=True)
     (rank,) = ops_source(trace, AnalysisOptions(top=0)).ranks
     # THEN the two adds are two groups, the bf16 one saying its dtype
     adds = sorted(g.shapes for g in rank.groups if g.name == "aten::add")

@@ -9,6 +9,8 @@ import pytest
 
 from stepscope.cli import main
 
+from ..support.ops import record
+
 QWEN = Path("tracelens_qwen1.5_h100_mi300")
 
 
@@ -355,3 +357,30 @@ def test_a_finding_over_shapes_of_different_bounds_says_so(
     assert (
         "memory-bound, bf16)" not in finding["message"] and "compute-bound, bf16)" not in finding["message"]
     )
+
+
+def test_the_stacks_table_at_80_columns_names_each_op_and_its_frame_beside_long_shapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a trace with stacks whose costliest op is a layer norm's backward of six input shapes (an H200 job's
+    # stacks table at 80 columns gave its whole width to such shapes, and its op and frame columns none)
+    torch = pytest.importorskip("torch")
+    norm = torch.nn.LayerNorm(256)
+    x = torch.randn(64, 128, 256, requires_grad=True)
+
+    def train_step() -> None:
+        norm(x).sum().backward()
+
+    trace = record(train_step, tmp_path / "t.json", with_stack=True)
+    # WHEN stepscope ops prints it on a terminal of 80 columns
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["ops", str(trace)]) == 0
+    out = capsys.readouterr().out
+    # THEN every part of the stacks table names the op and the user's frame on each row, within 80 columns
+    assert max(len(line) for line in out.splitlines()) <= 80
+    stacks = out.split("Where the costliest ops were issued")[1:]
+    assert stacks
+    for part in stacks:
+        rows = [line for line in part.split("\n\n")[0].splitlines() if "│" in line]
+        assert rows and all(row.split("│")[0].strip().startswith("aten::") for row in rows), part
+        assert any("test_ops.py" in row for row in rows), part

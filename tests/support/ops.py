@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 
-def record(fn: Callable[[], Any], path: Path) -> Path:
-    """`fn` run once (a warm-up) and then under torch.profiler with record_shapes; its chrome trace at `path`."""
+def record(fn: Callable[[], Any], path: Path, *, with_stack: bool = False) -> Path:
+    """`fn` run once (a warm-up) and then under torch.profiler with record_shapes (and its Python stacks, with
+    `with_stack`); its chrome trace at `path`."""
     import torch
 
     fn()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=with_stack) as prof:
         fn()
     prof.export_chrome_trace(str(path))
     return path

@@ -310,7 +310,7 @@ def op_stacks_table(rank: RankOps, *, title: str = "") -> Table:
     """The stacks that issued the costliest op groups: the user's own frames, innermost first."""
     return table(
         "ops-stacks",
-        [col.OP, col.OP_SHAPES, col.CALLS, col.TOTAL, col.SHARE, col.OP_USER, col.OP_STACK],
+        [col.OP, col.OP_SHAPES_TEXT, col.CALLS, col.TOTAL, col.SHARE, col.OP_USER, col.OP_STACK],
         (
             [
                 s.name,
