@@ -197,3 +197,40 @@ def test_flop_and_comm_steps_never_coincide(schedule: Schedule, flop: int, comm:
     assert flop_step == untraced_step_from(schedule, flop)
     if comm_step is not None:
         assert comm_step != flop_step and not schedule.is_traced(comm_step) and comm_step >= comm
+
+
+# the undisturbed steps of two identical GEMM runs on an H200 (docs/gpu/2026-11-30_h200_run5_gemm*_metrics.jsonl,
+# steps 3-11, ms): eight 8192^3 bf16 products per step, fast for the first steps, then slower as the clocks fall
+H200_GEMM_STEPS_MS = [
+    [11.152299, 11.689113, 11.638322, 11.677356, 11.741258, 12.664039, 12.811355, 12.77153, 12.845361],
+    [11.122992, 11.240314, 11.20907, 11.21558, 11.20018, 12.947833, 12.490716, 12.715844, 12.82207],
+]
+
+
+@pytest.mark.parametrize("run", [0, 1])
+def test_steps_at_two_speeds_say_so_with_the_figure_at_each(run: int) -> None:
+    # GIVEN the steps of a real GPU run whose median fell on either speed from run to run (749 and 782 TFLOP/s)
+    flops = 8 * 2 * 8192**3
+    result = mfu.throughput(flops, [t / 1e3 for t in H200_GEMM_STEPS_MS[run]], None, "no MFU: x")
+    assert result is not None
+    # THEN the middle half is too narrow for the wide-spread note, and the two speeds are said instead
+    assert result.q3_step_s < mfu.WIDE_SPREAD * result.q1_step_s
+    assert result.speeds is not None
+    (fast_n, fast_s), (slow_n, slow_s) = result.speeds
+    assert (fast_n, slow_n) == (5, 4)
+    assert 11.1e-3 < fast_s < 11.8e-3 and 12.6e-3 < slow_s < 12.9e-3
+    note = result.spread_note
+    assert note is not None and note in result.lines()
+    assert note.startswith("the steps ran at two speeds (5 near ")
+    assert f"{fmt_tflops(flops / fast_s / 1e12)} at the faster speed" in note
+
+
+def test_steady_or_evenly_spread_steps_are_not_two_speeds() -> None:
+    # GIVEN steady steps, steps spread evenly over 1.0-1.4 s, and one slow step among many (no quarter)
+    steady = [1.0, 1.01, 0.99, 1.02, 1.0, 1.01, 0.98, 1.0]
+    even = [1.0 + 0.05 * i for i in range(9)]
+    one_slow = [1.0, 1.01, 0.99, 1.02, 1.0, 1.01, 0.98, 1.0, 1.3]
+    for times in (steady, even, one_slow):
+        result = mfu.throughput(10**12, times, None, "no MFU: x")
+        # THEN no two speeds are said
+        assert result is not None and result.speeds is None and result.spread_note is None, times
