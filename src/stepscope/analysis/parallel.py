@@ -283,7 +283,13 @@ def _renumber(part: RankPart, rank: int) -> None:
         if finding.rank is not None:
             finding.rank = rank
         if finding.whatif:
-            finding.whatif = on_rank(finding.whatif, rank)
+            given = on_rank(finding.whatif, rank)
+            if (
+                finding.saving_note
+            ):  # (it names the selectors a replay removed, as `stepscope whatif` takes them)
+                for old, new in zip(finding.whatif, given, strict=True):
+                    finding.saving_note = finding.saving_note.replace(old, new)
+            finding.whatif = given
     if part.analysis.replay_savings is not None:
         part.analysis.replay_savings.whatif = on_rank(part.analysis.replay_savings.whatif, rank)
     part.instances.rank = rank
