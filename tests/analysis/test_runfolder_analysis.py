@@ -63,7 +63,7 @@ def test_analyze_a_run_folder_finds_its_steps_and_no_straggler(
 
 
 def test_the_runs_comm_patterns_join_the_command_lines(tmp_path: Path) -> None:
-    from stepscope.cli._common import comm_patterns
+    from stepscope.analysis.read import Source
 
     train_step, model = make_training()
     monitor = stepscope.performance_monitor(
@@ -81,8 +81,8 @@ def test_the_runs_comm_patterns_join_the_command_lines(tmp_path: Path) -> None:
     monitor.close()
     assert monitor.run_dir is not None
     # what the run was configured with comes first, then what the command line adds
-    assert comm_patterns(monitor.run_dir, ("dispatch",)) == ["my_all_reduce", "dispatch"]
-    assert comm_patterns(tmp_path, ("dispatch",)) == ["dispatch"]  # not a run folder
+    assert Source(monitor.run_dir).comm_patterns(("dispatch",)) == ("my_all_reduce", "dispatch")
+    assert Source(tmp_path).comm_patterns(("dispatch",)) == ("dispatch",)  # not a run folder
 
 
 def _with_gpu_trace(run: Path, where: Path, patterns: list[str]) -> Path:

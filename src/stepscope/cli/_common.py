@@ -138,7 +138,7 @@ def analysis_options(command: str):  # type: ignore[no-untyped-def]
 
     import click
 
-    from stepscope.analysis.options import AnalysisOptions, fields
+    from stepscope.analysis.options import fields, with_changes
 
     offered = fields(command)
 
@@ -146,17 +146,13 @@ def analysis_options(command: str):  # type: ignore[no-untyped-def]
         @functools.wraps(fn)
         def command_function(**values: Any) -> Any:
             given = {f.name: values.pop(f.name) for f in offered}
-            return fn(**values, options=AnalysisOptions(**{k: _as_field(v) for k, v in given.items()}))
+            return fn(**values, options=with_changes(None, given))
 
         for field in reversed(offered):
             command_function = click.option(*_flag_names(field), **_flag_settings(field))(command_function)
         return command_function
 
     return decorate
-
-
-def _as_field(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
 
 
 def _flag_names(field: Any) -> list[str]:
@@ -214,12 +210,3 @@ def check_patterns(given: tuple[str, ...]) -> None:
         if matches_all:
             message = f"{pattern!r} matches every kernel name (it matches the empty string)"
             raise click.BadParameter(message, param_hint="--comm-pattern")
-
-
-def comm_patterns(path: Any, given: tuple[str, ...]) -> list[str]:
-    """The patterns of `--comm-pattern` (checked: a usage error when one is not a regex or matches every
-    name), after those of the run folder's config when PATH is a run folder."""
-    from stepscope.analysis.read.source import as_source
-
-    check_patterns(given)
-    return list(as_source(path).comm_patterns(given))

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from stepscope.analysis.options import AnalysisOptions
-from stepscope.cli._common import analysis_options
+from stepscope.cli._common import analysis_options, check_patterns
 from stepscope.units import plain
 
 
@@ -32,7 +32,6 @@ def command(path: Path, output: Path | None, options: AnalysisOptions) -> None:
     from stepscope.analysis.cross_rank.merge_select import alignment_table
     from stepscope.analysis.per_rank.kernels import compile_patterns
     from stepscope.analysis.run.folder import recorded_groups
-    from stepscope.cli._common import comm_patterns as resolve_patterns
     from stepscope.cli._output import output_target
 
     if output is None:
@@ -45,7 +44,8 @@ def command(path: Path, output: Path | None, options: AnalysisOptions) -> None:
     from stepscope.analysis.read.source import Source
 
     source = Source(path)  # (what PATH is, its manifest and config: read once for the whole command)
-    patterns = resolve_patterns(source, options.comm_patterns)
+    check_patterns(options.comm_patterns)
+    patterns = list(source.comm_patterns(options.comm_patterns))  # (a run folder's config's first)
     # the events alignment needs, found by streaming each file: memory does not grow with the events
     table = alignment_table(source, step=options.step, patterns=compile_patterns(patterns))
     known = recorded_groups(source)  # (a run folder's record of its process groups; None for traces)
