@@ -342,3 +342,25 @@ def test_small_chunks_are_decoded_one_by_one(tmp_path: Path, monkeypatch: pytest
     sizes.clear()
     load(path, 1 << 20)
     assert sizes == [len(EVENTS)]  # one piece: the rest of the file
+
+
+def test_events_holding_lists_of_objects_are_cut_around_however_long_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a trace whose every 25th event holds a list of 8 objects in its args (a `}` `,` `{` inside the event
+    # at each), 400 KB long against an event limit of 64 KB: the loader tried four cuts of a piece, then wanted
+    # the rest of the file in one piece, and refused the file ("no place to split the events found")
+    monkeypatch.setenv("STEPSCOPE_MAX_EVENT_BYTES", str(1 << 16))
+    events = [cpu(f"op{i}", 10.0 * i, 5.0) for i in range(4000)]
+    for e in events[7::25]:
+        e["args"] = {"objs": [{"a": j} for j in range(8)]}
+    path = write(tmp_path / "t.json", trace(events))
+    assert path.stat().st_size > 5 * (1 << 16)
+    # WHEN it is read by the loader in pieces of 4 KB and by the event stream in pieces of 4 KB
+    from stepscope.analysis.read.event_stream import iter_event_batches
+
+    table = _stream.load_file(path, chunk_bytes=4096)
+    streamed = [e for batch in iter_event_batches(path, batch_bytes=4096) for e in batch]
+    # THEN both read every event, as the whole-file decoder does
+    assert_same_table(merge_tables([table]), merge_tables([load_whole(path, None)]))
+    assert streamed == json.loads(path.read_text())["traceEvents"]

@@ -31,6 +31,7 @@ import numpy as np
 from stepscope.analysis.read._columns import Chunk, ColumnBuilder
 from stepscope.analysis.read._numparse import NotANumber, us_texts_to_ns
 from stepscope.analysis.read._parts import FileTable
+from stepscope.analysis.read._text import json_problem
 from stepscope.analysis.read._values import NO_RARE, get_rare
 from stepscope.analysis.read.table import INT_ARGS, MISSING, RAW_ARGS, STRING_ARGS, SYNC_INT_ARGS, RankInfo
 from stepscope.errors import InputError
@@ -277,11 +278,6 @@ def read_json_bytes(path: Path, most: int | None = None, why: str = "") -> bytes
                 raise too_long from None
             raise
     return gunzip_bounded(path, data, limit, ratio=max_gzip_ratio())
-
-
-def json_problem(message: str) -> str:
-    """msgspec's DecodeError message as the loader says it."""
-    return "truncated JSON" if "truncated" in message else f"not valid JSON ({message})"
 
 
 _EVENT_AT = re.compile(r"`\$(?:\.traceEvents)?\[(\d+)\]")

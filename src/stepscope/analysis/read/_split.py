@@ -27,14 +27,13 @@ import msgspec
 from stepscope.analysis.read._decode import HEADER_FIELDS, UNSET, gc_paused, read_header
 from stepscope.analysis.read._parts import PartTable, join_parts
 from stepscope.analysis.read._stream import (
-    _CUT,
     CHUNK_BYTES,
     FileTable,
     _check_times,
     _ChunkReader,
     load_file,
 )
-from stepscope.analysis.read._text import TraceText
+from stepscope.analysis.read._text import CUT, TraceText
 from stepscope.analysis.read.limits import (
     DEFAULT_MAX_TRACE_BYTES,
     MAX_EVENTS_ENV,
@@ -180,9 +179,9 @@ def _event_gap(text: bytes) -> tuple[int, int] | None:
     the `{` after it). A spot counts when the text from its `{` to one of the next spots decodes as a list of
     objects that all have a phase: a good guess, which the stretch before it verifies (see the module's
     doc)."""
-    for m in islice(_CUT.finditer(text), _CANDIDATES):
+    for m in islice(CUT.finditer(text), _CANDIDATES):
         begin = m.end() - 1
-        for end in islice(_CUT.finditer(text, begin + 1), _ENDS):
+        for end in islice(CUT.finditer(text, begin + 1), _ENDS):
             try:
                 events = _PROBE.decode(b"[" + text[begin : end.start() + 1] + b"]")
             except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):

@@ -46,7 +46,6 @@ from stepscope.analysis.read._decode import (
     exact_ts_of_array,
     exact_ts_of_trace,
     gc_paused,
-    json_problem,
     load_whole,
     read_header,
     shapes_of_array,
@@ -55,7 +54,19 @@ from stepscope.analysis.read._decode import (
 )
 from stepscope.analysis.read._numparse import NotANumber
 from stepscope.analysis.read._parts import FileTable
-from stepscope.analysis.read._text import OUT_BYTES, READ_BYTES, TooLong, TraceText
+from stepscope.analysis.read._text import (
+    READ_BYTES,
+    EventArray,
+    NoArray,
+    NotBetweenEvents,
+    PieceTooLong,
+    TooLong,
+    TraceText,
+    error_byte,
+    json_problem,
+    shifted_bytes,
+    too_long_problem,
+)
 from stepscope.analysis.read.limits import (
     DEFAULT_MAX_TRACE_BYTES,
     LIMIT_ENV,
@@ -75,13 +86,8 @@ __all__ = ["CHUNK_BYTES", "FileTable", "load_file"]
 CHUNK_BYTES = 1 << 20  # JSON text decoded at a time (its Structs take about as much memory again). The whole
 # load (inflate, decode, columns; CPU time, paired) is 3-7% cheaper with 1 MB than with 256 KB: each piece's
 # columns cost some 40 numpy calls whatever its size, and that outweighs the Structs staying in the CPU caches
-_LOOKAHEAD = 1 << 16  # text kept beyond a chunk's target size, where its cut is looked for
 _MAX_NS = 1 << 62
-_CUT_OVERLAP = 4096  # text searched again for a cut spot after more is read
-_MAX_TRIES = 4  # cut spots tried for one chunk before the rest of the file is decoded in one piece
-_CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
 _KEY = b'"traceEvents"'
-_AFTER_KEY = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*\[")
 
 
 def _key_pattern(key: str) -> re.Pattern[bytes]:
@@ -104,19 +110,6 @@ class _RawTail(msgspec.Struct):
 
 
 _RAW_TAIL = msgspec.json.Decoder(_RawTail)
-_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
-
-
-def _error_byte(message: str) -> int | None:
-    """The `N` of msgspec's `(byte N)`, if the message has one."""
-    m = _ERROR_BYTE.search(message)
-    return int(m.group(1)) if m else None
-
-
-def _shifted_bytes(message: str, origin: int) -> str:
-    """msgspec's message with its `(byte N)` counted from the start of the file (`origin`: where the decoded
-    text's byte 0 lies in it)."""
-    return _ERROR_BYTE.sub(lambda m: f"(byte {int(m.group(1)) + origin})", message)
 
 
 class _Fallback(Exception):
@@ -203,21 +196,13 @@ def _load_chunked(
             ) from None
         except GzipBomb:
             raise InputError(path, gzip_bomb_problem(reader.text.ratio)) from None
-        except TooLong:
-            raise InputError(
-                path,
-                f"no place to split the events found in {reader.max_event} bytes (an event or a string longer "
-                f"than that; {MAX_EVENT_BYTES_ENV} raises the limit)",
-            ) from None
+        except (PieceTooLong, TooLong) as exc:
+            raise InputError(path, too_long_problem(exc, reader.max_event)) from None
         return reader.builder.finish(rank_hint)
 
 
 class _ChunkReader:
-    """Splits the text into pieces of whole events and adds each to the builder.
-
-    The text sits in one bytearray, reused: `buf[:end]` holds text, the piece at work starts at `pos`. A
-    piece is decoded in place: the byte before it and the byte after its last `}` are overwritten with
-    `[` and `]` (both are a comma or whitespace, which the piece does not need)."""
+    """Adds each piece of whole events of the array (_text.EventArray) to the builder."""
 
     def __init__(
         self,
@@ -237,150 +222,81 @@ class _ChunkReader:
         self.head: Any = None
         self.tail_header: dict[str, Any] = {}  # header keys after the array, those present
         self.text: TraceText = text
-        self.chunk_bytes = max(chunk_bytes, 1)
+        self.array = EventArray(text, chunk_bytes)
         self.builder = ColumnBuilder(path, flows=flows, spill=spill)
-        self.buf = bytearray(self.chunk_bytes + _LOOKAHEAD + 2 * OUT_BYTES)
-        self.end = 0
         self.strict = True
         self.strict_failures = 0
         self.text_ts = False
-        self.max_event = max_event_bytes()
+        self.max_event = self.array.max_event
         # Reading the whole file (not a stretch of it): an error found in a piece is the file's own, said here
-        # as the whole-file decoder says it. `dropped`: text offset of buf[0] (JSON errors name a byte).
+        # as the whole-file decoder says it.
         self.whole = first and last
-        self.dropped = 0
-
-    def _too_long(self, piece: int) -> None:
-        """A piece with no end of an event in it grew past the event limit: stop before reading more."""
-        if piece > self.chunk_bytes + self.max_event:
-            raise InputError(
-                self.builder.path,
-                f"no end of an event in {self.max_event} bytes (an event or a string longer than that; "
-                f"{MAX_EVENT_BYTES_ENV} raises the limit)",
-            )
-
-    def _fill(self, size: int) -> bool:
-        """Read until `buf[:end]` holds `size` bytes or the text ends; False when nothing more came."""
-        before = self.end
-        while self.end < size and not self.text.eof:
-            if len(self.buf) < self.end + OUT_BYTES:
-                self.buf.extend(bytes(max(len(self.buf), OUT_BYTES)))
-            self.end += self.text.read_into(self.buf, self.end, len(self.buf) - self.end)
-        return self.end > before
 
     def run(self, report: Callable[[float], None]) -> None:
+        array = self.array
         if self.first:
-            pos = self._find_array()
-            self.head = self._decode_head(pos)
-        else:  # a byte before the first event, for the piece's `[`
-            self.buf[0] = ord(" ")
-            self.end = pos = 1
-            self._fill(pos + SNIFF_BYTES)
-        self.text_ts = EPOCH_FLOAT_TS.search(self.buf, pos, min(pos + SNIFF_BYTES, self.end)) is not None
-        while True:
-            self._fill(pos + self.chunk_bytes + _LOOKAHEAD)
-            if self.text.eof and self.end - pos <= self.chunk_bytes:
-                break
-            nxt = self._next_chunk(pos)
-            if nxt is None:
-                break
-            # keep one byte before the next event: it becomes the piece's `[`
-            with memoryview(self.buf) as view:
-                view[: self.end - nxt + 1] = view[nxt - 1 : self.end]
-            self.end -= nxt - 1
-            self.dropped += nxt - 1
-            pos = 1
+            array.fill(READ_BYTES)
+            self._check_start()
+            try:
+                array.find_array(self._head)
+            except NoArray as exc:
+                if exc.at_limit:
+                    raise InputError(
+                        self.builder.path,
+                        f"no traceEvents array in its first {self.max_event} bytes: not a chrome trace "
+                        f"({MAX_EVENT_BYTES_ENV} raises the limit)",
+                    ) from None
+                raise _Fallback("no traceEvents array") from None  # the whole-file path says what the file is
+        else:
+            array.stretch()
+        array.fill(array.pos + SNIFF_BYTES)
+        self.text_ts = (
+            EPOCH_FLOAT_TS.search(array.buf, array.pos, min(array.pos + SNIFF_BYTES, array.end)) is not None
+        )
+        for _ in array.pieces(self._piece):
             report(0.95 * self.text.fraction)
         if self.last:
-            self._decode_tail(pos, self.head)
+            self._decode_tail()
         else:
-            self._decode_rest(pos)
-
-    def _find_array(self) -> int:
-        """Offset just after the `[` of the top-level traceEvents array."""
-        self._fill(READ_BYTES)
-        self._check_start()
-        searched = 0
-        while True:
-            k = self.buf.find(_KEY, searched, self.end)
-            if k >= 0:
-                self._fill(k + len(_KEY) + 4096)
-                m = _AFTER_KEY.match(self.buf, k + len(_KEY), self.end)
-                if m is not None:
-                    return m.end()
-                searched = k + 1
-                continue
-            searched = max(self.end - len(_KEY), 0)
-            if self.end > self.max_event:  # (the text before the array is decoded in one piece)
-                raise InputError(
-                    self.builder.path,
-                    f"no traceEvents array in its first {self.max_event} bytes: not a chrome trace "
-                    f"({MAX_EVENT_BYTES_ENV} raises the limit)",
-                )
-            if not self._fill(self.end + READ_BYTES):
-                raise _Fallback("no traceEvents array")  # the whole-file path says what the file is
+            self._decode_rest()
 
     def _check_start(self) -> None:
         """A chrome trace is a JSON object: anything else is refused before more of it is read (a gzip of
         gigabytes of zeros would otherwise be inflated whole)."""
-        start = self.buf[: min(self.end, 4096)].lstrip(b" \t\n\r")
-        start = start.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\n\r")  # a UTF-8 byte order mark
+        array = self.array
+        start = array.buf[: min(array.end, 4096)].lstrip(b" \t\n\r")
+        start = start.removeprefix(BOM).lstrip(b" \t\n\r")
         if not start or start[:1] == b"{":
             return
         if start[:1] == b"[":
             raise InputError(self.builder.path, "not a chrome trace: the top level is not a JSON object")
         raise InputError(self.builder.path, f"not valid JSON (it begins with {bytes(start[:8])!r})")
 
-    def _decode_head(self, pos: int) -> Any:
+    def _head(self, pos: int) -> bool:
         """The header keys before the array (the text up to the `[`, closed by `]}`)."""
         try:
-            head = HEAD_DECODER.decode(bytes(self.buf[:pos]).removeprefix(BOM) + b"]}")
+            head = HEAD_DECODER.decode(bytes(self.array.buf[:pos]).removeprefix(BOM) + b"]}")
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             raise _Fallback("the text before its traceEvents array is not a JSON object's start") from None
         if head.traceEvents:
             raise _Fallback("an odd traceEvents key")
-        return head
+        self.head = head
+        return True
 
-    def _next_chunk(self, pos: int) -> int | None:
-        """Decode and add the events of the next piece from `pos`; the offset of the next event, or None
-        when the rest of the file should be decoded in one piece."""
-        at = pos + self.chunk_bytes
-        for _ in range(_MAX_TRIES):
-            m = _CUT.search(self.buf, at, self.end)
-            while m is None:
-                searched = self.end
-                self._too_long(self.end - pos)
-                if not self._fill(self.end + READ_BYTES):
-                    break
-                # Only the new text, and a little before it for a cut that straddles the old end: searching
-                # from `at` again made a long stretch without a cut quadratic. (A cut whose whitespace is
-                # longer than the overlap may be missed; missing one is safe, the rest is decoded in one piece.)
-                m = _CUT.search(self.buf, max(at, searched - _CUT_OVERLAP), self.end)
-            if m is None:
-                return None
-            close = m.start() + 1  # the byte after the piece's last `}`
-            saved = self.buf[close]
-            self.buf[pos - 1], self.buf[close] = ord("["), ord("]")
-            view = memoryview(self.buf)
-            try:
-                self._decode_and_add(view[pos - 1 : close + 1], "events")
-                return m.end() - 1
-            except _BadJSON as exc:
-                # Before the `]` put at `close`, the piece is the file's own text in its own context: a
-                # character the parser rejects there is an error of the file (not of the cut).
-                byte = _error_byte(exc.message)
-                own = (
-                    byte is not None and byte < close - (pos - 1) and "trailing characters" not in exc.message
-                )
-                if own and not self.whole:
-                    raise _Fallback("a JSON error") from None
-                if own:
-                    raise _BadJSON(_shifted_bytes(exc.message, self.dropped + pos - 1)) from None
-            finally:
-                view.release()  # before the buffer may grow
-                self.buf[close] = saved
-            at = close
-        return None
+    def _piece(self, view: memoryview) -> None:
+        """Decode and add the events of a piece (`[` ... `]`, a view of the array's buffer)."""
+        try:
+            self._decode_and_add(view, "events")
+        except _BadJSON as exc:
+            # Before the `]` put at its end, the piece is the file's own text in its own context: a character
+            # the parser rejects there is an error of the file (not of the cut).
+            byte = error_byte(exc.message)
+            own = byte is not None and byte < len(view) - 1 and "trailing characters" not in exc.message
+            if own and not self.whole:
+                raise _Fallback("a JSON error") from None
+            if own:
+                raise _BadJSON(shifted_bytes(exc.message, self.array.piece_origin)) from None
+            raise NotBetweenEvents from None
 
     def _decode_and_add(self, text: Any, which: str) -> None:
         """Decode `text` (events, or the tail Struct) with the strict Structs first, then add its events;
@@ -422,13 +338,13 @@ class _ChunkReader:
                 self.text_ts = True  # later pieces keep `ts` as text from the start
             return
 
-    def _decode_tail(self, pos: int, head: Any) -> None:
+    def _decode_tail(self) -> None:
         """The rest of the file: the last events, the end of the array and the header keys after it."""
-        rest = bytes(self.buf[pos : self.end]) + self.text.read_all(self.max_event + self.chunk_bytes)
-        self.buf = bytearray()
-        self.head = head
+        origin = (
+            self.array.dropped + self.array.pos - len(_TAIL_PREFIX)
+        )  # (of the prefix's `{`: the file's own bytes follow)
+        rest = self.array.rest(self.max_event + self.array.chunk_bytes)
         text = _TAIL_PREFIX + rest
-        origin = self.dropped + pos - len(_TAIL_PREFIX)  # (of the prefix's `{`: the file's own bytes follow)
         if (_KEY in rest or b"\\u" in rest) and _ANOTHER_KEY.search(rest):
             if not self.whole:
                 raise _Fallback("a second traceEvents key")
@@ -438,7 +354,7 @@ class _ChunkReader:
         except _BadJSON as exc:
             if not self.whole:
                 raise _Fallback("a JSON error") from None
-            raise _BadJSON(_shifted_bytes(exc.message, origin)) from None
+            raise _BadJSON(shifted_bytes(exc.message, origin)) from None
 
     def _second_array(self, text: bytes, origin: int) -> None:
         """A second `traceEvents` key after the first array replaces it (JSON keeps the last value): when the
@@ -453,10 +369,9 @@ class _ChunkReader:
             return
         self.builder = ColumnBuilder(self.builder.path, flows=self.builder.flows)
 
-    def _decode_rest(self, pos: int) -> None:
+    def _decode_rest(self) -> None:
         """The last events of a stretch that ends inside the array: they must decode as a list of events."""
-        rest = bytes(self.buf[pos : self.end]) + self.text.read_all(self.max_event + self.chunk_bytes)
-        self.buf = bytearray()
+        rest = self.array.rest(self.max_event + self.array.chunk_bytes)
         try:
             self._decode_and_add(b"[" + rest + b"]", "events")
             return

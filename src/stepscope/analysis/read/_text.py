@@ -1,13 +1,25 @@
-"""The text of a trace file for the chunk reader (see _stream): plain bytes read straight into the reader's
-buffer, or gzip inflated block by block (limits.inflated, by ISA-L's inflater where installed), within the
-input and gzip ratio limits."""
+"""The text of a trace file and its `traceEvents` array cut into pieces of whole events, for every reader of
+the array (the loader's columns: _stream, _split; the event stream of merge and ops: event_stream). The text:
+plain bytes read straight into the reader's buffer, or gzip inflated block by block (limits.inflated, by ISA-L's
+inflater where installed), within the input and gzip ratio limits."""
 
 from __future__ import annotations
 
 import io
 import itertools
+import re
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
-from stepscope.analysis.read.limits import INFLATE, inflated, max_gzip_ratio
+from stepscope.analysis.read.limits import (
+    INFLATE,
+    MAX_EVENT_BYTES_ENV,
+    inflated,
+    max_event_bytes,
+    max_gzip_ratio,
+)
+
+T = TypeVar("T")
 
 READ_BYTES = 1 << 13  # compressed bytes read from the file at a time (zlib copies what is left over)
 OUT_BYTES = 1 << 15  # text inflated at a time (small blocks come from the heap, not fresh pages)
@@ -78,3 +90,189 @@ class TraceText:
             if total > most:
                 raise TooLong
         return b"".join(parts)
+
+
+# --- the traceEvents array, cut into pieces of whole events ---------------------------------------------------------
+LOOKAHEAD = 1 << 16  # text kept beyond a piece's target size, where its cut is looked for
+CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
+# Cuts that do not decode: the next is tried, NEXT_CUTS times (the end of the event is near), then each one at
+# least twice as far into the piece as the last (an event holding a long list of objects costs linear time)
+NEXT_CUTS = 4
+_CUT_OVERLAP = 4096  # text searched again for a cut after more is read (a cut straddling the old end)
+_KEY = b'"traceEvents"'
+_AFTER_KEY = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*\[")
+_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+class NotBetweenEvents(Exception):
+    """Raised by a piece's decoder: the text up to the cut is not a list of whole events (the cut lies inside an
+    event or a string), so a later cut is to be tried."""
+
+
+class NoArray(Exception):
+    """The text holds no top-level `traceEvents` array (`at_limit`: none in the event limit's first bytes)."""
+
+    def __init__(self, at_limit: bool) -> None:
+        super().__init__("no traceEvents array")
+        self.at_limit = at_limit
+
+
+class PieceTooLong(Exception):
+    """Past the event limit without a cut that ends a piece: none at all (`tried` False: an event or a string
+    longer than the limit), or none of those tried (inside one long string or event)."""
+
+    def __init__(self, tried: bool) -> None:
+        super().__init__("no end of an event")
+        self.tried = tried
+
+
+def too_long_problem(exc: PieceTooLong | TooLong, max_event: int) -> str:
+    """What a piece past the event limit says: no end of an event in it, or none of the cuts tried decoded."""
+    found = "no place to split the events found" if getattr(exc, "tried", True) else "no end of an event"
+    return (
+        f"{found} in {max_event} bytes (an event or a string longer than that; {MAX_EVENT_BYTES_ENV} raises the "
+        "limit)"
+    )
+
+
+def json_problem(message: str) -> str:
+    """msgspec's DecodeError message as the readers say it."""
+    return "truncated JSON" if "truncated" in message else f"not valid JSON ({message})"
+
+
+def error_byte(message: str) -> int | None:
+    """The `N` of msgspec's `(byte N)`, if the message has one."""
+    m = _ERROR_BYTE.search(message)
+    return int(m.group(1)) if m else None
+
+
+def shifted_bytes(message: str, origin: int) -> str:
+    """msgspec's message with its `(byte N)` counted from the start of the file (`origin`: where the decoded
+    text's byte 0 lies in it)."""
+    return _ERROR_BYTE.sub(lambda m: f"(byte {int(m.group(1)) + origin})", message)
+
+
+class EventArray:
+    """The `traceEvents` array of a trace's text in pieces of whole events, for every reader of it (the loader's
+    columns, _stream and _split; the event stream of merge and ops, event_stream).
+
+    Where to cut: after an event's closing brace, at a `}` `,` `{` (whitespace allowed). Such a spot may also lie
+    inside an event (an array of objects in its args) or inside a string; the piece is then not a list of whole
+    events, its decode fails, and a later spot is tried: the next one (NEXT_CUTS times), then each at least
+    twice as far into the piece as the last (a long event costs linear time, however many such spots it holds). A piece that decodes is exactly the
+    events the whole-file decoder would have read there: it starts where an event starts, and JSON is read the
+    same way in either context.
+
+    The text sits in one bytearray, reused: `buf[:end]` holds text, the piece at work starts at `pos`. A piece is
+    decoded in place: the byte before it and the byte after its last `}` are overwritten with `[` and `]` (both
+    a comma or whitespace, which the piece does not need), and handed to the reader's decoder as a memoryview
+    (valid during the call). After the last piece, `rest()` is the text left: the last events, the end of the
+    array and the document's keys after it."""
+
+    def __init__(self, text: TraceText, chunk_bytes: int) -> None:
+        self.text = text
+        self.chunk_bytes = max(chunk_bytes, 1)
+        self.max_event = max_event_bytes()
+        self.buf = bytearray(self.chunk_bytes + LOOKAHEAD + 2 * OUT_BYTES)
+        self.end = 0
+        self.pos = 0
+        self.dropped = 0  # text offset of buf[0] (msgspec's errors name a byte of the piece)
+
+    @property
+    def piece_origin(self) -> int:
+        """Where the piece at work's `[` lies in the text."""
+        return self.dropped + self.pos - 1
+
+    def fill(self, size: int) -> bool:
+        """Read until `buf[:end]` holds `size` bytes or the text ends; False when nothing more came."""
+        before = self.end
+        while self.end < size and not self.text.eof:
+            if len(self.buf) < self.end + OUT_BYTES:
+                self.buf.extend(bytes(max(len(self.buf), OUT_BYTES)))
+            self.end += self.text.read_into(self.buf, self.end, len(self.buf) - self.end)
+        return self.end > before
+
+    def find_array(self, head: Callable[[int], bool]) -> None:
+        """Go to just after the `[` of the top-level traceEvents array: the first `"traceEvents"` key followed by
+        `:[` for which `head(offset)` (the text before `offset` read as the document's start) holds; a key
+        spelled inside a string of an earlier key is passed over. NoArray when there is none."""
+        self.fill(READ_BYTES)
+        searched = 0
+        while True:
+            k = self.buf.find(_KEY, searched, self.end)
+            if k >= 0:
+                self.fill(k + len(_KEY) + 4096)
+                m = _AFTER_KEY.match(self.buf, k + len(_KEY), self.end)
+                if m is not None and head(m.end()):
+                    self.pos = m.end()
+                    return
+                searched = k + 1
+                continue
+            searched = max(self.end - len(_KEY), 0)
+            if self.end > self.max_event:  # (the text before the array is decoded in one piece)
+                raise NoArray(at_limit=True)
+            if not self.fill(self.end + READ_BYTES):
+                raise NoArray(at_limit=False)
+
+    def stretch(self) -> None:
+        """A stretch of the array that begins with an event's `{` (see _split): one byte before it, for the `[`."""
+        self.buf[0] = ord(" ")
+        self.end = self.pos = 1
+
+    def pieces(self, decode: Callable[[memoryview], T]) -> Iterator[T]:
+        """Each piece of about `chunk_bytes` of whole events, as `decode` gives it (called with `[` + the piece +
+        `]`; NotBetweenEvents: try a later cut). Ends where the text left fits in one piece: `rest()` has it."""
+        while True:
+            self.fill(self.pos + self.chunk_bytes + LOOKAHEAD)
+            if self.text.eof and self.end - self.pos <= self.chunk_bytes:
+                return
+            found = self._next(decode)
+            if found is None:
+                return
+            yield found[0]
+
+    def _next(self, decode: Callable[[memoryview], T]) -> tuple[T] | None:
+        pos = self.pos
+        at = pos + self.chunk_bytes
+        tried = 0
+        while True:
+            m = CUT.search(self.buf, at, self.end)
+            while m is None:
+                if self.end - pos > self.chunk_bytes + self.max_event:
+                    raise PieceTooLong(tried > 0)
+                searched = self.end
+                if not self.fill(self.end + READ_BYTES):
+                    return None  # the text ended: what is left is the rest
+                # only the new text, and a little before it for a cut that straddles the old end: searching from
+                # `at` again made a long stretch without a cut quadratic
+                m = CUT.search(self.buf, max(at, searched - _CUT_OVERLAP), self.end)
+            close = m.start() + 1  # the byte after the piece's last `}`
+            saved = self.buf[close]
+            self.buf[pos - 1], self.buf[close] = ord("["), ord("]")
+            view = memoryview(self.buf)
+            try:
+                found = (decode(view[pos - 1 : close + 1]),)
+            except NotBetweenEvents:
+                found = None
+            finally:
+                view.release()  # before the buffer may grow
+                self.buf[close] = saved
+            if (
+                found is None
+            ):  # the next cut; after NEXT_CUTS of them, one at least twice as far into the piece
+                tried += 1
+                at = m.end() if tried < NEXT_CUTS else max(m.end(), pos + 2 * (close - pos))
+                continue
+            nxt = m.end() - 1  # the next event's `{`; the byte before it becomes the next piece's `[`
+            with memoryview(self.buf) as whole:
+                whole[: self.end - nxt + 1] = whole[nxt - 1 : self.end]
+            self.end -= nxt - 1
+            self.dropped += nxt - 1
+            self.pos = 1
+            return found
+
+    def rest(self, most: int) -> bytes:
+        """The text from the piece at work to the end (after `pieces`); TooLong past `most` bytes more."""
+        rest = bytes(self.buf[self.pos : self.end]) + self.text.read_all(most)
+        self.buf = bytearray()
+        return rest

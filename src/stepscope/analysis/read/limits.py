@@ -168,8 +168,16 @@ def inflate_pieces(
     """`inflated` with its errors said as InputError naming `path`: truncated, corrupt, more than `limit` bytes,
     or more than max_gzip_ratio() times its compressed size (a gzip bomb)."""
     ratio = max_gzip_ratio()
-    try:
+    with inflate_errors(path, limit, ratio):
         yield from inflated(pieces, limit, piece_bytes, ratio=ratio)
+
+
+@contextlib.contextmanager
+def inflate_errors(path: str | Path, limit: int, ratio: int) -> Iterator[None]:
+    """`inflated`'s errors as InputError naming `path`: truncated, corrupt, more than `limit` bytes, or more than
+    `ratio` times its compressed size (a gzip bomb)."""
+    try:
+        yield
     except GzipBomb:
         raise InputError(path, gzip_bomb_problem(ratio)) from None
     except GzipTruncated:
