@@ -250,6 +250,17 @@ def test_report_of_a_two_rank_gloo_run(tmp_path: Path, capsys: pytest.CaptureFix
         screenshot(page, "gloo_2ranks.png")
 
 
+# The critical path's timeline: how many legend labels it has, and those drawn below its SVG (cut off)
+_LEGEND_OUTSIDE = """() => {
+  const svg = document.querySelector('#critical-path svg');
+  if (!svg) return null;
+  const bottom = svg.getBoundingClientRect().bottom;
+  const labels = [...svg.querySelectorAll('.role-legend-label text')];
+  return {labels: labels.length,
+          outside: labels.filter(t => t.getBoundingClientRect().bottom > bottom + 1).map(t => t.textContent)};
+}"""
+
+
 @pytest.mark.shared
 @pytest.mark.parametrize(
     "trace",
@@ -279,6 +290,10 @@ def test_report_of_real_gpu_traces(tmp_path: Path, trace: str) -> None:
             assert cell.inner_text() == full
         if "hta_trace_filter" in trace:
             assert page.locator("#ranks div.chart svg.marks").count() == 2
+        # every colour of the critical path's timeline is named within the chart (its legend, beside a chart of
+        # one or two rows, was cut at the chart's height: ResNet's host optimizer and other drawn, not named)
+        legend = page.evaluate(_LEGEND_OUTSIDE)
+        assert legend is not None and legend["labels"] >= 3 and legend["outside"] == [], legend
         screenshot(page, re.sub(r"[^a-z0-9]+", "_", trace.lower())[:40] + ".png")
 
 

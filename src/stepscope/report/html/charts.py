@@ -371,7 +371,9 @@ def path_timeline(path: list[dict[str, Any]], busy: list[dict[str, Any]]) -> Spe
             "type": "nominal",
             "title": None,
             "scale": {"domain": shown, "range": palette},
-            "legend": {"symbolOpacity": 1},
+            # below the rows, in columns: beside a chart of one or two rows the list was cut at its height (an
+            # H200 job's path: host backward, optimizer and other drawn, their colours not named)
+            "legend": {"symbolOpacity": 1, "orient": "bottom", "columns": 4},
         },
         "tooltip": [
             {"field": "row", "type": "nominal", "title": "lane"},
