@@ -75,6 +75,7 @@ from stepscope.analysis.read.limits import (
     GzipDamaged,
     TextOverLimit,
     gzip_bomb_problem,
+    gzip_damage_first,
     gzip_problem,
     max_event_bytes,
     max_input_bytes,
@@ -189,6 +190,7 @@ def _load_chunked(
         except GzipDamaged:
             raise gzip_problem(path, limit) from None
         except _BadJSON as exc:
+            gzip_damage_first(path, limit)
             raise InputError(path, json_problem(exc.message)) from None
         except TextOverLimit:
             raise InputError(

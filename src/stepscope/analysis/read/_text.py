@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+import msgspec
+
 from stepscope.analysis.read.limits import (
     INFLATE,
     MAX_EVENT_BYTES_ENV,
@@ -95,9 +97,13 @@ class TraceText:
 # --- the traceEvents array, cut into pieces of whole events ---------------------------------------------------------
 LOOKAHEAD = 1 << 16  # text kept beyond a piece's target size, where its cut is looked for
 CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
-# Cuts that do not decode: the next is tried, NEXT_CUTS times (the end of the event is near), then each one at
-# least twice as far into the piece as the last (an event holding a long list of objects costs linear time)
-NEXT_CUTS = 4
+# The tokens that give the events' structure: a string (group 1: its closing quote, None where the text read so far
+# ends inside it), or a brace or bracket
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(")?|[{}\[\]]')
+# Cuts tried after one that does not decode, each checked as plain JSON first, before the event's end is found from
+# the text's structure (which costs more per byte, in Python, but does not grow with the cuts an event holds)
+PROBES = 128
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _CUT_OVERLAP = 4096  # text searched again for a cut after more is read (a cut straddling the old end)
 _KEY = b'"traceEvents"'
 _AFTER_KEY = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*\[")
@@ -158,8 +164,9 @@ class EventArray:
 
     Where to cut: after an event's closing brace, at a `}` `,` `{` (whitespace allowed). Such a spot may also lie
     inside an event (an array of objects in its args) or inside a string; the piece is then not a list of whole
-    events, its decode fails, and a later spot is tried: the next one (NEXT_CUTS times), then each at least
-    twice as far into the piece as the last (a long event costs linear time, however many such spots it holds). A piece that decodes is exactly the
+    events and its decode fails: the end of the event there is then found from the text's structure (its
+    strings skipped, braces and brackets counted from the piece's start), in time linear in the text however
+    many such spots an event holds. A piece that decodes is exactly the
     events the whole-file decoder would have read there: it starts where an event starts, and JSON is read the
     same way in either context.
 
@@ -177,6 +184,7 @@ class EventArray:
         self.end = 0
         self.pos = 0
         self.dropped = 0  # text offset of buf[0] (msgspec's errors name a byte of the piece)
+        self.inner = False  # the last piece's first cut lay inside an event
 
     @property
     def piece_origin(self) -> int:
@@ -234,42 +242,117 @@ class EventArray:
     def _next(self, decode: Callable[[memoryview], T]) -> tuple[T] | None:
         pos = self.pos
         at = pos + self.chunk_bytes
-        tried = 0
+        m = self._cut(pos, at, tried=False)
+        if m is None:
+            return None  # the text ended: what is left is the rest
+        # (where the last piece's first cut lay inside an event, this one is checked as plain JSON first too: a
+        # file of events holding lists of objects has most of its cuts inside them)
+        found = None
+        if not self.inner or self._is_json(pos, m.start()):
+            found = self._decoded(decode, pos, m.start())
+        self.inner = found is None
+        tries = 0
+        while found is None and tries < PROBES:
+            # the cut lies inside an event or a string: the next ones, each first checked as plain JSON (a tenth
+            # of a decode's cost), then the piece to it decoded
+            tries += 1
+            m = self._cut(pos, m.end(), tried=True)
+            if m is None:
+                return None
+            if self._is_json(pos, m.start()):
+                found = self._decoded(decode, pos, m.start())
+        if found is None:
+            # still inside (an event holding a long list of objects, a string full of cuts): the end of the event
+            # there, from the text's structure
+            brace = self._event_end(pos, at)
+            if brace is None:
+                return None
+            self.fill(brace + _CUT_OVERLAP)
+            m = CUT.match(self.buf, brace, self.end)
+            if m is None:  # (the array's end follows: the rest)
+                return None
+            found = self._decoded(decode, pos, brace)
+            if found is None:  # not JSON there either: the rest, whose decode says what is wrong
+                return None
+        nxt = m.end() - 1  # the next event's `{`; the byte before it becomes the next piece's `[`
+        with memoryview(self.buf) as whole:
+            whole[: self.end - nxt + 1] = whole[nxt - 1 : self.end]
+        self.end -= nxt - 1
+        self.dropped += nxt - 1
+        self.pos = 1
+        return found
+
+    def _cut(self, pos: int, after: int, tried: bool) -> re.Match[bytes] | None:
+        """The first cut at or after `after` (more text read as needed); None where the text ends first,
+        PieceTooLong where the piece from `pos` grows past the event limit first."""
+        m = CUT.search(self.buf, after, self.end)
+        while m is None:
+            if self.end - pos > self.chunk_bytes + self.max_event:
+                raise PieceTooLong(tried)
+            searched = self.end
+            if not self.fill(self.end + READ_BYTES):
+                return None
+            # only the new text, and a little before it for a cut that straddles the old end: searching from
+            # `after` again made a long stretch without a cut quadratic
+            m = CUT.search(self.buf, max(after, searched - _CUT_OVERLAP), self.end)
+        return m
+
+    def _decoded(self, decode: Callable[[memoryview], T], pos: int, brace: int) -> tuple[T] | None:
+        """The piece from `pos` to the `}` at `brace`, decoded in place; None where it is not whole events."""
+        close = brace + 1  # the byte after the piece's last `}` (a comma or whitespace): its `]` goes there
+        saved = self.buf[close]
+        self.buf[pos - 1], self.buf[close] = ord("["), ord("]")
+        view = memoryview(self.buf)
+        try:
+            return (decode(view[pos - 1 : close + 1]),)
+        except NotBetweenEvents:
+            return None
+        finally:
+            view.release()  # before the buffer may grow
+            self.buf[close] = saved
+
+    def _is_json(self, pos: int, brace: int) -> bool:
+        """Whether the piece from `pos` to the `}` at `brace` reads as a JSON list (its values left as text)."""
+        close = brace + 1
+        saved = self.buf[close]
+        self.buf[pos - 1], self.buf[close] = ord("["), ord("]")
+        view = memoryview(self.buf)
+        try:
+            _RAW_LIST.decode(view[pos - 1 : close + 1])
+            return True
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            return False
+        finally:
+            view.release()
+            self.buf[close] = saved
+
+    def _event_end(self, pos: int, at: int) -> int | None:
+        """The `}` that closes the first event ending past `at`, from the events' structure from `pos` (the start
+        of an event): their strings skipped, their braces and brackets counted. Linear in the text, however many
+        `}` `,` `{` an event holds (a list of objects in its args) or a string holds. None where the array or the
+        text ends first; PieceTooLong past the event limit."""
+        scan, depth = pos, 0
         while True:
-            m = CUT.search(self.buf, at, self.end)
-            while m is None:
-                if self.end - pos > self.chunk_bytes + self.max_event:
-                    raise PieceTooLong(tried > 0)
-                searched = self.end
-                if not self.fill(self.end + READ_BYTES):
-                    return None  # the text ended: what is left is the rest
-                # only the new text, and a little before it for a cut that straddles the old end: searching from
-                # `at` again made a long stretch without a cut quadratic
-                m = CUT.search(self.buf, max(at, searched - _CUT_OVERLAP), self.end)
-            close = m.start() + 1  # the byte after the piece's last `}`
-            saved = self.buf[close]
-            self.buf[pos - 1], self.buf[close] = ord("["), ord("]")
-            view = memoryview(self.buf)
-            try:
-                found = (decode(view[pos - 1 : close + 1]),)
-            except NotBetweenEvents:
-                found = None
-            finally:
-                view.release()  # before the buffer may grow
-                self.buf[close] = saved
-            if (
-                found is None
-            ):  # the next cut; after NEXT_CUTS of them, one at least twice as far into the piece
-                tried += 1
-                at = m.end() if tried < NEXT_CUTS else max(m.end(), pos + 2 * (close - pos))
-                continue
-            nxt = m.end() - 1  # the next event's `{`; the byte before it becomes the next piece's `[`
-            with memoryview(self.buf) as whole:
-                whole[: self.end - nxt + 1] = whole[nxt - 1 : self.end]
-            self.end -= nxt - 1
-            self.dropped += nxt - 1
-            self.pos = 1
-            return found
+            for token in _TOKEN.finditer(self.buf, scan, self.end):
+                byte = self.buf[token.start()]
+                if byte == 0x22:  # a string
+                    if token.group(1) is None:  # not ended yet: read on, then scan it again
+                        break
+                elif byte in (0x7B, 0x5B):  # { [
+                    depth += 1
+                else:
+                    depth -= 1
+                    if depth < 0:  # the array's own `]`
+                        return None
+                    if depth == 0 and token.end() > at:
+                        return token.start()
+                scan = token.end()
+            else:
+                scan = self.end
+            if self.end - pos > self.chunk_bytes + self.max_event:
+                raise PieceTooLong(tried=True)
+            if not self.fill(self.end + READ_BYTES):
+                return None
 
     def rest(self, most: int) -> bytes:
         """The text from the piece at work to the end (after `pieces`); TooLong past `most` bytes more."""

@@ -33,6 +33,9 @@ from stepscope.analysis.read._text import (
 from stepscope.analysis.read.limits import (
     DEFAULT_MAX_TRACE_BYTES,
     LIMIT_ENV,
+    GzipDamaged,
+    gzip_damage_first,
+    gzip_problem,
     inflate_errors,
     max_event_bytes,
     max_input_bytes,
@@ -105,7 +108,7 @@ class EventPieces:
         """The keys before the array (the text up to its `[`, closed by `]}`), or False: the key was spelled
         inside a string of an earlier key."""
         try:
-            head = _RAW_KEYS.decode(bytes(text).lstrip(b" \t\n\r").removeprefix(_BOM) + b"]}")
+            head = _RAW_KEYS.decode(bytes(text).removeprefix(_BOM) + b"]}")
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
             return False
         if bytes(head.get("traceEvents", b"")) != b"[]":
@@ -173,9 +176,16 @@ class EventPieces:
 
 @contextlib.contextmanager
 def _text_problems(path: Path, limit: int, text: TraceText) -> Iterator[None]:
-    """The text's errors (the inflater's, a piece past the event limit) as InputError naming `path`."""
+    """The text's errors (the inflater's, a piece past the event limit) as InputError naming `path`, in the
+    loader's words; a JSON error of a gzip file whose data is damaged further on is said as that damage."""
     with inflate_errors(path, limit, text.ratio):
         try:
             yield
         except (PieceTooLong, TooLong) as exc:
             raise InputError(path, too_long_problem(exc, max_event_bytes())) from None
+        except GzipDamaged:  # (said in the loader's words: the gzip module's, inflating the file again)
+            raise gzip_problem(path, limit) from None
+        except InputError as exc:
+            if exc.problem.startswith(("not valid JSON", "truncated JSON")):
+                gzip_damage_first(path, limit)
+            raise

@@ -205,6 +205,19 @@ def _gzip_errors(path: str | Path) -> Iterator[None]:
         raise InputError(path, f"corrupt gzip data ({problem})") from None
 
 
+def gzip_damage_first(path: str | Path, limit: int) -> None:
+    """Raise what is wrong with the gzip data of `path`, if anything: a JSON error found in a gzip file's text may
+    be damage the streaming inflater had not reached yet (a byte changed inside a member inflates to other
+    text, and the member's CRC is checked only at its end). Nothing for a plain file or whole gzip data."""
+    with open(path, "rb") as fh:
+        if fh.read(2) != b"\x1f\x8b":
+            return
+    total = 0
+    with _gzip_errors(path), gzip.open(path, "rb") as fh:
+        while total <= limit and (block := fh.read(_GUNZIP_BLOCK)):
+            total += len(block)
+
+
 def gzip_problem(path: str | Path, limit: int) -> InputError:
     """What is wrong with a gzip file that a streaming inflate stopped on, said as gunzip_bounded says it: the
     file is inflated again by the gzip module, block by block, nothing kept, up to `limit` bytes."""
