@@ -405,3 +405,26 @@ def test_a_gzip_trace_damaged_inside_a_member_is_said_to_be_damaged(
         # THEN each says the gzip data is damaged (they said a JSON error at some byte, or gave the CRC in
         # other words)
         assert err.strip() == f"stepscope: error: {path}: corrupt gzip data (CRC check failed)", err
+
+
+def test_a_traceevents_key_inside_a_value_after_the_array_is_no_second_array(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a trace with a key after its array whose value holds a `traceEvents` key of its own, and one with a
+    # second top-level traceEvents key
+    from stepscope.analysis.read.event_stream import iter_event_batches
+    from stepscope.cli import main
+
+    events = [cpu(f"op{i}", 10.0 * i, 5.0) for i in range(50)]
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps({**trace(events), "meta": {"traceEvents": []}}))
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps(trace(events))[:-1] + ', "traceEvents": []}')
+    # WHEN the event stream reads them
+    # THEN the first is read whole (the event stream refused it as a second array; the loader read it)
+    assert [e for b in iter_event_batches(nested) for e in b] == trace(events)["traceEvents"]
+    assert main(["ops", str(nested), "--json"]) == 0
+    capsys.readouterr()
+    # AND the second, whose last traceEvents value JSON keeps, is refused by what cannot stream it
+    assert main(["ops", str(second), "--json"]) == 2
+    assert capsys.readouterr().err.strip().endswith("a second traceEvents array: cannot be merged")
