@@ -158,6 +158,14 @@ def shifted_bytes(message: str, origin: int) -> str:
     return _ERROR_BYTE.sub(lambda m: f"(byte {int(m.group(1)) + origin})", message)
 
 
+def _as_json_list(text: memoryview) -> None:
+    """NotBetweenEvents unless `text` reads as a JSON list (its values left as text: a tenth of a decode)."""
+    try:
+        _RAW_LIST.decode(text)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        raise NotBetweenEvents from None
+
+
 class EventArray:
     """The `traceEvents` array of a trace's text in pieces of whole events, for every reader of it (the loader's
     columns, _stream and _split; the event stream of merge and ops, event_stream).
@@ -313,18 +321,7 @@ class EventArray:
 
     def _is_json(self, pos: int, brace: int) -> bool:
         """Whether the piece from `pos` to the `}` at `brace` reads as a JSON list (its values left as text)."""
-        close = brace + 1
-        saved = self.buf[close]
-        self.buf[pos - 1], self.buf[close] = ord("["), ord("]")
-        view = memoryview(self.buf)
-        try:
-            _RAW_LIST.decode(view[pos - 1 : close + 1])
-            return True
-        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-            return False
-        finally:
-            view.release()
-            self.buf[close] = saved
+        return self._decoded(_as_json_list, pos, brace) is not None
 
     def _event_end(self, pos: int, at: int) -> int | None:
         """The `}` that closes the first event ending past `at`, from the events' structure from `pos` (the start
